@@ -1,0 +1,209 @@
+package schemas
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// EnvelopeVersion is the schema version of [Event]; it is the value of the
+// envelope's "v" member. An incompatible change to the envelope bumps it, and
+// readers refuse versions they do not know.
+const EnvelopeVersion = 1
+
+// EnvelopeSchema is the JSON Schema (draft 2020-12) of the event envelope. The
+// Go validation in [Event.Validate] and this schema accept the same documents;
+// a test holds them to that.
+//
+//go:embed envelope.schema.json
+var EnvelopeSchema []byte
+
+// Kind names what an event records. It is the last part of the event's NATS
+// subject, aegis.<session>.<kind>.
+type Kind string
+
+// The kinds of event. A kind not listed here is refused by [Event.Validate];
+// adding one is a schema change and goes into envelope.schema.json too.
+const (
+	KindSessionOpened      Kind = "session.opened"
+	KindSessionClosed      Kind = "session.closed"
+	KindFrameC2S           Kind = "frame.c2s"
+	KindFrameS2C           Kind = "frame.s2c"
+	KindCallIntent         Kind = "call.intent"
+	KindCallVerdict        Kind = "call.verdict"
+	KindCallOutcome        Kind = "call.outcome"
+	KindApprovalRequested  Kind = "approval.requested"
+	KindApprovalResolved   Kind = "approval.resolved"
+	KindProfileSwitched    Kind = "profile.switched"
+	KindConfinementApplied Kind = "confinement.applied"
+	KindChildStarted       Kind = "child.started"
+	KindChildExited        Kind = "child.exited"
+	KindAuditLine          Kind = "audit.line"
+	KindNote               Kind = "note"
+)
+
+var kinds = map[Kind]bool{
+	KindSessionOpened: true, KindSessionClosed: true,
+	KindFrameC2S: true, KindFrameS2C: true,
+	KindCallIntent: true, KindCallVerdict: true, KindCallOutcome: true,
+	KindApprovalRequested: true, KindApprovalResolved: true,
+	KindProfileSwitched: true, KindConfinementApplied: true,
+	KindChildStarted: true, KindChildExited: true,
+	KindAuditLine: true, KindNote: true,
+}
+
+// Kinds returns every known kind, in no particular order.
+func Kinds() []Kind {
+	out := make([]Kind, 0, len(kinds))
+	for k := range kinds {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Known reports whether k is a kind this version of the envelope defines.
+func (k Kind) Known() bool { return kinds[k] }
+
+// Event is one immutable fact. Its JSON form is the envelope:
+//
+//	{"v":1,"id":"…","session":"…","kind":"frame.c2s","time":"…","payload":{…}}
+//
+// ID and Session are [NewID] values (26 characters of Crockford base32 whose
+// first 10 encode the millisecond time, so they sort by time). Time is UTC.
+// Payload is a JSON object whose shape depends on Kind; frames carry their
+// exact bytes as {"bytes":"<base64>"} (see [FramePayload]).
+type Event struct {
+	V       int             `json:"v"`
+	ID      string          `json:"id"`
+	Session string          `json:"session"`
+	Kind    Kind            `json:"kind"`
+	Time    time.Time       `json:"time"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// FramePayload is the payload of frame.c2s and frame.s2c events: the exact
+// bytes of one frame as read off the wire, without its line terminator.
+type FramePayload struct {
+	Bytes []byte `json:"bytes"`
+}
+
+// ValidationError says why an event was refused. Field names the envelope
+// member at fault.
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("invalid event: %s: %s", e.Field, e.Reason)
+}
+
+// ErrInvalidEvent is wrapped by every error that [Event.Validate] and
+// [DecodeEvent] return for a document that is not a valid envelope.
+var ErrInvalidEvent = errors.New("invalid event")
+
+func (e *ValidationError) Unwrap() error { return ErrInvalidEvent }
+
+// Validate checks the envelope: the version, the id and session formats, a
+// known kind, a set time and an object payload. It does not look inside the
+// payload except for frame kinds, whose payload must be a [FramePayload].
+func (e *Event) Validate() error {
+	if e.V != EnvelopeVersion {
+		return &ValidationError{"v", fmt.Sprintf("version %d is not %d", e.V, EnvelopeVersion)}
+	}
+	if !ValidID(e.ID) {
+		return &ValidationError{"id", fmt.Sprintf("%q is not a 26-character id", e.ID)}
+	}
+	if !ValidID(e.Session) {
+		return &ValidationError{"session", fmt.Sprintf("%q is not a 26-character id", e.Session)}
+	}
+	if !e.Kind.Known() {
+		return &ValidationError{"kind", fmt.Sprintf("unknown kind %q", string(e.Kind))}
+	}
+	if e.Time.IsZero() {
+		return &ValidationError{"time", "not set"}
+	}
+	p := bytes.TrimLeft(e.Payload, " \t\r\n")
+	if len(p) == 0 || p[0] != '{' || !json.Valid(e.Payload) {
+		return &ValidationError{"payload", "not a JSON object"}
+	}
+	if e.Kind == KindFrameC2S || e.Kind == KindFrameS2C {
+		if err := validFramePayload(e.Payload); err != nil {
+			return &ValidationError{"payload", "frame payload: " + err.Error()}
+		}
+	}
+	return nil
+}
+
+// Subject is the NATS subject the event is published on:
+// aegis.<session>.<kind>.
+func (e *Event) Subject() string {
+	return "aegis." + e.Session + "." + string(e.Kind)
+}
+
+// Encode validates the event and returns its envelope as compact JSON with
+// no newline in it. Time is written in UTC.
+func (e *Event) Encode() ([]byte, error) {
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	c := *e
+	c.Time = c.Time.UTC()
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return nil, fmt.Errorf("encode event: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeEvent parses one envelope strictly: unknown members, trailing data
+// and an unknown version are refused, and the result is validated.
+func DecodeEvent(b []byte) (Event, error) {
+	var e Event
+	if err := decodeStrict(b, &e); err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrInvalidEvent, err)
+	}
+	if err := e.Validate(); err != nil {
+		return Event{}, err
+	}
+	if _, off := e.Time.Zone(); off != 0 {
+		return Event{}, &ValidationError{"time", "not UTC"}
+	}
+	return e, nil
+}
+
+// validFramePayload requires exactly {"bytes":"<standard base64>"}.
+func validFramePayload(p json.RawMessage) error {
+	var m map[string]json.RawMessage
+	if err := decodeStrict(p, &m); err != nil {
+		return err
+	}
+	raw, ok := m["bytes"]
+	if !ok || len(m) != 1 {
+		return errors.New(`want exactly the member "bytes"`)
+	}
+	var b []byte
+	if len(raw) == 0 || raw[0] != '"' {
+		return errors.New(`"bytes" is not a base64 string`)
+	}
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return fmt.Errorf(`"bytes": %w`, err)
+	}
+	return nil
+}
+
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}

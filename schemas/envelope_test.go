@@ -1,0 +1,190 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+)
+
+func resolvedEnvelopeSchema(t *testing.T) *jsonschema.Resolved {
+	t.Helper()
+	var s jsonschema.Schema
+	if err := json.Unmarshal(EnvelopeSchema, &s); err != nil {
+		t.Fatalf("parse envelope.schema.json: %v", err)
+	}
+	rs, err := s.Resolve(nil)
+	if err != nil {
+		t.Fatalf("resolve envelope.schema.json: %v", err)
+	}
+	return rs
+}
+
+func schemaAccepts(rs *jsonschema.Resolved, doc []byte) error {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	if err := dec.Decode(&v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data")
+	}
+	return rs.Validate(v)
+}
+
+func goldens(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "envelope", dir, "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no goldens in testdata/envelope/%s: %v", dir, err)
+	}
+	out := map[string][]byte{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[strings.TrimSuffix(filepath.Base(f), ".json")] = bytes.TrimSpace(b)
+	}
+	return out
+}
+
+func TestGoldenEnvelopesValidate(t *testing.T) {
+	rs := resolvedEnvelopeSchema(t)
+	for name, doc := range goldens(t, "valid") {
+		t.Run(name, func(t *testing.T) {
+			if err := schemaAccepts(rs, doc); err != nil {
+				t.Errorf("JSON Schema refuses golden: %v", err)
+			}
+			e, err := DecodeEvent(doc)
+			if err != nil {
+				t.Fatalf("DecodeEvent = %v, want nil", err)
+			}
+			// Encoding the decoded event and decoding it again is stable.
+			enc, err := e.Encode()
+			if err != nil {
+				t.Fatalf("Encode = %v", err)
+			}
+			e2, err := DecodeEvent(enc)
+			if err != nil {
+				t.Fatalf("DecodeEvent(Encode) = %v", err)
+			}
+			if !e.Time.Equal(e2.Time) || e.ID != e2.ID || !bytes.Equal(e.Payload, e2.Payload) {
+				t.Errorf("round trip changed the event: %+v vs %+v", e, e2)
+			}
+		})
+	}
+}
+
+// Every invalid golden is named after what it would smuggle onto the stream;
+// both the schema and the Go decoder must refuse it.
+func TestInvalidEnvelopesAreRefused(t *testing.T) {
+	rs := resolvedEnvelopeSchema(t)
+	for name, doc := range goldens(t, "invalid") {
+		t.Run(name, func(t *testing.T) {
+			if err := schemaAccepts(rs, doc); err == nil {
+				t.Errorf("JSON Schema accepts %s", doc)
+			}
+			if _, err := DecodeEvent(doc); !errors.Is(err, ErrInvalidEvent) {
+				t.Errorf("DecodeEvent = %v, want ErrInvalidEvent", err)
+			}
+		})
+	}
+}
+
+func TestSchemaListsEveryKind(t *testing.T) {
+	var s struct {
+		Properties struct {
+			Kind struct {
+				Enum []string `json:"enum"`
+			} `json:"kind"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(EnvelopeSchema, &s); err != nil {
+		t.Fatal(err)
+	}
+	var got, want []string
+	got = append(got, s.Properties.Kind.Enum...)
+	for _, k := range Kinds() {
+		want = append(want, string(k))
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("schema kinds = %v, Go kinds = %v", got, want)
+	}
+}
+
+func TestNewIDSortsByTime(t *testing.T) {
+	rnd := rand.New(rand.NewSource(1))
+	base := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	prev := ""
+	for i := 0; i < 1000; i++ {
+		now := base.Add(time.Duration(i) * time.Millisecond)
+		id, err := NewID(now, rnd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ValidID(id) {
+			t.Fatalf("NewID = %q, not ValidID", id)
+		}
+		if id <= prev {
+			t.Fatalf("id %q made at %v sorts before %q", id, now, prev)
+		}
+		got, err := IDTime(id)
+		if err != nil || !got.Equal(now) {
+			t.Fatalf("IDTime(%q) = %v, %v; want %v", id, got, err, now)
+		}
+		prev = id
+	}
+}
+
+func TestNewIDShortRandomFails(t *testing.T) {
+	if _, err := NewID(time.Now(), bytes.NewReader([]byte{1, 2})); err == nil {
+		t.Fatal("NewID with 2 random bytes succeeded")
+	}
+}
+
+func TestValidIDRefusesSubjectTokens(t *testing.T) {
+	for _, s := range []string{"", "*", ">", "a.b", "01KBA3M0Q7AAAAAAAAAAAAAA.A", "01KBA3M0Q7AAAAAAAAAAAAAA A", "81KBA3M0Q7AAAAAAAAAAAAAAAA", "01KBA3M0Q7AAAAAAAAAAAAAAAI"} {
+		if ValidID(s) {
+			t.Errorf("ValidID(%q) = true", s)
+		}
+	}
+}
+
+func FuzzDecodeEvent(f *testing.F) {
+	for _, dir := range []string{"valid", "invalid"} {
+		files, _ := filepath.Glob(filepath.Join("testdata", "envelope", dir, "*.json"))
+		for _, p := range files {
+			b, _ := os.ReadFile(p)
+			f.Add(b)
+		}
+	}
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"v":1}`)) // truncated envelope
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := DecodeEvent(b)
+		if err != nil {
+			if e.ID != "" || e.Payload != nil {
+				t.Fatalf("error %v with a non-zero event", err)
+			}
+			return
+		}
+		enc, err := e.Encode()
+		if err != nil {
+			t.Fatalf("decoded event does not encode: %v", err)
+		}
+		if _, err := DecodeEvent(enc); err != nil {
+			t.Fatalf("encoded event does not decode: %v", err)
+		}
+	})
+}
