@@ -1,0 +1,46 @@
+// Package schemas holds the wire formats that the rest of aegis shares: the
+// versioned JSON event envelope (see envelope.go and envelope.schema.json) and
+// the lines of the signed audit record, schema v2.
+//
+// The package is pure: it imports no net, os/exec, NATS or MCP SDK code, reads
+// no clock and draws no randomness (time and randomness come in as
+// parameters); TestDeps enforces the imports.
+//
+// # Canonical JSON
+//
+// [Canonicalize] implements RFC 8785 (JCS) over the constrained value space of
+// the audit record. Accepted: objects with unique member names, arrays,
+// strings that are valid UTF-8 (no unpaired surrogate escapes), true, false,
+// and integers in [0, 2^53) written as plain decimals. Refused: null anywhere,
+// floats (even 1.0 or 1e2), negative numbers, larger integers, duplicate
+// member names. The output sorts members by UTF-16 code units, writes no
+// insignificant whitespace, keeps array order, and escapes only '"', '\\' and
+// control characters (short forms \b \t \n \f \r, otherwise lowercase
+// \u00xx). Canonicalizing canonical bytes returns them unchanged.
+//
+// # Wire format of audit lines
+//
+// A record file is JSON Lines: one canonical [Line] per line, '\n' after
+// each. Every line carries schema_version ([AuditSchemaVersion]), line_type,
+// seq and prev_hash ([Line.Header]). A session is a run of lines that starts
+// with an open line (seq 0, prev_hash [GenesisHash], the session's public key
+// and, unless the file was empty, prev_session_tail = the line_hash of the
+// file's previous line). Within a session seq counts lines from 0 and
+// prev_hash is the line_hash of the line before.
+//
+//   - line_hash = lowercase hex SHA-256 of the canonical form of the whole
+//     line, signature included ([Line.Hash]).
+//   - Lines of the signed set ([Signed]: open, outcome, decision, close and
+//     the reserved checkpoint) carry key_id = hex SHA-256 of the 32-byte
+//     Ed25519 public key ([KeyID]) and signature = Ed25519 over the canonical
+//     form without the signature member but with key_id ([Line.SigningInput]).
+//   - Intent lines are never signed; the next signed line covers them through
+//     the chain.
+//
+// [Line] keeps every member, known or not, so that a verifier hashes exactly
+// what was written. The typed payloads [Open], [Intent], [Outcome],
+// [Decision] and [CloseLine] write exactly the members of schema v2: absent
+// optional members are omitted, never null, and decision_axes is always
+// present. [WrapCall] builds the outcome of each path a relayed tools/call
+// can take, with the reasons the record format fixes.
+package schemas
