@@ -1,0 +1,147 @@
+package mcptest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// exampleServerPkg is the import path of the example server command.
+const exampleServerPkg = "github.com/aegis-dev/aegis/cmd/aegis-example-server"
+
+// nodeModules is the folder, relative to the module root, where
+// `make interop-deps` installs the Node reference servers.
+const nodeModules = ".cache/node/node_modules"
+
+// skipInteropEnv names the environment variable that, set to "1", turns a
+// missing Node reference server into a skipped test instead of a failure.
+const skipInteropEnv = "AEGIS_SKIP_INTEROP"
+
+// ExampleServer builds cmd/aegis-example-server with `go build` into a
+// directory from t.TempDir and returns the argv that runs it. It fails the
+// test if the build fails. Call it once per test and share the argv between
+// subtests, as each call builds anew.
+func ExampleServer(t testing.TB) []string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("mcptest: %v", err)
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("mcptest: build example server: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "aegis-example-server")
+	cmd := exec.Command(gobin, "build", "-o", bin, exampleServerPkg)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mcptest: go build %s: %v\n%s", exampleServerPkg, err, out)
+	}
+	return []string{bin}
+}
+
+// EverythingServer returns the argv that runs the Node reference server
+// @modelcontextprotocol/server-everything over stdio from .cache/node at the
+// module root. If node or the package is missing it fails the test with a
+// hint to run `make interop-deps`, or skips it when AEGIS_SKIP_INTEROP=1.
+func EverythingServer(t testing.TB) []string {
+	t.Helper()
+	node, entry := nodePackage(t, "@modelcontextprotocol/server-everything")
+	return []string{node, entry, "stdio"}
+}
+
+// FilesystemServer returns the argv that runs the Node reference server
+// @modelcontextprotocol/server-filesystem from .cache/node at the module root,
+// allowed to access the directories roots. Missing dependencies are handled
+// as in [EverythingServer].
+func FilesystemServer(t testing.TB, roots ...string) []string {
+	t.Helper()
+	node, entry := nodePackage(t, "@modelcontextprotocol/server-filesystem")
+	return append([]string{node, entry}, roots...)
+}
+
+// nodePackage returns the node binary and the entry script of the npm package
+// pkg, as named by the "bin" field of its package.json.
+func nodePackage(t testing.TB, pkg string) (node, entry string) {
+	t.Helper()
+	missing := func(format string, args ...any) {
+		t.Helper()
+		msg := fmt.Sprintf(format, args...)
+		if os.Getenv(skipInteropEnv) == "1" {
+			t.Skipf("mcptest: %s (skipping: %s=1)", msg, skipInteropEnv)
+		}
+		t.Fatalf("mcptest: %s; run `make interop-deps` (or set %s=1 to skip interop tests)", msg, skipInteropEnv)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("mcptest: %v", err)
+	}
+	node, err = exec.LookPath("node")
+	if err != nil {
+		missing("node not found in PATH: %v", err)
+	}
+	dir := filepath.Join(root, filepath.FromSlash(nodeModules), filepath.FromSlash(pkg))
+	entry, err = packageBin(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		missing("%s is not installed under %s", pkg, filepath.Join(root, filepath.FromSlash(nodeModules)))
+	}
+	if err != nil {
+		t.Fatalf("mcptest: %s: %v", pkg, err)
+	}
+	return node, entry
+}
+
+// packageBin returns the absolute path of the single executable declared in
+// the "bin" field of dir/package.json, after checking that it exists.
+func packageBin(dir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	if err != nil {
+		return "", fmt.Errorf("read package.json: %w", err)
+	}
+	var manifest struct {
+		Bin json.RawMessage `json:"bin"`
+	}
+	if err := json.Unmarshal(data, &manifest); err != nil {
+		return "", fmt.Errorf("parse %s: %w", filepath.Join(dir, "package.json"), err)
+	}
+	// "bin" is either a path or an object mapping command names to paths.
+	var rel string
+	if err := json.Unmarshal(manifest.Bin, &rel); err != nil {
+		var bins map[string]string
+		if err := json.Unmarshal(manifest.Bin, &bins); err != nil || len(bins) != 1 {
+			return "", fmt.Errorf("package.json in %s: want one \"bin\" entry, got %s", dir, manifest.Bin)
+		}
+		for _, p := range bins {
+			rel = p
+		}
+	}
+	entry := filepath.Join(dir, filepath.FromSlash(rel))
+	if _, err := os.Stat(entry); err != nil {
+		return "", fmt.Errorf("package entry point: %w", err)
+	}
+	return entry, nil
+}
+
+// moduleRoot returns the nearest directory at or above the working directory
+// that holds a go.mod file.
+func moduleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find module root: %w", err)
+	}
+	for dir := wd; ; {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("find module root: no go.mod at or above %s", wd)
+		}
+		dir = parent
+	}
+}
