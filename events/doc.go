@@ -1,0 +1,39 @@
+// Package events is the spine of aegis: an append-only stream of
+// [schemas.Event] values kept by a NATS server embedded in the aegis
+// process, with JetStream file storage in the state directory.
+//
+// # Invariants
+//
+//   - Durable before acknowledged. The embedded server runs with SyncAlways,
+//     so JetStream fsyncs each stored message before it acknowledges it.
+//     [Store.Append] and [Receipt.Wait] return a position only after that
+//     acknowledgement. An event whose Append returned survives a SIGKILL of
+//     the process; a test kills a real child process under load to prove it.
+//   - Validated before stored. An event that does not pass
+//     [schemas.Event.Validate] is refused by [Store.Enqueue]; nothing
+//     reaches the stream that [Store.Replay] could not decode.
+//   - Stream order is append order. One committer goroutine takes queued
+//     events in order and publishes one message at a time, waiting for each
+//     durable ack before the next. Positions therefore increase in the order
+//     of Enqueue calls.
+//   - Group commit. Events queued while a commit is in flight are published
+//     together as one message (header Aegis-Events: N, the envelopes newline
+//     separated, subject aegis.<session>.batch) and so share one fsync. A
+//     lone event is published by itself on aegis.<session>.<kind>. A batch
+//     never spans two sessions. The batch boundary is invisible above this
+//     package: [Position] names the message and the index inside it, and
+//     Replay and Follow hand out single events.
+//   - Fail closed. If a commit fails or is not acknowledged within
+//     Config.AckTimeout, every event in it and every later append fails
+//     with [ErrFailed]; the store never drops an event silently and never
+//     lets a later event land before an unacknowledged earlier one.
+//   - One writer per state directory. Open takes an exclusive flock on
+//     <dir>/lock and writes its PID there; a second Open fails at once with
+//     a [*LockedError] naming the directory and that PID. The kernel drops
+//     the lock when the holder dies, so a crash leaves no stale lock.
+//   - Immutable. The stream denies delete and purge.
+//   - No network. The server has no client port; aegis reaches it over an
+//     in-process connection. Its log lines go to the caller's slog.Logger.
+//
+// Nothing outside this package imports nats-server or nats.go.
+package events

@@ -1,0 +1,113 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// DefaultDir returns the state directory used when none is given:
+// $XDG_STATE_HOME/aegis, else ~/.local/state/aegis. getenv is passed in so
+// that callers own the environment.
+func DefaultDir(getenv func(string) string) (string, error) {
+	if x := getenv("XDG_STATE_HOME"); x != "" {
+		if !filepath.IsAbs(x) {
+			return "", fmt.Errorf("XDG_STATE_HOME %q is not an absolute path", x)
+		}
+		return filepath.Join(x, "aegis"), nil
+	}
+	home := getenv("HOME")
+	if home == "" {
+		return "", errors.New("neither XDG_STATE_HOME nor HOME is set")
+	}
+	return filepath.Join(home, ".local", "state", "aegis"), nil
+}
+
+// ErrLocked is wrapped by the error [Open] returns when another process
+// holds the state directory.
+var ErrLocked = errors.New("state directory is in use")
+
+// LockedError names the directory and the process that holds it.
+type LockedError struct {
+	Dir string
+	PID int // 0 when the holder's PID could not be read
+}
+
+func (e *LockedError) Error() string {
+	if e.PID > 0 {
+		return fmt.Sprintf("state directory %s is in use by aegis process %d", e.Dir, e.PID)
+	}
+	return fmt.Sprintf("state directory %s is in use by another aegis process", e.Dir)
+}
+
+func (e *LockedError) Unwrap() error { return ErrLocked }
+
+// prepareDir creates dir with mode 0700 if it is missing and refuses one
+// that others can read or write, or that is not a directory: the stream
+// holds every frame the host and the servers exchanged.
+func prepareDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create state directory: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("state directory %s is not a directory", dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("state directory %s has mode %#o; it must be private (run: chmod 700 %s)", dir, perm, dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("state directory %s is owned by uid %d, not by this user (uid %d)", dir, st.Uid, os.Geteuid())
+	}
+	return nil
+}
+
+// dirLock is an exclusive flock on <dir>/lock that holds the owner's PID.
+// The kernel drops it when the process dies, so a crash never leaves a
+// stale lock behind.
+type dirLock struct{ f *os.File }
+
+func lockDir(dir string) (*dirLock, error) {
+	path := filepath.Join(dir, "lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		pid := 0
+		if b, rerr := os.ReadFile(path); rerr == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, &LockedError{Dir: dir, PID: pid}
+		}
+		return nil, fmt.Errorf("lock state directory %s: %w", dir, err)
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write lock file: %w", err)
+	}
+	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write lock file: %w", err)
+	}
+	return &dirLock{f: f}, nil
+}
+
+func (l *dirLock) release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	// The PID is left in the file: the flock, not the content, is the lock.
+	err := l.f.Close()
+	l.f = nil
+	return err
+}

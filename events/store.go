@@ -1,0 +1,291 @@
+package events
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// StreamName is the JetStream stream that holds every event.
+const StreamName = "AEGIS"
+
+// Defaults for [Config].
+const (
+	DefaultAckTimeout     = 10 * time.Second
+	DefaultMaxEventBytes  = 24 << 20 // a 16 MiB frame, base64 in its envelope, fits
+	DefaultMaxBatchBytes  = 1 << 20
+	DefaultMaxBatchEvents = 1024
+)
+
+// Config opens a [Store]. Only Dir is required.
+type Config struct {
+	// Dir is the state directory. It is created with mode 0700 if missing;
+	// an existing one that is group- or other-accessible, or owned by
+	// another user, is refused.
+	Dir string
+	// Logger receives the store's and the embedded server's log lines. Nil
+	// discards them.
+	Logger *slog.Logger
+	// Now and Rand make event ids and times in [Store.NewEvent]; nil means
+	// time.Now and crypto/rand.
+	Now  func() time.Time
+	Rand io.Reader
+	// AckTimeout bounds the wait for one durable commit. A commit that is not
+	// acknowledged in time fails the store (see [ErrFailed]).
+	AckTimeout time.Duration
+	// MaxEventBytes is the largest encoded envelope accepted.
+	MaxEventBytes int
+	// MaxBatchBytes and MaxBatchEvents bound one group commit.
+	MaxBatchBytes  int
+	MaxBatchEvents int
+}
+
+// Errors callers branch on.
+var (
+	// ErrClosed is returned by appends after Close has begun.
+	ErrClosed = errors.New("event store is closed")
+	// ErrFailed is wrapped by every append after a commit failed. The store
+	// then refuses all further appends: an event that may or may not have
+	// landed breaks the guarantee that stream order is append order, so the
+	// only safe course is to stop and let a restart rebuild state.
+	ErrFailed = errors.New("event store stopped acknowledging writes")
+	// ErrTooLarge is returned for an event larger than MaxEventBytes.
+	ErrTooLarge = errors.New("event too large")
+)
+
+// Position is where an event sits in the stream: the JetStream message
+// sequence and the event's index inside that message (always 0 unless the
+// message is a group commit of several events). Positions order events.
+type Position struct {
+	Seq   uint64 `json:"seq"`
+	Index int    `json:"index"`
+}
+
+// Less reports whether p comes before q in the stream.
+func (p Position) Less(q Position) bool {
+	return p.Seq < q.Seq || (p.Seq == q.Seq && p.Index < q.Index)
+}
+
+func (p Position) String() string { return fmt.Sprintf("%d.%d", p.Seq, p.Index) }
+
+// Record is an event read back from the stream with its position.
+type Record struct {
+	Pos   Position
+	Event schemas.Event
+}
+
+// Store is the event stream of one state directory: an embedded NATS server
+// with JetStream, reached over an in-process connection. It is safe for
+// concurrent use.
+type Store struct {
+	cfg    Config
+	log    *slog.Logger
+	dir    string
+	lock   *dirLock
+	ns     *server.Server
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []*item
+	closing bool
+	failed  error
+	done    chan struct{} // closed when the committer has exited
+
+	ctx    context.Context // cancelled by Close once the queue is drained
+	cancel context.CancelFunc
+}
+
+// Open locks the state directory, starts the embedded server and opens (or
+// creates) the stream. A second Open of the same directory, from this or
+// any other process, fails at once with a [*LockedError].
+func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("open event store: no state directory given")
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("open event store: %w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Reader
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = DefaultAckTimeout
+	}
+	if cfg.MaxEventBytes <= 0 {
+		cfg.MaxEventBytes = DefaultMaxEventBytes
+	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if cfg.MaxBatchEvents <= 0 {
+		cfg.MaxBatchEvents = DefaultMaxBatchEvents
+	}
+	if err := prepareDir(dir); err != nil {
+		return nil, err
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, log: cfg.Logger, dir: dir, lock: lock, done: make(chan struct{})}
+	s.cond = sync.NewCond(&s.mu)
+	defer func() {
+		if err != nil {
+			s.shutdown()
+		}
+	}()
+
+	opts := &server.Options{
+		ServerName: "aegis",
+		JetStream:  true,
+		StoreDir:   filepath.Join(dir, "jetstream"),
+		DontListen: true,
+		NoSigs:     true,
+		NoLog:      true,
+		SyncAlways: true,
+		MaxPayload: int32(cfg.MaxEventBytes + 4096),
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded NATS server: %w", err)
+	}
+	ns.SetLoggerV2(natsLogger{cfg.Logger}, false, false, false)
+	s.ns = ns
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return nil, fmt.Errorf("start embedded NATS server in %s: not ready after 10s", opts.StoreDir)
+	}
+	if !ns.JetStreamEnabled() {
+		return nil, fmt.Errorf("start JetStream in %s: not enabled (is the directory writable and is there free space?)", opts.StoreDir)
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name("aegis-events"), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("connect to embedded NATS server: %w", err)
+	}
+	s.nc = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("open JetStream: %w", err)
+	}
+	s.js = js
+	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamName,
+		Description: "aegis events: every frame, verdict, approval and enforcement fact",
+		Subjects:    []string{"aegis.>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		MaxMsgSize:  int32(cfg.MaxEventBytes + 4096),
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		DenyDelete:  true,
+		DenyPurge:   true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s in %s: %w", StreamName, opts.StoreDir, err)
+	}
+	s.stream = stream
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	go s.commitLoop()
+	s.log.Debug("event store open", "dir", dir)
+	return s, nil
+}
+
+// Dir returns the absolute state directory.
+func (s *Store) Dir() string { return s.dir }
+
+// NewSession returns a new session id, sortable by its start time.
+func (s *Store) NewSession() (string, error) {
+	return schemas.NewID(s.cfg.Now(), s.cfg.Rand)
+}
+
+// NewEvent builds a valid envelope of the given kind for session: a fresh
+// id, the store's current time in UTC, and payload marshalled as JSON (a
+// json.RawMessage or []byte is taken as it is).
+func (s *Store) NewEvent(session string, kind schemas.Kind, payload any) (schemas.Event, error) {
+	now := s.cfg.Now().UTC()
+	id, err := schemas.NewID(now, s.cfg.Rand)
+	if err != nil {
+		return schemas.Event{}, err
+	}
+	var raw json.RawMessage
+	switch p := payload.(type) {
+	case json.RawMessage:
+		raw = p
+	case []byte:
+		raw = p
+	default:
+		raw, err = json.Marshal(p)
+		if err != nil {
+			return schemas.Event{}, fmt.Errorf("new event: payload: %w", err)
+		}
+	}
+	e := schemas.Event{V: schemas.EnvelopeVersion, ID: id, Session: session, Kind: kind, Time: now, Payload: raw}
+	if err := e.Validate(); err != nil {
+		return schemas.Event{}, err
+	}
+	return e, nil
+}
+
+// Close stops accepting appends, commits everything already queued, and
+// shuts the embedded server down. Events queued but not committed when ctx
+// ends are failed with [ErrClosed]. Close is idempotent.
+func (s *Store) Close(ctx context.Context) error {
+	s.mu.Lock()
+	already := s.closing
+	s.closing = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	if already {
+		<-s.done
+		return nil
+	}
+	var err error
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		err = fmt.Errorf("close event store: %w", ctx.Err())
+		s.cancel()
+		<-s.done
+	}
+	s.shutdown()
+	return err
+}
+
+func (s *Store) shutdown() {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	if s.ns != nil {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+	}
+	if err := s.lock.release(); err != nil {
+		s.log.Warn("release state directory lock", "err", err)
+	}
+}
