@@ -339,7 +339,7 @@ func TestStateDirCreatedPrivate(t *testing.T) {
 func TestDefaultDir(t *testing.T) {
 	cases := []struct {
 		name, xdg, home, want string
-		err               bool
+		err                   bool
 	}{
 		{"xdg wins", "/x", "/h", "/x/aegis", false},
 		{"home fallback", "", "/h", "/h/.local/state/aegis", false},
