@@ -15,7 +15,7 @@ func (n natsLogger) log(level slog.Level, format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	// aegis raises max_payload on purpose so that a 16 MiB frame fits in one
 	// event; the server's advice against that is noise here.
-	if strings.Contains(msg, "exceeds recommended") {
+	if strings.Contains(msg, "exceeds recommended") || strings.Contains(msg, "generally discouraged") {
 		level = slog.LevelDebug
 	}
 	n.l.Log(context.Background(), level, msg, "component", "nats")

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+)
+
+// Version is the aegis release; builds from a checkout say "dev".
+const Version = "0.1.0-dev"
+
+const usage = `aegis — accountable tool calls for MCP
+
+Usage:
+  aegis <command> [flags] [args]
+
+Commands:
+  events     list or append events in a state directory's stream
+  version    print the version
+  help       print this help, or a command's help (aegis help events)
+
+Global behaviour:
+  stdout carries MCP (in wrap) or a command's result; everything else,
+  including every error, goes to stderr as "aegis: error: …".
+  Exit codes: 0 success, 1 failure, 2 usage error.
+
+Example:
+  $ aegis events list --state-dir /tmp/aegis-state
+`
+
+// Main is the command line. Its fields are the process's environment, so
+// tests run it in-process.
+type Main struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+}
+
+type command struct {
+	name  string
+	short string
+	run   func(m *Main, ctx context.Context, args []string) error
+	help  string
+}
+
+func (m *Main) commands() []command {
+	return []command{
+		{"events", "list or append events", (*Main).runEvents, eventsUsage},
+		{"version", "print the version", (*Main).runVersion, "Usage: aegis version\n"},
+	}
+}
+
+// usageError is a mistake in how aegis was invoked: exit 2, with a hint.
+type usageError struct {
+	msg  string
+	hint string
+}
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(hint, format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...), hint: hint}
+}
+
+// exitError ends the command with a specific exit code. A nil err means the
+// command already said what it had to.
+type exitError struct {
+	code int
+	err  error
+	hint string
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// hintError carries a hint with an ordinary failure (exit 1).
+type hintError struct {
+	err  error
+	hint string
+}
+
+func (e *hintError) Error() string { return e.err.Error() }
+func (e *hintError) Unwrap() error { return e.err }
+
+func withHint(err error, hint string) error {
+	if err == nil {
+		return nil
+	}
+	return &hintError{err: err, hint: hint}
+}
+
+// Run runs one command line and returns the process exit code.
+func (m *Main) Run(ctx context.Context, args []string) int {
+	err := m.dispatch(ctx, args)
+	if err == nil {
+		return 0
+	}
+	var ue *usageError
+	var ee *exitError
+	var he *hintError
+	switch {
+	case errors.As(err, &ue):
+		m.errorf("%s", ue.msg)
+		if ue.hint != "" {
+			m.hintf("%s", ue.hint)
+		}
+		return 2
+	case errors.As(err, &ee):
+		if ee.err != nil {
+			m.errorf("%v", ee.err)
+		}
+		if ee.hint != "" {
+			m.hintf("%s", ee.hint)
+		}
+		return ee.code
+	case errors.As(err, &he):
+		m.errorf("%v", he.err)
+		m.hintf("%s", he.hint)
+		return 1
+	default:
+		m.errorf("%v", err)
+		return 1
+	}
+}
+
+func (m *Main) errorf(format string, args ...any) {
+	fmt.Fprintf(m.Stderr, "aegis: error: "+format+"\n", args...)
+}
+
+func (m *Main) hintf(format string, args ...any) {
+	fmt.Fprintf(m.Stderr, "aegis: hint: "+format+"\n", args...)
+}
+
+func (m *Main) warnf(format string, args ...any) {
+	fmt.Fprintf(m.Stderr, "aegis: warning: "+format+"\n", args...)
+}
+
+func (m *Main) dispatch(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(m.Stderr, usage)
+		return &exitError{code: 2}
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		if name == "help" && len(args) > 1 {
+			for _, c := range m.commands() {
+				if c.name == args[1] {
+					fmt.Fprint(m.Stdout, c.help)
+					return nil
+				}
+			}
+			return usagef("run 'aegis help' for the list of commands", "unknown command %q", args[1])
+		}
+		fmt.Fprint(m.Stdout, usage)
+		return nil
+	case "-version", "--version":
+		name = "version"
+	}
+	for _, c := range m.commands() {
+		if c.name == name {
+			return c.run(m, ctx, args[1:])
+		}
+	}
+	return usagef("run 'aegis help' for the list of commands", "unknown command %q", name)
+}
+
+// newFlagSet returns a flag set that reports errors through usageError
+// instead of printing and exiting.
+func (m *Main) newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("aegis "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args and turns -h and flag mistakes into the command's
+// help or a usage error.
+func (m *Main) parseFlags(fs *flag.FlagSet, help string, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(m.Stdout, help)
+			return &exitError{code: 0}
+		}
+		name := strings.TrimPrefix(fs.Name(), "aegis ")
+		top, _, _ := strings.Cut(name, " ")
+		return usagef("run 'aegis help "+top+"' for its flags", "%s: %v", name, err)
+	}
+	return nil
+}
+
+func (m *Main) runVersion(_ context.Context, args []string) error {
+	if len(args) > 0 {
+		return usagef("run: aegis version", "version takes no arguments")
+	}
+	fmt.Fprintf(m.Stdout, "aegis %s %s %s/%s\n", Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return nil
+}
+
+// logger returns the slog.Logger for library packages: warnings and errors
+// to stderr, or everything with AEGIS_DEBUG=1.
+func (m *Main) logger() *slog.Logger {
+	level := slog.LevelWarn
+	if m.Getenv("AEGIS_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// stateDir returns --state-dir or the default.
+func (m *Main) stateDir(flagValue string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	return defaultStateDir(m.Getenv)
+}
