@@ -1,0 +1,59 @@
+// Package verifier checks an exported audit record (schema v2, see package
+// schemas) offline and returns one of three verdicts: [Verified], [Tampered]
+// or [Indeterminate], each non-Verified verdict with a typed [Reason].
+//
+// The package imports no net, os/exec, NATS or MCP SDK code, reads no clock
+// and draws no randomness; TestDeps enforces the imports. It reads a record
+// through an io.Reader and never writes.
+//
+// # What is checked
+//
+// [Verify] rebuilds everything from the raw lines and compares: it
+// re-canonicalizes every line and hashes the canonical form (unknown members
+// included), checks that each open has seq 0, the genesis prev_hash and a
+// prev_session_tail equal to the hash of the record's previous line (absent
+// only for the first session), that seq counts up by one inside a session and
+// prev_hash is the previous line's hash, and that every line of the signed set
+// carries the session's key_id and a strict Ed25519 signature over its
+// canonical form without signature. Verified also needs the record to end in a
+// verified close.
+//
+// A walk stops at the first Tampered reason. Indeterminate reasons do not stop
+// it, because a later line may still prove tampering; the first one found is
+// reported.
+//
+// # Choices where the specification is silent
+//
+//   - A first session whose open carries prev_session_tail is
+//     SessionBoundaryBroken: the record claims an earlier session that is not
+//     in it (the head was cut).
+//   - A line before any open, or after a close that no open follows, is
+//     SessionBoundaryBroken.
+//   - schema_version other than 2 is MalformedLine.
+//   - An unknown line type with a valid signature does not cap the verdict;
+//     unsigned, it is UnknownLineType; with a bad signature, BadSignature.
+//   - A signature on an intent line is ignored, as upstream does; the line
+//     hash still covers it.
+//   - Intents, outcomes and decisions must carry a string call_id or
+//     approval_id (MalformedLine otherwise); other payload members are not
+//     interpreted. Duplicate decisions are counted per session, because
+//     approval ids restart with every proxy process.
+//   - "Verified (pinned to <key_id>)" names the key when the trust slice holds
+//     one distinct key; with several it is "Verified (pinned)".
+//   - Values from the record that are not plain printable text (call ids,
+//     line types) are printed Go-quoted, so they cannot forge output lines.
+//
+// # Strict signatures
+//
+// Signatures are checked like upstream's verify_strict: crypto/ed25519
+// refuses a non-canonical S, and this package also refuses public keys and R
+// values that are non-canonical encodings or points of small order.
+//
+// # Threat model
+//
+// A record proves what the holder of each session key wrote, in order, and
+// that nothing between an open and its close was changed, dropped or
+// reordered. It cannot prove that whole sessions at the end of the file were
+// not removed, because nothing outside the file anchors the last close;
+// pinning proves who wrote it, not that it is complete.
+package verifier

@@ -1,0 +1,438 @@
+package verifier
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// MaxLineBytes bounds one line of a record. Real lines are a few KiB; a
+// longer one is a MalformedLine rather than a reason to exhaust memory.
+const MaxLineBytes = 16 << 20
+
+// Verify reads a record (JSON Lines, see package schemas) and returns its
+// verdict. It reads until the first Tampered reason or the end of r, never
+// writes, and uses no network, clock or randomness. A read error is
+// returned in Result.Err.
+func Verify(r io.Reader, opts Options) Result {
+	w := newWalker(opts)
+	lr := lineReader{br: bufio.NewReaderSize(r, 64<<10)}
+	cur, err := lr.next()
+	for cur != nil && err == nil && w.tampered == nil {
+		var nxt *rawLine
+		if nxt, err = lr.next(); err != nil {
+			break
+		}
+		w.line(cur, nxt == nil)
+		cur = nxt
+	}
+	if err != nil {
+		return Result{Err: fmt.Errorf("verifier: read record: %w", err)}
+	}
+	return w.finish()
+}
+
+type rawLine struct {
+	no      int
+	b       []byte
+	tooLong bool
+}
+
+// lineReader yields the non-empty lines of a record with their 1-based line
+// numbers (empty lines count).
+type lineReader struct {
+	br  *bufio.Reader
+	no  int
+	eof bool
+}
+
+func (lr *lineReader) next() (*rawLine, error) {
+	for !lr.eof {
+		var buf []byte
+		n := 0
+		for {
+			frag, err := lr.br.ReadSlice('\n')
+			n += len(frag)
+			if n <= MaxLineBytes+1 {
+				buf = append(buf, frag...)
+			}
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			if err == io.EOF {
+				lr.eof = true
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			break
+		}
+		if n == 0 {
+			continue
+		}
+		lr.no++
+		if n > MaxLineBytes+1 {
+			return &rawLine{no: lr.no, tooLong: true}, nil
+		}
+		buf = bytes.TrimSuffix(buf, []byte("\n"))
+		if len(buf) == 0 {
+			continue
+		}
+		return &rawLine{no: lr.no, b: buf}, nil
+	}
+	return nil, nil
+}
+
+type session struct {
+	index     int
+	pub       ed25519.PublicKey
+	keyID     string
+	nextSeq   uint64
+	tail      string
+	closed    bool
+	intents   []string        // call_ids in record order
+	pending   map[string]bool // call_id -> no outcome yet
+	decisions map[string]Position
+}
+
+type walker struct {
+	pinned        bool
+	trusted       map[string]bool
+	trustedIDs    []string
+	keyIDs        []string
+	seenKeys      map[string]bool
+	sess          *session
+	sessions      int
+	lastHash      string // line_hash of the previous line in the record
+	lines         int
+	coverage      *Position
+	tampered      *Reason
+	indeterminate *Reason
+	warnings      []string
+}
+
+func newWalker(opts Options) *walker {
+	w := &walker{pinned: opts.pinned(), trusted: map[string]bool{}, seenKeys: map[string]bool{}}
+	keys := opts.Keys
+	if opts.TrustStore != nil {
+		keys = append(keys[:len(keys):len(keys)], opts.TrustStore.Keys...)
+	}
+	for _, k := range keys {
+		id := schemas.KeyID(k)
+		if !w.trusted[id] {
+			w.trusted[id] = true
+			w.trustedIDs = append(w.trustedIDs, id)
+		}
+	}
+	return w
+}
+
+func (w *walker) tamper(code Code, line int, format string, args ...any) {
+	if w.tampered == nil {
+		w.tampered = &Reason{Code: code, Message: fmt.Sprintf(format, args...), Line: line}
+	}
+}
+
+func (w *walker) indet(code Code, line int, format string, args ...any) {
+	if w.indeterminate == nil {
+		w.indeterminate = &Reason{Code: code, Message: fmt.Sprintf(format, args...), Line: line}
+	}
+}
+
+func (w *walker) line(raw *rawLine, final bool) {
+	w.lines++
+	var (
+		l   schemas.Line
+		err error
+	)
+	if raw.tooLong {
+		w.tamper(MalformedLine, raw.no, "line %d: longer than %d bytes", raw.no, MaxLineBytes)
+		return
+	}
+	if l, err = schemas.DecodeLine(raw.b); err != nil {
+		if final && errors.Is(err, schemas.ErrSyntax) {
+			w.indet(TornFinalLine, raw.no, "final line %d does not parse; torn write", raw.no)
+			return
+		}
+		w.tamper(MalformedLine, raw.no, "line %d: %v", raw.no, err)
+		return
+	}
+	h, err := l.Header()
+	if err != nil {
+		w.tamper(MalformedLine, raw.no, "line %d: %v", raw.no, err)
+		return
+	}
+	hash, err := l.Hash()
+	if err != nil {
+		w.tamper(MalformedLine, raw.no, "line %d: %v", raw.no, err)
+		return
+	}
+	if h.LineType == schemas.LineOpen {
+		w.open(l, h, raw.no)
+	} else {
+		w.member(l, h, raw.no)
+	}
+	if w.tampered != nil {
+		return
+	}
+	w.sess.tail, w.sess.nextSeq = hash, h.Seq+1
+	w.lastHash = hash
+	w.coverage = &Position{Session: w.sess.index, Seq: h.Seq}
+}
+
+func (w *walker) open(l schemas.Line, h schemas.Header, no int) {
+	idx := w.sessions
+	pos := Position{Session: idx, Seq: h.Seq}
+	pubHex, ok := l.Str(schemas.FieldPublicKey)
+	if !ok {
+		w.tamper(MalformedLine, no, "line %d: open without a string public_key", no)
+		return
+	}
+	pub, err := schemas.ParsePublicKey(pubHex)
+	if err != nil || !validPublicKey(pub) {
+		w.tamper(BadSignature, no, "line at %s: not a valid ed25519 public key", pos)
+		return
+	}
+	keyID := schemas.KeyID(pub)
+	if !w.seenKeys[keyID] {
+		w.seenKeys[keyID] = true
+		w.keyIDs = append(w.keyIDs, keyID)
+	}
+	pst, hasPST := l.Get(schemas.FieldPrevSessionTail)
+	pstStr, _ := pst.(string)
+	switch {
+	case w.sess == nil && hasPST:
+		w.tamper(SessionBoundaryBroken, no, "open at %s links to previous tail %s, but no earlier session is in this record",
+			pos, displayValue(pst))
+		return
+	case w.sess != nil && !hasPST:
+		w.tamper(SessionBoundaryBroken, no, "open at %s has no prev_session_tail, but the line before it hashes to %s",
+			pos, w.lastHash)
+		return
+	case w.sess != nil && pstStr != w.lastHash:
+		w.tamper(SessionBoundaryBroken, no, "open at %s links to previous tail %s, but the line before it hashes to %s",
+			pos, displayValue(pst), w.lastHash)
+		return
+	}
+	if h.Seq != 0 {
+		w.tamper(SeqOutOfOrder, no, "session %d expected seq 0, found %d", idx, h.Seq)
+		return
+	}
+	if h.PrevHash != schemas.GenesisHash {
+		w.tamper(ChainBroken, no, "line at %s chains to %s, but the line before it hashes to %s", pos, h.PrevHash, schemas.GenesisHash)
+		return
+	}
+	if w.sess != nil && !w.sess.closed {
+		w.noteInFlight(w.sess)
+	}
+	w.sessions++
+	w.sess = &session{
+		index:     idx,
+		pub:       pub,
+		keyID:     keyID,
+		pending:   map[string]bool{},
+		decisions: map[string]Position{},
+	}
+	if !w.verifySignature(l, pos, no) {
+		return
+	}
+	if w.pinned && !w.trusted[keyID] {
+		w.tamper(UntrustedKey, no, "session opened at %s publishes a key with fingerprint %s, which is not in the supplied trust store (--key takes the 64-hex public key, not this fingerprint)",
+			pos, keyID)
+	}
+}
+
+func (w *walker) member(l schemas.Line, h schemas.Header, no int) {
+	s := w.sess
+	if s == nil {
+		w.tamper(SessionBoundaryBroken, no, "line %d is %s line before any open; the record is missing the start of its first session",
+			no, article(h.LineType))
+		return
+	}
+	pos := Position{Session: s.index, Seq: h.Seq}
+	if s.closed {
+		w.tamper(SessionBoundaryBroken, no, "line at %s follows the close of session %d", pos, s.index)
+		return
+	}
+	if h.Seq < s.nextSeq {
+		w.tamper(SeqOutOfOrder, no, "session %d expected seq %d, found %d", s.index, s.nextSeq, h.Seq)
+		return
+	}
+	if h.PrevHash != s.tail {
+		w.tamper(ChainBroken, no, "line at %s chains to %s, but the line before it hashes to %s", pos, h.PrevHash, s.tail)
+		return
+	}
+	if h.Seq > s.nextSeq {
+		w.indet(MissingLine, no, "session %d skips seq %d..%d with the chain intact; a write did not land", s.index, s.nextSeq, h.Seq)
+	}
+	switch h.LineType {
+	case schemas.LineIntent:
+		// A signature on an intent is not checked (upstream's known gap);
+		// it is covered by the line hash like every other member.
+		id, ok := l.Str("call_id")
+		if !ok {
+			w.tamper(MalformedLine, no, "line %d: intent without a string call_id", no)
+			return
+		}
+		if !s.pending[id] {
+			s.pending[id] = true
+			s.intents = append(s.intents, id)
+		}
+	case schemas.LineOutcome:
+		if !w.verifySignature(l, pos, no) {
+			return
+		}
+		id, ok := l.Str("call_id")
+		if !ok {
+			w.tamper(MalformedLine, no, "line %d: outcome without a string call_id", no)
+			return
+		}
+		if s.pending[id] {
+			delete(s.pending, id)
+		} else {
+			w.warnings = append(w.warnings, fmt.Sprintf("outcome %s at %s has no pending intent", display(id), pos))
+		}
+	case schemas.LineDecision:
+		if !w.verifySignature(l, pos, no) {
+			return
+		}
+		id, ok := l.Str("approval_id")
+		if !ok {
+			w.tamper(MalformedLine, no, "line %d: decision without a string approval_id", no)
+			return
+		}
+		if first, dup := s.decisions[id]; dup {
+			w.tamper(DuplicateDecision, no, "line at %s is a second decision for approval %s, first decided at %s", pos, display(id), first)
+			return
+		}
+		s.decisions[id] = pos
+	case schemas.LineClose:
+		if !w.verifySignature(l, pos, no) {
+			return
+		}
+		w.noteInFlight(s)
+		s.closed = true
+	case schemas.LineCheckpoint:
+		if !w.verifySignature(l, pos, no) {
+			return
+		}
+		w.indet(ReservedCheckpoint, no, "reserved checkpoint line at %s; this verifier does not check checkpoints", pos)
+	default:
+		if _, signed := l.Get(schemas.FieldSignature); signed {
+			w.verifySignature(l, pos, no)
+			return
+		}
+		w.indet(UnknownLineType, no, "unknown line type `%s` at %s, newer emitter", display(h.LineType), pos)
+	}
+}
+
+// verifySignature checks the signature pair of l against the current
+// session's key and records BadSignature on failure.
+func (w *walker) verifySignature(l schemas.Line, pos Position, no int) bool {
+	fail := func(msg string) bool {
+		w.tamper(BadSignature, no, "line at %s: %s", pos, msg)
+		return false
+	}
+	s := w.sess
+	sigHex, ok := l.Str(schemas.FieldSignature)
+	if !ok {
+		return fail("line carries no signature")
+	}
+	keyID, ok := l.Str(schemas.FieldKeyID)
+	if !ok {
+		keyID = "(none)"
+	}
+	if keyID != s.keyID {
+		return fail(fmt.Sprintf("line was signed under key %s, not %s", display(keyID), s.keyID))
+	}
+	sig, ok := schemas.ParseSignature(sigHex)
+	if !ok {
+		return fail("signature does not match this line")
+	}
+	msg, err := l.SigningInput()
+	if err != nil {
+		return fail("canonical form unavailable: " + err.Error())
+	}
+	if !verifyStrict(s.pub, msg, sig) {
+		return fail("signature does not match this line")
+	}
+	return true
+}
+
+// noteInFlight warns about calls of an anchored session that never got an
+// outcome; only the last, unanchored session reports them in the verdict.
+func (w *walker) noteInFlight(s *session) {
+	for _, id := range s.inFlight() {
+		w.warnings = append(w.warnings, fmt.Sprintf("intent %s in session %d has no outcome", display(id), s.index))
+	}
+}
+
+// inFlight returns the call_ids with an intent and no outcome, in record
+// order, each once.
+func (s *session) inFlight() []string {
+	var ids []string
+	seen := map[string]bool{}
+	for _, id := range s.intents {
+		if s.pending[id] && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+func (w *walker) finish() Result {
+	r := Result{
+		Pinned:        w.pinned,
+		TrustedKeyIDs: w.trustedIDs,
+		KeyIDs:        w.keyIDs,
+		Coverage:      w.coverage,
+		Warnings:      w.warnings,
+	}
+	switch {
+	case w.tampered != nil:
+		r.Reason = w.tampered
+	case w.indeterminate != nil:
+		r.Reason = w.indeterminate
+	case w.lines == 0:
+		r.Reason = &Reason{Code: EmptyChain, Message: "no lines to verify"}
+	case w.sess == nil:
+		// Unreachable: a line that passed made a session.
+		r.Reason = &Reason{Code: MalformedLine, Message: "no session in this record"}
+	case !w.sess.closed:
+		s := w.sess
+		r.InFlight = s.inFlight()
+		r.Reason = &Reason{Code: UnanchoredTail, Message: fmt.Sprintf(
+			"session %d has no close record and nothing anchors beyond it; %d call(s) in flight", s.index, len(r.InFlight))}
+	default:
+		r.Verdict = Verified
+		return r
+	}
+	r.Verdict = r.Reason.Code.Verdict()
+	return r
+}
+
+func displayValue(v any) string {
+	if s, ok := v.(string); ok {
+		return display(s)
+	}
+	b, err := schemas.EncodeValue(v)
+	if err != nil {
+		return "(unprintable)"
+	}
+	return display(string(b))
+}
+
+func article(lineType string) string {
+	t := "`" + display(lineType) + "`"
+	if lineType != "" && bytes.ContainsAny([]byte{lineType[0]}, "aeiou") {
+		return "an " + t
+	}
+	return "a " + t
+}
