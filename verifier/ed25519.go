@@ -10,8 +10,9 @@ import (
 // the recomputed R with the signature's bytes, a non-canonical R. It does not
 // refuse small-order points, which let one signature verify for several
 // messages or keys; this file adds that check, with math/big because the
-// standard library exposes no point arithmetic. It runs once per public key
-// and once per signature.
+// standard library exposes no point arithmetic. The arithmetic runs once per
+// public key; per signature a byte comparison against the few small-order
+// encodings is enough.
 
 // edwards holds the curve constants; it is built per verification and never
 // shared, so the package keeps no mutable state.
@@ -122,22 +123,56 @@ func validPublicKey(pub []byte) bool {
 	if len(pub) != ed25519.PublicKeySize {
 		return false
 	}
+	if hasSmallOrderEncoding(pub) {
+		return false
+	}
 	c := newEdwards()
 	x, y, ok := c.decode(pub)
 	return ok && !c.smallOrder(x, y)
 }
 
+// smallOrderY lists the y coordinates, as little-endian encodings with the
+// sign bit clear, of the eight points of small order: 0 (order 4), 1 (the
+// identity), p-1 (order 2) and the two y values of the order-8 points. The
+// encodings y+p of 0 and 1 (p and p+1, both < 2^255) are the non-canonical
+// aliases. A test checks every entry against the curve arithmetic above.
+func smallOrderY() [7][32]byte {
+	return [7][32]byte{
+		{},
+		{0x01},
+		{0xec, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f},
+		{0x26, 0xe8, 0x95, 0x8f, 0xc2, 0xb2, 0x27, 0xb0, 0x45, 0xc3, 0xf4, 0x89, 0xf2, 0xef, 0x98, 0xf0, 0xd5, 0xdf, 0xac, 0x05, 0xd3, 0xc6, 0x33, 0x39, 0xb1, 0x38, 0x02, 0x88, 0x6d, 0x53, 0xfc, 0x05},
+		{0xc7, 0x17, 0x6a, 0x70, 0x3d, 0x4d, 0xd8, 0x4f, 0xba, 0x3c, 0x0b, 0x76, 0x0d, 0x10, 0x67, 0x0f, 0x2a, 0x20, 0x53, 0xfa, 0x2c, 0x39, 0xcc, 0xc6, 0x4e, 0xc7, 0xfd, 0x77, 0x92, 0xac, 0x03, 0x7a},
+		{0xed, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f},
+		{0xee, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f},
+	}
+}
+
+// hasSmallOrderEncoding reports whether enc encodes a point of small order
+// (either sign, canonical or not), without curve arithmetic.
+func hasSmallOrderEncoding(enc []byte) bool {
+	if len(enc) != 32 {
+		return false
+	}
+	var y [32]byte
+	copy(y[:], enc)
+	y[31] &= 0x7f
+	for _, s := range smallOrderY() {
+		if y == s {
+			return true
+		}
+	}
+	return false
+}
+
 // verifyStrict verifies an Ed25519 signature the way verify_strict does: the
 // key must pass validPublicKey (checked by the caller, once per key), S must
-// be canonical and R must be a canonical, non-small-order point.
+// be canonical (crypto/ed25519 checks) and R must not be a small-order point.
+// An R that is not a canonical point encoding cannot match the recomputed R,
+// so crypto/ed25519 already refuses it.
 func verifyStrict(pub ed25519.PublicKey, msg, sig []byte) bool {
 	if len(pub) != ed25519.PublicKeySize || len(sig) != ed25519.SignatureSize {
 		return false
 	}
-	if !ed25519.Verify(pub, msg, sig) {
-		return false
-	}
-	c := newEdwards()
-	x, y, ok := c.decode(sig[:32])
-	return ok && !c.smallOrder(x, y)
+	return !hasSmallOrderEncoding(sig[:32]) && ed25519.Verify(pub, msg, sig)
 }

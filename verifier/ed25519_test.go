@@ -92,3 +92,31 @@ func TestSmallOrderRRefused(t *testing.T) {
 		t.Fatal("short key accepted")
 	}
 }
+
+// TestSmallOrderTableMatchesCurve checks the byte table used per signature
+// against the curve arithmetic, with both sign bits.
+func TestSmallOrderTableMatchesCurve(t *testing.T) {
+	c := newEdwards()
+	for _, y := range smallOrderY() {
+		for _, sign := range []byte{0, 0x80} {
+			enc := y
+			enc[31] |= sign
+			x, yy, ok := c.decode(enc[:])
+			if !ok {
+				// Non-canonical aliases and x = 0 with the sign bit set
+				// do not decode; they still must be refused.
+				if !hasSmallOrderEncoding(enc[:]) {
+					t.Errorf("%x not refused", enc)
+				}
+				continue
+			}
+			if !c.smallOrder(x, yy) {
+				t.Errorf("%x is in the table but not of small order", enc)
+			}
+		}
+	}
+	// And a real key is not in it.
+	if hasSmallOrderEncoding(pubOf(devKey())) {
+		t.Error("dev key is in the small-order table")
+	}
+}
