@@ -1,0 +1,350 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/big"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Shape is what a frame looks like to the relay.
+type Shape int
+
+const (
+	// Opaque frames are not a JSON object or array: blank lines, garbage,
+	// truncated JSON. They are relayed and recorded as frames; one that
+	// mentions tools/call is also recorded as a malformed call (see Call).
+	Opaque Shape = iota
+	// Single is one JSON object.
+	Single
+	// Batch is one JSON array (a JSON-RPC batch).
+	Batch
+)
+
+// Call is a tools/call found in a client frame.
+type Call struct {
+	// Key identifies the call's id for matching the answer: ids equal as
+	// JSON values (1, 1.0 and 1e0; "a" and "\u0061") have equal keys, and a
+	// number never equals a string. Empty when Malformed.
+	Key string
+	// Tool is params.name, or "<unknown>" when Malformed.
+	Tool string
+	// Malformed is set, with the reason, for a tools/call the relay cannot
+	// follow to an answer: no id, a null or non-scalar id, no string
+	// params.name, duplicate members that parsers may read differently, or
+	// a frame that does not parse but mentions tools/call. Such a call is
+	// recorded (intent and a denied outcome) before the frame is relayed.
+	Malformed string
+}
+
+// Answer is a response-shaped element of a server frame: result or error
+// present and method absent. Server-to-client requests reuse ids, so only
+// response-shaped elements can close a pending call.
+type Answer struct {
+	Key string
+}
+
+// Classification is the relay's reading of one frame. The frame's bytes are
+// never re-encoded; this only decides what to record.
+type Classification struct {
+	Shape   Shape
+	Calls   []Call
+	Answers []Answer
+}
+
+// UnknownTool is the tool_id recorded for a tools/call without a usable
+// params.name.
+const UnknownTool = "<unknown>"
+
+// member is one JSON-RPC message decoded loosely, keeping the raw id.
+type member struct {
+	ID     json.RawMessage `json:"id"`
+	Method json.RawMessage `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+}
+
+// Classify reads one frame (without its line terminator). It never fails:
+// anything it cannot read is Opaque. It is pure and safe on any input.
+func Classify(frame []byte) Classification {
+	t := bytes.TrimSpace(frame)
+	if len(t) == 0 {
+		return Classification{Shape: Opaque}
+	}
+	if !json.Valid(t) {
+		return classifyOpaque(frame)
+	}
+	switch t[0] {
+	case '{':
+		var c Classification
+		c.Shape = Single
+		classifyObject(t, &c)
+		return c
+	case '[':
+		var elems []json.RawMessage
+		if err := json.Unmarshal(t, &elems); err != nil {
+			return classifyOpaque(frame)
+		}
+		c := Classification{Shape: Batch}
+		for _, e := range elems {
+			e = bytes.TrimSpace(e)
+			if len(e) > 0 && e[0] == '{' {
+				classifyObject(e, &c)
+			} else if mentionsToolsCall(e) {
+				c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "batch element is not an object but mentions tools/call"})
+			}
+		}
+		return c
+	}
+	// A bare scalar. A string could still name tools/call to a lenient peer.
+	c := Classification{Shape: Opaque}
+	if mentionsToolsCall(t) {
+		c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "frame is not a JSON-RPC object but mentions tools/call"})
+	}
+	return c
+}
+
+// classifyOpaque handles a frame that is not one JSON value. A stream
+// decoder in the server may still read JSON values out of it (several
+// objects on one line, or one object spread over several lines), so every
+// complete value is classified, and a frame that mentions tools/call in any
+// spelling is recorded as a malformed call.
+func classifyOpaque(frame []byte) Classification {
+	c := Classification{Shape: Opaque}
+	dec := json.NewDecoder(bytes.NewReader(frame))
+	for {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			break
+		}
+		raw = bytes.TrimSpace(raw)
+		if len(raw) > 0 && raw[0] == '{' {
+			classifyObject(raw, &c)
+		}
+	}
+	// Calls decoded from complete values stay followable: a stream-decoding
+	// server answers them. Anything else that names tools/call is recorded
+	// as a malformed call.
+	if len(c.Calls) == 0 && mentionsToolsCall(frame) {
+		c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "frame is not one JSON value but mentions tools/call"})
+	}
+	return c
+}
+
+func classifyObject(obj []byte, c *Classification) {
+	var m member
+	if err := json.Unmarshal(obj, &m); err != nil {
+		if mentionsToolsCall(obj) {
+			c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "tools/call object does not decode"})
+		}
+		return
+	}
+	dups := duplicateMembers(obj, "id", "method", "params", "result", "error")
+	method, methodIsString := jsonString(m.Method)
+	if m.Method != nil {
+		if !methodIsString {
+			if mentionsToolsCall(m.Method) {
+				c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "method is not a string"})
+			}
+			return
+		}
+		if dups != "" && mentionsToolsCall(obj) {
+			c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "ambiguous tools/call: duplicate member " + strconv.Quote(dups)})
+			return
+		}
+		if method != "tools/call" {
+			return
+		}
+		call := Call{Tool: UnknownTool}
+		name, ok := toolName(m.Params)
+		key, idOK, idWhy := idKey(m.ID)
+		switch {
+		case !idOK:
+			call.Malformed = idWhy
+		case !ok:
+			call.Malformed = "tools/call without a string params.name"
+		default:
+			call.Key = key
+			call.Tool = name
+		}
+		if ok {
+			call.Tool = name
+		}
+		c.Calls = append(c.Calls, call)
+		return
+	}
+	if (m.Result != nil || m.Error != nil) && dups == "" {
+		if key, ok, _ := idKey(m.ID); ok {
+			c.Answers = append(c.Answers, Answer{Key: key})
+		}
+	}
+}
+
+// toolName returns params.name when it is a string and params has no
+// duplicate "name" member.
+func toolName(params json.RawMessage) (string, bool) {
+	p := bytes.TrimSpace(params)
+	if len(p) == 0 || p[0] != '{' {
+		return "", false
+	}
+	var v struct {
+		Name json.RawMessage `json:"name"`
+	}
+	if json.Unmarshal(p, &v) != nil {
+		return "", false
+	}
+	if duplicateMembers(p, "name") != "" {
+		return "", false
+	}
+	return jsonString(v.Name)
+}
+
+func jsonString(raw json.RawMessage) (string, bool) {
+	r := bytes.TrimSpace(raw)
+	if len(r) == 0 || r[0] != '"' {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(r, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// idKey normalizes a JSON-RPC id for matching. Strings key as "s:" plus the
+// decoded string; numbers as "n:" plus the exact rational value, so that
+// ids beyond 2^53 keep every digit.
+func idKey(raw json.RawMessage) (key string, ok bool, why string) {
+	r := bytes.TrimSpace(raw)
+	if len(r) == 0 {
+		return "", false, "tools/call without an id"
+	}
+	switch {
+	case bytes.Equal(r, []byte("null")):
+		return "", false, "tools/call with a null id"
+	case r[0] == '"':
+		s, ok := jsonString(r)
+		if !ok {
+			return "", false, "tools/call with an invalid id"
+		}
+		return "s:" + s, true, ""
+	case r[0] == '-' || (r[0] >= '0' && r[0] <= '9'):
+		if isPlainInteger(r) {
+			if bytes.Equal(r, []byte("-0")) {
+				return "n:0", true, ""
+			}
+			return "n:" + string(r), true, ""
+		}
+		// A fraction or exponent: normalize its value, unless the exponent
+		// is large enough to make that expensive (1e999999999); such an id
+		// keys by its text.
+		if i := bytes.IndexAny(r, "eE"); i >= 0 {
+			if e, err := strconv.Atoi(string(bytes.TrimPrefix(r[i+1:], []byte("+")))); err != nil || e > 64 || e < -64 {
+				return "x:" + string(r), true, ""
+			}
+		}
+		var q big.Rat
+		if _, ok := q.SetString(string(r)); !ok {
+			return "", false, "tools/call with an invalid id"
+		}
+		return "n:" + q.RatString(), true, ""
+	}
+	return "", false, "tools/call with an id that is not a string or number"
+}
+
+func isPlainInteger(r []byte) bool {
+	if len(r) > 0 && r[0] == '-' {
+		r = r[1:]
+	}
+	if len(r) == 0 {
+		return false
+	}
+	for _, c := range r {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// duplicateMembers returns the first of names that occurs more than once
+// among obj's top-level members, or "". Parsers disagree on which duplicate
+// wins, so a frame with one could mean different things to aegis and to
+// the server.
+func duplicateMembers(obj []byte, names ...string) string {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		k, _ := tok.(string)
+		for _, n := range names {
+			if k == n {
+				if seen[k] {
+					return k
+				}
+				seen[k] = true
+			}
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return ""
+		}
+	}
+	return ""
+}
+
+// mentionsToolsCall reports whether b names tools/call in any spelling a
+// JSON or JavaScript parser would read as that string: literally, with an
+// escaped solidus, or with \u escapes.
+func mentionsToolsCall(b []byte) bool {
+	if bytes.Contains(b, []byte("tools/call")) {
+		return true
+	}
+	if !bytes.ContainsRune(b, '\\') {
+		return false
+	}
+	return bytes.Contains(unescapeLoose(b), []byte("tools/call"))
+}
+
+// unescapeLoose undoes JSON string escapes anywhere in b, ignoring quotes.
+func unescapeLoose(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			out = append(out, b[i])
+			continue
+		}
+		i++
+		switch b[i] {
+		case 'u':
+			if i+4 < len(b) {
+				if v, err := strconv.ParseUint(string(b[i+1:i+5]), 16, 32); err == nil {
+					out = utf8.AppendRune(out, rune(v))
+					i += 4
+					continue
+				}
+			}
+			out = append(out, 'u')
+		case 'x':
+			if i+2 < len(b) {
+				if v, err := strconv.ParseUint(string(b[i+1:i+3]), 16, 8); err == nil {
+					out = append(out, byte(v))
+					i += 2
+					continue
+				}
+			}
+			out = append(out, 'x')
+		default:
+			out = append(out, b[i])
+		}
+	}
+	return out
+}

@@ -1,0 +1,154 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestClassifyCalls(t *testing.T) {
+	type want struct {
+		shape     Shape
+		keys      []string // "" for a malformed call
+		tools     []string
+		malformed int
+	}
+	cases := []struct {
+		name  string
+		frame string
+		want  want
+	}{
+		{"plain call", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}`,
+			want{Single, []string{"n:1"}, []string{"echo"}, 0}},
+		{"string id", `{"jsonrpc":"2.0","id":"a-1","method":"tools/call","params":{"name":"echo"}}`,
+			want{Single, []string{"s:a-1"}, []string{"echo"}, 0}},
+		{"id beyond 2^53 keeps every digit", `{"jsonrpc":"2.0","id":9007199254740993,"method":"tools/call","params":{"name":"e"}}`,
+			want{Single, []string{"n:9007199254740993"}, []string{"e"}, 0}},
+		{"escaped method still a call", `{"jsonrpc":"2.0","id":2,"method":"tools\/call","params":{"name":"x"}}`,
+			want{Single, []string{"n:2"}, []string{"x"}, 0}},
+		{"unicode-escaped method still a call", `{"jsonrpc":"2.0","id":2,"method":"\u0074ools/call","params":{"name":"x"}}`,
+			want{Single, []string{"n:2"}, []string{"x"}, 0}},
+		{"notification call without id is recorded", `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"rm"}}`,
+			want{Single, []string{""}, []string{"rm"}, 1}},
+		{"null id call is recorded", `{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"rm"}}`,
+			want{Single, []string{""}, []string{"rm"}, 1}},
+		{"object id call is recorded", `{"jsonrpc":"2.0","id":{"x":1},"method":"tools/call","params":{"name":"rm"}}`,
+			want{Single, []string{""}, []string{"rm"}, 1}},
+		{"call without a name", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{}}`,
+			want{Single, []string{""}, []string{UnknownTool}, 1}},
+		{"duplicate method hides a call from last-wins parsers", `{"jsonrpc":"2.0","id":4,"method":"tools/call","method":"ping","params":{"name":"rm"}}`,
+			want{Single, []string{""}, []string{UnknownTool}, 1}},
+		{"duplicate method hides a call from first-wins parsers", `{"jsonrpc":"2.0","id":4,"method":"ping","method":"tools/call","params":{"name":"rm"}}`,
+			want{Single, []string{""}, []string{UnknownTool}, 1}},
+		{"duplicate tool name", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"safe","name":"rm"}}`,
+			want{Single, []string{""}, []string{UnknownTool}, 1}},
+		{"two objects on one line for a stream decoder", `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"a"}}{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"b"}}`,
+			want{Opaque, []string{"n:6", "n:7"}, []string{"a", "b"}, 0}},
+		{"call spread over lines", `"method":"tools/call","params":{"name":"rm"}}`,
+			want{Opaque, []string{""}, []string{UnknownTool}, 1}},
+		{"byte order mark before a call", "\xef\xbb\xbf" + `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"rm"}}`,
+			want{Opaque, []string{""}, []string{UnknownTool}, 1}},
+		{"single quotes for a lenient parser", `{'jsonrpc':'2.0','id':9,'method':'tools/call'}`,
+			want{Opaque, []string{""}, []string{UnknownTool}, 1}},
+		{"escaped call in broken JSON", `{"method":"tools\u002fcall",`,
+			want{Opaque, []string{""}, []string{UnknownTool}, 1}},
+		{"batch of two calls and a ping", `[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}},{"jsonrpc":"2.0","id":2,"method":"ping"},{"jsonrpc":"2.0","id":"3","method":"tools/call","params":{"name":"b"}}]`,
+			want{Batch, []string{"n:1", "s:3"}, []string{"a", "b"}, 0}},
+		{"ping is not a call", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, want{Single, nil, nil, 0}},
+		{"tool named tools/call in a list call is not a call", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"cursor":"x"}}`, want{Single, nil, nil, 0}},
+		{"empty line", ``, want{Opaque, nil, nil, 0}},
+		{"garbage", `not json at all`, want{Opaque, nil, nil, 0}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Classify([]byte(tc.frame))
+			if c.Shape != tc.want.shape {
+				t.Errorf("Shape = %v, want %v", c.Shape, tc.want.shape)
+			}
+			if len(c.Calls) != len(tc.want.keys) {
+				t.Fatalf("Classify found %d calls %+v, want %d", len(c.Calls), c.Calls, len(tc.want.keys))
+			}
+			mal := 0
+			for i, call := range c.Calls {
+				if call.Key != tc.want.keys[i] || call.Tool != tc.want.tools[i] {
+					t.Errorf("call %d = %+v, want key %q tool %q", i, call, tc.want.keys[i], tc.want.tools[i])
+				}
+				if call.Malformed != "" {
+					mal++
+				}
+			}
+			if mal != tc.want.malformed {
+				t.Errorf("%d malformed calls, want %d: %+v", mal, tc.want.malformed, c.Calls)
+			}
+		})
+	}
+}
+
+func TestClassifyAnswers(t *testing.T) {
+	cases := []struct {
+		name  string
+		frame string
+		keys  []string
+	}{
+		{"result", `{"jsonrpc":"2.0","id":1,"result":{}}`, []string{"n:1"}},
+		{"error", `{"jsonrpc":"2.0","id":"x","error":{"code":1,"message":"m"}}`, []string{"s:x"}},
+		{"number forms are one id", `{"jsonrpc":"2.0","id":1.0,"result":{}}`, []string{"n:1"}},
+		{"server request reusing an id is no answer", `{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","result":{}}`, nil},
+		{"null id error is no answer", `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse"}}`, nil},
+		{"duplicate id is no answer", `{"jsonrpc":"2.0","id":1,"id":2,"result":{}}`, nil},
+		{"batch of answers", `[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","id":2,"error":{"code":1,"message":""}}]`, []string{"n:1", "n:2"}},
+		{"notification", `{"jsonrpc":"2.0","method":"notifications/progress"}`, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Classify([]byte(tc.frame))
+			var got []string
+			for _, a := range c.Answers {
+				got = append(got, a.Key)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.keys, ",") {
+				t.Errorf("answers = %v, want %v", got, tc.keys)
+			}
+		})
+	}
+}
+
+func FuzzClassify(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`,
+		`[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}]`,
+		`{"jsonrpc":"2.0","id":1,"result":{}}`,
+		`{"method":"tools\u002fcall"`,        // truncated, escaped
+		`{"id":1e999,"method":"tools/call"}`, // huge exponent
+		`{"id":-0,"result":1}`,
+		"\xff\xfe{",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c := Classify(b)
+		for _, call := range c.Calls {
+			if (call.Key == "") != (call.Malformed != "") {
+				t.Fatalf("call %+v: a key exactly when well-formed", call)
+			}
+			if call.Tool == "" {
+				t.Fatalf("call %+v without a tool", call)
+			}
+		}
+		// Anything that names tools/call is never left unrecorded.
+		if mentionsToolsCall(b) && len(c.Calls) == 0 {
+			// Allowed only when the mention is inside a value that is
+			// not a method (e.g. a tool argument) of a parseable frame.
+			if c.Shape == Opaque {
+				t.Fatalf("opaque frame naming tools/call classified without a call: %q", b)
+			}
+		}
+	})
+}
+
+// An id with a vast exponent must not make the relay compute 10^999999999.
+func TestHugeExponentIDIsCheap(t *testing.T) {
+	c := Classify([]byte(`{"jsonrpc":"2.0","id":1e999999999,"method":"tools/call","params":{"name":"x"}}`))
+	if len(c.Calls) != 1 || c.Calls[0].Key != "x:1e999999999" {
+		t.Fatalf("calls = %+v", c.Calls)
+	}
+}
