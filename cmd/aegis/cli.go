@@ -20,6 +20,10 @@ Usage:
   aegis <command> [flags] [args]
 
 Commands:
+  wrap       run an MCP server and record every tool call it carries
+  keygen     make an Ed25519 signing key for audit records
+  verify     check an audit record offline: Verified, Tampered or Indeterminate
+  export     rebuild an audit record from the event stream
   events     list or append events in a state directory's stream
   version    print the version
   help       print this help, or a command's help (aegis help events)
@@ -51,6 +55,10 @@ type command struct {
 
 func (m *Main) commands() []command {
 	return []command{
+		{"wrap", "record an MCP server's tool calls", (*Main).runWrap, wrapUsage},
+		{"keygen", "make a signing key for audit records", (*Main).runKeygen, keygenUsage},
+		{"verify", "check an audit record offline", (*Main).runVerify, verifyUsage},
+		{"export", "rebuild an audit record from the event stream", (*Main).runExport, exportUsage},
 		{"events", "list or append events", (*Main).runEvents, eventsUsage},
 		{"version", "print the version", (*Main).runVersion, "Usage: aegis version\n"},
 	}

@@ -1,0 +1,177 @@
+package projector
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// SessionInfo describes one recorded session.
+type SessionInfo struct {
+	ID      string
+	Opened  SessionOpened
+	Lines   int  // audit lines in the stream
+	Closed  bool // a close line is in the stream
+	FirstAt events.Position
+}
+
+// Record is the audit record as the stream holds it: per session, the
+// canonical lines in chain order.
+type Record struct {
+	Sessions []SessionInfo
+	lines    map[string][][]byte
+}
+
+// Lines returns the canonical lines of a session, in order.
+func (r *Record) Lines(session string) [][]byte { return r.lines[session] }
+
+// Fold folds one event into the record. It is the pure core of the export
+// and of [CatchUp]: a replay of the same events always gives the same
+// record.
+func (r *Record) Fold(rec events.Record) {
+	e := rec.Event
+	if r.lines == nil {
+		r.lines = map[string][][]byte{}
+	}
+	line, ok := decodeLine(e)
+	if e.Kind == schemas.KindSessionOpened {
+		var so SessionOpened
+		if json.Unmarshal(e.Payload, &so) != nil {
+			return
+		}
+		r.Sessions = append(r.Sessions, SessionInfo{ID: e.Session, Opened: so, FirstAt: rec.Pos})
+	}
+	if !ok {
+		return
+	}
+	if _, known := r.lines[e.Session]; !known && e.Kind != schemas.KindSessionOpened {
+		// A line before its session's open: not from a session writer.
+		return
+	}
+	r.lines[e.Session] = append(r.lines[e.Session], []byte(line))
+	for i := range r.Sessions {
+		if r.Sessions[i].ID == e.Session {
+			r.Sessions[i].Lines++
+			if e.Kind == schemas.KindSessionClosed {
+				r.Sessions[i].Closed = true
+			}
+		}
+	}
+}
+
+// ReadRecord replays the whole stream into a Record.
+func ReadRecord(ctx context.Context, s *events.Store) (*Record, error) {
+	r := &Record{}
+	err := s.Replay(ctx, events.Position{}, func(rec events.Record) error {
+		r.Fold(rec)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read audit record from stream: %w", err)
+	}
+	return r, nil
+}
+
+// WriteSessions writes the given sessions' lines, each followed by '\n', in
+// the order given.
+func (r *Record) WriteSessions(w io.Writer, ids []string) (int, error) {
+	n := 0
+	for _, id := range ids {
+		for _, l := range r.lines[id] {
+			if _, err := w.Write(l); err != nil {
+				return n, err
+			}
+			if _, err := w.Write([]byte{'\n'}); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+// SessionsFor returns, in stream order, the sessions that recorded to path.
+func (r *Record) SessionsFor(path string) []SessionInfo {
+	var out []SessionInfo
+	for _, s := range r.Sessions {
+		if s.Opened.AuditPath == path {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ErrRecordDiverged is wrapped by [CatchUp] when the record file does not
+// hold what the stream says was written to it.
+var ErrRecordDiverged = errors.New("record file does not match the event stream")
+
+// CatchUp brings the record file at path (absolute) up to date with the
+// stream and returns the tail a new session links to and the file offset
+// where that session's lines will start.
+//
+// If the stream holds a session that recorded to path, the file from that
+// session's offset on must be a prefix of its lines (a crash can stop the
+// file projection early, even mid-line); the missing rest is appended and
+// fsynced. Anything else (a shorter file, different bytes, extra bytes) is
+// [ErrRecordDiverged]: aegis does not append to a record it cannot account
+// for. A file the stream knows nothing about is taken as it is, unless its
+// last line is torn.
+func CatchUp(ctx context.Context, s *events.Store, path string) (prevTail string, offset int64, err error) {
+	rec, err := ReadRecord(ctx, s)
+	if err != nil {
+		return "", 0, err
+	}
+	content, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", 0, fmt.Errorf("read record file: %w", err)
+	}
+	sessions := rec.SessionsFor(path)
+	if len(sessions) == 0 {
+		t, err := TailOf(bytes.NewReader(content))
+		if err != nil {
+			return "", 0, fmt.Errorf("record file %s: %w", path, err)
+		}
+		if t.NeedsNewline {
+			return "", 0, fmt.Errorf("record file %s does not end in a newline: %w", path, ErrTornTail)
+		}
+		return t.Hash, int64(len(content)), nil
+	}
+	last := sessions[len(sessions)-1]
+	var want bytes.Buffer
+	rec.WriteSessions(&want, []string{last.ID})
+	off := last.Opened.AuditOffset
+	if int64(len(content)) < off {
+		return "", 0, fmt.Errorf("%w: %s is %d bytes, but session %s began writing at byte %d (truncated?)", ErrRecordDiverged, path, len(content), last.ID, off)
+	}
+	have := content[off:]
+	if !bytes.HasPrefix(want.Bytes(), have) {
+		return "", 0, fmt.Errorf("%w: %s differs from what session %s recorded from byte %d on (changed, or written by something else?)", ErrRecordDiverged, path, last.ID, off)
+	}
+	if missing := want.Bytes()[len(have):]; len(missing) > 0 {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return "", 0, fmt.Errorf("complete record file: %w", err)
+		}
+		if _, err := f.Write(missing); err != nil {
+			f.Close()
+			return "", 0, fmt.Errorf("complete record file: %w", err)
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return "", 0, fmt.Errorf("complete record file: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return "", 0, fmt.Errorf("complete record file: %w", err)
+		}
+	}
+	lines := rec.Lines(last.ID)
+	tail := schemas.HashHex(lines[len(lines)-1])
+	return tail, off + int64(want.Len()), nil
+}

@@ -1,0 +1,330 @@
+package projector
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// SessionOpened is the payload of a session.opened event. Line is the
+// session's signed open line; AuditPath and AuditOffset say where its lines
+// go in the record file, so a later run can finish a projection that a crash
+// cut short.
+type SessionOpened struct {
+	Line        string   `json:"line"`
+	AuditPath   string   `json:"audit_path"`
+	AuditOffset int64    `json:"audit_offset"`
+	KeyID       string   `json:"key_id"`
+	PID         int      `json:"pid"`
+	Argv        []string `json:"argv"`
+	Version     string   `json:"version"`
+}
+
+// LinePayload is the part of any event payload that carries an audit line:
+// events whose payload has a non-empty "line" are the audit record, in
+// stream order.
+type LinePayload struct {
+	Line string `json:"line"`
+}
+
+// CallPayload is the payload of call.intent and call.outcome events.
+type CallPayload struct {
+	Line   string `json:"line"`
+	CallID string `json:"call_id"`
+	ToolID string `json:"tool_id"`
+}
+
+// SessionConfig opens a [Session].
+type SessionConfig struct {
+	Store *events.Store
+	Key   PrivateKey
+	// AuditPath is the record file the session's lines are projected to.
+	AuditPath string
+	// Argv and Version are recorded in session.opened.
+	Argv    []string
+	Version string
+	Logger  *slog.Logger
+}
+
+// Session is one proxy run's audit chain and event writer. It is the single
+// writer of its chain: every line is built, signed and enqueued on the
+// stream inside the chain's critical section, so stream order is chain
+// order. Lines reach the record file only after their event is durable.
+type Session struct {
+	store *events.Store
+	chain *Chain
+	id    string
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	calls uint64
+
+	proj *fileProjection
+}
+
+// OpenSession finishes the record file's projection of the last session
+// that wrote to it (a crash can leave acknowledged lines out of the file),
+// then opens a new session linked to the file's tail and waits until its
+// open line is durable. It refuses a record file that does not hold what
+// the stream says was written to it.
+func OpenSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	path, err := filepath.Abs(cfg.AuditPath)
+	if err != nil {
+		return nil, fmt.Errorf("audit path: %w", err)
+	}
+	chain, err := NewChain(cfg.Key)
+	if err != nil {
+		return nil, err
+	}
+	tail, offset, err := CatchUp(ctx, cfg.Store, path)
+	if err != nil {
+		return nil, err
+	}
+	id, err := cfg.Store.NewSession()
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{store: cfg.Store, chain: chain, id: id, log: cfg.Logger}
+	var rcpt *events.Receipt
+	entry, err := chain.OpenFunc(tail, func(e Entry) error {
+		ev, err := cfg.Store.NewEvent(id, schemas.KindSessionOpened, SessionOpened{
+			Line: string(e.Bytes), AuditPath: path, AuditOffset: offset,
+			KeyID: chain.KeyID(), PID: os.Getpid(), Argv: cfg.Argv, Version: cfg.Version,
+		})
+		if err != nil {
+			return err
+		}
+		rcpt, err = cfg.Store.Enqueue(ev)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open audit session: %w", err)
+	}
+	if _, err := rcpt.Wait(ctx); err != nil {
+		return nil, fmt.Errorf("open audit session: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open audit file: %w", err)
+	}
+	s.proj = newFileProjection(f, cfg.Logger)
+	s.proj.push(entry.Bytes, rcpt)
+	return s, nil
+}
+
+// ID returns the session id.
+func (s *Session) ID() string { return s.id }
+
+// KeyID returns the key_id of the session's signing key.
+func (s *Session) KeyID() string { return s.chain.KeyID() }
+
+// NextCallID returns a new call_id ("call-<n>", from 1).
+func (s *Session) NextCallID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	return schemas.CallID(s.calls)
+}
+
+// Frame enqueues a frame event holding b exactly. It does not wait: the
+// frame is durable with the next commit, and waiting on any later receipt
+// covers it.
+func (s *Session) Frame(kind schemas.Kind, b []byte) (*events.Receipt, error) {
+	ev, err := s.store.NewEvent(s.id, kind, schemas.FramePayload{Bytes: b})
+	if err != nil {
+		return nil, err
+	}
+	return s.store.Enqueue(ev)
+}
+
+// Fact enqueues a non-audit event of the session (child.started,
+// child.exited, …).
+func (s *Session) Fact(kind schemas.Kind, payload any) (*events.Receipt, error) {
+	ev, err := s.store.NewEvent(s.id, kind, payload)
+	if err != nil {
+		return nil, err
+	}
+	return s.store.Enqueue(ev)
+}
+
+// Intent appends an intent line. The caller must wait on the receipt before
+// the call may reach a server.
+func (s *Session) Intent(in schemas.Intent) (*events.Receipt, error) {
+	l, err := in.Line()
+	if err != nil {
+		return nil, err
+	}
+	return s.appendLine(l, schemas.KindCallIntent, in.CallID, in.ToolID)
+}
+
+// Outcome appends a signed outcome line. The caller must wait on the
+// receipt before the answer may reach the host.
+func (s *Session) Outcome(o schemas.Outcome) (*events.Receipt, error) {
+	l, err := o.Line()
+	if err != nil {
+		return nil, err
+	}
+	return s.appendLine(l, schemas.KindCallOutcome, o.CallID, o.ToolID)
+}
+
+func (s *Session) appendLine(l schemas.Line, kind schemas.Kind, callID, toolID string) (*events.Receipt, error) {
+	var rcpt *events.Receipt
+	_, err := s.chain.AppendFunc(l, func(e Entry) error {
+		ev, err := s.store.NewEvent(s.id, kind, CallPayload{Line: string(e.Bytes), CallID: callID, ToolID: toolID})
+		if err != nil {
+			return err
+		}
+		if rcpt, err = s.store.Enqueue(ev); err != nil {
+			return err
+		}
+		s.proj.push(e.Bytes, rcpt)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("append %s line: %w", l.Type(), err)
+	}
+	return rcpt, nil
+}
+
+// Close appends the signed close line, waits until it is durable, lets the
+// file projection write everything and fsyncs the record file.
+func (s *Session) Close(ctx context.Context) error {
+	var rcpt *events.Receipt
+	_, err := s.chain.AppendFunc(schemas.CloseLine(), func(e Entry) error {
+		ev, err := s.store.NewEvent(s.id, schemas.KindSessionClosed, LinePayload{Line: string(e.Bytes)})
+		if err != nil {
+			return err
+		}
+		if rcpt, err = s.store.Enqueue(ev); err != nil {
+			return err
+		}
+		s.proj.push(e.Bytes, rcpt)
+		return nil
+	})
+	var werr error
+	if err == nil {
+		_, werr = rcpt.Wait(ctx)
+	}
+	perr := s.proj.close()
+	return errors.Join(err, werr, perr)
+}
+
+// Abandon stops the file projection without a close line, as a crash
+// would; the lines already acknowledged are still written. For tests and
+// for a store that stopped acknowledging.
+func (s *Session) Abandon() error { return s.proj.close() }
+
+// fileProjection writes acknowledged lines to the record file in chain
+// order. It runs off the hot path: nothing waits for it but Close. It does
+// not fsync per line; the stream is the durable copy and a restart finishes
+// the file from it (see [CatchUp]).
+type fileProjection struct {
+	f    *os.File
+	log  *slog.Logger
+	mu   sync.Mutex
+	cond *sync.Cond
+	q    []projItem
+	done bool
+	exit chan error
+}
+
+type projItem struct {
+	line []byte
+	rcpt *events.Receipt
+}
+
+func newFileProjection(f *os.File, log *slog.Logger) *fileProjection {
+	p := &fileProjection{f: f, log: log, exit: make(chan error, 1)}
+	p.cond = sync.NewCond(&p.mu)
+	go p.run()
+	return p
+}
+
+func (p *fileProjection) push(line []byte, r *events.Receipt) {
+	p.mu.Lock()
+	p.q = append(p.q, projItem{line, r})
+	p.cond.Signal()
+	p.mu.Unlock()
+}
+
+func (p *fileProjection) run() {
+	w := bufio.NewWriterSize(p.f, 64<<10)
+	var failed error
+	for {
+		p.mu.Lock()
+		for len(p.q) == 0 && !p.done {
+			p.cond.Wait()
+		}
+		if len(p.q) == 0 {
+			p.mu.Unlock()
+			break
+		}
+		it := p.q[0]
+		p.q = p.q[1:]
+		more := len(p.q) > 0
+		p.mu.Unlock()
+		if failed != nil {
+			continue
+		}
+		// Wait without a deadline: the store resolves every receipt, with
+		// an error if it fails or closes.
+		<-it.rcpt.Done()
+		if _, err := it.rcpt.Wait(context.Background()); err != nil {
+			failed = fmt.Errorf("audit line not acknowledged; record file stops here: %w", err)
+			continue
+		}
+		w.Write(it.line)
+		if err := w.WriteByte('\n'); err != nil {
+			failed = fmt.Errorf("write audit file: %w", err)
+			continue
+		}
+		if !more {
+			if err := w.Flush(); err != nil {
+				failed = fmt.Errorf("write audit file: %w", err)
+			}
+		}
+	}
+	if err := w.Flush(); err != nil && failed == nil {
+		failed = fmt.Errorf("write audit file: %w", err)
+	}
+	if err := p.f.Sync(); err != nil && failed == nil {
+		failed = fmt.Errorf("sync audit file: %w", err)
+	}
+	if err := p.f.Close(); err != nil && failed == nil {
+		failed = err
+	}
+	p.exit <- failed
+}
+
+func (p *fileProjection) close() error {
+	p.mu.Lock()
+	if p.done {
+		p.mu.Unlock()
+		return nil
+	}
+	p.done = true
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	return <-p.exit
+}
+
+// decodeLine returns the audit line an event carries, if any.
+func decodeLine(e schemas.Event) (string, bool) {
+	var p LinePayload
+	if json.Unmarshal(e.Payload, &p) != nil || p.Line == "" {
+		return "", false
+	}
+	return p.Line, true
+}

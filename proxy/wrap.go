@@ -1,0 +1,527 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// MaxFrame is the largest frame the relay carries, in bytes, without its
+// line terminator.
+const MaxFrame = 16 << 20
+
+// DefaultGrace is how long the server may go on answering after the host
+// closed its stdin; every server frame re-arms it.
+const DefaultGrace = 5 * time.Second
+
+// ErrFrameTooLarge ends a session whose host or server sent a frame longer
+// than [MaxFrame]: it could not be recorded as one event, and relaying it
+// unrecorded could carry a tools/call past the record.
+var ErrFrameTooLarge = errors.New("frame larger than 16 MiB")
+
+// WrapConfig runs one recorded relay between a host and a server process.
+type WrapConfig struct {
+	Session *projector.Session
+	// Stdin and Stdout are the host's side of MCP.
+	Stdin  io.Reader
+	Stdout io.Writer
+	// Stderr receives the server's stderr byte for byte.
+	Stderr io.Writer
+	// Argv is the server command; Env its environment (nil: aegis's).
+	Argv []string
+	Env  []string
+	// Signals are forwarded to the server; a second SIGINT or SIGTERM
+	// kills it.
+	Signals <-chan os.Signal
+	// Grace is the shutdown grace after the host closes stdin (default 5s).
+	Grace  time.Duration
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// WrapResult is how a relay ended.
+type WrapResult struct {
+	// ExitCode is the server's exit status: its code, or 128+signal.
+	ExitCode int
+	// ServerExitedFirst is set when the server ended while the host was
+	// still connected.
+	ServerExitedFirst bool
+	// Calls counts the tools/call requests recorded.
+	Calls int
+}
+
+type pendingCall struct {
+	call  schemas.WrapCall
+	start time.Time
+}
+
+type outFrame struct {
+	data []byte
+	wait *events.Receipt
+}
+
+type relay struct {
+	cfg  WrapConfig
+	sess *projector.Session
+	log  *slog.Logger
+
+	mu          sync.Mutex
+	pending     map[string]*pendingCall
+	stopped     bool // no more calls are registered or relayed
+	hostClosed  bool
+	graceReason bool // the grace expired with calls pending
+	failed      error
+	calls       int
+
+	rearm chan struct{}
+	kill  func()
+}
+
+// Wrap starts the server and relays between it and the host until the
+// server has exited and its output is drained, recording every frame and
+// every tools/call (intent durable before the call reaches the server,
+// outcome durable before the answer reaches the host). It returns an error
+// only when recording failed; the session is then not closed, and the
+// server has been killed.
+func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
+	if len(cfg.Argv) == 0 {
+		return WrapResult{}, errors.New("wrap: no server command")
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultGrace
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &relay{cfg: cfg, sess: cfg.Session, log: cfg.Logger, pending: map[string]*pendingCall{}, rearm: make(chan struct{}, 1)}
+
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return WrapResult{}, fmt.Errorf("wrap: pipe: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return WrapResult{}, fmt.Errorf("wrap: pipe: %w", err)
+	}
+	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = inR, outW, cfg.Stderr, cfg.Env
+	if err := cmd.Start(); err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return WrapResult{ExitCode: 127}, &StartError{Argv: cfg.Argv, Err: err}
+	}
+	inR.Close()
+	outW.Close()
+	r.kill = func() { cmd.Process.Kill() }
+	if _, err := r.sess.Fact(schemas.KindChildStarted, map[string]any{"pid": cmd.Process.Pid, "argv": cfg.Argv}); err != nil {
+		r.fail(err)
+	}
+
+	// Host -> server.
+	c2s := make(chan outFrame, 64)
+	hostDone := make(chan struct{})
+	go func() {
+		r.readFrames(cfg.Stdin, schemas.KindFrameC2S, r.onHostFrame, c2s)
+		close(c2s)
+	}()
+	go func() {
+		defer close(hostDone)
+		r.writeFrames(ctx, c2s, inW, true)
+		inW.Close()
+		r.mu.Lock()
+		r.hostClosed = true
+		r.mu.Unlock()
+	}()
+
+	// Server -> host.
+	s2c := make(chan outFrame, 64)
+	serverOutDone := make(chan struct{})
+	go func() {
+		r.readFrames(outR, schemas.KindFrameS2C, r.onServerFrame, s2c)
+		close(s2c)
+	}()
+	go func() {
+		defer close(serverOutDone)
+		r.writeFrames(ctx, s2c, cfg.Stdout, false)
+	}()
+
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+
+	// Forward signals; the second SIGINT/SIGTERM kills.
+	sigDone := make(chan struct{})
+	defer close(sigDone)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-sigDone:
+				return
+			case sig, ok := <-cfg.Signals:
+				if !ok {
+					return
+				}
+				n++
+				if n > 1 {
+					cmd.Process.Kill()
+				} else {
+					cmd.Process.Signal(sig)
+				}
+			}
+		}
+	}()
+
+	// Shutdown grace: once the host has closed stdin, the server has Grace
+	// (re-armed by each of its frames) to finish; then it is terminated.
+	graceDone := make(chan struct{})
+	go func() {
+		defer close(graceDone)
+		select {
+		case <-hostDone:
+		case <-exited:
+			return
+		}
+		t := time.NewTimer(cfg.Grace)
+		defer t.Stop()
+		for {
+			select {
+			case <-exited:
+				return
+			case <-r.rearm:
+				t.Reset(cfg.Grace)
+			case <-t.C:
+				r.mu.Lock()
+				r.graceReason = true
+				r.mu.Unlock()
+				r.settlePending(schemas.WrapCall.ClientClosed)
+				cmd.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-exited:
+				case <-time.After(2 * time.Second):
+					cmd.Process.Kill()
+				}
+				return
+			}
+		}
+	}()
+
+	<-exited
+	// The server is gone; give its output a moment to drain (a grandchild
+	// may hold the pipe open), then stop reading.
+	select {
+	case <-serverOutDone:
+	case <-time.After(2 * time.Second):
+		outR.Close()
+		<-serverOutDone
+	}
+	outR.Close()
+	<-graceDone
+
+	r.mu.Lock()
+	hostWasOpen := !r.hostClosed
+	r.stopped = true
+	r.mu.Unlock()
+	r.settlePending(schemas.WrapCall.ChildExited)
+
+	res := WrapResult{ExitCode: exitCode(cmd.ProcessState), ServerExitedFirst: hostWasOpen}
+	r.mu.Lock()
+	res.Calls = r.calls
+	failed := r.failed
+	r.mu.Unlock()
+	exit := map[string]any{"code": res.ExitCode, "server_exited_first": hostWasOpen}
+	if rc, err := r.sess.Fact(schemas.KindChildExited, exit); err != nil {
+		failed = errors.Join(failed, err)
+	} else if _, err := rc.Wait(ctx); err != nil {
+		failed = errors.Join(failed, err)
+	}
+	if failed != nil {
+		return res, fmt.Errorf("recording failed; the server was stopped: %w", failed)
+	}
+	return res, nil
+}
+
+// StartError reports a server that could not be started.
+type StartError struct {
+	Argv []string
+	Err  error
+}
+
+func (e *StartError) Error() string { return fmt.Sprintf("start server %q: %v", e.Argv[0], e.Err) }
+func (e *StartError) Unwrap() error { return e.Err }
+
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return 1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// fail records that recording broke: the server is killed so that nothing
+// more runs unrecorded, and no further frame is relayed.
+func (r *relay) fail(err error) {
+	r.mu.Lock()
+	first := r.failed == nil
+	if first {
+		r.failed = err
+	}
+	r.stopped = true
+	r.mu.Unlock()
+	if first {
+		r.log.Error("recording failed; stopping the server", "err", err)
+		if r.kill != nil {
+			r.kill()
+		}
+	}
+}
+
+func (r *relay) isStopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped
+}
+
+// readFrames splits src into lines, hands each to on (which records it and
+// says what to wait for), and queues it for the writer. It ends at EOF, on a
+// read error, on an oversized frame (failing the session), or when the
+// relay stops.
+func (r *relay) readFrames(src io.Reader, kind schemas.Kind, on func([]byte) (*events.Receipt, bool), out chan<- outFrame) {
+	br := bufio.NewReaderSize(src, 64<<10)
+	for {
+		line, err := readLine(br)
+		if errors.Is(err, ErrFrameTooLarge) {
+			dir := "host"
+			if kind == schemas.KindFrameS2C {
+				dir = "server"
+			}
+			r.fail(fmt.Errorf("the %s sent a frame larger than 16 MiB; it cannot be recorded, so the session ends: %w", dir, ErrFrameTooLarge))
+			return
+		}
+		if len(line) > 0 {
+			if r.isStopped() {
+				return
+			}
+			wait, ok := on(line)
+			if !ok {
+				return
+			}
+			out <- outFrame{data: line, wait: wait}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// readLine returns the next line including its '\n' (absent at EOF).
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var buf []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(buf)+len(chunk) > MaxFrame+2 {
+			return nil, ErrFrameTooLarge
+		}
+		if err == bufio.ErrBufferFull {
+			buf = append(buf, chunk...)
+			continue
+		}
+		if buf == nil {
+			buf = make([]byte, len(chunk))
+			copy(buf, chunk)
+		} else {
+			buf = append(buf, chunk...)
+		}
+		if n := len(buf); n > 0 && buf[n-1] == '\n' && n-1 > MaxFrame {
+			return nil, ErrFrameTooLarge
+		}
+		return buf, err
+	}
+}
+
+// frameOf strips the line terminator: the frame is the bytes before '\n'
+// ('\r' included), as digested and recorded.
+func frameOf(line []byte) []byte {
+	return bytes.TrimSuffix(line, []byte{'\n'})
+}
+
+func digest(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// writeFrames waits for each frame's receipt and writes it. A receipt that
+// fails stops the relay: the frame is not written. toServer selects the
+// error handling: a server that stopped reading is not a failure of aegis.
+func (r *relay) writeFrames(ctx context.Context, in <-chan outFrame, dst io.Writer, toServer bool) {
+	broken := false
+	for f := range in {
+		if f.wait != nil {
+			if _, err := f.wait.Wait(ctx); err != nil {
+				r.fail(fmt.Errorf("event not acknowledged: %w", err))
+				broken = true
+			}
+		}
+		if broken || r.failedNow() {
+			continue
+		}
+		if _, err := dst.Write(f.data); err != nil {
+			broken = true
+			if !toServer {
+				r.log.Warn("host stdout closed; dropping server output", "err", err)
+			}
+		}
+	}
+}
+
+func (r *relay) failedNow() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed != nil
+}
+
+// onHostFrame records a host frame and its tools/calls. Well-formed calls
+// become pending; the frame waits for their intents. Malformed calls get an
+// intent and an outcome at once, and the frame waits for those.
+func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool) {
+	frame := frameOf(line)
+	cls := Classify(frame)
+	last, err := r.sess.Frame(schemas.KindFrameC2S, frame)
+	if err != nil {
+		r.fail(err)
+		return nil, false
+	}
+	if len(cls.Calls) == 0 {
+		return nil, true
+	}
+	dg := digest(frame)
+	now := r.cfg.Now()
+	for _, c := range cls.Calls {
+		wc := schemas.WrapCall{CallID: r.sess.NextCallID(), ToolID: c.Tool, RequestDigest: dg, PolicySetHash: schemas.WrapPassthroughPolicySetHash}
+		if last, err = r.sess.Intent(wc.Intent()); err != nil {
+			r.fail(err)
+			return nil, false
+		}
+		r.mu.Lock()
+		r.calls++
+		var superseded *pendingCall
+		if c.Malformed == "" {
+			superseded = r.pending[c.Key]
+			r.pending[c.Key] = &pendingCall{call: wc, start: now}
+		}
+		r.mu.Unlock()
+		if superseded != nil {
+			o := superseded.call.Seed()
+			o.Execution = schemas.ExecutionHostDenied("superseded: a later tools/call reused this id before an answer came")
+			if last, err = r.sess.Outcome(o); err != nil {
+				r.fail(err)
+				return nil, false
+			}
+		}
+		if c.Malformed != "" {
+			o := wc.Malformed()
+			if c.Malformed != schemas.ReasonMalformedCall {
+				o.Policy = schemas.PolicyDenied(c.Malformed)
+				o.Capability = schemas.CapabilityDenied(c.Malformed)
+			}
+			if last, err = r.sess.Outcome(o); err != nil {
+				r.fail(err)
+				return nil, false
+			}
+		}
+	}
+	return last, true
+}
+
+// onServerFrame records a server frame and the outcomes of the calls it
+// answers; the frame waits for those outcomes.
+func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool) {
+	select {
+	case r.rearm <- struct{}{}:
+	default:
+	}
+	frame := frameOf(line)
+	cls := Classify(frame)
+	last, err := r.sess.Frame(schemas.KindFrameS2C, frame)
+	if err != nil {
+		r.fail(err)
+		return nil, false
+	}
+	if len(cls.Answers) == 0 {
+		return nil, true
+	}
+	var dg string
+	now := r.cfg.Now()
+	for _, a := range cls.Answers {
+		r.mu.Lock()
+		pc := r.pending[a.Key]
+		delete(r.pending, a.Key)
+		r.mu.Unlock()
+		if pc == nil {
+			continue
+		}
+		if dg == "" {
+			dg = digest(frame)
+		}
+		wall := uint64(now.Sub(pc.start).Milliseconds())
+		if last, err = r.sess.Outcome(pc.call.Answered(dg, wall)); err != nil {
+			r.fail(err)
+			return nil, false
+		}
+	}
+	return last, true
+}
+
+// settlePending records an outcome for every call still pending and waits
+// until those outcomes are durable.
+func (r *relay) settlePending(outcome func(schemas.WrapCall) schemas.Outcome) {
+	r.mu.Lock()
+	calls := make([]*pendingCall, 0, len(r.pending))
+	for k, pc := range r.pending {
+		calls = append(calls, pc)
+		delete(r.pending, k)
+	}
+	r.mu.Unlock()
+	// Settle in call order so the record reads naturally.
+	sortPending(calls)
+	var last *events.Receipt
+	for _, pc := range calls {
+		rc, err := r.sess.Outcome(outcome(pc.call))
+		if err != nil {
+			r.fail(err)
+			return
+		}
+		last = rc
+	}
+	if last != nil {
+		if _, err := last.Wait(context.Background()); err != nil {
+			r.fail(err)
+		}
+	}
+}
