@@ -1,0 +1,256 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/schemas"
+	"github.com/aegis-dev/aegis/verifier"
+)
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+// bin builds the aegis binaries and test fixtures once per test run and
+// returns the path of the named one.
+func bin(t testing.TB, name string) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "aegis-proxy-test-bin")
+		if binErr != nil {
+			return
+		}
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Dir(filepath.Dir(file))
+		for out, pkg := range map[string]string{
+			"aegis":                "./cmd/aegis",
+			"aegis-example-server": "./cmd/aegis-example-server",
+			"rawserver":            "./proxy/testdata/rawserver",
+		} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, out), pkg)
+			cmd.Dir = root
+			if b, err := cmd.CombinedOutput(); err != nil {
+				binErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+				return
+			}
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return filepath.Join(binDir, name)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+func sha(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// harness is one state directory, key and record file.
+type harness struct {
+	t     *testing.T
+	dir   string
+	state string
+	audit string
+	key   projector.PrivateKey
+	store *events.Store
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	key, err := projector.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, dir: dir, state: filepath.Join(dir, "state"), audit: filepath.Join(dir, "calls.aarl"), key: key}
+	h.open()
+	return h
+}
+
+func (h *harness) open() {
+	h.t.Helper()
+	s, err := events.Open(context.Background(), events.Config{Dir: h.state})
+	if err != nil {
+		h.t.Fatalf("open store: %v", err)
+	}
+	h.store = s
+	h.t.Cleanup(func() { s.Close(context.Background()) })
+}
+
+// wrapRun is one relay run.
+type wrapRun struct {
+	out    []byte
+	res    proxy.WrapResult
+	err    error
+	sessID string
+}
+
+// run wraps argv, feeds it input from a host that then closes stdin, and
+// closes the session. sigs, if not nil, is the signal channel.
+func (h *harness) run(argv []string, input io.Reader, grace time.Duration, sigs chan os.Signal) wrapRun {
+	h.t.Helper()
+	ctx := context.Background()
+	sess, err := projector.OpenSession(ctx, projector.SessionConfig{Store: h.store, Key: h.key, AuditPath: h.audit, Argv: argv, Version: "test"})
+	if err != nil {
+		h.t.Fatalf("OpenSession = %v", err)
+	}
+	var out bytes.Buffer
+	var stderr bytes.Buffer
+	res, werr := proxy.Wrap(ctx, proxy.WrapConfig{
+		Session: sess, Stdin: input, Stdout: &out, Stderr: &stderr,
+		Argv: argv, Grace: grace, Signals: sigs,
+	})
+	if werr == nil || isStartError(werr) {
+		if err := sess.Close(ctx); err != nil {
+			h.t.Fatalf("session Close = %v", err)
+		}
+	} else {
+		sess.Abandon()
+	}
+	if stderr.Len() > 0 {
+		h.t.Logf("server stderr: %s", cut(stderr.String(), 2000))
+	}
+	return wrapRun{out: out.Bytes(), res: res, err: werr, sessID: sess.ID()}
+}
+
+func isStartError(err error) bool {
+	_, ok := err.(*proxy.StartError)
+	return ok
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// lines returns the record file's lines, decoded.
+func (h *harness) lines() []schemas.Line {
+	h.t.Helper()
+	b, err := os.ReadFile(h.audit)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []schemas.Line
+	for _, raw := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
+		l, err := schemas.DecodeLine(raw)
+		if err != nil {
+			h.t.Fatalf("record line %q: %v", raw, err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// verify runs the offline verifier pinned to the harness key.
+func (h *harness) verify() verifier.Result {
+	h.t.Helper()
+	f, err := os.Open(h.audit)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer f.Close()
+	return verifier.Verify(f, verifier.Options{Keys: []ed25519.PublicKey{h.key.PublicKey()}})
+}
+
+// events returns every event of the stream.
+func (h *harness) events() []events.Record {
+	h.t.Helper()
+	var out []events.Record
+	if err := h.store.Replay(context.Background(), events.Position{}, func(r events.Record) error {
+		out = append(out, r)
+		return nil
+	}); err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+// frames returns the recorded frames of one direction, in order.
+func (h *harness) frames(kind schemas.Kind) [][]byte {
+	var out [][]byte
+	for _, r := range h.events() {
+		if r.Event.Kind != kind {
+			continue
+		}
+		var fp schemas.FramePayload
+		if err := json.Unmarshal(r.Event.Payload, &fp); err != nil {
+			h.t.Fatal(err)
+		}
+		out = append(out, fp.Bytes)
+	}
+	return out
+}
+
+func str(l schemas.Line, name string) string {
+	s, _ := l.Str(name)
+	return s
+}
+
+// obj returns a nested member as a map.
+func obj(l schemas.Line, name string) map[string]any {
+	v, _ := l.Get(name)
+	m, _ := v.(map[string]any)
+	return m
+}
+
+func ofType(ls []schemas.Line, typ string) []schemas.Line {
+	var out []schemas.Line
+	for _, l := range ls {
+		if l.Type() == typ {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func joinLines(ls ...string) string { return strings.Join(ls, "\n") + "\n" }
+
+// exportAll rebuilds the record of every session from the stream.
+func exportAll(t *testing.T, h *harness) []byte {
+	t.Helper()
+	rec, err := projector.ReadRecord(context.Background(), h.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range rec.Sessions {
+		ids = append(ids, s.ID)
+	}
+	var b bytes.Buffer
+	if _, err := rec.WriteSessions(&b, ids); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}

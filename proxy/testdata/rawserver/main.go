@@ -1,0 +1,101 @@
+// Command rawserver is a test fixture: a JSON-RPC responder over stdio that
+// answers at the byte level, so tests control exactly what a server does.
+//
+// Every request (an object with a method and an id) is answered with
+// {"jsonrpc":"2.0","id":<the id, verbatim>,"result":{"method":<method>}},
+// a batch array with an array of answers, except tools/call by tool name:
+//
+//	die   exit 3 at once, without answering
+//	hang  never answer
+//	fail  answer with a JSON-RPC error
+//
+// Unparseable lines get no answer. At stdin EOF it exits 0, or with -linger
+// it waits to be killed (a server that ignores the host leaving).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+type req struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params struct {
+		Name string `json:"name"`
+	} `json:"params"`
+}
+
+func main() {
+	linger := flag.Bool("linger", false, "ignore stdin EOF and SIGTERM")
+	flag.Parse()
+	if *linger {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	br := bufio.NewReaderSize(os.Stdin, 1<<20)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			if resp := answer(bytes.TrimSpace(line)); resp != nil {
+				out.Write(resp)
+				out.WriteByte('\n')
+				out.Flush()
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if *linger {
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
+}
+
+func answer(line []byte) []byte {
+	if line[0] == '[' {
+		var elems []json.RawMessage
+		if json.Unmarshal(line, &elems) != nil {
+			return nil
+		}
+		var outs []json.RawMessage
+		for _, e := range elems {
+			if r := one(e); r != nil {
+				outs = append(outs, r)
+			}
+		}
+		if len(outs) == 0 {
+			return nil
+		}
+		b, _ := json.Marshal(outs)
+		return b
+	}
+	return one(line)
+}
+
+func one(b []byte) []byte {
+	var r req
+	if json.Unmarshal(b, &r) != nil || r.Method == "" || len(r.ID) == 0 || string(r.ID) == "null" {
+		return nil
+	}
+	if r.Method == "tools/call" {
+		switch r.Params.Name {
+		case "die":
+			os.Exit(3)
+		case "hang":
+			return nil
+		case "fail":
+			return []byte(`{"jsonrpc":"2.0","id":` + string(r.ID) + `,"error":{"code":-32000,"message":"failed on purpose"}}`)
+		}
+	}
+	m, _ := json.Marshal(r.Method)
+	return []byte(`{"jsonrpc":"2.0","id":` + string(r.ID) + `,"result":{"method":` + string(m) + `}}`)
+}

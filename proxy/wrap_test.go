@@ -1,0 +1,323 @@
+package proxy_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/schemas"
+	"github.com/aegis-dev/aegis/verifier"
+)
+
+// Whatever the host sends, the server receives exactly; whatever the server
+// sends, the host receives exactly. cat echoes, so the host must get its own
+// bytes back, and every frame is in the stream verbatim.
+func TestWrapRelaysHostileBytesExactly(t *testing.T) {
+	h := newHarness(t)
+	huge := append(append([]byte(`{"jsonrpc":"2.0","id":7,"method":"notifications/x","params":{"pad":"`), bytes.Repeat([]byte("A"), proxy.MaxFrame-100)...), []byte(`"}}`)...)
+	frames := [][]byte{
+		[]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`),
+		[]byte("not json at all"),
+		[]byte("\xff\xfe\x00 invalid utf-8"),
+		[]byte(`{"jsonrpc":"2.0","id":2,"method":"ping"}` + "\r"), // CRLF: the \r is content
+		[]byte(""),
+		[]byte("   "),
+		[]byte(`{"jsonrpc":"2.0","id":null,"method":"ping"}`),
+		[]byte(`{"jsonrpc":"2.0","id":9007199254740993,"method":"ping"}`),
+		[]byte(`[{"jsonrpc":"2.0","id":3,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/y"}]`),
+		[]byte(`{"jsonrpc":"2.0","id":1,`), // truncated
+		huge,
+	}
+	var input []byte
+	for _, f := range frames {
+		input = append(append(input, f...), '\n')
+	}
+	input = append(input, []byte(`{"jsonrpc":"2.0","id":99,"method":"ping"}`)...) // no final newline
+	run := h.run([]string{"cat"}, bytes.NewReader(input), 2*time.Second, nil)
+	if run.err != nil {
+		t.Fatalf("Wrap = %v", run.err)
+	}
+	if !bytes.Equal(run.out, input) {
+		t.Fatalf("host got %d bytes back, sent %d; first difference at %d", len(run.out), len(input), firstDiff(run.out, input))
+	}
+	want := append(frames, []byte(`{"jsonrpc":"2.0","id":99,"method":"ping"}`))
+	for _, kind := range []schemas.Kind{schemas.KindFrameC2S, schemas.KindFrameS2C} {
+		got := h.frames(kind)
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d frames recorded, want %d", kind, len(got), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Errorf("%s frame %d recorded as %q, sent %q", kind, i, cut(string(got[i]), 80), cut(string(want[i]), 80))
+			}
+		}
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("verify: %s", verifier.Render(r))
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// A frame too large to record ends the session; it is never relayed.
+func TestWrapOversizedFrameEndsSessionUnrelayed(t *testing.T) {
+	h := newHarness(t)
+	big := bytes.Repeat([]byte("B"), proxy.MaxFrame+10)
+	input := append([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`+"\n"), append(big, '\n')...)
+	run := h.run([]string{"cat"}, bytes.NewReader(input), time.Second, nil)
+	if !errors.Is(run.err, proxy.ErrFrameTooLarge) {
+		t.Fatalf("Wrap = %v, want ErrFrameTooLarge", run.err)
+	}
+	if bytes.Contains(run.out, []byte("BBBB")) {
+		t.Fatal("the oversized frame reached the server and came back")
+	}
+}
+
+// Every tools/call gets an intent before it is relayed and exactly one
+// outcome; answers carry the digest of the server's exact frame, batches
+// share digests.
+func TestWrapRecordsCallsAnswersAndBatches(t *testing.T) {
+	h := newHarness(t)
+	call1 := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"m":"x"}}}`
+	batch := `[{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"one"}},{"jsonrpc":"2.0","id":2,"method":"ping"},{"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"two"}}]`
+	failing := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"fail"}}`
+	ping := `{"jsonrpc":"2.0","id":4,"method":"ping"}`
+	input := joinLines(call1, batch, failing, ping)
+	run := h.run([]string{bin(t, "rawserver")}, strings.NewReader(input), 2*time.Second, nil)
+	if run.err != nil || run.res.ExitCode != 0 {
+		t.Fatalf("Wrap = %+v, %v", run.res, run.err)
+	}
+	answers := strings.Split(strings.TrimSuffix(string(run.out), "\n"), "\n")
+	if len(answers) != 4 {
+		t.Fatalf("host got %d answers: %q", len(answers), run.out)
+	}
+	ls := h.lines()
+	intents, outcomes := ofType(ls, "intent"), ofType(ls, "outcome")
+	if len(intents) != 4 || len(outcomes) != 4 || run.res.Calls != 4 {
+		t.Fatalf("%d intents, %d outcomes, %d calls; want 4 each", len(intents), len(outcomes), run.res.Calls)
+	}
+	wantReq := []string{sha([]byte(call1)), sha([]byte(batch)), sha([]byte(batch)), sha([]byte(failing))}
+	wantResp := []string{sha([]byte(answers[0])), sha([]byte(answers[1])), sha([]byte(answers[1])), sha([]byte(answers[2]))}
+	wantTool := []string{"echo", "one", "two", "fail"}
+	for i := range intents {
+		if got := str(intents[i], "request_digest"); got != wantReq[i] {
+			t.Errorf("intent %d request_digest %s, want SHA-256 of the exact request bytes %s", i, got, wantReq[i])
+		}
+		if got := str(intents[i], "tool_id"); got != wantTool[i] {
+			t.Errorf("intent %d tool_id %q, want %q", i, got, wantTool[i])
+		}
+	}
+	for i, o := range outcomes {
+		if str(o, "call_id") != str(intents[i], "call_id") {
+			t.Errorf("outcome %d for %s, intent %s", i, str(o, "call_id"), str(intents[i], "call_id"))
+		}
+		if got := str(o, "response_digest"); got != wantResp[i] {
+			t.Errorf("outcome %d response_digest %s, want %s", i, got, wantResp[i])
+		}
+		if st := obj(o, "execution")["status"]; st != "success" {
+			t.Errorf("outcome %d execution %v, want success (also for a JSON-RPC error)", i, st)
+		}
+		if st := obj(o, "policy")["status"]; st != "allowed" {
+			t.Errorf("outcome %d policy %v", i, st)
+		}
+		if str(o, "grant_id") != "wrap-passthrough-"+str(o, "call_id") || str(o, "policy_set_hash") != schemas.WrapPassthroughPolicySetHash {
+			t.Errorf("outcome %d grant/policy hash: %s %s", i, str(o, "grant_id"), str(o, "policy_set_hash"))
+		}
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("verify: %s", verifier.Render(r))
+	}
+}
+
+// Calls the relay cannot follow to an answer are still recorded before
+// they are relayed: intent plus a denied, not-executed outcome.
+func TestWrapRecordsMalformedCallsBeforeRelaying(t *testing.T) {
+	h := newHarness(t)
+	cases := []struct{ frame, tool, reason string }{
+		{`{"jsonrpc":"2.0","method":"tools/call","params":{"name":"rm"}}`, "rm", "tools/call without an id"},
+		{`{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"rm"}}`, "rm", "tools/call with a null id"},
+		{`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{}}`, "<unknown>", schemas.ReasonMalformedCall},
+		{`{"jsonrpc":"2.0","id":6,"method":"ping","method":"tools/call","params":{"name":"rm"}}`, "<unknown>", `ambiguous tools/call: duplicate member "method"`},
+		{`"method": "tools/call", "params": {"name": "rm"}}`, "<unknown>", "frame is not one JSON value but mentions tools/call"},
+	}
+	var input []string
+	for _, c := range cases {
+		input = append(input, c.frame)
+	}
+	run := h.run([]string{"cat"}, strings.NewReader(joinLines(input...)), time.Second, nil)
+	if run.err != nil {
+		t.Fatal(run.err)
+	}
+	if string(run.out) != joinLines(input...) {
+		t.Fatalf("malformed calls were not relayed byte for byte: %q", run.out)
+	}
+	ls := h.lines()
+	intents, outcomes := ofType(ls, "intent"), ofType(ls, "outcome")
+	if len(intents) != len(cases) || len(outcomes) != len(cases) {
+		t.Fatalf("%d intents and %d outcomes for %d malformed calls", len(intents), len(outcomes), len(cases))
+	}
+	for i, c := range cases {
+		o := outcomes[i]
+		if str(intents[i], "request_digest") != sha([]byte(c.frame)) || str(o, "tool_id") != c.tool {
+			t.Errorf("case %d: intent digest/tool mismatch: %s %s", i, str(intents[i], "request_digest"), str(o, "tool_id"))
+		}
+		if p := obj(o, "policy"); p["status"] != "denied" || p["reason"] != c.reason {
+			t.Errorf("case %d: policy %v, want denied %q", i, p, c.reason)
+		}
+		if e := obj(o, "execution"); e["status"] != "host_denied" {
+			t.Errorf("case %d: execution %v", i, e)
+		}
+	}
+	// Each malformed call's outcome comes before the next frame's intent:
+	// intent and outcome are written back to back, before the relay.
+	for i := 0; i+1 < len(ls); i++ {
+		if ls[i].Type() == "intent" && ls[i+1].Type() != "outcome" {
+			t.Errorf("line %d: intent not followed by its outcome", i)
+		}
+	}
+}
+
+// A server that dies before answering leaves its pending call with the
+// documented outcome, and its exit status becomes aegis's.
+func TestWrapServerDiesBeforeAnswering(t *testing.T) {
+	h := newHarness(t)
+	pr, pw := io.Pipe() // the host stays connected
+	defer pw.Close()
+	go pw.Write([]byte(joinLines(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"die"}}`)))
+	run := h.run([]string{bin(t, "rawserver")}, pr, time.Second, nil)
+	if run.err != nil {
+		t.Fatal(run.err)
+	}
+	if run.res.ExitCode != 3 || !run.res.ServerExitedFirst {
+		t.Fatalf("result %+v, want exit 3 with the server exiting first", run.res)
+	}
+	outcomes := ofType(h.lines(), "outcome")
+	if len(outcomes) != 1 || obj(outcomes[0], "execution")["reason"] != schemas.ReasonChildExited {
+		t.Fatalf("outcomes %v", outcomes)
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("verify: %s", verifier.Render(r))
+	}
+}
+
+// A server that neither answers nor exits after the host left is
+// terminated after the grace, and its pending call says why.
+func TestWrapHostLeavesServerSilent(t *testing.T) {
+	h := newHarness(t)
+	start := time.Now()
+	run := h.run([]string{bin(t, "rawserver"), "-linger"}, strings.NewReader(joinLines(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"hang"}}`)), 300*time.Millisecond, nil)
+	if run.err != nil {
+		t.Fatal(run.err)
+	}
+	outcomes := ofType(h.lines(), "outcome")
+	if len(outcomes) != 1 || obj(outcomes[0], "execution")["reason"] != schemas.ReasonClientClosed {
+		t.Fatalf("outcomes %v", outcomes)
+	}
+	if run.res.ExitCode != 128+int(syscall.SIGKILL) {
+		t.Errorf("exit %d, want %d (killed after ignoring SIGTERM)", run.res.ExitCode, 128+int(syscall.SIGKILL))
+	}
+	t.Logf("ended %v after start", time.Since(start))
+}
+
+// A repeated id supersedes the pending call: the older one still gets
+// exactly one outcome.
+func TestWrapRepeatedIDSupersedes(t *testing.T) {
+	h := newHarness(t)
+	f1 := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"hang"}}`
+	f2 := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`
+	run := h.run([]string{bin(t, "rawserver")}, strings.NewReader(joinLines(f1, f2)), time.Second, nil)
+	if run.err != nil {
+		t.Fatal(run.err)
+	}
+	outcomes := ofType(h.lines(), "outcome")
+	if len(outcomes) != 2 {
+		t.Fatalf("%d outcomes, want 2", len(outcomes))
+	}
+	if str(outcomes[0], "call_id") != "call-1" || !strings.HasPrefix(obj(outcomes[0], "execution")["reason"].(string), "superseded") {
+		t.Errorf("first outcome %v", outcomes[0].Members())
+	}
+	if str(outcomes[1], "call_id") != "call-2" || obj(outcomes[1], "execution")["status"] != "success" {
+		t.Errorf("second outcome %v", outcomes[1].Members())
+	}
+}
+
+func TestWrapServerNotFound(t *testing.T) {
+	h := newHarness(t)
+	run := h.run([]string{"/nonexistent/server"}, strings.NewReader(""), time.Second, nil)
+	var se *proxy.StartError
+	if !errors.As(run.err, &se) || run.res.ExitCode != 127 {
+		t.Fatalf("Wrap = %+v, %v; want StartError and 127", run.res, run.err)
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("the attempt's record: %s", verifier.Render(r))
+	}
+}
+
+// SIGTERM to aegis reaches the server; the session still closes signed.
+func TestWrapForwardsSignals(t *testing.T) {
+	h := newHarness(t)
+	sigs := make(chan os.Signal, 1)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() {
+		pw.Write([]byte(joinLines(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"hang"}}`)))
+		time.Sleep(200 * time.Millisecond)
+		sigs <- syscall.SIGTERM
+	}()
+	run := h.run([]string{"sleep", "30"}, pr, time.Second, sigs)
+	if run.err != nil {
+		t.Fatal(run.err)
+	}
+	if run.res.ExitCode != 128+int(syscall.SIGTERM) {
+		t.Fatalf("exit %d, want %d", run.res.ExitCode, 128+int(syscall.SIGTERM))
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("verify: %s", verifier.Render(r))
+	}
+}
+
+// A second run on the same record starts a new session linked to the
+// first, and the export from the stream is the same file byte for byte.
+func TestWrapRerunLinksSessionsAndExportMatches(t *testing.T) {
+	h := newHarness(t)
+	in := joinLines(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`)
+	r1 := h.run([]string{bin(t, "rawserver")}, strings.NewReader(in), time.Second, nil)
+	r2 := h.run([]string{bin(t, "rawserver")}, strings.NewReader(in), time.Second, nil)
+	if r1.err != nil || r2.err != nil {
+		t.Fatal(r1.err, r2.err)
+	}
+	ls := h.lines()
+	opens := ofType(ls, "open")
+	if len(opens) != 2 {
+		t.Fatalf("%d sessions in the record", len(opens))
+	}
+	if _, ok := opens[0].Get("prev_session_tail"); ok {
+		t.Error("first session of an empty record carries prev_session_tail")
+	}
+	closeLine, _ := os.ReadFile(h.audit)
+	firstSession := bytes.SplitAfter(closeLine, []byte("\n"))[len(ls)/2-1]
+	if got := str(opens[1], "prev_session_tail"); got != sha(bytes.TrimSuffix(firstSession, []byte("\n"))) {
+		t.Errorf("prev_session_tail %s is not the hash of the first session's last line", got)
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("verify: %s", verifier.Render(r))
+	}
+	exported := exportAll(t, h)
+	file, _ := os.ReadFile(h.audit)
+	if !bytes.Equal(exported, file) {
+		t.Fatalf("export differs from the record file")
+	}
+}
