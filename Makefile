@@ -53,14 +53,22 @@ fuzz:
 	  done; \
 	done
 
+# demo: a signing key, the bundled example server wrapped by aegis, a
+# scripted go-sdk client through it, then an offline verify pinned to the key.
 demo: build
 	rm -rf $(DEMO) && mkdir -p $(DEMO)
-	@echo "== append three events to a fresh state directory"
-	$(BIN)/aegis events append --state-dir $(DEMO)/state '{"text":"first"}'
-	$(BIN)/aegis events append --state-dir $(DEMO)/state --kind frame.c2s '{"bytes":"eyJqc29ucnBjIjoiMi4wIiwiaWQiOjEsIm1ldGhvZCI6InBpbmcifQ=="}'
-	$(BIN)/aegis events append --state-dir $(DEMO)/state --kind child.exited '{"code":0}'
-	@echo "== replay the stream after the writers exited"
-	$(BIN)/aegis events list --state-dir $(DEMO)/state
+	@echo "== aegis keygen"
+	$(BIN)/aegis keygen --out $(DEMO)/signing.key | tee $(DEMO)/keygen.out
+	@echo "== a scripted MCP client -> aegis wrap -> the example server"
+	$(BIN)/aegis-demo-client -- $(BIN)/aegis wrap --audit $(DEMO)/calls.aarl \
+	  --signing-key $(DEMO)/signing.key --state-dir $(DEMO)/state -- $(BIN)/aegis-example-server
+	@echo "== the record ($(DEMO)/calls.aarl): one line per open/intent/outcome/close"
+	@cut -c1-150 $(DEMO)/calls.aarl
+	@echo "== aegis export rebuilds it from the event stream, byte for byte"
+	$(BIN)/aegis export --state-dir $(DEMO)/state --out $(DEMO)/rebuilt.aarl
+	cmp $(DEMO)/calls.aarl $(DEMO)/rebuilt.aarl && echo "identical"
+	@echo "== aegis verify, pinned to the public key keygen printed"
+	$(BIN)/aegis verify --key $$(awk '/^public_key/{print $$2}' $(DEMO)/keygen.out) $(DEMO)/calls.aarl
 
 clean:
 	rm -rf $(BIN) .cache/demo

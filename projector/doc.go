@@ -21,6 +21,28 @@
 //   - nothing follows close;
 //   - key_id never changes within the chain.
 //
+// # Sessions and the record file
+//
+// [Session] is the I/O shell around a chain for one proxy run. Each audit
+// line travels inside an event (session.opened, call.intent, call.outcome,
+// session.closed; payload member "line" holds the canonical bytes), and the
+// chain's commit step enqueues that event on the stream inside the chain's
+// critical section, so stream order is chain order. Callers wait on the
+// event's receipt: an intent before its call is relayed, an outcome before
+// its answer is.
+//
+// The record file (--audit) is a projection: a goroutine writes each line
+// after its event is acknowledged, in chain order, without an fsync per
+// line (the stream is the durable copy; the file is fsynced at Close). The
+// same fold over a replay of the stream ([Record.Fold], [ReadRecord]) gives
+// the same bytes, which is what aegis export writes. A crash can leave the
+// file short of the stream, even mid-line; [CatchUp], run before the next
+// session on the same file opens, appends exactly the missing bytes and
+// refuses ([ErrRecordDiverged]) a file that holds anything other than a
+// prefix of what the stream recorded for it, so a new session never links
+// to a stale or altered tail. session.opened records the file's absolute
+// path and the offset where the session's lines begin.
+//
 // # Keys
 //
 // A key file is one line of 64 lowercase hex characters (the Ed25519 seed),

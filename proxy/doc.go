@@ -1,0 +1,39 @@
+// Package proxy relays MCP between a host and server processes and makes
+// every tool call accountable.
+//
+// # The recording relay (aegis wrap)
+//
+// [Wrap] runs one server and relays its stdio with the host. Invariants:
+//
+//   - Byte-exact. Frames are split on '\n' by the relay itself (never by an
+//     SDK decoder, which one bad line would end); the bytes read are the
+//     bytes written, terminator and all, including invalid UTF-8, '\r',
+//     blank lines and a last line without '\n'. Parsed values are never
+//     re-encoded onto either wire.
+//   - Every frame is an event (frame.c2s, frame.s2c) holding its exact bytes.
+//     Frames that carry no call or answer do not wait for their own fsync;
+//     they are durable with the next commit, and stream order keeps them
+//     before anything enqueued later.
+//   - Intent before relay. A host frame holding tools/calls is written to the
+//     server only after the intent line of every call in it is durable. A
+//     batch array is relayed whole; its calls share the frame's
+//     request_digest.
+//   - Outcome before answer. A server frame that answers pending calls is
+//     written to the host only after their outcome lines are durable; the
+//     calls of one answer frame share its response_digest.
+//   - Nothing slips past the record. [Classify] reads a frame the way any
+//     plausible server parser might: complete JSON values are classified
+//     even when a line holds several, duplicate members and any frame that
+//     names tools/call in any spelling without being a followable request
+//     become malformed calls, which get an intent and a denied outcome
+//     before the frame is relayed (they are the server's to answer).
+//   - Every call gets exactly one outcome: answered; superseded by a reused
+//     id; "child exited before responding"; or, when the host left and the
+//     server stayed silent through the grace, "client closed stdin; …".
+//   - Fail closed. If the store stops acknowledging, or a frame exceeds
+//     [MaxFrame] (it could not be one event), the server is killed and
+//     nothing further is relayed.
+//
+// The relay owns no policy yet: every well-formed call is allowed and
+// recorded with the pass-through policy_set_hash and a deny_all grant.
+package proxy
