@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -90,6 +91,9 @@ type relay struct {
 
 	rearm chan struct{}
 	kill  func()
+
+	s2cFrames atomic.Int64 // server frames read so far
+	s2cBusy   atomic.Bool  // the server reader is handling a frame
 }
 
 // Wrap starts the server and relays between it and the host until the
@@ -231,13 +235,24 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	}()
 
 	<-exited
-	// The server is gone; give its output a moment to drain (a grandchild
-	// may hold the pipe open), then stop reading.
-	select {
-	case <-serverOutDone:
-	case <-time.After(2 * time.Second):
-		outR.Close()
-		<-serverOutDone
+	// The server is gone. Read what it wrote until EOF; a grandchild may
+	// hold the pipe open, so stop once the reader has been idle (blocked,
+	// with no new frame) for two seconds. A reader busy recording a large
+	// frame is not idle.
+	last := r.s2cFrames.Load()
+	for done := false; !done; {
+		select {
+		case <-serverOutDone:
+			done = true
+		case <-time.After(2 * time.Second):
+			if n := r.s2cFrames.Load(); n == last && !r.s2cBusy.Load() {
+				outR.Close()
+				<-serverOutDone
+				done = true
+			} else {
+				last = n
+			}
+		}
 	}
 	outR.Close()
 	<-graceDone
@@ -328,11 +343,20 @@ func (r *relay) readFrames(src io.Reader, kind schemas.Kind, on func([]byte) (*e
 			if r.isStopped() {
 				return
 			}
+			if kind == schemas.KindFrameS2C {
+				r.s2cBusy.Store(true)
+			}
 			wait, ok := on(line)
+			if ok {
+				out <- outFrame{data: line, wait: wait}
+			}
+			if kind == schemas.KindFrameS2C {
+				r.s2cFrames.Add(1)
+				r.s2cBusy.Store(false)
+			}
 			if !ok {
 				return
 			}
-			out <- outFrame{data: line, wait: wait}
 		}
 		if err != nil {
 			return
