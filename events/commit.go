@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -17,6 +18,8 @@ const batchHeader = "Aegis-Events"
 
 // item is one queued event. The committer fills pos or err, then closes done.
 type item struct {
+	store   *Store
+	lazy    bool
 	session string
 	subject string
 	data    []byte
@@ -37,6 +40,10 @@ func (r *Receipt) Wait(ctx context.Context) (Position, error) {
 	case <-r.it.done:
 		return r.it.pos, r.it.err
 	default:
+	}
+	if r.it.lazy {
+		// Someone waits for a lazy event: commit now.
+		r.it.store.kick()
 	}
 	select {
 	case <-r.it.done:
@@ -68,14 +75,43 @@ func (s *Store) Append(ctx context.Context, e schemas.Event) (Position, error) {
 // durable no later than any event enqueued after it: waiting on a later
 // receipt covers every earlier one.
 func (s *Store) Enqueue(e schemas.Event) (*Receipt, error) {
-	data, err := e.Encode()
+	rs, err := s.EnqueueMany(e)
 	if err != nil {
-		return nil, fmt.Errorf("append %s event: %w", e.Kind, err)
+		return nil, err
 	}
-	if len(data) > s.cfg.MaxEventBytes {
-		return nil, fmt.Errorf("append %s event of %d bytes: %w (limit %d)", e.Kind, len(data), ErrTooLarge, s.cfg.MaxEventBytes)
+	return rs[0], nil
+}
+
+// EnqueueMany validates every event and queues them together: the
+// committer sees all of them or none, so events of one session enqueued
+// together land in one commit (up to the batch limits). Nothing is queued if
+// any event is invalid. The receipts are in the events' order; the last one
+// covers them all.
+func (s *Store) EnqueueMany(evs ...schemas.Event) ([]*Receipt, error) {
+	return s.enqueue(false, evs)
+}
+
+// EnqueueLazy queues events that nobody waits for now (frames that carry no
+// call or answer). They do not start a commit of their own: they go to disk
+// with the next commit that someone waits for, or after Config.LazyFlush at
+// the latest, so that they cost no extra fsync on a busy path. Waiting on
+// their receipt commits them at once.
+func (s *Store) EnqueueLazy(evs ...schemas.Event) ([]*Receipt, error) {
+	return s.enqueue(true, evs)
+}
+
+func (s *Store) enqueue(lazy bool, evs []schemas.Event) ([]*Receipt, error) {
+	items := make([]*item, len(evs))
+	for i, e := range evs {
+		data, err := e.Encode()
+		if err != nil {
+			return nil, fmt.Errorf("append %s event: %w", e.Kind, err)
+		}
+		if len(data) > s.cfg.MaxEventBytes {
+			return nil, fmt.Errorf("append %s event of %d bytes: %w (limit %d)", e.Kind, len(data), ErrTooLarge, s.cfg.MaxEventBytes)
+		}
+		items[i] = &item{store: s, lazy: lazy, session: e.Session, subject: e.Subject(), data: data, done: make(chan struct{})}
 	}
-	it := &item{session: e.Session, subject: e.Subject(), data: data, done: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failed != nil {
@@ -84,9 +120,21 @@ func (s *Store) Enqueue(e schemas.Event) (*Receipt, error) {
 	if s.closing {
 		return nil, ErrClosed
 	}
-	s.queue = append(s.queue, it)
-	s.cond.Signal()
-	return &Receipt{it: it}, nil
+	s.queue = append(s.queue, items...)
+	if lazy {
+		if !s.flushArmed {
+			s.flushArmed = true
+			time.AfterFunc(s.cfg.LazyFlush, s.kick)
+		}
+	} else {
+		s.eager += len(items)
+		s.cond.Signal()
+	}
+	rs := make([]*Receipt, len(items))
+	for i, it := range items {
+		rs[i] = &Receipt{it: it}
+	}
+	return rs, nil
 }
 
 // commitLoop is the single committer. It takes everything queued (up to the
@@ -99,7 +147,7 @@ func (s *Store) commitLoop() {
 	var buf bytes.Buffer
 	for {
 		s.mu.Lock()
-		for len(s.queue) == 0 && !s.closing {
+		for !s.closing && (len(s.queue) == 0 || (s.eager == 0 && !s.flushDue)) {
 			s.cond.Wait()
 		}
 		if len(s.queue) == 0 {
@@ -109,6 +157,7 @@ func (s *Store) commitLoop() {
 		if s.failed != nil {
 			rest := s.queue
 			s.queue = nil
+			s.eager = 0
 			err := s.failed
 			s.mu.Unlock()
 			resolve(rest, 0, err)
@@ -125,6 +174,14 @@ func (s *Store) commitLoop() {
 		}
 		batch := s.queue[:n:n]
 		s.queue = s.queue[n:]
+		for _, it := range batch {
+			if !it.lazy {
+				s.eager--
+			}
+		}
+		if len(s.queue) == 0 {
+			s.flushDue = false
+		}
 		s.mu.Unlock()
 
 		seq, err := s.publish(batch, &buf)
@@ -176,6 +233,17 @@ func (s *Store) publish(batch []*item, buf *bytes.Buffer) (uint64, error) {
 		return 0, fmt.Errorf("acknowledged by stream %q, not %q", ack.Stream, StreamName)
 	}
 	return ack.Sequence, nil
+}
+
+// kick makes the committer commit whatever is queued, lazy or not.
+func (s *Store) kick() {
+	s.mu.Lock()
+	s.flushArmed = false
+	if len(s.queue) > 0 {
+		s.flushDue = true
+		s.cond.Signal()
+	}
+	s.mu.Unlock()
 }
 
 // decodeMessage returns the events one stream message holds.

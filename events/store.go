@@ -28,6 +28,7 @@ const (
 	DefaultMaxEventBytes  = 24 << 20 // a 16 MiB frame, base64 in its envelope, fits
 	DefaultMaxBatchBytes  = 1 << 20
 	DefaultMaxBatchEvents = 1024
+	DefaultLazyFlush      = 2 * time.Millisecond
 )
 
 // Config opens a [Store]. Only Dir is required.
@@ -48,6 +49,9 @@ type Config struct {
 	AckTimeout time.Duration
 	// MaxEventBytes is the largest encoded envelope accepted.
 	MaxEventBytes int
+	// LazyFlush bounds how long an event queued with [Store.EnqueueLazy]
+	// waits for a commit to ride with (default 2ms).
+	LazyFlush time.Duration
 	// MaxBatchBytes and MaxBatchEvents bound one group commit.
 	MaxBatchBytes  int
 	MaxBatchEvents int
@@ -100,12 +104,17 @@ type Store struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	queue   []*item
-	closing bool
-	failed  error
-	done    chan struct{} // closed when the committer has exited
+	mu    sync.Mutex
+	cond  *sync.Cond
+	queue []*item
+	eager int // queued items someone waits for: they start a commit
+	// flushDue is set when lazy items must be committed (their timer fired
+	// or someone waits for one); flushArmed while their timer runs.
+	flushDue   bool
+	flushArmed bool
+	closing    bool
+	failed     error
+	done       chan struct{} // closed when the committer has exited
 
 	ctx    context.Context // cancelled by Close once the queue is drained
 	cancel context.CancelFunc
@@ -136,6 +145,9 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	}
 	if cfg.MaxEventBytes <= 0 {
 		cfg.MaxEventBytes = DefaultMaxEventBytes
+	}
+	if cfg.LazyFlush <= 0 {
+		cfg.LazyFlush = DefaultLazyFlush
 	}
 	if cfg.MaxBatchBytes <= 0 {
 		cfg.MaxBatchBytes = DefaultMaxBatchBytes
@@ -221,9 +233,10 @@ func (s *Store) NewSession() (string, error) {
 	return schemas.NewID(s.cfg.Now(), s.cfg.Rand)
 }
 
-// NewEvent builds a valid envelope of the given kind for session: a fresh
-// id, the store's current time in UTC, and payload marshalled as JSON (a
-// json.RawMessage or []byte is taken as it is).
+// NewEvent builds an envelope of the given kind for session: a fresh id,
+// the store's current time in UTC, and payload marshalled as JSON (a
+// json.RawMessage or []byte is taken as it is). It is validated when it is
+// enqueued.
 func (s *Store) NewEvent(session string, kind schemas.Kind, payload any) (schemas.Event, error) {
 	now := s.cfg.Now().UTC()
 	id, err := schemas.NewID(now, s.cfg.Rand)
@@ -242,11 +255,8 @@ func (s *Store) NewEvent(session string, kind schemas.Kind, payload any) (schema
 			return schemas.Event{}, fmt.Errorf("new event: payload: %w", err)
 		}
 	}
-	e := schemas.Event{V: schemas.EnvelopeVersion, ID: id, Session: session, Kind: kind, Time: now, Payload: raw}
-	if err := e.Validate(); err != nil {
-		return schemas.Event{}, err
-	}
-	return e, nil
+	// Validated when it is enqueued, not twice.
+	return schemas.Event{V: schemas.EnvelopeVersion, ID: id, Session: session, Kind: kind, Time: now, Payload: raw}, nil
 }
 
 // Close stops accepting appends, commits everything already queued, and

@@ -356,3 +356,48 @@ func TestDefaultDir(t *testing.T) {
 		})
 	}
 }
+
+// A lazy event nobody waits for still reaches the disk within LazyFlush;
+// waiting on one commits it at once.
+func TestLazyEventsAreCommittedWithoutAWaiter(t *testing.T) {
+	s, err := Open(context.Background(), Config{Dir: stateDir(t), LazyFlush: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	sess, _ := s.NewSession()
+	rs, err := s.EnqueueLazy(newEvent(t, s, sess, schemas.KindNote, map[string]int{"i": 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rs[0].Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lazy event was never committed")
+	}
+	if pos, err := rs[0].Wait(context.Background()); err != nil || pos.Seq != 1 {
+		t.Fatalf("lazy event at %v, %v", pos, err)
+	}
+	// Waiting on a lazy event does not wait for the timer.
+	s2, err := Open(context.Background(), Config{Dir: stateDir(t), LazyFlush: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close(context.Background())
+	rs, _ = s2.EnqueueLazy(newEvent(t, s2, sess, schemas.KindNote, map[string]int{"i": 2}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := rs[0].Wait(ctx); err != nil {
+		t.Fatalf("Wait on a lazy event with an hour's flush = %v", err)
+	}
+	// An eager event commits the lazy ones queued before it.
+	lazy, _ := s2.EnqueueLazy(newEvent(t, s2, sess, schemas.KindNote, map[string]int{"i": 3}))
+	if _, err := s2.Append(ctx, newEvent(t, s2, sess, schemas.KindNote, map[string]int{"i": 4})); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lazy[0].Done():
+	default:
+		t.Fatal("an eager commit left an earlier lazy event behind")
+	}
+}

@@ -138,15 +138,32 @@ func (s *Session) NextCallID() string {
 	return schemas.CallID(s.calls)
 }
 
-// Frame enqueues a frame event holding b exactly. It does not wait: the
-// frame is durable with the next commit, and waiting on any later receipt
-// covers it.
-func (s *Session) Frame(kind schemas.Kind, b []byte) (*events.Receipt, error) {
-	ev, err := s.store.NewEvent(s.id, kind, schemas.FramePayload{Bytes: b})
+// FrameEvent builds the event of one frame holding b exactly. It does not
+// enqueue it: pass it to [Session.Enqueue], or along with a line to
+// [Session.Intent] or [Session.Outcome] so both share a commit.
+func (s *Session) FrameEvent(kind schemas.Kind, b []byte) (schemas.Event, error) {
+	return s.store.NewEvent(s.id, kind, schemas.FramePayload{Bytes: b})
+}
+
+// Enqueue queues events of the session that nobody waits for (frames that
+// carry no call or answer): they ride with the next commit, or are
+// committed within the store's LazyFlush, and waiting on any later receipt
+// covers them.
+func (s *Session) Enqueue(evs ...schemas.Event) (*events.Receipt, error) {
+	rs, err := s.store.EnqueueLazy(evs...)
 	if err != nil {
 		return nil, err
 	}
-	return s.store.Enqueue(ev)
+	return rs[len(rs)-1], nil
+}
+
+// Frame enqueues a frame event holding b exactly, without waiting.
+func (s *Session) Frame(kind schemas.Kind, b []byte) (*events.Receipt, error) {
+	ev, err := s.FrameEvent(kind, b)
+	if err != nil {
+		return nil, err
+	}
+	return s.Enqueue(ev)
 }
 
 // Fact enqueues a non-audit event of the session (child.started,
@@ -159,36 +176,41 @@ func (s *Session) Fact(kind schemas.Kind, payload any) (*events.Receipt, error) 
 	return s.store.Enqueue(ev)
 }
 
-// Intent appends an intent line. The caller must wait on the receipt before
-// the call may reach a server.
-func (s *Session) Intent(in schemas.Intent) (*events.Receipt, error) {
+// Intent appends an intent line. Events in with (the frame that carried the
+// call) are enqueued just before the line, in the same step, so they share
+// its commit. The caller must wait on the receipt before the call may reach
+// a server.
+func (s *Session) Intent(in schemas.Intent, with ...schemas.Event) (*events.Receipt, error) {
 	l, err := in.Line()
 	if err != nil {
 		return nil, err
 	}
-	return s.appendLine(l, schemas.KindCallIntent, in.CallID, in.ToolID)
+	return s.appendLine(l, schemas.KindCallIntent, in.CallID, in.ToolID, with)
 }
 
-// Outcome appends a signed outcome line. The caller must wait on the
-// receipt before the answer may reach the host.
-func (s *Session) Outcome(o schemas.Outcome) (*events.Receipt, error) {
+// Outcome appends a signed outcome line, with events in with enqueued just
+// before it (see [Session.Intent]). The caller must wait on the receipt
+// before the answer may reach the host.
+func (s *Session) Outcome(o schemas.Outcome, with ...schemas.Event) (*events.Receipt, error) {
 	l, err := o.Line()
 	if err != nil {
 		return nil, err
 	}
-	return s.appendLine(l, schemas.KindCallOutcome, o.CallID, o.ToolID)
+	return s.appendLine(l, schemas.KindCallOutcome, o.CallID, o.ToolID, with)
 }
 
-func (s *Session) appendLine(l schemas.Line, kind schemas.Kind, callID, toolID string) (*events.Receipt, error) {
+func (s *Session) appendLine(l schemas.Line, kind schemas.Kind, callID, toolID string, with []schemas.Event) (*events.Receipt, error) {
 	var rcpt *events.Receipt
 	_, err := s.chain.AppendFunc(l, func(e Entry) error {
 		ev, err := s.store.NewEvent(s.id, kind, CallPayload{Line: string(e.Bytes), CallID: callID, ToolID: toolID})
 		if err != nil {
 			return err
 		}
-		if rcpt, err = s.store.Enqueue(ev); err != nil {
+		rs, err := s.store.EnqueueMany(append(with[:len(with):len(with)], ev)...)
+		if err != nil {
 			return err
 		}
+		rcpt = rs[len(rs)-1]
 		s.proj.push(e.Bytes, rcpt)
 		return nil
 	})

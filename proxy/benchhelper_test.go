@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 	if benchBinDir != "" {
 		os.RemoveAll(benchBinDir)
 	}
+	removeBins()
 	os.Exit(code)
 }
 

@@ -144,15 +144,15 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	}
 
 	// Host -> server.
-	c2s := make(chan outFrame, 64)
+	c2s := &outPath{ch: make(chan outFrame, 64), dst: inW, toServer: true}
 	hostDone := make(chan struct{})
 	go func() {
 		r.readFrames(cfg.Stdin, schemas.KindFrameC2S, r.onHostFrame, c2s)
-		close(c2s)
+		close(c2s.ch)
 	}()
 	go func() {
 		defer close(hostDone)
-		r.writeFrames(ctx, c2s, inW, true)
+		r.writeFrames(ctx, c2s)
 		inW.Close()
 		r.mu.Lock()
 		r.hostClosed = true
@@ -160,15 +160,15 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	}()
 
 	// Server -> host.
-	s2c := make(chan outFrame, 64)
+	s2c := &outPath{ch: make(chan outFrame, 64), dst: cfg.Stdout}
 	serverOutDone := make(chan struct{})
 	go func() {
 		r.readFrames(outR, schemas.KindFrameS2C, r.onServerFrame, s2c)
-		close(s2c)
+		close(s2c.ch)
 	}()
 	go func() {
 		defer close(serverOutDone)
-		r.writeFrames(ctx, s2c, cfg.Stdout, false)
+		r.writeFrames(ctx, s2c)
 	}()
 
 	exited := make(chan struct{})
@@ -327,7 +327,7 @@ func (r *relay) isStopped() bool {
 // says what to wait for), and queues it for the writer. It ends at EOF, on a
 // read error, on an oversized frame (failing the session), or when the
 // relay stops.
-func (r *relay) readFrames(src io.Reader, kind schemas.Kind, on func([]byte) (*events.Receipt, bool), out chan<- outFrame) {
+func (r *relay) readFrames(src io.Reader, kind schemas.Kind, on func([]byte) (*events.Receipt, bool), out *outPath) {
 	br := bufio.NewReaderSize(src, 64<<10)
 	for {
 		line, err := readLine(br)
@@ -348,7 +348,7 @@ func (r *relay) readFrames(src io.Reader, kind schemas.Kind, on func([]byte) (*e
 			}
 			wait, ok := on(line)
 			if ok {
-				out <- outFrame{data: line, wait: wait}
+				r.send(out, outFrame{data: line, wait: wait})
 			}
 			if kind == schemas.KindFrameS2C {
 				r.s2cFrames.Add(1)
@@ -400,27 +400,60 @@ func digest(b []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-// writeFrames waits for each frame's receipt and writes it. A receipt that
-// fails stops the relay: the frame is not written. toServer selects the
-// error handling: a server that stopped reading is not a failure of aegis.
-func (r *relay) writeFrames(ctx context.Context, in <-chan outFrame, dst io.Writer, toServer bool) {
-	broken := false
-	for f := range in {
+// outPath is one direction's output. Frames leave in the order they were
+// read. A frame that waits for nothing is written by the reader itself when
+// nothing is queued ahead of it (saving a goroutine hand-off on the common
+// path); otherwise frames go through ch to the writer, which waits for each
+// frame's receipt before writing it.
+type outPath struct {
+	ch       chan outFrame
+	dst      io.Writer
+	toServer bool
+
+	mu     sync.Mutex
+	queued int  // frames in ch or being written by the writer
+	broken bool // dst failed; later frames are dropped
+}
+
+// send hands f to its direction, in order.
+func (r *relay) send(p *outPath, f outFrame) {
+	p.mu.Lock()
+	if f.wait == nil && p.queued == 0 {
+		r.write(p, f.data)
+		p.mu.Unlock()
+		return
+	}
+	p.queued++
+	p.mu.Unlock()
+	p.ch <- f
+}
+
+// write writes one frame; p.mu is held.
+func (r *relay) write(p *outPath, data []byte) {
+	if p.broken || r.failedNow() {
+		return
+	}
+	if _, err := p.dst.Write(data); err != nil {
+		p.broken = true
+		if !p.toServer {
+			r.log.Warn("host stdout closed; dropping server output", "err", err)
+		}
+	}
+}
+
+// writeFrames waits for each queued frame's receipt and writes it. A
+// receipt that fails stops the relay: the frame is not written.
+func (r *relay) writeFrames(ctx context.Context, p *outPath) {
+	for f := range p.ch {
 		if f.wait != nil {
 			if _, err := f.wait.Wait(ctx); err != nil {
 				r.fail(fmt.Errorf("event not acknowledged: %w", err))
-				broken = true
 			}
 		}
-		if broken || r.failedNow() {
-			continue
-		}
-		if _, err := dst.Write(f.data); err != nil {
-			broken = true
-			if !toServer {
-				r.log.Warn("host stdout closed; dropping server output", "err", err)
-			}
-		}
+		p.mu.Lock()
+		r.write(p, f.data)
+		p.queued--
+		p.mu.Unlock()
 	}
 }
 
@@ -436,22 +469,31 @@ func (r *relay) failedNow() bool {
 func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool) {
 	frame := frameOf(line)
 	cls := Classify(frame)
-	last, err := r.sess.Frame(schemas.KindFrameC2S, frame)
+	fev, err := r.sess.FrameEvent(schemas.KindFrameC2S, frame)
 	if err != nil {
 		r.fail(err)
 		return nil, false
 	}
 	if len(cls.Calls) == 0 {
+		// Not a call: durable with the next commit, relayed without waiting.
+		if _, err := r.sess.Enqueue(fev); err != nil {
+			r.fail(err)
+			return nil, false
+		}
 		return nil, true
 	}
+	// The frame event rides with the first intent, so both share a commit.
+	with := []schemas.Event{fev}
+	var last *events.Receipt
 	dg := digest(frame)
 	now := r.cfg.Now()
 	for _, c := range cls.Calls {
 		wc := schemas.WrapCall{CallID: r.sess.NextCallID(), ToolID: c.Tool, RequestDigest: dg, PolicySetHash: schemas.WrapPassthroughPolicySetHash}
-		if last, err = r.sess.Intent(wc.Intent()); err != nil {
+		if last, err = r.sess.Intent(wc.Intent(), with...); err != nil {
 			r.fail(err)
 			return nil, false
 		}
+		with = nil
 		r.mu.Lock()
 		r.calls++
 		var superseded *pendingCall
@@ -492,14 +534,16 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool) {
 	}
 	frame := frameOf(line)
 	cls := Classify(frame)
-	last, err := r.sess.Frame(schemas.KindFrameS2C, frame)
+	fev, err := r.sess.FrameEvent(schemas.KindFrameS2C, frame)
 	if err != nil {
 		r.fail(err)
 		return nil, false
 	}
-	if len(cls.Answers) == 0 {
-		return nil, true
-	}
+	// The frame event rides with the first outcome; a frame that answers
+	// no pending call (a ping's answer, a notification, a request to the
+	// host) is relayed without waiting for its own commit.
+	with := []schemas.Event{fev}
+	var last *events.Receipt
 	var dg string
 	now := r.cfg.Now()
 	for _, a := range cls.Answers {
@@ -514,7 +558,14 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool) {
 			dg = digest(frame)
 		}
 		wall := uint64(now.Sub(pc.start).Milliseconds())
-		if last, err = r.sess.Outcome(pc.call.Answered(dg, wall)); err != nil {
+		if last, err = r.sess.Outcome(pc.call.Answered(dg, wall), with...); err != nil {
+			r.fail(err)
+			return nil, false
+		}
+		with = nil
+	}
+	if with != nil {
+		if _, err := r.sess.Enqueue(fev); err != nil {
 			r.fail(err)
 			return nil, false
 		}

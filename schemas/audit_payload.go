@@ -1,8 +1,10 @@
 package schemas
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 )
 
 // Status values of the tagged objects in an outcome line.
@@ -336,16 +338,69 @@ func CloseLine() Line { return NewLine(LineClose) }
 
 // payloadLine turns a payload struct into a line with schema_version and
 // line_type set.
+//
+// The payload is one of this package's own types, so its JSON has unique
+// members and valid UTF-8; it is decoded with encoding/json directly instead
+// of the strict token walk that untrusted input gets, and each number must
+// still be a non-negative integer below 2^53. The line's canonical form is
+// checked again when it is signed and hashed.
 func payloadLine(lineType string, payload any) (Line, error) {
-	raw, err := MarshalCanonical(payload)
+	raw, err := json.Marshal(payload)
 	if err != nil {
 		return Line{}, fmt.Errorf("schemas: %s line: %w", lineType, err)
 	}
-	l, err := DecodeLine(raw)
-	if err != nil {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
 		return Line{}, fmt.Errorf("schemas: %s line: %w", lineType, err)
 	}
-	l.m[FieldSchemaVersion] = uint64(AuditSchemaVersion)
-	l.m[FieldLineType] = lineType
-	return l, nil
+	if err := trustedNumbers(m); err != nil {
+		return Line{}, fmt.Errorf("schemas: %s line: %w", lineType, err)
+	}
+	m[FieldSchemaVersion] = uint64(AuditSchemaVersion)
+	m[FieldLineType] = lineType
+	return Line{m: m}, nil
+}
+
+// trustedNumbers replaces json.Number values in place with uint64, refusing
+// anything outside the value space (and null).
+func trustedNumbers(v any) error {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			if n, ok := e.(json.Number); ok {
+				u, err := strconv.ParseUint(string(n), 10, 64)
+				if err != nil || u >= MaxInteger {
+					return fmt.Errorf("%s: %w: %s", k, ErrValueSpace, n)
+				}
+				t[k] = u
+				continue
+			}
+			if e == nil {
+				return fmt.Errorf("%s: %w: null", k, ErrValueSpace)
+			}
+			if err := trustedNumbers(e); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range t {
+			if n, ok := e.(json.Number); ok {
+				u, err := strconv.ParseUint(string(n), 10, 64)
+				if err != nil || u >= MaxInteger {
+					return fmt.Errorf("[%d]: %w: %s", i, ErrValueSpace, n)
+				}
+				t[i] = u
+				continue
+			}
+			if e == nil {
+				return fmt.Errorf("[%d]: %w: null", i, ErrValueSpace)
+			}
+			if err := trustedNumbers(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 )
 
@@ -146,17 +147,35 @@ func (e *Event) Subject() string {
 }
 
 // Encode validates the event and returns its envelope as compact JSON with
-// no newline in it. Time is written in UTC.
+// no newline in it. Time is written in UTC. The envelope is assembled
+// directly: every member but the payload is a validated token that needs no
+// escaping, and the payload is copied as it is (compacted if it spans lines).
 func (e *Event) Encode() ([]byte, error) {
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}
-	c := *e
-	c.Time = c.Time.UTC()
-	b, err := json.Marshal(&c)
-	if err != nil {
-		return nil, fmt.Errorf("encode event: %w", err)
+	payload := []byte(e.Payload)
+	if bytes.ContainsAny(payload, "\r\n") {
+		var c bytes.Buffer
+		if err := json.Compact(&c, payload); err != nil {
+			return nil, fmt.Errorf("encode event: %w", err)
+		}
+		payload = c.Bytes()
 	}
+	b := make([]byte, 0, 112+len(payload))
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, int64(e.V), 10)
+	b = append(b, `,"id":"`...)
+	b = append(b, e.ID...)
+	b = append(b, `","session":"`...)
+	b = append(b, e.Session...)
+	b = append(b, `","kind":"`...)
+	b = append(b, e.Kind...)
+	b = append(b, `","time":"`...)
+	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","payload":`...)
+	b = append(b, payload...)
+	b = append(b, '}')
 	return b, nil
 }
 
@@ -178,6 +197,36 @@ func DecodeEvent(b []byte) (Event, error) {
 
 // validFramePayload requires exactly {"bytes":"<standard base64>"}.
 func validFramePayload(p json.RawMessage) error {
+	// The common, compact form is checked without decoding the bytes.
+	const pre, suf = `{"bytes":"`, `"}`
+	if len(p) >= len(pre)+len(suf) && string(p[:len(pre)]) == pre && string(p[len(p)-len(suf):]) == suf {
+		if validBase64(p[len(pre) : len(p)-len(suf)]) {
+			return nil
+		}
+	}
+	return validFramePayloadSlow(p)
+}
+
+// validBase64 reports whether b is padded standard base64.
+func validBase64(b []byte) bool {
+	if len(b)%4 != 0 {
+		return false
+	}
+	for i, c := range b {
+		switch {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '+', c == '/':
+		case c == '=' && i >= len(b)-2:
+			if i == len(b)-2 && b[len(b)-1] != '=' {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func validFramePayloadSlow(p json.RawMessage) error {
 	var m map[string]json.RawMessage
 	if err := decodeStrict(p, &m); err != nil {
 		return err
