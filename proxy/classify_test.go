@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -151,4 +153,44 @@ func TestHugeExponentIDIsCheap(t *testing.T) {
 	if len(c.Calls) != 1 || c.Calls[0].Key != "x:1e999999999" {
 		t.Fatalf("calls = %+v", c.Calls)
 	}
+}
+
+// refTopLevelKeys is the obvious token-decoder version of topLevelKeys.
+func refTopLevelKeys(obj []byte) []string {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return keys
+		}
+		k, _ := tok.(string)
+		keys = append(keys, k)
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return keys
+		}
+	}
+	return keys
+}
+
+// The byte scanner that finds duplicate members must agree with a real
+// JSON decoder on every valid object, or a duplicate could hide a call.
+func FuzzTopLevelKeys(f *testing.F) {
+	f.Add([]byte(`{"a":1,"b":{"a":2},"c":["x",{"d":3}],"a":"\"}"}`))
+	f.Add([]byte(`{"me\u0074hod":"x","method":"y"}`))
+	f.Add([]byte(`{"k\\":"v\\","\"":[]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		b = bytes.TrimSpace(b)
+		if !json.Valid(b) || len(b) == 0 || b[0] != '{' {
+			return
+		}
+		got, want := topLevelKeys(b), refTopLevelKeys(b)
+		if strings.Join(got, "\x00") != strings.Join(want, "\x00") {
+			t.Fatalf("topLevelKeys(%q) = %q, want %q", b, got, want)
+		}
+	})
 }
