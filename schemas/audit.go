@@ -202,6 +202,9 @@ func (l Line) SigningInput() ([]byte, error) {
 	if l.m == nil {
 		return nil, errors.New("schemas: signing input of a zero line")
 	}
+	if _, had := l.m[FieldSignature]; !had {
+		return EncodeValue(l.m)
+	}
 	m := maps.Clone(l.m)
 	delete(m, FieldSignature)
 	return EncodeValue(m)

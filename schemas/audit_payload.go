@@ -45,7 +45,12 @@ type Intent struct {
 }
 
 // Line returns the intent line without header position.
-func (i Intent) Line() (Line, error) { return payloadLine(LineIntent, i) }
+func (i Intent) Line() (Line, error) {
+	if l, ok := i.fastLine(); ok {
+		return l, nil
+	}
+	return payloadLine(LineIntent, i)
+}
 
 // Outcome is the payload of an outcome line, the record of one call on
 // whichever path it ended. Optional members are omitted when empty or nil;
@@ -66,7 +71,16 @@ type Outcome struct {
 }
 
 // Line returns the outcome line without header position and signature.
-func (o Outcome) Line() (Line, error) { return payloadLine(LineOutcome, o) }
+func (o Outcome) Line() (Line, error) {
+	l, ok, err := o.fastLine()
+	if err != nil {
+		return Line{}, err
+	}
+	if ok {
+		return l, nil
+	}
+	return payloadLine(LineOutcome, o)
+}
 
 // Policy is the policy verdict of an outcome, tagged by Status: allowed;
 // denied and rate_limited with Reason; pending_approval with ApprovalID.

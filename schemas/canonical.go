@@ -347,6 +347,15 @@ func appendString(b []byte, s string) ([]byte, error) {
 	const hexDigits = "0123456789abcdef"
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
+		// Copy the run of bytes that need no escape in one append.
+		j := i
+		for j < len(s) && s[j] >= 0x20 && s[j] != '"' && s[j] != '\\' {
+			j++
+		}
+		b = append(b, s[i:j]...)
+		if i = j; i == len(s) {
+			break
+		}
 		c := s[i]
 		switch c {
 		case '"':
@@ -378,6 +387,15 @@ func appendString(b []byte, s string) ([]byte, error) {
 // requires for member names. It differs from byte order only when a
 // supplementary-plane character meets one in U+E000..U+FFFF.
 func compareUTF16(a, b string) int {
+	// Skip the common prefix; if the first differing bytes are both ASCII,
+	// UTF-16 order is byte order.
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	if i < len(a) && i < len(b) && a[i] < 0x80 && b[i] < 0x80 {
+		return int(a[i]) - int(b[i])
+	}
 	for a != "" && b != "" {
 		ra, na := utf8.DecodeRuneInString(a)
 		rb, nb := utf8.DecodeRuneInString(b)
