@@ -93,12 +93,29 @@ func (c *Chain) Open(prevSessionTail string) (Entry, error) {
 
 // OpenFunc is [Chain.Open] with a commit step; see [Chain.AppendFunc].
 func (c *Chain) OpenFunc(prevSessionTail string, commit func(Entry) error) (Entry, error) {
+	return c.OpenExtraFunc(prevSessionTail, nil, commit)
+}
+
+// OpenExtraFunc is [Chain.OpenFunc] with extra members in the open line, so
+// that facts known before the session starts (such as the confinement a
+// server runs under) are signed with it. Each value must be in the audit
+// value space (see [schemas.DecodeValue]); a member may not replace one that
+// the open line defines.
+func (c *Chain) OpenExtraFunc(prevSessionTail string, extra map[string]any, commit func(Entry) error) (Entry, error) {
 	if prevSessionTail != "" && !schemas.IsDigest(prevSessionTail) {
 		return Entry{}, fmt.Errorf("projector: open chain: previous session tail %q is not a digest", prevSessionTail)
 	}
 	l, err := schemas.Open{PublicKey: c.pubHex, PrevSessionTail: prevSessionTail}.Line()
 	if err != nil {
 		return Entry{}, fmt.Errorf("projector: open chain: %w", err)
+	}
+	for k, v := range extra {
+		if _, taken := l.Get(k); taken || k == schemas.FieldSeq || k == schemas.FieldPrevHash || k == schemas.FieldKeyID || k == schemas.FieldSignature {
+			return Entry{}, fmt.Errorf("projector: open chain: extra member %q would replace a defined one", k)
+		}
+		if err := l.Set(k, v); err != nil {
+			return Entry{}, fmt.Errorf("projector: open chain: extra member %q: %w", k, err)
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -52,7 +52,14 @@ type SessionConfig struct {
 	// Argv and Version are recorded in session.opened.
 	Argv    []string
 	Version string
-	Logger  *slog.Logger
+	// Confinement, when set, is the enforcement fact of the server's
+	// confinement: it becomes the "confinement" member of the signed open
+	// line and the payload of a confinement.applied event committed with
+	// it, so it is durable and signed before the server runs. It must
+	// marshal to JSON inside the audit value space (no null, no floats, no
+	// negative numbers).
+	Confinement any
+	Logger      *slog.Logger
 }
 
 // Session is one proxy run's audit chain and event writer. It is the single
@@ -97,8 +104,26 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		return nil, err
 	}
 	s := &Session{store: cfg.Store, chain: chain, id: id, log: cfg.Logger}
+	var extra map[string]any
+	var with []schemas.Event
+	if cfg.Confinement != nil {
+		raw, err := json.Marshal(cfg.Confinement)
+		if err != nil {
+			return nil, fmt.Errorf("confinement fact: %w", err)
+		}
+		v, err := schemas.DecodeValue(raw)
+		if err != nil {
+			return nil, fmt.Errorf("confinement fact is outside the audit value space: %w", err)
+		}
+		extra = map[string]any{"confinement": v}
+		ev, err := cfg.Store.NewEvent(id, schemas.KindConfinementApplied, json.RawMessage(raw))
+		if err != nil {
+			return nil, err
+		}
+		with = append(with, ev)
+	}
 	var rcpt *events.Receipt
-	entry, err := chain.OpenFunc(tail, func(e Entry) error {
+	entry, err := chain.OpenExtraFunc(tail, extra, func(e Entry) error {
 		ev, err := cfg.Store.NewEvent(id, schemas.KindSessionOpened, SessionOpened{
 			Line: string(e.Bytes), AuditPath: path, AuditOffset: offset,
 			KeyID: chain.KeyID(), PID: os.Getpid(), Argv: cfg.Argv, Version: cfg.Version,
@@ -106,8 +131,13 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		if err != nil {
 			return err
 		}
-		rcpt, err = cfg.Store.Enqueue(ev)
-		return err
+		// session.opened first: it must be the session's first event.
+		rs, err := cfg.Store.EnqueueMany(append([]schemas.Event{ev}, with...)...)
+		if err != nil {
+			return err
+		}
+		rcpt = rs[len(rs)-1]
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open audit session: %w", err)

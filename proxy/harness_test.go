@@ -22,6 +22,7 @@ import (
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/sandbox"
 	"github.com/aegis-dev/aegis/schemas"
 	"github.com/aegis-dev/aegis/verifier"
 )
@@ -47,9 +48,13 @@ func bin(t testing.TB, name string) string {
 			"aegis":                "./cmd/aegis",
 			"aegis-example-server": "./cmd/aegis-example-server",
 			"rawserver":            "./proxy/testdata/rawserver",
+			"probe":                "./sandbox/testdata/probe",
 		} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, out), pkg)
 			cmd.Dir = root
+			if out == "probe" {
+				cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static: no loader grants
+			}
 			if b, err := cmd.CombinedOutput(); err != nil {
 				binErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 				return
@@ -82,6 +87,9 @@ type harness struct {
 	audit string
 	key   projector.PrivateKey
 	store *events.Store
+	// confine and self, when set, run the server confined.
+	confine *sandbox.Profile
+	self    string
 }
 
 func newHarness(t *testing.T) *harness {
@@ -119,16 +127,23 @@ type wrapRun struct {
 func (h *harness) run(argv []string, input io.Reader, grace time.Duration, sigs chan os.Signal) wrapRun {
 	h.t.Helper()
 	ctx := context.Background()
-	sess, err := projector.OpenSession(ctx, projector.SessionConfig{Store: h.store, Key: h.key, AuditPath: h.audit, Argv: argv, Version: "test"})
-	if err != nil {
-		h.t.Fatalf("OpenSession = %v", err)
+	open := func(fact *sandbox.Fact) (*projector.Session, error) {
+		cfg := projector.SessionConfig{Store: h.store, Key: h.key, AuditPath: h.audit, Argv: argv, Version: "test"}
+		if fact != nil {
+			cfg.Confinement = fact
+		}
+		return projector.OpenSession(ctx, cfg)
 	}
 	var out bytes.Buffer
 	var stderr bytes.Buffer
 	res, werr := proxy.Wrap(ctx, proxy.WrapConfig{
-		Session: sess, Stdin: input, Stdout: &out, Stderr: &stderr,
+		Open: open, Confine: h.confine, Self: h.self, Stdin: input, Stdout: &out, Stderr: &stderr,
 		Argv: argv, Grace: grace, Signals: sigs,
 	})
+	sess := res.Session
+	if sess == nil {
+		return wrapRun{res: res, err: werr, out: out.Bytes()}
+	}
 	if werr == nil || isStartError(werr) {
 		if err := sess.Close(ctx); err != nil {
 			h.t.Fatalf("session Close = %v", err)

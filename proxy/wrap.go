@@ -19,6 +19,7 @@ import (
 
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/sandbox"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -37,7 +38,16 @@ var ErrFrameTooLarge = errors.New("frame larger than 16 MiB")
 
 // WrapConfig runs one recorded relay between a host and a server process.
 type WrapConfig struct {
-	Session *projector.Session
+	// Open opens the audit session. Wrap calls it before the server can
+	// run, with the confinement fact when Confine is set (nil otherwise);
+	// an error stops Wrap before the server runs.
+	Open func(confinement *sandbox.Fact) (*projector.Session, error)
+	// Confine, when set, runs the server through the confine helper (Self
+	// is the aegis binary, usually /proc/self/exe): the helper applies the
+	// profile and reports what it enforced; the fact is signed into the
+	// session's open line before the helper may exec the server.
+	Confine *sandbox.Profile
+	Self    string
 	// Stdin and Stdout are the host's side of MCP.
 	Stdin  io.Reader
 	Stdout io.Writer
@@ -64,7 +74,26 @@ type WrapResult struct {
 	ServerExitedFirst bool
 	// Calls counts the tools/call requests recorded.
 	Calls int
+	// Session is the audit session Wrap opened (nil if it never got that
+	// far); the caller closes it.
+	Session *projector.Session
+	// Confinement is the enforcement fact, when the server was confined.
+	Confinement *sandbox.Fact
 }
+
+// ConfineError reports a confinement the helper refused to apply (the
+// server never ran; nothing was enforced) or could not set up.
+type ConfineError struct{ Err error }
+
+func (e *ConfineError) Error() string { return "confine server: " + e.Err.Error() }
+func (e *ConfineError) Unwrap() error { return e.Err }
+
+// OpenError reports an audit session that could not be opened; the server
+// never ran.
+type OpenError struct{ Err error }
+
+func (e *OpenError) Error() string { return e.Err.Error() }
+func (e *OpenError) Unwrap() error { return e.Err }
 
 type pendingCall struct {
 	call  schemas.WrapCall
@@ -115,7 +144,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &relay{cfg: cfg, sess: cfg.Session, log: cfg.Logger, pending: map[string]*pendingCall{}, rearm: make(chan struct{}, 1)}
+	r := &relay{cfg: cfg, log: cfg.Logger, pending: map[string]*pendingCall{}, rearm: make(chan struct{}, 1)}
 
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -127,14 +156,57 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 		inW.Close()
 		return WrapResult{}, fmt.Errorf("wrap: pipe: %w", err)
 	}
-	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = inR, outW, cfg.Stderr, cfg.Env
-	if err := cmd.Start(); err != nil {
+	closePipes := func() {
 		inR.Close()
 		inW.Close()
 		outR.Close()
 		outW.Close()
-		return WrapResult{ExitCode: 127}, &StartError{Argv: cfg.Argv, Err: err}
+	}
+	var cmd *exec.Cmd
+	var res WrapResult
+	if cfg.Confine != nil {
+		// The helper starts now but runs nothing of the server's until the
+		// fact is signed into the open line and durable.
+		child, err := sandbox.Command(ctx, cfg.Self, *cfg.Confine, cfg.Argv)
+		if err != nil {
+			closePipes()
+			return WrapResult{ExitCode: 1}, &ConfineError{Err: err}
+		}
+		cmd = child.Cmd
+		cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = inR, outW, cfg.Stderr, cfg.Env
+		fact, err := child.Start()
+		if err != nil {
+			closePipes()
+			return WrapResult{ExitCode: 1}, &ConfineError{Err: err}
+		}
+		res.Confinement = &fact
+		sess, err := cfg.Open(&fact)
+		if err != nil {
+			child.Abort()
+			closePipes()
+			return WrapResult{ExitCode: 1}, &OpenError{Err: err}
+		}
+		r.sess, res.Session = sess, sess
+		if err := child.Go(); err != nil {
+			cmd.Wait()
+			closePipes()
+			res.ExitCode = 127
+			return res, &StartError{Argv: cfg.Argv, Err: err}
+		}
+	} else {
+		sess, err := cfg.Open(nil)
+		if err != nil {
+			closePipes()
+			return WrapResult{ExitCode: 1}, &OpenError{Err: err}
+		}
+		r.sess, res.Session = sess, sess
+		cmd = exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = inR, outW, cfg.Stderr, cfg.Env
+		if err := cmd.Start(); err != nil {
+			closePipes()
+			res.ExitCode = 127
+			return res, &StartError{Argv: cfg.Argv, Err: err}
+		}
 	}
 	inR.Close()
 	outW.Close()
@@ -263,7 +335,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	r.mu.Unlock()
 	r.settlePending(schemas.WrapCall.ChildExited)
 
-	res := WrapResult{ExitCode: exitCode(cmd.ProcessState), ServerExitedFirst: hostWasOpen}
+	res.ExitCode, res.ServerExitedFirst = exitCode(cmd.ProcessState), hostWasOpen
 	r.mu.Lock()
 	res.Calls = r.calls
 	failed := r.failed

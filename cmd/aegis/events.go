@@ -187,6 +187,9 @@ func (m *Main) eventsAppend(ctx context.Context, args []string) error {
 		}
 	}
 	e, err := s.NewEvent(sess, schemas.Kind(*kind), json.RawMessage(payload))
+	if err == nil {
+		err = e.Validate()
+	}
 	if err != nil {
 		return usagef("the payload must be a JSON object; frames need {\"bytes\":\"<base64>\"}", "events append: %v", err)
 	}

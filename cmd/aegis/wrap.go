@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/sandbox"
 )
 
 const wrapUsage = `Usage:
@@ -57,6 +61,16 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	keyPath := fs.String("signing-key", "", "signing key file")
 	stateDir := fs.String("state-dir", "", "state directory")
 	grace := fs.Duration("grace", proxy.DefaultGrace, "how long the server may answer after the host closed stdin")
+	confine := fs.Bool("confine", false, "confine the server with Landlock and seccomp")
+	cf := &confineFlags{
+		execSupport: fs.Bool("allow-exec-support", false, "grant read on the system dirs a dynamic program needs"),
+		bestEffort:  fs.Bool("best-effort", false, "run with what the kernel can enforce, recording each degradation"),
+		allowUDP:    fs.Bool("allow-udp", false, "allow UDP sockets (Landlock cannot restrict them on this kernel)"),
+		allowMPTCP:  fs.Bool("allow-mptcp", false, "allow MPTCP sockets (Landlock cannot restrict them)"),
+	}
+	fs.Var(&cf.read, "allow-read", "grant read on PATH (repeatable)")
+	fs.Var(&cf.write, "allow-write", "grant read and write on PATH (repeatable)")
+	fs.Var(&cf.net, "allow-net", "grant TCP connect to HOST:PORT (repeatable)")
 	if err := m.parseFlags(fs, wrapUsage, flagArgs); err != nil {
 		return err
 	}
@@ -82,6 +96,16 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		}
 		return withHint(fmt.Errorf("refusing signing key: %w", err), "a key file is one line of 64 lowercase hex characters, as 'aegis keygen' writes it")
 	}
+	var profile *sandbox.Profile
+	if *confine {
+		p, err := m.confineProfile(cf, *keyPath, *audit, *stateDir)
+		if err != nil {
+			return err
+		}
+		profile = p
+	} else if cf.any() {
+		return usagef("add --confine to confine the server; the --allow-* flags only shape its profile", "--allow-read, --allow-write, --allow-net, --allow-exec-support, --allow-udp, --allow-mptcp and --best-effort need --confine")
+	}
 	store, err := m.openStore(ctx, *stateDir)
 	if err != nil {
 		return err
@@ -89,10 +113,35 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	defer store.Close(context.Background())
 	log := m.logger()
 
-	sess, err := projector.OpenSession(ctx, projector.SessionConfig{
-		Store: store, Key: key, AuditPath: *audit, Argv: argv, Version: Version, Logger: log,
+	open := func(fact *sandbox.Fact) (*projector.Session, error) {
+		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: *audit, Argv: argv, Version: Version, Logger: log}
+		if fact != nil {
+			cfg.Confinement = fact
+		}
+		return projector.OpenSession(ctx, cfg)
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	self, _ := os.Executable()
+	res, werr := proxy.Wrap(ctx, proxy.WrapConfig{
+		Open: open, Confine: profile, Self: self,
+		Stdin: m.Stdin, Stdout: m.Stdout, Stderr: m.Stderr,
+		Argv: argv, Signals: sigs, Grace: *grace, Logger: log,
 	})
-	if err != nil {
+	var se *proxy.StartError
+	var ce *proxy.ConfineError
+	var oe *proxy.OpenError
+	switch {
+	case errors.As(werr, &ce):
+		if errors.Is(werr, sandbox.ErrRefused) {
+			return withHint(fmt.Errorf("confinement refused; the server did not run and nothing was recorded as enforced: %w", ce.Err), "fix the --allow-* grants, or pass --best-effort to run with what the kernel can enforce (the record then lists each degradation)")
+		}
+		return fmt.Errorf("%w", werr)
+	case errors.As(werr, &oe):
+		err := oe.Err
 		switch {
 		case errors.Is(err, projector.ErrRecordDiverged):
 			return withHint(fmt.Errorf("will not append to %s: %w", *audit, err), "keep that file as evidence and check it with 'aegis verify'; use a new --audit path, or rebuild the record with 'aegis export'")
@@ -101,19 +150,15 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		}
 		return fmt.Errorf("open audit session: %w", err)
 	}
-
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-
-	res, werr := proxy.Wrap(ctx, proxy.WrapConfig{
-		Session: sess, Stdin: m.Stdin, Stdout: m.Stdout, Stderr: m.Stderr,
-		Argv: argv, Signals: sigs, Grace: *grace, Logger: log,
-	})
-	var se *proxy.StartError
+	sess := res.Session
 	if werr != nil && !errors.As(werr, &se) {
 		sess.Abandon()
 		return &exitError{code: 1, err: werr, hint: "the record holds everything acknowledged before the failure; 'aegis verify' will report the session as unfinished"}
+	}
+	if res.Confinement != nil {
+		for _, d := range res.Confinement.Degradations {
+			m.warnf("confinement degraded (--best-effort): %s", d)
+		}
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -133,4 +178,74 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		return &exitError{code: res.ExitCode}
 	}
 	return nil
+}
+
+// confineFlags are the --allow-* flags of wrap.
+type confineFlags struct {
+	read, write, net        multiFlag
+	execSupport, bestEffort *bool
+	allowUDP, allowMPTCP    *bool
+}
+
+func (c *confineFlags) any() bool {
+	return len(c.read)+len(c.write)+len(c.net) > 0 || *c.execSupport || *c.bestEffort || *c.allowUDP || *c.allowMPTCP
+}
+
+// confineProfile turns the flags into a profile that also protects aegis's
+// own files from the server: the signing key, the state directory, the
+// runtime directory and the record file.
+func (m *Main) confineProfile(c *confineFlags, keyPath, audit, stateDirFlag string) (*sandbox.Profile, error) {
+	abs := func(flag, p string) (string, error) {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			return "", usagef("give an absolute or relative path", "%s %q: %v", flag, p, err)
+		}
+		return a, nil
+	}
+	p := &sandbox.Profile{ExecSupport: *c.execSupport, BestEffort: *c.bestEffort, AllowUDP: *c.allowUDP, AllowMPTCP: *c.allowMPTCP}
+	for _, r := range c.read {
+		a, err := abs("--allow-read", r)
+		if err != nil {
+			return nil, err
+		}
+		p.ReadPaths = append(p.ReadPaths, a)
+	}
+	for _, w := range c.write {
+		a, err := abs("--allow-write", w)
+		if err != nil {
+			return nil, err
+		}
+		p.WritePaths = append(p.WritePaths, a)
+	}
+	for _, n := range c.net {
+		host, port, err := net.SplitHostPort(n)
+		pn, perr := strconv.ParseUint(port, 10, 16)
+		if err != nil || perr != nil || host == "" || pn == 0 {
+			return nil, usagef("--allow-net takes HOST:PORT, e.g. 127.0.0.1:8080 (Landlock enforces the port; the host is recorded, not enforced)", "bad --allow-net %q", n)
+		}
+		p.Net = append(p.Net, sandbox.NetGrant{Host: host, Port: uint16(pn)})
+	}
+	stateDir, err := m.stateDir(stateDirFlag)
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range []string{keyPath, audit, stateDir} {
+		a, err := abs("protect", q)
+		if err != nil {
+			return nil, err
+		}
+		p.Protect = append(p.Protect, a)
+	}
+	p.Protect = append(p.Protect, runtimeDirPath(m.Getenv))
+	return p, nil
+}
+
+// runtimeDirPath is where aegis keeps per-run credentials (approvals):
+// $XDG_RUNTIME_DIR/aegis, else a per-user directory under the temp dir. A
+// confined server may never reach it.
+func runtimeDirPath(getenv func(string) string) string {
+	if x := getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "aegis")
+	}
+	return filepath.Join(os.TempDir(), "aegis-"+strconv.Itoa(os.Getuid()))
 }

@@ -1,0 +1,196 @@
+package proxy_test
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aegis-dev/aegis/proxy/mcptest"
+)
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("confinement tests run as root (CI does)")
+	}
+}
+
+// listen opens a loopback TCP listener that accepts and closes.
+func listen(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// confinement returns the confinement member of the record's first open line.
+func confinement(t *testing.T, audit string) map[string]any {
+	t.Helper()
+	h := &harness{t: t, audit: audit}
+	opens := ofType(h.lines(), "open")
+	if len(opens) == 0 {
+		t.Fatal("no open line")
+	}
+	v, ok := opens[len(opens)-1].Get("confinement")
+	if !ok {
+		t.Fatal("the open line has no confinement member")
+	}
+	m, _ := v.(map[string]any)
+	return m
+}
+
+// Escape attempts by a real probe run as the server of aegis wrap
+// --confine. Each row is named after the attack it stops; the controls
+// show the same probe succeeds where it is allowed.
+func TestWrapConfineStopsEscapes(t *testing.T) {
+	needRoot(t)
+	c := newCLI(t)
+	probe := bin(t, "probe")
+	probeDir := filepath.Dir(probe)
+	ro := filepath.Join(c.dir, "ro")
+	rw := filepath.Join(c.dir, "rw")
+	os.Mkdir(ro, 0o755)
+	os.Mkdir(rw, 0o755)
+	os.WriteFile(filepath.Join(ro, "f"), []byte("x"), 0o644)
+	outside := filepath.Join(t.TempDir(), "outside")
+	os.WriteFile(outside, []byte("secret"), 0o644)
+	open := listen(t)
+	closed := listen(t)
+	grants := []string{"--allow-read", probeDir, "--allow-read", ro, "--allow-write", rw}
+	netGrant := append(append([]string{}, grants...), "--allow-net", "127.0.0.1:"+strconv.Itoa(open))
+	cases := []struct {
+		name   string
+		grants []string
+		probe  []string
+		ok     bool
+	}{
+		{"control: read inside a read grant", grants, []string{"read", filepath.Join(ro, "f")}, true},
+		{"control: write inside a write grant", grants, []string{"write", filepath.Join(rw, "new")}, true},
+		{"read outside the grants", grants, []string{"read", outside}, false},
+		{"write to a read-only grant", grants, []string{"write", filepath.Join(ro, "f")}, false},
+		{"TCP connect with no --allow-net", grants, []string{"connect", "127.0.0.1:" + strconv.Itoa(open)}, false},
+		{"UDP send with no --allow-net", grants, []string{"udp-send", "127.0.0.1:" + strconv.Itoa(open)}, false},
+		{"io_uring_setup", grants, []string{"io-uring-setup"}, false},
+		{"control: TCP connect to the granted port", netGrant, []string{"connect", "127.0.0.1:" + strconv.Itoa(open)}, true},
+		{"TCP connect to another port", netGrant, []string{"connect", "127.0.0.1:" + strconv.Itoa(closed)}, false},
+		{"MPTCP connect to the granted port", netGrant, []string{"connect-mptcp", "127.0.0.1:" + strconv.Itoa(open)}, false},
+		{"UDP send with a TCP grant", netGrant, []string{"udp-send", "127.0.0.1:" + strconv.Itoa(open)}, false},
+		{"read the signing key (best effort narrows the grant around it)", []string{"--allow-read", probeDir, "--allow-read", c.dir, "--best-effort"}, []string{"read", c.key}, false},
+		{"read the state directory's lock", []string{"--allow-read", probeDir, "--allow-read", c.dir, "--best-effort"}, []string{"read", filepath.Join(c.state, "lock")}, false},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			audit := filepath.Join(c.dir, "confine-"+strconv.Itoa(i)+".aarl")
+			args := append([]string{"wrap", "--audit", audit, "--signing-key", c.key, "--state-dir", c.state, "--confine"}, tc.grants...)
+			args = append(append(args, "--", probe), tc.probe...)
+			out, stderr, code := c.aegis(args...)
+			if tc.ok && (code != 0 || !strings.HasPrefix(out, "ok")) {
+				t.Fatalf("allowed attempt failed: exit %d, out %q, stderr %q", code, out, stderr)
+			}
+			if !tc.ok && (code != 1 || !strings.HasPrefix(out, "errno=")) {
+				t.Fatalf("escape was not stopped by the kernel: exit %d, out %q, stderr %q", code, out, stderr)
+			}
+			vout, _, vcode := c.aegis("verify", "--key", c.pub, audit)
+			if vcode != 0 {
+				t.Fatalf("record: %s", vout)
+			}
+			f := confinement(t, audit)
+			bestEffort := strings.Contains(strings.Join(tc.grants, " "), "--best-effort")
+			if f["seccomp_applied"] != true || f["landlock_fully_enforced"] != !bestEffort {
+				t.Errorf("fact: seccomp_applied %v, landlock_fully_enforced %v (best effort %v)", f["seccomp_applied"], f["landlock_fully_enforced"], bestEffort)
+			}
+			if d, _ := f["degradations"].([]any); bestEffort != (len(d) > 0) {
+				t.Errorf("degradations %v with best effort %v", d, bestEffort)
+			}
+			wantNet := !strings.Contains(strings.Join(tc.grants, " "), "--allow-net")
+			if f["seccomp_network_denied"] != wantNet {
+				t.Errorf("seccomp_network_denied %v, want %v", f["seccomp_network_denied"], wantNet)
+			}
+		})
+	}
+}
+
+// A grant that would expose aegis's own files is refused unless
+// --best-effort; a missing grant path likewise, and the record says what
+// was degraded.
+func TestWrapConfineRefusesUnlessBestEffort(t *testing.T) {
+	needRoot(t)
+	c := newCLI(t)
+	probe := bin(t, "probe")
+	missing := filepath.Join(c.dir, "does-not-exist")
+	for _, tc := range []struct {
+		name, want string
+		grants     []string
+	}{
+		{"grant covering the signing key", "covers protected path", []string{"--allow-read", c.dir}},
+		{"missing granted path", "does-not-exist", []string{"--allow-read", missing}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			audit := filepath.Join(c.dir, strings.ReplaceAll(tc.name, " ", "-")+".aarl")
+			base := append([]string{"wrap", "--audit", audit, "--signing-key", c.key, "--state-dir", c.state, "--confine", "--allow-read", filepath.Dir(probe)}, tc.grants...)
+			_, stderr, code := c.aegis(append(base, "--", probe, "true")...)
+			if code != 1 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "--best-effort") {
+				t.Fatalf("exit %d, stderr %q", code, stderr)
+			}
+			if _, err := os.Stat(audit); err == nil {
+				t.Fatal("a refused confinement left a record claiming a session")
+			}
+			out, stderr, code := c.aegis(append(append(base, "--best-effort"), "--", probe, "true")...)
+			if code != 0 || !strings.HasPrefix(out, "ok") || !strings.Contains(stderr, "confinement degraded") {
+				t.Fatalf("--best-effort: exit %d, out %q, stderr %q", code, out, stderr)
+			}
+			f := confinement(t, audit)
+			if d, _ := f["degradations"].([]any); len(d) == 0 {
+				t.Fatalf("the record does not list the degradation: %v", f)
+			}
+		})
+	}
+}
+
+// The official reference server still works confined, and the signed
+// record says how.
+func TestWrapConfineEverythingServer(t *testing.T) {
+	needRoot(t)
+	argv := mcptest.EverythingServer(t)
+	c := newCLI(t)
+	pkgRoot := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(argv[1])))) // …/node_modules
+	wrap := append([]string{bin(t, "aegis"), "wrap", "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state,
+		"--confine", "--allow-exec-support", "--allow-read", filepath.Dir(argv[0]), "--allow-read", pkgRoot, "--"}, argv...)
+	ctx := t.Context()
+	cs, err := mcptest.Connect(ctx, wrap, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatalf("tools/list confined: %v", err)
+	}
+	cs.Close()
+	if len(tools.Tools) == 0 {
+		t.Fatal("no tools")
+	}
+	if out, _, code := c.aegis("verify", "--key", c.pub, c.audit); code != 0 {
+		t.Fatalf("verify: %s", out)
+	}
+	f := confinement(t, c.audit)
+	b, _ := json.Marshal(f)
+	if f["seccomp_network_denied"] != true || f["landlock_fully_enforced"] != true {
+		t.Fatalf("fact %s", b)
+	}
+}
