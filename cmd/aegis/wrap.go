@@ -18,7 +18,10 @@ import (
 )
 
 const wrapUsage = `Usage:
-  aegis wrap --audit PATH --signing-key PATH [--state-dir DIR] -- CMD [ARGS…]
+  aegis wrap --audit PATH --signing-key PATH [--state-dir DIR]
+             [--confine [--allow-read P]… [--allow-write P]… [--allow-net HOST:PORT]…
+                        [--allow-exec-support] [--allow-udp] [--allow-mptcp] [--best-effort]]
+             -- CMD [ARGS…]
 
 Runs the MCP server CMD and relays its stdio with the host byte for byte,
 recording every frame in the state directory's event stream and every
@@ -33,6 +36,12 @@ tools/call as a signed, hash-chained audit record:
 keygen'). The key is loaded and the store opened before the server starts:
 a wrap that cannot record never starts a server. '--' ends aegis's flags;
 everything after it is the server's argv, --help included.
+
+--confine runs the server under Landlock and seccomp (deny by default; the
+--allow-* flags grant paths and TCP ports) and signs what was enforced into
+the record before the server starts. Grants that would expose the signing
+key, the record or aegis's directories, missing grant paths and anything the
+kernel cannot enforce are refused unless --best-effort.
 
 The server's stderr passes through to aegis's stderr. SIGINT and SIGTERM
 are forwarded to it (a second one kills it). aegis exits with the server's
