@@ -250,6 +250,39 @@ func (s *Session) appendLine(l schemas.Line, kind schemas.Kind, callID, toolID s
 	return rcpt, nil
 }
 
+// Decision appends a signed decision line (a human's verdict on an
+// approval) together with an approval.resolved event whose payload is
+// resolved plus the line. The caller waits on the receipt before acting on
+// the decision.
+func (s *Session) Decision(d schemas.Decision, resolved map[string]string) (*events.Receipt, error) {
+	l, err := d.Line()
+	if err != nil {
+		return nil, err
+	}
+	var rcpt *events.Receipt
+	_, err = s.chain.AppendFunc(l, func(e Entry) error {
+		payload := map[string]string{"line": string(e.Bytes)}
+		for k, v := range resolved {
+			if k != "line" {
+				payload[k] = v
+			}
+		}
+		ev, err := s.store.NewEvent(s.id, schemas.KindApprovalResolved, payload)
+		if err != nil {
+			return err
+		}
+		if rcpt, err = s.store.Enqueue(ev); err != nil {
+			return err
+		}
+		s.proj.push(e.Bytes, rcpt)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("append decision line: %w", err)
+	}
+	return rcpt, nil
+}
+
 // Close appends the signed close line, waits until it is durable, lets the
 // file projection write everything and fsyncs the record file.
 func (s *Session) Close(ctx context.Context) error {

@@ -30,6 +30,11 @@ type Call struct {
 	Key string
 	// Tool is params.name, or "<unknown>" when Malformed.
 	Tool string
+	// ID is the request's id exactly as sent (nil when absent); a refusal
+	// echoes it with its JSON type.
+	ID json.RawMessage
+	// Args is params.arguments as sent (nil when absent).
+	Args json.RawMessage
 	// Malformed is set, with the reason, for a tools/call the relay cannot
 	// follow to an answer: no id, a null or non-scalar id, no string
 	// params.name, duplicate members that parsers may read differently, or
@@ -157,7 +162,7 @@ func classifyObject(obj []byte, c *Classification) {
 		if method != "tools/call" {
 			return
 		}
-		call := Call{Tool: UnknownTool}
+		call := Call{Tool: UnknownTool, ID: compactRaw(m.ID), Args: arguments(m.Params)}
 		name, ok := toolName(m.Params)
 		key, idOK, idWhy := idKey(m.ID)
 		switch {
@@ -180,6 +185,30 @@ func classifyObject(obj []byte, c *Classification) {
 			c.Answers = append(c.Answers, Answer{Key: key})
 		}
 	}
+}
+
+// compactRaw returns raw without surrounding whitespace, or nil.
+func compactRaw(raw json.RawMessage) json.RawMessage {
+	r := bytes.TrimSpace(raw)
+	if len(r) == 0 {
+		return nil
+	}
+	return r
+}
+
+// arguments returns params.arguments, or nil.
+func arguments(params json.RawMessage) json.RawMessage {
+	p := bytes.TrimSpace(params)
+	if len(p) == 0 || p[0] != '{' {
+		return nil
+	}
+	var v struct {
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if json.Unmarshal(p, &v) != nil {
+		return nil
+	}
+	return compactRaw(v.Arguments)
 }
 
 // toolName returns params.name when it is a string and params has no

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
 	"github.com/aegis-dev/aegis/sandbox"
@@ -90,6 +91,8 @@ type harness struct {
 	// confine and self, when set, run the server confined.
 	confine *sandbox.Profile
 	self    string
+	// policy, when set, gates the calls.
+	policy *policy.Set
 }
 
 func newHarness(t *testing.T) *harness {
@@ -138,7 +141,7 @@ func (h *harness) run(argv []string, input io.Reader, grace time.Duration, sigs 
 	var stderr bytes.Buffer
 	res, werr := proxy.Wrap(ctx, proxy.WrapConfig{
 		Open: open, Confine: h.confine, Self: h.self, Stdin: input, Stdout: &out, Stderr: &stderr,
-		Argv: argv, Grace: grace, Signals: sigs,
+		Argv: argv, Grace: grace, Signals: sigs, Policy: h.policy,
 	})
 	sess := res.Session
 	if sess == nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/sandbox"
 	"github.com/aegis-dev/aegis/schemas"
@@ -63,6 +65,19 @@ type WrapConfig struct {
 	Grace  time.Duration
 	Now    func() time.Time
 	Logger *slog.Logger
+
+	// Policy, when set, decides every tools/call before it may reach the
+	// server; refused calls are answered with the -32042 refusal frame.
+	Policy *policy.Set
+	// ApprovalTTL bounds how long a pending approval can be acted on
+	// (default 10 minutes).
+	ApprovalTTL time.Duration
+	// Approvals, when set with a Policy, starts serving approval requests
+	// for the session (aegis approve/deny/approvals) with handle; Wrap calls
+	// the returned stop when it ends.
+	Approvals func(session string, handle func(ApprovalOp) ApprovalReply) (stop func(), err error)
+	// Prompt receives approval prompts (aegis's stderr).
+	Prompt io.Writer
 }
 
 // WrapResult is how a relay ended.
@@ -98,6 +113,7 @@ func (e *OpenError) Unwrap() error { return e.Err }
 type pendingCall struct {
 	call  schemas.WrapCall
 	start time.Time
+	axes  schemas.DecisionAxes // matched rule and approval, under a policy
 }
 
 type outFrame struct {
@@ -120,6 +136,9 @@ type relay struct {
 
 	rearm chan struct{}
 	kill  func()
+
+	gate   *gate    // nil without a policy
+	toHost *outPath // where refusal frames go
 
 	s2cFrames atomic.Int64 // server frames read so far
 	s2cBusy   atomic.Bool  // the server reader is handling a frame
@@ -145,6 +164,9 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &relay{cfg: cfg, log: cfg.Logger, pending: map[string]*pendingCall{}, rearm: make(chan struct{}, 1)}
+	if cfg.Policy != nil {
+		r.gate = newGate(cfg.Policy, cfg.ApprovalTTL)
+	}
 
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -215,6 +237,17 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 		r.fail(err)
 	}
 
+	s2c := &outPath{ch: make(chan outFrame, 64), dst: cfg.Stdout}
+	r.toHost = s2c
+	if r.gate != nil && cfg.Approvals != nil {
+		stop, err := cfg.Approvals(r.sess.ID(), r.handleApproval)
+		if err != nil {
+			r.fail(fmt.Errorf("serve approvals: %w", err))
+		} else {
+			defer stop()
+		}
+	}
+
 	// Host -> server.
 	c2s := &outPath{ch: make(chan outFrame, 64), dst: inW, toServer: true}
 	hostDone := make(chan struct{})
@@ -232,7 +265,6 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	}()
 
 	// Server -> host.
-	s2c := &outPath{ch: make(chan outFrame, 64), dst: cfg.Stdout}
 	serverOutDone := make(chan struct{})
 	go func() {
 		r.readFrames(outR, schemas.KindFrameS2C, r.onServerFrame, s2c)
@@ -399,7 +431,7 @@ func (r *relay) isStopped() bool {
 // says what to wait for), and queues it for the writer. It ends at EOF, on a
 // read error, on an oversized frame (failing the session), or when the
 // relay stops.
-func (r *relay) readFrames(src io.Reader, kind schemas.Kind, on func([]byte) (*events.Receipt, bool), out *outPath) {
+func (r *relay) readFrames(src io.Reader, kind schemas.Kind, on func([]byte) (*events.Receipt, bool, bool), out *outPath) {
 	br := bufio.NewReaderSize(src, 64<<10)
 	for {
 		line, err := readLine(br)
@@ -418,8 +450,8 @@ func (r *relay) readFrames(src io.Reader, kind schemas.Kind, on func([]byte) (*e
 			if kind == schemas.KindFrameS2C {
 				r.s2cBusy.Store(true)
 			}
-			wait, ok := on(line)
-			if ok {
+			wait, relay, ok := on(line)
+			if ok && relay {
 				r.send(out, outFrame{data: line, wait: wait})
 			}
 			if kind == schemas.KindFrameS2C {
@@ -535,35 +567,70 @@ func (r *relay) failedNow() bool {
 	return r.failed != nil
 }
 
-// onHostFrame records a host frame and its tools/calls. Well-formed calls
-// become pending; the frame waits for their intents. Malformed calls get an
-// intent and an outcome at once, and the frame waits for those.
-func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool) {
+// onHostFrame records a host frame and its tools/calls and says whether to
+// relay it. Without a policy every call is allowed: well-formed calls
+// become pending and the frame waits for their intents; malformed calls
+// get an intent and an outcome at once. With a policy every call is
+// decided first (pass 1, nothing recorded); if any is refused the whole
+// frame is refused (pass 2 records every call as refused, and the host gets
+// the refusal frame once the outcomes are durable), else it is relayed as
+// without a policy but with the real policy set hash and matched rule.
+func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 	frame := frameOf(line)
 	cls := Classify(frame)
 	fev, err := r.sess.FrameEvent(schemas.KindFrameC2S, frame)
 	if err != nil {
 		r.fail(err)
-		return nil, false
+		return nil, false, false
 	}
 	if len(cls.Calls) == 0 {
 		// Not a call: durable with the next commit, relayed without waiting.
 		if _, err := r.sess.Enqueue(fev); err != nil {
 			r.fail(err)
-			return nil, false
+			return nil, false, false
 		}
-		return nil, true
+		return nil, true, true
+	}
+	now := r.cfg.Now()
+	policyHash := schemas.WrapPassthroughPolicySetHash
+	var verdicts []gated
+	refused := false
+	if r.gate != nil {
+		policyHash = r.gate.hash
+		verdicts = make([]gated, len(cls.Calls))
+		for i, c := range cls.Calls {
+			// A call without a usable name cannot be asked about; one sent
+			// as a notification (no id) is evaluated like any other.
+			if c.Tool == UnknownTool {
+				verdicts[i].decision.Verdict = policy.Allow
+				continue
+			}
+			verdicts[i] = r.gate.decide(c.Tool, c.Args, now)
+			if verdicts[i].decision.Verdict != policy.Allow {
+				refused = true
+			}
+		}
+	}
+	if refused {
+		return r.refuseFrame(cls, frame, fev, verdicts, policyHash, now)
 	}
 	// The frame event rides with the first intent, so both share a commit.
 	with := []schemas.Event{fev}
 	var last *events.Receipt
 	dg := digest(frame)
-	now := r.cfg.Now()
-	for _, c := range cls.Calls {
-		wc := schemas.WrapCall{CallID: r.sess.NextCallID(), ToolID: c.Tool, RequestDigest: dg, PolicySetHash: schemas.WrapPassthroughPolicySetHash}
+	for i, c := range cls.Calls {
+		wc := schemas.WrapCall{CallID: r.sess.NextCallID(), ToolID: c.Tool, RequestDigest: dg, PolicySetHash: policyHash}
+		var axes schemas.DecisionAxes
+		if c.Tool == UnknownTool {
+			wc.PolicySetHash = schemas.WrapPassthroughPolicySetHash // no rule was asked
+		} else if verdicts != nil {
+			axes.MatchedRule = verdicts[i].decision.MatchedRule
+			axes.ApprovalRef = verdicts[i].approval
+			r.gate.take(c.Tool, verdicts[i])
+		}
 		if last, err = r.sess.Intent(wc.Intent(), with...); err != nil {
 			r.fail(err)
-			return nil, false
+			return nil, false, false
 		}
 		with = nil
 		r.mu.Lock()
@@ -571,7 +638,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool) {
 		var superseded *pendingCall
 		if c.Malformed == "" {
 			superseded = r.pending[c.Key]
-			r.pending[c.Key] = &pendingCall{call: wc, start: now}
+			r.pending[c.Key] = &pendingCall{call: wc, start: now, axes: axes}
 		}
 		r.mu.Unlock()
 		if superseded != nil {
@@ -579,7 +646,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool) {
 			o.Execution = schemas.ExecutionHostDenied("superseded: a later tools/call reused this id before an answer came")
 			if last, err = r.sess.Outcome(o); err != nil {
 				r.fail(err)
-				return nil, false
+				return nil, false, false
 			}
 		}
 		if c.Malformed != "" {
@@ -588,18 +655,134 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool) {
 				o.Policy = schemas.PolicyDenied(c.Malformed)
 				o.Capability = schemas.CapabilityDenied(c.Malformed)
 			}
+			o.DecisionAxes = axes
 			if last, err = r.sess.Outcome(o); err != nil {
 				r.fail(err)
-				return nil, false
+				return nil, false, false
 			}
 		}
 	}
-	return last, true
+	return last, true, true
+}
+
+// refuseFrame records every call of a refused frame (intent and outcome
+// back to back), registers pending approvals, and answers the host with
+// the refusal frame once the outcomes are durable. The frame never reaches
+// the server.
+func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event, verdicts []gated, policyHash string, now time.Time) (*events.Receipt, bool, bool) {
+	with := []schemas.Event{fev}
+	var last *events.Receipt
+	var err error
+	dg := digest(frame)
+	type answer struct {
+		id   json.RawMessage
+		code string
+	}
+	var answers []answer
+	for i, c := range cls.Calls {
+		wc := schemas.WrapCall{CallID: r.sess.NextCallID(), ToolID: c.Tool, RequestDigest: dg, PolicySetHash: policyHash}
+		d := verdicts[i].decision
+		var o schemas.Outcome
+		switch {
+		case c.Tool == UnknownTool:
+			wc.PolicySetHash = schemas.WrapPassthroughPolicySetHash
+			o = wc.Malformed()
+			if c.Malformed != schemas.ReasonMalformedCall {
+				o.Policy = schemas.PolicyDenied(c.Malformed)
+				o.Capability = schemas.CapabilityDenied(c.Malformed)
+			}
+			o.Execution = schemas.ExecutionHostDenied(schemas.ReasonSiblingRefused)
+		case d.Verdict == policy.Allow:
+			o = wc.SiblingRefused()
+			o.DecisionAxes.MatchedRule = d.MatchedRule
+		default:
+			o = wc.Refused(d.Record(), d.MatchedRule)
+		}
+		if last, err = r.sess.Intent(wc.Intent(), with...); err != nil {
+			r.fail(err)
+			return nil, false, false
+		}
+		with = nil
+		if d.Verdict == policy.PendingApproval {
+			p := PendingApproval{ApprovalID: d.ApprovalID, ToolID: c.Tool, RequestDigest: dg, ArgsDigest: verdicts[i].argsDigest,
+				Session: r.sess.ID(), RequestedAt: now.UTC(), ExpiresAt: now.Add(r.gate.ttl).UTC()}
+			if _, err = r.sess.Fact(schemas.KindApprovalRequested, p); err != nil {
+				r.fail(err)
+				return nil, false, false
+			}
+			r.gate.request(p)
+			r.armExpiry(p)
+			r.prompt(p)
+		}
+		if last, err = r.sess.Outcome(o); err != nil {
+			r.fail(err)
+			return nil, false, false
+		}
+		r.mu.Lock()
+		r.calls++
+		r.mu.Unlock()
+		if len(c.ID) > 0 && !bytes.Equal(c.ID, []byte("null")) {
+			code := policy.RefusalCode(d)
+			if c.Tool == UnknownTool {
+				code = policy.CodeHostDenied
+			}
+			answers = append(answers, answer{c.ID, code})
+		}
+	}
+	var reply []byte
+	switch {
+	case len(answers) == 0:
+		// Notifications only: nothing to answer.
+	case cls.Shape == Batch:
+		reply = append(reply, '[')
+		for i, a := range answers {
+			if i > 0 {
+				reply = append(reply, ',')
+			}
+			reply = append(reply, refusalFrame(a.id, a.code)...)
+		}
+		reply = append(reply, ']')
+	default:
+		reply = refusalFrame(answers[0].id, answers[0].code)
+	}
+	if reply != nil {
+		rev, err := r.sess.FrameEvent(schemas.KindFrameRefusal, reply)
+		if err == nil {
+			last, err = r.sess.Enqueue(rev)
+		}
+		if err != nil {
+			r.fail(err)
+			return nil, false, false
+		}
+		r.send(r.toHost, outFrame{data: append(reply, '\n'), wait: last})
+	}
+	return last, false, true
+}
+
+// prompt tells the operator how to act on a pending approval.
+func (r *relay) prompt(p PendingApproval) {
+	if r.cfg.Prompt == nil {
+		return
+	}
+	fmt.Fprintf(r.cfg.Prompt, "aegis: approval needed: tools/call %q was refused pending approval %s (expires %s)\naegis: hint: to let it through once, run: aegis approve %s   (or: aegis deny %s)\n",
+		p.ToolID, p.ApprovalID, p.ExpiresAt.Local().Format(time.Kitchen), p.ApprovalID, p.ApprovalID)
+}
+
+// armExpiry records the approval's expiry when its time runs out.
+func (r *relay) armExpiry(p PendingApproval) {
+	time.AfterFunc(p.ExpiresAt.Sub(r.cfg.Now()), func() {
+		if _, ok := r.gate.expire(p.ApprovalID); !ok || r.isStopped() {
+			return
+		}
+		if _, err := r.sess.Fact(schemas.KindApprovalExpired, map[string]string{"approval_id": p.ApprovalID}); err != nil {
+			r.log.Warn("record approval expiry", "err", err)
+		}
+	})
 }
 
 // onServerFrame records a server frame and the outcomes of the calls it
 // answers; the frame waits for those outcomes.
-func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool) {
+func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 	select {
 	case r.rearm <- struct{}{}:
 	default:
@@ -609,7 +792,7 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool) {
 	fev, err := r.sess.FrameEvent(schemas.KindFrameS2C, frame)
 	if err != nil {
 		r.fail(err)
-		return nil, false
+		return nil, false, false
 	}
 	// The frame event rides with the first outcome; a frame that answers
 	// no pending call (a ping's answer, a notification, a request to the
@@ -630,19 +813,21 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool) {
 			dg = digest(frame)
 		}
 		wall := uint64(now.Sub(pc.start).Milliseconds())
-		if last, err = r.sess.Outcome(pc.call.Answered(dg, wall), with...); err != nil {
+		o := pc.call.Answered(dg, wall)
+		o.DecisionAxes = pc.axes
+		if last, err = r.sess.Outcome(o, with...); err != nil {
 			r.fail(err)
-			return nil, false
+			return nil, false, false
 		}
 		with = nil
 	}
 	if with != nil {
 		if _, err := r.sess.Enqueue(fev); err != nil {
 			r.fail(err)
-			return nil, false
+			return nil, false, false
 		}
 	}
-	return last, true
+	return last, true, true
 }
 
 // settlePending records an outcome for every call still pending and waits
@@ -671,4 +856,56 @@ func (r *relay) settlePending(outcome func(schemas.WrapCall) schemas.Outcome) {
 			r.fail(err)
 		}
 	}
+}
+
+// handleApproval acts on a request from aegis approve, deny or approvals.
+// Every decision is a signed decision line, durable before the reply; a
+// request that cannot be honoured (unknown, already decided, expired) is
+// refused with the reason and recorded as approval.refused.
+func (r *relay) handleApproval(op ApprovalOp) ApprovalReply {
+	now := r.cfg.Now()
+	switch op.Op {
+	case "list":
+		return ApprovalReply{OK: true, Pending: r.gate.list(now)}
+	case "approve", "deny":
+	default:
+		return ApprovalReply{Error: fmt.Sprintf("unknown request %q", op.Op)}
+	}
+	if r.isStopped() {
+		return ApprovalReply{Error: "the session is ending"}
+	}
+	p, why := r.gate.resolve(op.ApprovalID, now)
+	if p == nil {
+		if _, err := r.sess.Fact(schemas.KindApprovalRefused, map[string]string{"approval_id": op.ApprovalID, "op": op.Op, "by": op.By, "reason": why}); err != nil {
+			r.log.Warn("record refused approval request", "err", err)
+		}
+		return ApprovalReply{Error: why}
+	}
+	d := schemas.Decision{ApprovalID: p.ApprovalID}
+	msg := ""
+	if op.Op == "approve" {
+		d.Verdict = schemas.Approved(schemas.ApprovalScope{ToolID: p.ToolID})
+		msg = fmt.Sprintf("approved %s: the next tools/call %q with the same arguments goes through once", p.ApprovalID, p.ToolID)
+	} else {
+		reason := op.Reason
+		if reason == "" {
+			reason = "denied by operator"
+		}
+		d.Verdict = schemas.Rejected(reason)
+		msg = fmt.Sprintf("denied %s (%s)", p.ApprovalID, reason)
+	}
+	rc, err := r.sess.Decision(d, map[string]string{"approval_id": p.ApprovalID, "op": op.Op, "by": op.By})
+	if err == nil {
+		_, err = rc.Wait(context.Background())
+	}
+	if err != nil {
+		r.fail(err)
+		return ApprovalReply{Error: "could not record the decision: " + err.Error()}
+	}
+	if op.Op == "approve" {
+		r.gate.grant(p)
+	} else {
+		r.gate.denied(p.ApprovalID)
+	}
+	return ApprovalReply{OK: true, Message: msg}
 }

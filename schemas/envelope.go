@@ -39,6 +39,9 @@ const (
 	KindCallOutcome        Kind = "call.outcome"
 	KindApprovalRequested  Kind = "approval.requested"
 	KindApprovalResolved   Kind = "approval.resolved"
+	KindApprovalExpired    Kind = "approval.expired"
+	KindApprovalRefused    Kind = "approval.refused"
+	KindFrameRefusal       Kind = "frame.refusal"
 	KindProfileSwitched    Kind = "profile.switched"
 	KindConfinementApplied Kind = "confinement.applied"
 	KindChildStarted       Kind = "child.started"
@@ -52,6 +55,7 @@ var kinds = map[Kind]bool{
 	KindFrameC2S: true, KindFrameS2C: true,
 	KindCallIntent: true, KindCallVerdict: true, KindCallOutcome: true,
 	KindApprovalRequested: true, KindApprovalResolved: true,
+	KindApprovalExpired: true, KindApprovalRefused: true, KindFrameRefusal: true,
 	KindProfileSwitched: true, KindConfinementApplied: true,
 	KindChildStarted: true, KindChildExited: true,
 	KindAuditLine: true, KindNote: true,
@@ -132,7 +136,7 @@ func (e *Event) Validate() error {
 	if len(p) == 0 || p[0] != '{' || !json.Valid(e.Payload) {
 		return &ValidationError{"payload", "not a JSON object"}
 	}
-	if e.Kind == KindFrameC2S || e.Kind == KindFrameS2C {
+	if e.Kind == KindFrameC2S || e.Kind == KindFrameS2C || e.Kind == KindFrameRefusal {
 		if err := validFramePayload(e.Payload); err != nil {
 			return &ValidationError{"payload", "frame payload: " + err.Error()}
 		}

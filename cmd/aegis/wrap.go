@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
 	"github.com/aegis-dev/aegis/sandbox"
@@ -19,6 +21,7 @@ import (
 
 const wrapUsage = `Usage:
   aegis wrap --audit PATH --signing-key PATH [--state-dir DIR]
+             [--policy FILE [--approval-ttl D]]
              [--confine [--allow-read P]… [--allow-write P]… [--allow-net HOST:PORT]…
                         [--allow-exec-support] [--allow-udp] [--allow-mptcp] [--best-effort]]
              -- CMD [ARGS…]
@@ -36,6 +39,13 @@ tools/call as a signed, hash-chained audit record:
 keygen'). The key is loaded and the store opened before the server starts:
 a wrap that cannot record never starts a server. '--' ends aegis's flags;
 everything after it is the server's argv, --help included.
+
+--policy FILE decides every tools/call before it may reach the server: a
+refused call (deny, rate_limit over budget, pending_approval) is answered
+with JSON-RPC error -32042 and never relayed; a batch with one refused call
+is refused whole. A pending call prints the 'aegis approve ID' command to
+run; an approval lets the same tool with the same arguments through once
+(--approval-ttl, default 10m).
 
 --confine runs the server under Landlock and seccomp (deny by default; the
 --allow-* flags grant paths and TCP ports) and signs what was enforced into
@@ -70,6 +80,8 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	keyPath := fs.String("signing-key", "", "signing key file")
 	stateDir := fs.String("state-dir", "", "state directory")
 	grace := fs.Duration("grace", proxy.DefaultGrace, "how long the server may answer after the host closed stdin")
+	policyPath := fs.String("policy", "", "policy file deciding every tools/call")
+	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
 	confine := fs.Bool("confine", false, "confine the server with Landlock and seccomp")
 	cf := &confineFlags{
 		execSupport: fs.Bool("allow-exec-support", false, "grant read on the system dirs a dynamic program needs"),
@@ -105,6 +117,21 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		}
 		return withHint(fmt.Errorf("refusing signing key: %w", err), "a key file is one line of 64 lowercase hex characters, as 'aegis keygen' writes it")
 	}
+	var set *policy.Set
+	if *policyPath != "" {
+		data, err := os.ReadFile(*policyPath)
+		if err != nil {
+			return withHint(fmt.Errorf("could not load policy %s: %w", *policyPath, err), "--policy takes a YAML policy file; see 'aegis help wrap'")
+		}
+		if set, err = policy.Parse(*policyPath, data); err != nil {
+			return withHint(fmt.Errorf("could not load policy: %w", err), "fix the policy file; the server was not started")
+		}
+	} else if *approvalTTL != proxy.DefaultApprovalTTL {
+		return usagef("add --policy FILE", "--approval-ttl needs --policy")
+	}
+	if *approvalTTL <= 0 {
+		return usagef("for example --approval-ttl 10m", "--approval-ttl must be positive")
+	}
 	var profile *sandbox.Profile
 	if *confine {
 		p, err := m.confineProfile(cf, *keyPath, *audit, *stateDir)
@@ -139,6 +166,8 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		Open: open, Confine: profile, Self: self,
 		Stdin: m.Stdin, Stdout: m.Stdout, Stderr: m.Stderr,
 		Argv: argv, Signals: sigs, Grace: *grace, Logger: log,
+		Policy: set, ApprovalTTL: *approvalTTL, Prompt: m.Stderr,
+		Approvals: m.approvalServer(store),
 	})
 	var se *proxy.StartError
 	var ce *proxy.ConfineError
@@ -257,4 +286,10 @@ func runtimeDirPath(getenv func(string) string) string {
 		return filepath.Join(x, "aegis")
 	}
 	return filepath.Join(os.TempDir(), "aegis-"+strconv.Itoa(os.Getuid()))
+}
+
+// approvalServer returns the hook that serves approval requests for a
+// wrap session, or nil until the approval channel is available.
+func (m *Main) approvalServer(store *events.Store) func(string, func(proxy.ApprovalOp) proxy.ApprovalReply) (func(), error) {
+	return nil
 }

@@ -10,7 +10,9 @@
 //	fail  answer with a JSON-RPC error
 //
 // Unparseable lines get no answer. At stdin EOF it exits 0, or with -linger
-// it waits to be killed (a server that ignores the host leaving).
+// it waits to be killed (a server that ignores the host leaving). With -log
+// FILE it appends every line it receives to FILE, so a test can tell what
+// reached the server.
 package main
 
 import (
@@ -34,7 +36,15 @@ type req struct {
 
 func main() {
 	linger := flag.Bool("linger", false, "ignore stdin EOF and SIGTERM")
+	logPath := flag.String("log", "", "append every line received to this file")
 	flag.Parse()
+	var logf *os.File
+	if *logPath != "" {
+		var err error
+		if logf, err = os.OpenFile(*logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err != nil {
+			os.Exit(4)
+		}
+	}
 	if *linger {
 		signal.Ignore(syscall.SIGTERM)
 	}
@@ -42,6 +52,9 @@ func main() {
 	br := bufio.NewReaderSize(os.Stdin, 1<<20)
 	for {
 		line, err := br.ReadBytes('\n')
+		if logf != nil && len(line) > 0 {
+			logf.Write(line)
+		}
 		if len(bytes.TrimSpace(line)) > 0 {
 			if resp := answer(bytes.TrimSpace(line)); resp != nil {
 				out.Write(resp)

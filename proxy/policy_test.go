@@ -1,0 +1,135 @@
+package proxy_test
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aegis-dev/aegis/policy"
+	"github.com/aegis-dev/aegis/schemas"
+	"github.com/aegis-dev/aegis/verifier"
+)
+
+const testPolicy = `version: 1
+default: allow
+rules:
+  - id: no-rm
+    action: deny
+    tool: rm
+    reason: rm is not allowed here
+  - id: gate-deploy
+    action: pending_approval
+    tool: deploy
+  - id: rate-search
+    action: rate_limit
+    tool: search
+    rate: { max: 1, per_seconds: 3600 }
+`
+
+func loadPolicy(t *testing.T, text string) *policy.Set {
+	t.Helper()
+	set, err := policy.Parse("policy.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+func refusal(id, code string) string {
+	return `{"error":{"code":-32042,"data":{"aegis":{"code":"` + code + `","layer":"wrap"}},"message":"aegis wrap refused this tools/call"},"id":` + id + `,"jsonrpc":"2.0"}`
+}
+
+// Refused calls never reach the server, the host gets exactly the refusal
+// frame, and the record says why; everything else still flows.
+func TestPolicyRefusedCallsNeverReachServer(t *testing.T) {
+	h := newHarness(t)
+	h.policy = loadPolicy(t, testPolicy)
+	log := filepath.Join(t.TempDir(), "server.log")
+	frames := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`,                                                                                      // not a call: relayed
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"rm","arguments":{"p":"/"}}}`,                                                     // denied
+		`{"jsonrpc":"2.0","id":"d","method":"tools/call","params":{"name":"deploy","arguments":{"v":1}}}`,                                                 // pending
+		`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"search","arguments":{}}}`,                                                        // first in budget
+		`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"search","arguments":{}}}`,                                                        // over budget
+		`[{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo"}},{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"rm"}}]`, // refused whole
+		`{"jsonrpc":"2.0","method":"tools/call","params":{"name":"rm"}}`,                                                                                  // notification: recorded, not relayed, not answered
+		`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo"}}`,                                                                         // allowed
+		`{"jsonrpc":"2.0","id":9,"method":"frobnicate"}`,                                                                                                  // unknown method: the server's to answer
+	}
+	run := h.run([]string{bin(t, "rawserver"), "-log", log}, strings.NewReader(joinLines(frames...)), 2*time.Second, nil)
+	if run.err != nil {
+		t.Fatal(run.err)
+	}
+	got, _ := os.ReadFile(log)
+	want := joinLines(frames[0], frames[3], frames[7], frames[8])
+	if string(got) != want {
+		t.Fatalf("the server received:\n%s\nwant only:\n%s", got, want)
+	}
+	out := string(run.out)
+	for _, r := range []string{refusal("2", "POLICY_DENIED"), refusal(`"d"`, "PENDING_APPROVAL"), refusal("5", "RATE_LIMITED"),
+		"[" + refusal("6", "HOST_DENIED") + "," + refusal("7", "POLICY_DENIED") + "]"} {
+		if !strings.Contains(out, r+"\n") {
+			t.Errorf("host did not get %s\nhost got:\n%s", r, out)
+		}
+	}
+	if strings.Contains(out, "-32601") {
+		t.Error("aegis synthesized -32601")
+	}
+	ls := h.lines()
+	outcomes := ofType(ls, "outcome")
+	byCall := map[string]map[string]any{}
+	for _, o := range outcomes {
+		byCall[str(o, "call_id")] = o.Members()
+	}
+	check := func(call, tool, status, reason, rule string) {
+		t.Helper()
+		o := byCall[call]
+		if o == nil || o["tool_id"] != tool {
+			t.Fatalf("%s: outcome %v, want tool %s", call, o, tool)
+		}
+		p := o["policy"].(map[string]any)
+		if p["status"] != status || (reason != "" && p["reason"] != reason) {
+			t.Errorf("%s %s policy %v, want %s %q", call, tool, p, status, reason)
+		}
+		if o["policy_set_hash"] != h.policy.Hash() {
+			t.Errorf("%s policy_set_hash %v, want the real hash", call, o["policy_set_hash"])
+		}
+		if ax := o["decision_axes"].(map[string]any); ax["matched_rule"] != rule && !(rule == "" && ax["matched_rule"] == nil) {
+			t.Errorf("%s matched_rule %v, want %q", call, ax["matched_rule"], rule)
+		}
+		if status != "allowed" {
+			e := o["execution"].(map[string]any)
+			c := o["capability"].(map[string]any)
+			if e["status"] != "host_denied" || c["reason"] != schemas.ReasonPolicyBlocked {
+				t.Errorf("%s execution %v capability %v", call, e, c)
+			}
+		}
+	}
+	check("call-1", "rm", "denied", "rm is not allowed here", "no-rm")
+	check("call-2", "deploy", "pending_approval", "", "gate-deploy")
+	check("call-3", "search", "allowed", "", "rate-search")
+	check("call-4", "search", "rate_limited", "rate limit exceeded for `rate-search` (1 per 3600s)", "rate-search")
+	check("call-5", "echo", "allowed", "", "")
+	if e := byCall["call-5"]["execution"].(map[string]any); e["reason"] != schemas.ReasonSiblingRefused {
+		t.Errorf("allowed sibling in a refused batch: %v", e)
+	}
+	check("call-6", "rm", "denied", "", "no-rm")
+	check("call-7", "rm", "denied", "", "no-rm") // the notification
+	check("call-8", "echo", "allowed", "", "")
+	if e := byCall["call-8"]["execution"].(map[string]any); e["status"] != "success" {
+		t.Errorf("allowed call: %v", e)
+	}
+	if p := byCall["call-2"]["policy"].(map[string]any); p["approval_id"] != "apr-gate-deploy-deploy-1" {
+		t.Errorf("approval id %v", p["approval_id"])
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("verify: %s", verifier.Render(r))
+	}
+	if n := len(h.frames(schemas.KindFrameRefusal)); n != 4 {
+		t.Errorf("%d refusal frames recorded, want 4 (the notification gets none)", n)
+	}
+	_ = io.Discard
+}
