@@ -1,0 +1,401 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+const approvalsUsage = `Usage:
+  aegis approvals [--json]
+
+Lists the tools/calls that wait for a human decision in every running
+aegis process of this user, oldest first:
+  APPROVAL  TOOL  SESSION  PID  REQUESTED  EXPIRES
+With --json it prints one JSON array of objects with session, pid,
+approval_id, tool_id, request_digest, args_digest, requested_at and
+expires_at.
+
+Running processes are found through their credentials files in
+$XDG_RUNTIME_DIR/aegis, else $TMPDIR/aegis-<uid> (a private 0700
+directory). Each is asked over a loopback connection whose identity may
+carry approval requests and nothing else. Files of processes that have
+exited are removed.
+
+Example:
+  $ aegis approvals
+  APPROVAL          TOOL   SESSION                     PID   REQUESTED            EXPIRES
+  apr-gate-dream-1  dream  01KAQ3T5PS0C6ZJ5X1JQZ4Q1RM  4242  2026-09-01 10:02:03  in 4m12s
+`
+
+const approveUsage = `Usage:
+  aegis approve APPROVAL_ID [--session ID]
+
+Approves one pending tools/call: the aegis process that holds it checks the
+request (known id, still pending, not expired, its own session), records a
+signed decision and lets the call through. Its answer is printed.
+
+Without --session, every running aegis process of this user is asked which
+one holds APPROVAL_ID as pending, and only that one gets the approval. Pass
+--session when the same id is pending in several sessions, or to get the
+process's own reason for refusing an id it no longer holds.
+
+Exit status: 0 approved; 1 refused (unknown, expired or already used) or no
+process could be asked; 2 usage error.
+
+Example:
+  $ aegis approve apr-gate-dream-1
+`
+
+const denyUsage = `Usage:
+  aegis deny APPROVAL_ID [--reason TEXT] [--session ID]
+
+Denies one pending tools/call: the aegis process that holds it records a
+signed decision with the reason and answers the call with an error. Its
+answer is printed. The process is found as for 'aegis approve'.
+
+Exit status: 0 denied; 1 refused (unknown, expired or already used) or no
+process could be asked; 2 usage error.
+
+Example:
+  $ aegis deny apr-gate-dream-1 --reason "not on production"
+`
+
+// approvalTimeout bounds asking one process.
+const approvalTimeout = 10 * time.Second
+
+func (m *Main) runApprove(ctx context.Context, args []string) error {
+	return m.decide(ctx, events.OpApprove, approveUsage, args)
+}
+
+func (m *Main) runDeny(ctx context.Context, args []string) error {
+	return m.decide(ctx, events.OpDeny, denyUsage, args)
+}
+
+// approvalRow is one pending approval of one process, as --json prints it.
+type approvalRow struct {
+	Session string `json:"session"`
+	PID     int    `json:"pid"`
+	events.PendingApproval
+}
+
+func (m *Main) runApprovals(ctx context.Context, args []string) error {
+	fs := m.newFlagSet("approvals")
+	asJSON := fs.Bool("json", false, "print a JSON array")
+	if err := m.parseFlags(fs, approvalsUsage, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("run: aegis approvals [--json]", "approvals: unexpected argument %q", fs.Arg(0))
+	}
+	procs, err := m.approvalProcesses()
+	if err != nil {
+		return err
+	}
+	var rows []approvalRow
+	failed := 0
+	for _, r := range m.askAll(ctx, procs, events.ApprovalRequest{Op: events.OpList, By: m.requester()}) {
+		if r.err != nil {
+			m.warnf("%v", r.err)
+			failed++
+			continue
+		}
+		if !r.rep.OK {
+			m.warnf("session %s (pid %d) refused to list its approvals: %s", r.creds.Session, r.creds.PID, r.rep.Error)
+			failed++
+			continue
+		}
+		for _, p := range r.rep.Pending {
+			rows = append(rows, approvalRow{Session: r.creds.Session, PID: r.creds.PID, PendingApproval: p})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		if !a.RequestedAt.Equal(b.RequestedAt) {
+			return a.RequestedAt.Before(b.RequestedAt)
+		}
+		if a.Session != b.Session {
+			return a.Session < b.Session
+		}
+		return a.ApprovalID < b.ApprovalID
+	})
+	if *asJSON {
+		if rows == nil {
+			rows = []approvalRow{}
+		}
+		b, err := json.MarshalIndent(rows, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(m.Stdout, "%s\n", b)
+	} else if len(rows) == 0 {
+		switch {
+		case len(procs) == 0:
+			fmt.Fprintln(m.Stdout, "no pending approvals: no aegis process of yours is running with an approval channel")
+		default:
+			fmt.Fprintf(m.Stdout, "no pending approvals (%d aegis %s asked)\n", len(procs)-failed, plural(len(procs)-failed, "process", "processes"))
+		}
+	} else {
+		now := time.Now()
+		tw := tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "APPROVAL\tTOOL\tSESSION\tPID\tREQUESTED\tEXPIRES")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ApprovalID, r.ToolID, r.Session, r.PID,
+				r.RequestedAt.Local().Format("2006-01-02 15:04:05"), expiresIn(r.ExpiresAt, now))
+		}
+		tw.Flush()
+	}
+	if failed > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("could not list the approvals of %d of %d aegis %s", failed, len(procs), plural(len(procs), "process", "processes")),
+			hint: "the warnings above say why; a process that has just exited is listed until its credentials file is gone"}
+	}
+	return nil
+}
+
+func expiresIn(t, now time.Time) string {
+	switch {
+	case t.IsZero():
+		return "-"
+	case !t.After(now):
+		return "expired"
+	}
+	return "in " + t.Sub(now).Round(time.Second).String()
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// decide sends an approve or deny request to the process that holds the
+// approval.
+func (m *Main) decide(ctx context.Context, op, help string, args []string) error {
+	fs := m.newFlagSet(op)
+	session := fs.String("session", "", "the session that holds the approval")
+	var reason *string
+	if op == events.OpDeny {
+		reason = fs.String("reason", "", "why the call is denied")
+	}
+	pos, err := m.parseInterspersed(fs, help, args)
+	if err != nil {
+		return err
+	}
+	synopsis := "aegis " + op + " APPROVAL_ID"
+	switch len(pos) {
+	case 0:
+		return usagef("run 'aegis approvals' to see the pending ids, then: "+synopsis, "%s: missing APPROVAL_ID", op)
+	case 1:
+	default:
+		return usagef("approve or deny one id at a time: "+synopsis, "%s: want one APPROVAL_ID, got %d arguments", op, len(pos))
+	}
+	id := pos[0]
+	if id == "" || len(id) > events.MaxApprovalIDBytes || strings.IndexFunc(id, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return usagef("an approval id is printed by 'aegis approvals' and in the prompt on the wrapped process's stderr", "%s: bad APPROVAL_ID %q", op, id)
+	}
+	if *session != "" && !schemas.ValidID(*session) {
+		return usagef("a session id is 26 characters of Crockford base32, as printed by 'aegis approvals'", "%s: bad --session %q", op, *session)
+	}
+	req := events.ApprovalRequest{Op: op, ApprovalID: id, By: m.requester()}
+	if reason != nil {
+		req.Reason = *reason
+	}
+
+	procs, err := m.approvalProcesses()
+	if err != nil {
+		return err
+	}
+	if len(procs) == 0 {
+		return withHint(errors.New("no aegis process of yours is running with an approval channel"),
+			"approvals are served by a running 'aegis wrap'; it writes its credentials to $XDG_RUNTIME_DIR/aegis (else $TMPDIR/aegis-<uid>), so run this as the same user with the same environment")
+	}
+	var target *events.Creds
+	if *session != "" {
+		for i := range procs {
+			if procs[i].Session == *session {
+				target = &procs[i]
+			}
+		}
+		if target == nil {
+			return withHint(fmt.Errorf("no running aegis process serves session %s", *session), "run 'aegis approvals' to see the running sessions and what they wait for")
+		}
+	} else {
+		var holders []*events.Creds
+		failed := 0
+		results := m.askAll(ctx, procs, events.ApprovalRequest{Op: events.OpList, By: req.By})
+		for i, r := range results {
+			if r.err != nil || !r.rep.OK {
+				failed++
+				if r.err != nil {
+					m.warnf("%v", r.err)
+				} else {
+					m.warnf("session %s (pid %d) refused to list its approvals: %s", r.creds.Session, r.creds.PID, r.rep.Error)
+				}
+				continue
+			}
+			for _, p := range r.rep.Pending {
+				if p.ApprovalID == id {
+					holders = append(holders, &results[i].creds)
+					break
+				}
+			}
+		}
+		switch {
+		case len(holders) == 1:
+			target = holders[0]
+		case len(holders) > 1:
+			var ss []string
+			for _, h := range holders {
+				ss = append(ss, h.Session)
+			}
+			return withHint(fmt.Errorf("approval %s is pending in %d sessions: %s", id, len(holders), strings.Join(ss, ", ")), "choose one with --session ID")
+		case len(procs) == 1 && failed == 0:
+			// One process, and the id is not pending there: ask it anyway,
+			// so that its answer says why (unknown, expired, already used).
+			// Ids are unique within a process, so this cannot reach a call
+			// the user has not seen.
+			target = &procs[0]
+		default:
+			return withHint(fmt.Errorf("approval %s is not pending in any running aegis process (%d of %d asked)", id, len(procs)-failed, len(procs)),
+				"run 'aegis approvals' to see what is pending; an approval is used once and expires. With --session ID the process says why it refuses")
+		}
+	}
+
+	rep, err := m.ask(ctx, *target, req)
+	if err != nil {
+		return withHint(err, approverHint(err))
+	}
+	if !rep.OK {
+		return &exitError{code: 1, err: fmt.Errorf("session %s refused to %s %s: %s", target.Session, op, id, rep.Error),
+			hint: "run 'aegis approvals' to see what is pending; an approval is used once, before it expires"}
+	}
+	msg := rep.Message
+	if msg == "" {
+		msg = fmt.Sprintf("%s %s in session %s", map[string]string{events.OpApprove: "approved", events.OpDeny: "denied"}[op], id, target.Session)
+	}
+	fmt.Fprintln(m.Stdout, msg)
+	return nil
+}
+
+func approverHint(err error) string {
+	switch {
+	case errors.Is(err, events.ErrNotListening):
+		return "run 'aegis approvals' to see the aegis processes that are still running"
+	case errors.Is(err, events.ErrCredsRejected):
+		return "its credentials file does not belong to the process now listening; restart that aegis process"
+	case errors.Is(err, events.ErrNotServing):
+		return "that process has not opened its approval channel yet, or is shutting down; try again"
+	case errors.Is(err, events.ErrNoAnswer):
+		return "the process may be stopped or overloaded; try again"
+	}
+	return "run 'aegis approvals' to see the running aegis processes"
+}
+
+// approvalProcesses returns the credentials of the running aegis processes
+// of this user. Refused files are reported; files of exited processes are
+// removed.
+func (m *Main) approvalProcesses() ([]events.Creds, error) {
+	dir, err := events.RuntimeDir(m.Getenv)
+	if err != nil {
+		return nil, withHint(fmt.Errorf("runtime directory: %w", err), "aegis keeps approval credentials in a private directory; fix the one named, or set XDG_RUNTIME_DIR to one of yours")
+	}
+	list, err := events.ReadApprovalCreds(dir)
+	if err != nil {
+		return nil, withHint(fmt.Errorf("read approval credentials: %w", err), "aegis keeps approval credentials in a private directory; fix the one named, or set XDG_RUNTIME_DIR to one of yours")
+	}
+	for _, r := range list.Refused {
+		m.warnf("ignoring %v (only a 0600 file of yours is trusted)", r)
+	}
+	for _, c := range list.Stale {
+		if err := events.RemoveApprovalCreds(c.Path); err != nil {
+			m.warnf("session %s: %v", c.Session, err)
+			continue
+		}
+		m.warnf("session %s: aegis process %d has exited; removed its credentials file", c.Session, c.PID)
+	}
+	return list.Live, nil
+}
+
+type askResult struct {
+	creds events.Creds
+	rep   events.ApprovalReply
+	err   error
+}
+
+// askAll sends req to every process at once; results are in procs' order.
+func (m *Main) askAll(ctx context.Context, procs []events.Creds, req events.ApprovalRequest) []askResult {
+	out := make([]askResult, len(procs))
+	var wg sync.WaitGroup
+	for i, c := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep, err := m.ask(ctx, c, req)
+			out[i] = askResult{creds: c, rep: rep, err: err}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func (m *Main) ask(ctx context.Context, c events.Creds, req events.ApprovalRequest) (events.ApprovalReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, approvalTimeout)
+	defer cancel()
+	ap, err := events.DialApprover(ctx, c)
+	if err != nil {
+		return events.ApprovalReply{}, err
+	}
+	defer ap.Close()
+	return ap.Do(ctx, req)
+}
+
+// requester names who asks, for the proxy's record: user@host, pid N.
+func (m *Main) requester() string {
+	user := m.Getenv("USER")
+	if user == "" {
+		user = m.Getenv("LOGNAME")
+	}
+	if user == "" {
+		user = "uid " + strconv.Itoa(os.Geteuid())
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return fmt.Sprintf("%s@%s, pid %d", user, host, os.Getpid())
+}
+
+// parseInterspersed parses flags that may come before or after the
+// positional arguments (aegis deny ID --reason TEXT) and returns the
+// positional ones. Everything after "--" is positional.
+func (m *Main) parseInterspersed(fs *flag.FlagSet, help string, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := m.parseFlags(fs, help, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}

@@ -1,0 +1,279 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// CredsVersion is the format version of an approval credentials file.
+const CredsVersion = 1
+
+// maxCredsBytes bounds a credentials file that is read back.
+const maxCredsBytes = 64 << 10
+
+// Creds is an approval credentials file: how to reach one running proxy's
+// approval channel, as the approver identity. It is written by the proxy
+// with mode 0600 into the runtime directory ([RuntimeDir]) as
+// approve-<session>.json and removed when the proxy exits.
+type Creds struct {
+	V        int       `json:"v"`
+	Session  string    `json:"session"`
+	URL      string    `json:"url"`
+	User     string    `json:"user"`
+	Password string    `json:"password"`
+	PID      int       `json:"pid"`
+	StateDir string    `json:"state_dir,omitempty"`
+	Started  time.Time `json:"started"`
+	// Path is the file the credentials were read from; it is not stored.
+	Path string `json:"-"`
+}
+
+// CredsFileError is a credentials file that was refused: not 0600, not
+// owned by this user, not a regular file, or not well formed. Its content
+// is never used.
+type CredsFileError struct {
+	Path string
+	Err  error
+}
+
+func (e *CredsFileError) Error() string { return fmt.Sprintf("credentials file %s: %v", e.Path, e.Err) }
+func (e *CredsFileError) Unwrap() error { return e.Err }
+
+// CredsList is what [ReadApprovalCreds] found.
+type CredsList struct {
+	// Live are the credentials of processes that are still running, in
+	// session order (which is start order).
+	Live []Creds
+	// Stale are credentials whose process has exited without removing
+	// them; the caller may remove them with [RemoveApprovalCreds].
+	Stale []Creds
+	// Refused are files that were not read, each with the reason.
+	Refused []*CredsFileError
+}
+
+// RuntimeDir returns the directory of approval credentials files:
+// $XDG_RUNTIME_DIR/aegis, else aegis-<uid> in $TMPDIR (else /tmp). It is
+// created with mode 0700 if missing; an existing one that is a symbolic
+// link, not mode 0700, or owned by another user is refused, because a file
+// planted there would point `aegis approve` at another process. getenv is
+// passed in so that callers own the environment.
+func RuntimeDir(getenv func(string) string) (string, error) {
+	var dir string
+	if x := getenv("XDG_RUNTIME_DIR"); x != "" {
+		if !filepath.IsAbs(x) {
+			return "", fmt.Errorf("XDG_RUNTIME_DIR %q is not an absolute path", x)
+		}
+		dir = filepath.Join(x, "aegis")
+	} else {
+		tmp := getenv("TMPDIR")
+		if tmp == "" || !filepath.IsAbs(tmp) {
+			tmp = "/tmp"
+		}
+		dir = filepath.Join(tmp, fmt.Sprintf("aegis-%d", os.Geteuid()))
+	}
+	switch err := os.Mkdir(dir, 0o700); {
+	case err == nil:
+		// Mkdir's mode is filtered by the umask.
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return "", fmt.Errorf("runtime directory: %w", err)
+		}
+	case errors.Is(err, fs.ErrExist):
+	default:
+		return "", fmt.Errorf("create runtime directory: %w", err)
+	}
+	if err := checkRuntimeDir(dir); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// checkRuntimeDir refuses a directory that is not a real directory of this
+// user with mode 0700.
+func checkRuntimeDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("runtime directory: %w", err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return fmt.Errorf("runtime directory %s is a symbolic link; remove it (aegis recreates it)", dir)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("runtime directory %s is not a directory", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("runtime directory %s is owned by uid %d, not by this user (uid %d); remove it or set XDG_RUNTIME_DIR", dir, st.Uid, os.Geteuid())
+	}
+	if perm := fi.Mode().Perm(); perm != 0o700 {
+		return fmt.Errorf("runtime directory %s has mode %#o; it must be 0700 (run: chmod 700 %s)", dir, perm, dir)
+	}
+	return nil
+}
+
+func credsFileName(session string) string { return "approve-" + session + ".json" }
+
+// WriteApprovalCreds writes c to dir/approve-<session>.json with mode 0600,
+// atomically (a temporary file renamed over it), and returns the path. dir
+// must be a private directory of this user, as [RuntimeDir] makes.
+func WriteApprovalCreds(dir string, c Creds) (path string, err error) {
+	if !schemas.ValidID(c.Session) {
+		return "", fmt.Errorf("write approval credentials: bad session id %q", c.Session)
+	}
+	if c.URL == "" || c.User == "" || c.Password == "" || c.PID <= 0 {
+		return "", errors.New("write approval credentials: url, user, password and pid are required")
+	}
+	if c.V == 0 {
+		c.V = CredsVersion
+	}
+	if err := checkRuntimeDir(dir); err != nil {
+		return "", fmt.Errorf("write approval credentials: %w", err)
+	}
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("write approval credentials: %w", err)
+	}
+	b = append(b, '\n')
+	f, err := os.CreateTemp(dir, ".approve-"+c.Session+"-*.tmp")
+	if err != nil {
+		return "", fmt.Errorf("write approval credentials: %w", err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return "", fmt.Errorf("write approval credentials: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return "", fmt.Errorf("write approval credentials: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return "", fmt.Errorf("write approval credentials: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("write approval credentials: %w", err)
+	}
+	path = filepath.Join(dir, credsFileName(c.Session))
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("write approval credentials: %w", err)
+	}
+	return path, nil
+}
+
+// RemoveApprovalCreds removes a credentials file; one already gone is not
+// an error.
+func RemoveApprovalCreds(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove approval credentials: %w", err)
+	}
+	return nil
+}
+
+// ReadApprovalCreds reads every credentials file in dir. A missing dir
+// holds none; a dir that is not private to this user is an error. Files
+// that are not 0600, not owned by this user, not regular files or not well
+// formed are refused (listed, never used); credentials of a process that no
+// longer exists are listed as stale.
+func ReadApprovalCreds(dir string) (*CredsList, error) {
+	list := &CredsList{}
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return list, nil
+	}
+	if err := checkRuntimeDir(dir); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read runtime directory: %w", err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, "approve-") || !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		c, err := readCredsFile(path)
+		if err != nil {
+			list.Refused = append(list.Refused, &CredsFileError{Path: path, Err: err})
+			continue
+		}
+		if processAlive(c.PID) {
+			list.Live = append(list.Live, c)
+		} else {
+			list.Stale = append(list.Stale, c)
+		}
+	}
+	sort.Slice(list.Live, func(i, j int) bool { return list.Live[i].Session < list.Live[j].Session })
+	sort.Slice(list.Stale, func(i, j int) bool { return list.Stale[i].Session < list.Stale[j].Session })
+	return list, nil
+}
+
+func readCredsFile(path string) (Creds, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return Creds{}, errors.New("is a symbolic link")
+		}
+		return Creds{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return Creds{}, err
+	}
+	if !fi.Mode().IsRegular() {
+		return Creds{}, errors.New("is not a regular file")
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return Creds{}, fmt.Errorf("is owned by uid %d, not by this user (uid %d)", st.Uid, os.Geteuid())
+	}
+	if perm := fi.Mode().Perm(); perm != 0o600 {
+		return Creds{}, fmt.Errorf("has mode %#o; a credentials file must be 0600", perm)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxCredsBytes+1))
+	if err != nil {
+		return Creds{}, err
+	}
+	if len(b) > maxCredsBytes {
+		return Creds{}, fmt.Errorf("is larger than %d bytes", maxCredsBytes)
+	}
+	var c Creds
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Creds{}, fmt.Errorf("malformed: %v", err)
+	}
+	switch {
+	case c.V != CredsVersion:
+		return Creds{}, fmt.Errorf("has format version %d; this aegis reads version %d", c.V, CredsVersion)
+	case !schemas.ValidID(c.Session) || filepath.Base(path) != credsFileName(c.Session):
+		return Creds{}, fmt.Errorf("names session %q, which does not match its file name", c.Session)
+	case c.URL == "" || c.User == "" || c.Password == "" || c.PID <= 0:
+		return Creds{}, errors.New("lacks url, user, password or pid")
+	}
+	c.Path = path
+	return c, nil
+}
+
+// processAlive reports whether a process with that PID exists. A PID that
+// was reused by another process counts as alive; connecting then fails.
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
