@@ -32,8 +32,13 @@
 //     a [*LockedError] naming the directory and that PID. The kernel drops
 //     the lock when the holder dies, so a crash leaves no stale lock.
 //   - Immutable. The stream denies delete and purge.
-//   - No network. The server has no client port; aegis reaches it over an
-//     in-process connection. Its log lines go to the caller's slog.Logger.
+//   - No network, except the approval channel. aegis reaches the server over
+//     an in-process connection. Only with Config.Approvals does it listen,
+//     on a random 127.0.0.1 port, and only for the approver identity (a
+//     random password in a 0600 file in the runtime directory), which may
+//     publish approval requests for its session and read their replies and
+//     nothing else: not the stream, not the JetStream API (approve.go).
+//     Its log lines go to the caller's slog.Logger.
 //
 // Nothing outside this package imports nats-server or nats.go.
 package events

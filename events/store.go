@@ -52,6 +52,10 @@ type Config struct {
 	// LazyFlush bounds how long an event queued with [Store.EnqueueLazy]
 	// waits for a commit to ride with (default 2ms).
 	LazyFlush time.Duration
+	// Approvals opens the approval channel: a loopback listener through
+	// which `aegis approve` and `aegis deny` reach this process (see
+	// approve.go). Off, the server listens on nothing.
+	Approvals bool
 	// MaxBatchBytes and MaxBatchEvents bound one group commit.
 	MaxBatchBytes  int
 	MaxBatchEvents int
@@ -115,6 +119,8 @@ type Store struct {
 	closing    bool
 	failed     error
 	done       chan struct{} // closed when the committer has exited
+
+	approvals *ApprovalConfig // nil unless Config.Approvals
 
 	ctx    context.Context // cancelled by Close once the queue is drained
 	cancel context.CancelFunc
@@ -180,6 +186,12 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		SyncAlways: true,
 		MaxPayload: int32(cfg.MaxEventBytes + 4096),
 	}
+	if cfg.Approvals {
+		if s.approvals, err = ApprovalOptions(""); err != nil {
+			return nil, err
+		}
+		s.approvals.Apply(opts)
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded NATS server: %w", err)
@@ -193,7 +205,14 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	if !ns.JetStreamEnabled() {
 		return nil, fmt.Errorf("start JetStream in %s: not enabled (is the directory writable and is there free space?)", opts.StoreDir)
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name("aegis-events"), nats.MaxReconnects(-1))
+	connOpts := []nats.Option{nats.InProcessServer(ns), nats.Name("aegis-events"), nats.MaxReconnects(-1)}
+	if s.approvals != nil {
+		if err := s.approvals.Started(ns); err != nil {
+			return nil, err
+		}
+		connOpts = append(connOpts, s.approvals.InternalUserInfo())
+	}
+	nc, err := nats.Connect("", connOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to embedded NATS server: %w", err)
 	}
@@ -223,6 +242,15 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	go s.commitLoop()
 	s.log.Debug("event store open", "dir", dir)
 	return s, nil
+}
+
+// ListenApprovals starts answering approval requests for session with
+// handle, over the loopback listener that Config.Approvals opened.
+func (s *Store) ListenApprovals(session string, handle func(ApprovalRequest) ApprovalReply) (*ApprovalListener, error) {
+	if s.approvals == nil {
+		return nil, errors.New("listen for approvals: the event store was opened without Config.Approvals")
+	}
+	return s.approvals.Listen(s.ns, session, s.dir, handle)
 }
 
 // Dir returns the absolute state directory.

@@ -25,6 +25,9 @@ Commands:
   verify     check an audit record offline: Verified, Tampered or Indeterminate
   export     rebuild an audit record from the event stream
   events     list or append events in a state directory's stream
+  approvals  list the tool calls that wait for a human decision
+  approve    approve a pending tool call (aegis approve APPROVAL_ID)
+  deny       deny a pending tool call (aegis deny APPROVAL_ID --reason TEXT)
   version    print the version
   help       print this help, or a command's help (aegis help events)
 
@@ -60,6 +63,9 @@ func (m *Main) commands() []command {
 		{"verify", "check an audit record offline", (*Main).runVerify, verifyUsage},
 		{"export", "rebuild an audit record from the event stream", (*Main).runExport, exportUsage},
 		{"events", "list or append events", (*Main).runEvents, eventsUsage},
+		{"approvals", "list the tool calls that wait for approval", (*Main).runApprovals, approvalsUsage},
+		{"approve", "approve a pending tool call", (*Main).runApprove, approveUsage},
+		{"deny", "deny a pending tool call", (*Main).runDeny, denyUsage},
 		{"version", "print the version", (*Main).runVersion, "Usage: aegis version\n"},
 	}
 }

@@ -63,11 +63,17 @@ func (m *Main) runEvents(ctx context.Context, args []string) error {
 // openStore opens the state directory and turns a lock conflict into a
 // message that says what to do.
 func (m *Main) openStore(ctx context.Context, dirFlag string) (*events.Store, error) {
+	return m.openStoreWith(ctx, dirFlag, false)
+}
+
+// openStoreWith opens the store, with the approval channel when approvals
+// is set.
+func (m *Main) openStoreWith(ctx context.Context, dirFlag string, approvals bool) (*events.Store, error) {
 	dir, err := m.stateDir(dirFlag)
 	if err != nil {
 		return nil, err
 	}
-	s, err := events.Open(ctx, events.Config{Dir: dir, Logger: m.logger()})
+	s, err := events.Open(ctx, events.Config{Dir: dir, Logger: m.logger(), Approvals: approvals})
 	if err != nil {
 		var le *events.LockedError
 		if errors.As(err, &le) {

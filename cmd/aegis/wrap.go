@@ -142,7 +142,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	} else if cf.any() {
 		return usagef("add --confine to confine the server; the --allow-* flags only shape its profile", "--allow-read, --allow-write, --allow-net, --allow-exec-support, --allow-udp, --allow-mptcp and --best-effort need --confine")
 	}
-	store, err := m.openStore(ctx, *stateDir)
+	store, err := m.openStoreWith(ctx, *stateDir, set != nil)
 	if err != nil {
 		return err
 	}
@@ -167,7 +167,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		Stdin: m.Stdin, Stdout: m.Stdout, Stderr: m.Stderr,
 		Argv: argv, Signals: sigs, Grace: *grace, Logger: log,
 		Policy: set, ApprovalTTL: *approvalTTL, Prompt: m.Stderr,
-		Approvals: m.approvalServer(store),
+		Approvals: approvalsIf(set != nil, m.approvalServer(store)),
 	})
 	var se *proxy.StartError
 	var ce *proxy.ConfineError
@@ -274,7 +274,11 @@ func (m *Main) confineProfile(c *confineFlags, keyPath, audit, stateDirFlag stri
 		}
 		p.Protect = append(p.Protect, a)
 	}
-	p.Protect = append(p.Protect, runtimeDirPath(m.Getenv))
+	if rd, err := events.RuntimeDir(m.Getenv); err == nil {
+		p.Protect = append(p.Protect, rd)
+	} else {
+		p.Protect = append(p.Protect, runtimeDirPath(m.Getenv))
+	}
 	return p, nil
 }
 
@@ -289,7 +293,43 @@ func runtimeDirPath(getenv func(string) string) string {
 }
 
 // approvalServer returns the hook that serves approval requests for a
-// wrap session, or nil until the approval channel is available.
+// wrap session: it listens on the store's approval channel and writes the
+// approver credentials (0600) to the runtime directory for aegis approve,
+// deny and approvals to find; stop removes them.
 func (m *Main) approvalServer(store *events.Store) func(string, func(proxy.ApprovalOp) proxy.ApprovalReply) (func(), error) {
-	return nil
+	return func(session string, handle func(proxy.ApprovalOp) proxy.ApprovalReply) (func(), error) {
+		l, err := store.ListenApprovals(session, func(req events.ApprovalRequest) events.ApprovalReply {
+			r := handle(proxy.ApprovalOp{Op: req.Op, ApprovalID: req.ApprovalID, Reason: req.Reason, By: req.By})
+			out := events.ApprovalReply{OK: r.OK, Error: r.Error, Message: r.Message}
+			for _, p := range r.Pending {
+				out.Pending = append(out.Pending, events.PendingApproval{ApprovalID: p.ApprovalID, ToolID: p.ToolID,
+					RequestDigest: p.RequestDigest, ArgsDigest: p.ArgsDigest, RequestedAt: p.RequestedAt, ExpiresAt: p.ExpiresAt})
+			}
+			return out
+		})
+		if err != nil {
+			return nil, err
+		}
+		dir, err := events.RuntimeDir(m.Getenv)
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		path, err := events.WriteApprovalCreds(dir, l.Creds())
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		return func() {
+			l.Close()
+			events.RemoveApprovalCreds(path)
+		}, nil
+	}
+}
+
+func approvalsIf(on bool, f func(string, func(proxy.ApprovalOp) proxy.ApprovalReply) (func(), error)) func(string, func(proxy.ApprovalOp) proxy.ApprovalReply) (func(), error) {
+	if !on {
+		return nil
+	}
+	return f
 }
