@@ -40,9 +40,26 @@ $(NODEDIR)/.installed: Makefile
 	  npm install --no-audit --no-fund --save-exact $(NPM_PKGS)
 	touch $@
 
-# bench: ratios measured within one run (see README "Benchmarks").
+# bench: ratios measured within one run (see docs/BENCHMARKS.md): every
+# benchmark of ./events and ./proxy once, each merging its figures into
+# BENCH_JSON, then the P1-P6 table with goals from cmd/aegis-benchreport.
+BENCH_JSON ?= .cache/bench/bench.json
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2000x -count 1 ./events/
+	mkdir -p $(dir $(BENCH_JSON)) && rm -f $(BENCH_JSON)
+	AEGIS_BENCH_JSON=$(abspath $(BENCH_JSON)) $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./events/ ./proxy/
+	$(GO) run ./cmd/aegis-benchreport $(BENCH_JSON)
+
+# bench-report: make bench 3 times into .cache/bench/run-N.json, then the
+# min/median/max table in docs/BENCHMARKS.md and the plot docs/bench-inflight.svg.
+BENCH_RUNS := 1 2 3
+.PHONY: bench-report
+bench-report:
+	@set -e; for n in $(BENCH_RUNS); do \
+	  echo "== make bench, run $$n of $(words $(BENCH_RUNS))"; \
+	  $(MAKE) --no-print-directory bench BENCH_JSON=.cache/bench/run-$$n.json; \
+	done
+	$(GO) run ./cmd/aegis-benchreport -update docs/BENCHMARKS.md -svg docs/bench-inflight.svg \
+	  $(foreach n,$(BENCH_RUNS),.cache/bench/run-$(n).json)
 
 # fuzz: a short run of every fuzz target.
 fuzz:

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,12 +132,27 @@ func relayArgv(b *testing.B, argv []string) ([]string, []string) {
 // wrapArgv makes a signing key in dir and returns the argv of aegis wrap
 // around server, with its state directory dir/state and record dir/calls.aarl.
 func wrapArgv(b *testing.B, aegis, server, dir string) []string {
+	argv, _ := wrapArgvKey(b, aegis, server, dir)
+	return argv
+}
+
+// wrapArgvKey is wrapArgv that also returns the public key keygen printed.
+func wrapArgvKey(b *testing.B, aegis, server, dir string) (argv []string, pub string) {
 	key := filepath.Join(dir, "signing.key")
-	if out, err := exec.Command(aegis, "keygen", "--out", key).CombinedOutput(); err != nil {
+	out, err := exec.Command(aegis, "keygen", "--out", key).Output()
+	if err != nil {
 		b.Fatalf("aegis keygen: %v\n%s", err, out)
 	}
+	for line := range strings.Lines(string(out)) {
+		if v, ok := strings.CutPrefix(line, "public_key "); ok {
+			pub = strings.TrimSpace(v)
+		}
+	}
+	if pub == "" {
+		b.Fatalf("aegis keygen printed no public_key:\n%s", out)
+	}
 	return []string{aegis, "wrap", "--audit", filepath.Join(dir, "calls.aarl"), "--signing-key", key,
-		"--state-dir", filepath.Join(dir, "state"), "--", server}
+		"--state-dir", filepath.Join(dir, "state"), "--", server}, pub
 }
 
 // syncBuffer collects a process's stderr for error messages.
@@ -197,8 +213,7 @@ func startRPC(b *testing.B, name string, argv, env []string) *rpcProc {
 			p.cmd.Wait()
 		}
 	})
-	const initialize = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"aegis-bench","version":"0"}}}` + "\n"
-	line, err := p.roundTrip([]byte(initialize))
+	line, err := p.roundTrip([]byte(initializeFrame))
 	if err != nil {
 		b.Fatalf("%s: initialize: %v\nstderr:\n%s", name, err, p.stderr)
 	}
@@ -242,6 +257,9 @@ func (p *rpcProc) close(b *testing.B) {
 }
 
 // The frames the benchmarks send, one line each.
+
+const initializeFrame = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"aegis-bench","version":"0"}}}` + "\n"
+
 func echoFrame(id int64) []byte {
 	return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"message":"benchmark"}}}`+"\n", id)
 }
@@ -295,4 +313,231 @@ func checkResponse(line []byte, id int64) error {
 		return fmt.Errorf("answer to id %d, want %d: %s", got, id, line)
 	}
 	return nil
+}
+
+// benchJSONEnv names the JSON file the benchmarks merge their figures into
+// (make bench sets it; cmd/aegis-benchreport reads it). A relative path is
+// taken from the package directory, where go test runs the benchmarks.
+const benchJSONEnv = "AEGIS_BENCH_JSON"
+
+// recordBench merges v, the figures of the benchmark b, into the file named
+// by AEGIS_BENCH_JSON (nothing if it is unset) under "benchmarks"/b.Name(),
+// and sets "env" to a description of this machine if the file has none.
+// Benchmarks run one at a time (go test serializes them across packages),
+// so a read-modify-rename is enough.
+func recordBench(b *testing.B, v any) {
+	b.Helper()
+	path := os.Getenv(benchJSONEnv)
+	if path == "" {
+		return
+	}
+	if err := mergeBenchJSON(path, b.Name(), v, benchEnv); err != nil {
+		b.Errorf("%s: %v", benchJSONEnv, err)
+	}
+}
+
+// mergeBenchJSON sets top["benchmarks"][name] = v in the JSON file at path,
+// and top["env"] = env() if the file has no env yet.
+func mergeBenchJSON(path, name string, v any, env func() map[string]any) error {
+	top := map[string]json.RawMessage{}
+	if data, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(data, &top); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	benches := map[string]json.RawMessage{}
+	if raw, ok := top["benchmarks"]; ok {
+		if err := json.Unmarshal(raw, &benches); err != nil {
+			return fmt.Errorf("%s: benchmarks: %w", path, err)
+		}
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	benches[name] = raw
+	if top["benchmarks"], err = json.Marshal(benches); err != nil {
+		return err
+	}
+	if _, ok := top["env"]; !ok && env != nil {
+		if top["env"], err = json.Marshal(env()); err != nil {
+			return err
+		}
+	}
+	data, err := json.MarshalIndent(top, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// benchEnv describes the machine and the build: what docs/BENCHMARKS.md
+// states next to the figures.
+func benchEnv() map[string]any {
+	env := map[string]any{
+		"go":     runtime.Version(),
+		"goos":   runtime.GOOS,
+		"goarch": runtime.GOARCH,
+		"nproc":  runtime.NumCPU(),
+		"time":   time.Now().UTC().Format(time.RFC3339),
+	}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(data)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				env["cpu"] = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		env["kernel"] = strings.TrimSpace(string(data))
+	}
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.Lines(string(data)) {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				env["mem"] = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	// The state directories and the fsync probe live under the temp dir.
+	env["tmpdir"] = os.TempDir()
+	env["tmpdir_fs"] = mountOf(os.TempDir())
+	if wd, err := os.Getwd(); err == nil {
+		env["workdir_fs"] = mountOf(wd)
+	}
+	if out, err := exec.Command("git", "describe", "--always", "--dirty").Output(); err == nil {
+		env["commit"] = strings.TrimSpace(string(out))
+	}
+	return env
+}
+
+// mountOf returns "FSTYPE SOURCE on MOUNTPOINT" for the mount holding path,
+// from /proc/self/mountinfo, or "" if that cannot be read.
+func mountOf(path string) string {
+	abs, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		abs = path
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	best, desc := -1, ""
+	for line := range strings.Lines(string(data)) {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL…] - FSTYPE SOURCE SUPEROPTS
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 2 {
+			continue
+		}
+		mp := f[4]
+		if mp == abs || mp == "/" || strings.HasPrefix(abs, mp+"/") {
+			if len(mp) >= best {
+				best, desc = len(mp), fmt.Sprintf("%s %s on %s", g[0], g[1], mp)
+			}
+		}
+	}
+	return desc
+}
+
+// procKB returns a "kB" field such as VmRSS or VmHWM of /proc/PID/status.
+func procKB(pid int, field string) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			v = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
+}
+
+// childPIDs returns the children of pid, from /proc/PID/task/*/children.
+func childPIDs(pid int) []int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var kids []int
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if k, err := strconv.Atoi(f); err == nil {
+				kids = append(kids, k)
+			}
+		}
+	}
+	return kids
+}
+
+// procCPU returns the user and system CPU time of process pid, all its
+// threads, from /proc/PID/stat (in USER_HZ ticks of 10 ms on Linux).
+func procCPU(pid int) (user, sys time.Duration, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: short", pid)
+	}
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	const tick = 10 * time.Millisecond // USER_HZ is 100 on every Linux platform Go supports
+	return time.Duration(u) * tick, time.Duration(s) * tick, nil
+}
+
+// cpuMeter accumulates the CPU time a process spends over measured spans.
+type cpuMeter struct {
+	pid       int
+	user, sys time.Duration
+	u0, s0    time.Duration
+}
+
+func (m *cpuMeter) start() {
+	if m != nil {
+		m.u0, m.s0, _ = procCPU(m.pid)
+	}
+}
+
+func (m *cpuMeter) stop() {
+	if m != nil {
+		if u, s, err := procCPU(m.pid); err == nil {
+			m.user += u - m.u0
+			m.sys += s - m.s0
+		}
+	}
+}
+
+// perOp returns the user and system CPU µs per operation over n operations.
+func (m *cpuMeter) perOp(n int) (user, sys float64) {
+	if n == 0 {
+		return 0, 0
+	}
+	return us(m.user) / float64(n), us(m.sys) / float64(n)
 }
