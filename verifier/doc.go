@@ -22,6 +22,11 @@
 // it, because a later line may still prove tampering; the first one found is
 // reported.
 //
+// The expensive work, parsing, hashing and Ed25519 checks, runs on every
+// core a chunk of lines ahead of the walk; the walk itself is sequential and
+// alone decides the verdict, so the result does not depend on the number of
+// cores or on scheduling.
+//
 // # Choices where the specification is silent
 //
 //   - A first session whose open carries prev_session_tail is

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -19,7 +20,18 @@ const MaxLineBytes = 16 << 20
 // verdict. It reads until the first Tampered reason or the end of r, never
 // writes, and uses no network, clock or randomness. A read error is
 // returned in Result.Err.
+//
+// The lines are parsed, hashed and signature-checked in parallel (see
+// parallel.go), ahead of one sequential walk that decides the verdict
+// exactly as [verifySequential] does.
 func Verify(r io.Reader, opts Options) Result {
+	return verifyParallel(r, opts, defaultConfig())
+}
+
+// verifySequential is the plain walk: one line at a time, each parsed,
+// hashed and verified when the walk reaches it. It is the reference that
+// the tests hold [Verify] to.
+func verifySequential(r io.Reader, opts Options) Result {
 	w := newWalker(opts)
 	lr := lineReader{br: bufio.NewReaderSize(r, 64<<10)}
 	cur, err := lr.next()
@@ -28,7 +40,7 @@ func Verify(r io.Reader, opts Options) Result {
 		if nxt, err = lr.next(); err != nil {
 			break
 		}
-		w.line(cur, nxt == nil)
+		w.line(cur, nxt == nil, nil)
 		cur = nxt
 	}
 	if err != nil {
@@ -52,6 +64,18 @@ type lineReader struct {
 }
 
 func (lr *lineReader) next() (*rawLine, error) {
+	l, ok, _, err := lr.read(nil)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// read returns the next line, or false at the end of the record. The line's
+// bytes are appended to arena when they arrive in one piece and fit in its
+// capacity, and are allocated on their own otherwise; read returns arena
+// with or without them.
+func (lr *lineReader) read(arena []byte) (rawLine, bool, []byte, error) {
 	for !lr.eof {
 		var buf []byte
 		n := 0
@@ -59,7 +83,13 @@ func (lr *lineReader) next() (*rawLine, error) {
 			frag, err := lr.br.ReadSlice('\n')
 			n += len(frag)
 			if n <= MaxLineBytes+1 {
-				buf = append(buf, frag...)
+				if buf == nil && err != bufio.ErrBufferFull && len(arena)+len(frag) <= cap(arena) {
+					start := len(arena)
+					arena = append(arena, frag...)
+					buf = arena[start:len(arena):len(arena)]
+				} else {
+					buf = append(buf, frag...)
+				}
 			}
 			if err == bufio.ErrBufferFull {
 				continue
@@ -69,7 +99,7 @@ func (lr *lineReader) next() (*rawLine, error) {
 				break
 			}
 			if err != nil {
-				return nil, err
+				return rawLine{}, false, arena, err
 			}
 			break
 		}
@@ -78,15 +108,25 @@ func (lr *lineReader) next() (*rawLine, error) {
 		}
 		lr.no++
 		if n > MaxLineBytes+1 {
-			return &rawLine{no: lr.no, tooLong: true}, nil
+			return rawLine{no: lr.no, tooLong: true}, true, arena, nil
 		}
 		buf = bytes.TrimSuffix(buf, []byte("\n"))
 		if len(buf) == 0 {
 			continue
 		}
-		return &rawLine{no: lr.no, b: buf}, nil
+		return rawLine{no: lr.no, b: buf}, true, arena, nil
 	}
-	return nil, nil
+	return rawLine{}, false, arena, nil
+}
+
+// lineFields is what the walk reads of a decoded line: a [schemas.Line], or
+// the [schemas.CanonicalLine] that the parallel walk decoded ahead, which
+// answers the same.
+type lineFields interface {
+	Header() (schemas.Header, error)
+	Get(name string) (any, bool)
+	Str(name string) (string, bool)
+	SigningInput() ([]byte, error)
 }
 
 type session struct {
@@ -115,6 +155,12 @@ type walker struct {
 	tampered      *Reason
 	indeterminate *Reason
 	warnings      []string
+	// cur holds what was computed ahead for the line being walked, nil in
+	// the sequential walk.
+	cur *prepared
+	// inline counts the signatures and keys the walk had to check itself,
+	// for want of (matching) results computed ahead.
+	inline int
 }
 
 func newWalker(opts Options) *walker {
@@ -145,17 +191,26 @@ func (w *walker) indet(code Code, line int, format string, args ...any) {
 	}
 }
 
-func (w *walker) line(raw *rawLine, final bool) {
+// line walks one line. pre, when not nil, holds the line already decoded
+// and hashed and possibly its signature checked; the walk then uses it
+// instead of doing that work itself, with the same result.
+func (w *walker) line(raw *rawLine, final bool, pre *prepared) {
 	w.lines++
+	w.cur = pre
 	var (
-		l   schemas.Line
+		l   lineFields
 		err error
 	)
 	if raw.tooLong {
 		w.tamper(MalformedLine, raw.no, "line %d: longer than %d bytes", raw.no, MaxLineBytes)
 		return
 	}
-	if l, err = schemas.DecodeLine(raw.b); err != nil {
+	if pre != nil {
+		l, err = &pre.line, pre.err
+	} else {
+		l, err = schemas.DecodeLine(raw.b)
+	}
+	if err != nil {
 		if final && errors.Is(err, schemas.ErrSyntax) {
 			w.indet(TornFinalLine, raw.no, "final line %d does not parse; torn write", raw.no)
 			return
@@ -168,8 +223,10 @@ func (w *walker) line(raw *rawLine, final bool) {
 		w.tamper(MalformedLine, raw.no, "line %d: %v", raw.no, err)
 		return
 	}
-	hash, err := l.Hash()
-	if err != nil {
+	var hash string
+	if pre != nil {
+		hash = pre.hash
+	} else if hash, err = l.(schemas.Line).Hash(); err != nil {
 		w.tamper(MalformedLine, raw.no, "line %d: %v", raw.no, err)
 		return
 	}
@@ -186,7 +243,7 @@ func (w *walker) line(raw *rawLine, final bool) {
 	w.coverage = &Position{Session: w.sess.index, Seq: h.Seq}
 }
 
-func (w *walker) open(l schemas.Line, h schemas.Header, no int) {
+func (w *walker) open(l lineFields, h schemas.Header, no int) {
 	idx := w.sessions
 	pos := Position{Session: idx, Seq: h.Seq}
 	pubHex, ok := l.Str(schemas.FieldPublicKey)
@@ -195,7 +252,7 @@ func (w *walker) open(l schemas.Line, h schemas.Header, no int) {
 		return
 	}
 	pub, err := schemas.ParsePublicKey(pubHex)
-	if err != nil || !validPublicKey(pub) {
+	if err != nil || !w.validKey(pubHex, pub) {
 		w.tamper(BadSignature, no, "line at %s: not a valid ed25519 public key", pos)
 		return
 	}
@@ -248,7 +305,7 @@ func (w *walker) open(l schemas.Line, h schemas.Header, no int) {
 	}
 }
 
-func (w *walker) member(l schemas.Line, h schemas.Header, no int) {
+func (w *walker) member(l lineFields, h schemas.Header, no int) {
 	s := w.sess
 	if s == nil {
 		w.tamper(SessionBoundaryBroken, no, "line %d is %s line before any open; the record is missing the start of its first session",
@@ -281,6 +338,8 @@ func (w *walker) member(l schemas.Line, h schemas.Header, no int) {
 			return
 		}
 		if !s.pending[id] {
+			// The id may share memory with the whole line; keep only it.
+			id = strings.Clone(id)
 			s.pending[id] = true
 			s.intents = append(s.intents, id)
 		}
@@ -311,7 +370,7 @@ func (w *walker) member(l schemas.Line, h schemas.Header, no int) {
 			w.tamper(DuplicateDecision, no, "line at %s is a second decision for approval %s, first decided at %s", pos, display(id), first)
 			return
 		}
-		s.decisions[id] = pos
+		s.decisions[strings.Clone(id)] = pos
 	case schemas.LineClose:
 		if !w.verifySignature(l, pos, no) {
 			return
@@ -334,7 +393,7 @@ func (w *walker) member(l schemas.Line, h schemas.Header, no int) {
 
 // verifySignature checks the signature pair of l against the current
 // session's key and records BadSignature on failure.
-func (w *walker) verifySignature(l schemas.Line, pos Position, no int) bool {
+func (w *walker) verifySignature(l lineFields, pos Position, no int) bool {
 	fail := func(msg string) bool {
 		w.tamper(BadSignature, no, "line at %s: %s", pos, msg)
 		return false
@@ -351,10 +410,19 @@ func (w *walker) verifySignature(l schemas.Line, pos Position, no int) bool {
 	if keyID != s.keyID {
 		return fail(fmt.Sprintf("line was signed under key %s, not %s", display(keyID), s.keyID))
 	}
+	if p := w.cur; p != nil && p.checkedKey != nil && bytes.Equal(p.checkedKey, s.pub) {
+		// Checked ahead (signature parsed, then verified) under the key
+		// this session uses.
+		if !p.sigOK {
+			return fail("signature does not match this line")
+		}
+		return true
+	}
 	sig, ok := schemas.ParseSignature(sigHex)
 	if !ok {
 		return fail("signature does not match this line")
 	}
+	w.inline++
 	msg, err := l.SigningInput()
 	if err != nil {
 		return fail("canonical form unavailable: " + err.Error())
@@ -363,6 +431,16 @@ func (w *walker) verifySignature(l schemas.Line, pos Position, no int) bool {
 		return fail("signature does not match this line")
 	}
 	return true
+}
+
+// validKey is validPublicKey(pub), taken from the work done ahead when it
+// checked the same key.
+func (w *walker) validKey(pubHex string, pub ed25519.PublicKey) bool {
+	if p := w.cur; p != nil && p.pubChecked && p.pubHex == pubHex {
+		return p.pubOK
+	}
+	w.inline++
+	return validPublicKey(pub)
 }
 
 // noteInFlight warns about calls of an anchored session that never got an

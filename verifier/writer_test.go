@@ -14,7 +14,7 @@ import (
 // told otherwise. The verifier's tests do not use projector.Chain so that
 // the verifier stays testable without the projector's dependencies.
 type testWriter struct {
-	t     *testing.T
+	t     testing.TB
 	key   ed25519.PrivateKey
 	lines [][]byte
 	seq   uint64
@@ -28,7 +28,7 @@ func otherKey() ed25519.PrivateKey { return ed25519.NewKeyFromSeed(bytes.Repeat(
 
 func pubOf(k ed25519.PrivateKey) ed25519.PublicKey { return k.Public().(ed25519.PublicKey) }
 
-func newTestWriter(t *testing.T, key ed25519.PrivateKey) *testWriter {
+func newTestWriter(t testing.TB, key ed25519.PrivateKey) *testWriter {
 	return &testWriter{t: t, key: key}
 }
 
