@@ -299,6 +299,11 @@ func (p *fastParser) str() (string, error) {
 	s := p.s
 	p.pos++
 	start := p.pos
+	// Skip eight plain bytes at a time; the loop below finds what stopped
+	// this one.
+	for p.pos+8 <= len(s) && !special8(s[p.pos:p.pos+8]) {
+		p.pos += 8
+	}
 	for p.pos < len(s) {
 		c := s[p.pos]
 		switch {
@@ -313,6 +318,18 @@ func (p *fastParser) str() (string, error) {
 		p.pos++
 	}
 	return "", p.eof()
+}
+
+// special8 reports whether any of the eight bytes of b is a quote, a
+// backslash or a control character (the classic SWAR tests for a zero byte
+// and for a byte below 0x20).
+func special8(b string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	x := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+	q := x ^ (ones * '"')
+	bs := x ^ (ones * '\\')
+	return ((q-ones)&^q|(bs-ones)&^bs|(x-ones*0x20)&^x)&highs != 0
 }
 
 // escapedString continues str from the first backslash; start is the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -176,6 +177,50 @@ func TestFastDecodeMatchesDecodeValue(t *testing.T) {
 				checkFastDecode(t, append(in[:i:i], in[i+1:]...))
 				checkFastDecode(t, append(in[:i+1:i+1], in[i:]...))
 			}
+		}
+	}
+}
+
+// TestFastDecodeStringScan puts every kind of byte at every offset of the
+// eight-byte scan in str.
+func TestFastDecodeStringScan(t *testing.T) {
+	for _, c := range []string{`"`, `\\`, `\"`, `\u0001`, "\x00", "\x01", "\x1f", " ", "\x7f", "\x80", "é", "\\", "x"} {
+		for i := 0; i < 20; i++ {
+			for _, tail := range []string{``, `abcdefghij`} {
+				in := `{"k":"` + strings.Repeat("a", i) + c + tail + `"}`
+				checkFastDecode(t, []byte(in))
+				checkFastDecode(t, []byte(`["`+strings.Repeat("a", i)+c+tail))
+			}
+		}
+	}
+}
+
+// TestSpecial8 holds the eight-byte test of str to a byte loop.
+func TestSpecial8(t *testing.T) {
+	naive := func(b []byte) bool {
+		for _, c := range b {
+			if c == '"' || c == '\\' || c < 0x20 {
+				return true
+			}
+		}
+		return false
+	}
+	rng := rand.New(rand.NewSource(1))
+	b := make([]byte, 8)
+	for i := 0; i < 200000; i++ {
+		if i < 8*256 { // every byte value at every position of a plain run
+			copy(b, "abcdefgh")
+			b[i%8] = byte(i / 8)
+		} else {
+			for j := range b {
+				b[j] = byte(0x20 + rng.Intn(0x60))
+				if rng.Intn(8) == 0 {
+					b[j] = byte(rng.Intn(256))
+				}
+			}
+		}
+		if got, want := special8(string(b)), naive(b); got != want {
+			t.Fatalf("special8(%q) = %v, want %v", b, got, want)
 		}
 	}
 }
