@@ -97,7 +97,15 @@ type gated struct {
 // when an approval for the same tool and arguments is waiting to be used;
 // the allowance is taken only by take, once the frame is relayed.
 func (g *gate) decide(tool string, args json.RawMessage, now time.Time) gated {
-	d := g.engine.Evaluate(policy.Request{Tool: tool}, now)
+	return g.decideRequest(policy.Request{Tool: tool}, args, now)
+}
+
+// decideRequest is decide for a full request (the gateway asks with the
+// capability and the active profile as role too); req.Tool keys the
+// approvals.
+func (g *gate) decideRequest(req policy.Request, args json.RawMessage, now time.Time) gated {
+	tool := req.Tool
+	d := g.engine.Evaluate(req, now)
 	gd := gated{decision: d, argsDigest: argsDigest(args)}
 	if d.Verdict == policy.PendingApproval {
 		g.mu.Lock()

@@ -863,21 +863,28 @@ func (r *relay) settlePending(outcome func(schemas.WrapCall) schemas.Outcome) {
 // request that cannot be honoured (unknown, already decided, expired) is
 // refused with the reason and recorded as approval.refused.
 func (r *relay) handleApproval(op ApprovalOp) ApprovalReply {
-	now := r.cfg.Now()
+	if op.Op != "list" && r.isStopped() {
+		return ApprovalReply{Error: "the session is ending"}
+	}
+	return decideApproval(r.sess, r.gate, op, r.cfg.Now(), r.fail)
+}
+
+// decideApproval acts on an approval request against a gate: list, or
+// approve/deny a pending approval with a signed decision line durable before
+// the reply. A request that cannot be honoured is refused with the reason
+// and recorded as approval.refused. fail is called if recording fails.
+func decideApproval(sess *projector.Session, g *gate, op ApprovalOp, now time.Time, fail func(error)) ApprovalReply {
 	switch op.Op {
 	case "list":
-		return ApprovalReply{OK: true, Pending: r.gate.list(now)}
+		return ApprovalReply{OK: true, Pending: g.list(now)}
 	case "approve", "deny":
 	default:
 		return ApprovalReply{Error: fmt.Sprintf("unknown request %q", op.Op)}
 	}
-	if r.isStopped() {
-		return ApprovalReply{Error: "the session is ending"}
-	}
-	p, why := r.gate.resolve(op.ApprovalID, now)
+	p, why := g.resolve(op.ApprovalID, now)
 	if p == nil {
-		if _, err := r.sess.Fact(schemas.KindApprovalRefused, map[string]string{"approval_id": op.ApprovalID, "op": op.Op, "by": op.By, "reason": why}); err != nil {
-			r.log.Warn("record refused approval request", "err", err)
+		if _, err := sess.Fact(schemas.KindApprovalRefused, map[string]string{"approval_id": op.ApprovalID, "op": op.Op, "by": op.By, "reason": why}); err != nil {
+			fail(err)
 		}
 		return ApprovalReply{Error: why}
 	}
@@ -894,18 +901,18 @@ func (r *relay) handleApproval(op ApprovalOp) ApprovalReply {
 		d.Verdict = schemas.Rejected(reason)
 		msg = fmt.Sprintf("denied %s (%s)", p.ApprovalID, reason)
 	}
-	rc, err := r.sess.Decision(d, map[string]string{"approval_id": p.ApprovalID, "op": op.Op, "by": op.By})
+	rc, err := sess.Decision(d, map[string]string{"approval_id": p.ApprovalID, "op": op.Op, "by": op.By})
 	if err == nil {
 		_, err = rc.Wait(context.Background())
 	}
 	if err != nil {
-		r.fail(err)
+		fail(err)
 		return ApprovalReply{Error: "could not record the decision: " + err.Error()}
 	}
 	if op.Op == "approve" {
-		r.gate.grant(p)
+		g.grant(p)
 	} else {
-		r.gate.denied(p.ApprovalID)
+		g.denied(p.ApprovalID)
 	}
 	return ApprovalReply{OK: true, Message: msg}
 }

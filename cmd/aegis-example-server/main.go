@@ -52,6 +52,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("aegis-example-server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	verbose := fs.Bool("v", false, "log SDK session events to stderr")
+	callLog := fs.String("calls", "", "append the name of every tools/call received to this file (for tests)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -67,7 +68,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	err := newServer(logger).Run(ctx, &mcp.StdioTransport{})
+	srv := newServer(logger)
+	if *callLog != "" {
+		f, err := os.OpenFile(*callLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return fmt.Errorf("open call log: %w", err)
+		}
+		defer f.Close()
+		srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
+					fmt.Fprintln(f, r.Params.Name)
+				}
+				return next(ctx, method, req)
+			}
+		})
+	}
+	err := srv.Run(ctx, &mcp.StdioTransport{})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("serve stdio: %w", err)
 	}

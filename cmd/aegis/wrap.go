@@ -105,17 +105,9 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		return usagef("make a key with 'aegis keygen --out KEY', then: aegis wrap --audit calls.aarl --signing-key KEY -- CMD", "wrap needs both --audit and --signing-key")
 	}
 
-	key, err := projector.LoadKeyFile(*keyPath)
+	key, err := m.loadKey(*keyPath)
 	if err != nil {
-		switch {
-		case errors.Is(err, projector.ErrKeyFilePermissions):
-			return withHint(fmt.Errorf("refusing signing key: %w", err), "chmod 600 "+*keyPath)
-		case errors.Is(err, projector.ErrInsecureDevKey):
-			return withHint(fmt.Errorf("refusing signing key: %w", err), "generate a real one with: aegis keygen --out KEY")
-		case errors.Is(err, os.ErrNotExist):
-			return withHint(fmt.Errorf("signing key %s does not exist", *keyPath), "generate one with: aegis keygen --out "+*keyPath)
-		}
-		return withHint(fmt.Errorf("refusing signing key: %w", err), "a key file is one line of 64 lowercase hex characters, as 'aegis keygen' writes it")
+		return err
 	}
 	var set *policy.Set
 	if *policyPath != "" {
@@ -263,21 +255,8 @@ func (m *Main) confineProfile(c *confineFlags, keyPath, audit, stateDirFlag stri
 		}
 		p.Net = append(p.Net, sandbox.NetGrant{Host: host, Port: uint16(pn)})
 	}
-	stateDir, err := m.stateDir(stateDirFlag)
-	if err != nil {
+	if err := m.protect(p, keyPath, audit, stateDirFlag); err != nil {
 		return nil, err
-	}
-	for _, q := range []string{keyPath, audit, stateDir} {
-		a, err := abs("protect", q)
-		if err != nil {
-			return nil, err
-		}
-		p.Protect = append(p.Protect, a)
-	}
-	if rd, err := events.RuntimeDir(m.Getenv); err == nil {
-		p.Protect = append(p.Protect, rd)
-	} else {
-		p.Protect = append(p.Protect, runtimeDirPath(m.Getenv))
 	}
 	return p, nil
 }
@@ -332,4 +311,44 @@ func approvalsIf(on bool, f func(string, func(proxy.ApprovalOp) proxy.ApprovalRe
 		return nil
 	}
 	return f
+}
+
+// loadKey loads a signing key file, turning each refusal into a message
+// that says what to do.
+func (m *Main) loadKey(keyPath string) (projector.PrivateKey, error) {
+	key, err := projector.LoadKeyFile(keyPath)
+	if err == nil {
+		return key, nil
+	}
+	switch {
+	case errors.Is(err, projector.ErrKeyFilePermissions):
+		return key, withHint(fmt.Errorf("refusing signing key: %w", err), "chmod 600 "+keyPath)
+	case errors.Is(err, projector.ErrInsecureDevKey):
+		return key, withHint(fmt.Errorf("refusing signing key: %w", err), "generate a real one with: aegis keygen --out KEY")
+	case errors.Is(err, os.ErrNotExist):
+		return key, withHint(fmt.Errorf("signing key %s does not exist", keyPath), "generate one with: aegis keygen --out "+keyPath)
+	}
+	return key, withHint(fmt.Errorf("refusing signing key: %w", err), "a key file is one line of 64 lowercase hex characters, as 'aegis keygen' writes it")
+}
+
+// protect adds aegis's own files to a confinement profile: the signing key,
+// the record, the state directory and the runtime directory.
+func (m *Main) protect(p *sandbox.Profile, keyPath, audit, stateDirFlag string) error {
+	stateDir, err := m.stateDir(stateDirFlag)
+	if err != nil {
+		return err
+	}
+	for _, q := range []string{keyPath, audit, stateDir} {
+		a, err := filepath.Abs(q)
+		if err != nil {
+			return err
+		}
+		p.Protect = append(p.Protect, a)
+	}
+	if rd, err := events.RuntimeDir(m.Getenv); err == nil {
+		p.Protect = append(p.Protect, rd)
+	} else {
+		p.Protect = append(p.Protect, runtimeDirPath(m.Getenv))
+	}
+	return nil
 }
