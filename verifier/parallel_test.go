@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -93,6 +94,11 @@ func diffRecords(t *testing.T) map[string][]byte {
 	w.key = devKey()
 	records["generated_four_sessions"] = goodSession(w).bytes()
 	records["generated_long"] = benchRecord(t, 40)
+	// Lines longer than the reader's buffer and than a chunk's arena.
+	big := strings.Repeat("x", 150<<10)
+	records["generated_big_lines"] = newTestWriter(t, devKey()).open().
+		intent("call-1", pre(set("blob", big))).outcome("call-1", pre(set("blob", big))).
+		intent("call-2").outcome("call-2").close().bytes()
 	return records
 }
 
@@ -242,7 +248,7 @@ func TestParallelKeyGuessFallsBack(t *testing.T) {
 // signature and key is checked by the workers, none by the walk.
 func TestParallelChecksAhead(t *testing.T) {
 	records := diffRecords(t)
-	for _, name := range []string{"verified_rotated_keys.aarl", "verified_killed_session_anchored.aarl", "generated_four_sessions", "generated_long", "upstream-golden-session.aarl"} {
+	for _, name := range []string{"verified_rotated_keys.aarl", "verified_killed_session_anchored.aarl", "generated_four_sessions", "generated_long", "generated_big_lines", "upstream-golden-session.aarl"} {
 		for _, cfg := range testConfigs() {
 			w := newWalker(Options{})
 			if err := w.walkParallel(bytes.NewReader(records[name]), cfg); err != nil {
