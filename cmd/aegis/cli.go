@@ -21,6 +21,7 @@ Usage:
 
 Commands:
   wrap       run an MCP server and record every tool call it carries
+  gateway    front several MCP servers behind default-deny profiles
   keygen     make an Ed25519 signing key for audit records
   verify     check an audit record offline: Verified, Tampered or Indeterminate
   export     rebuild an audit record from the event stream
@@ -59,6 +60,7 @@ type command struct {
 func (m *Main) commands() []command {
 	return []command{
 		{"wrap", "record an MCP server's tool calls", (*Main).runWrap, wrapUsage},
+		{"gateway", "front several MCP servers behind profiles", (*Main).runGateway, gatewayUsage},
 		{"keygen", "make a signing key for audit records", (*Main).runKeygen, keygenUsage},
 		{"verify", "check an audit record offline", (*Main).runVerify, verifyUsage},
 		{"export", "rebuild an audit record from the event stream", (*Main).runExport, exportUsage},
@@ -163,6 +165,11 @@ func (m *Main) warnf(format string, args ...any) {
 
 func (m *Main) dispatch(ctx context.Context, args []string) error {
 	if len(args) == 0 {
+		// The seed's bare 'aegis' runs the gateway of AEGIS_CONFIG or
+		// ./aegis.yaml; without one it is a usage error.
+		if err := m.runBareGateway(ctx); !errors.Is(err, errNoGateway) {
+			return err
+		}
 		fmt.Fprint(m.Stderr, usage)
 		return &exitError{code: 2}
 	}

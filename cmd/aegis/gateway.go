@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/aegis-dev/aegis/policy"
+	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/sandbox"
+)
+
+const gatewayUsage = `Usage:
+  aegis gateway --config FILE --audit PATH --signing-key PATH [--state-dir DIR] [--approval-ttl D]
+  aegis            (with AEGIS_CONFIG, default ./aegis.yaml, AEGIS_AUDIT and AEGIS_SIGNING_KEY)
+
+Runs one MCP server for the host that fronts every server in FILE. Their
+tools appear as <server>__<tool>, and only those the active profile allows;
+resources are filtered by the profile's URI patterns; prompts appear as
+<server>__<prompt>. Every tools/call (meta-tools included) is recorded as an
+intent before it is forwarded and a signed outcome before the answer returns,
+with decision_axes.role = the active profile. The agent switches profiles
+with the meta-tool aegis.set_profile: along an allowed_transitions edge at
+once, otherwise a human runs 'aegis approve ID' and the agent confirms with
+aegis.approval_status.
+
+FILE is strict YAML (servers, profiles, activation.default_profile,
+error_disclosure, optional rules); see proxy/testdata/aegis.yaml. An invalid
+file, a missing key or an unusable store refuse to start; a server that
+fails to start is skipped, said on stderr and recorded.
+
+Example (Claude Desktop / Cursor "mcpServers" entry):
+  "aegis": {"command": "aegis", "args": ["gateway", "--config", "/etc/aegis/aegis.yaml",
+            "--audit", "/var/log/aegis/calls.aarl", "--signing-key", "/etc/aegis/signing.key"]}
+`
+
+func (m *Main) runGateway(ctx context.Context, args []string) error {
+	fs := m.newFlagSet("gateway")
+	config := fs.String("config", "", "gateway file")
+	audit := fs.String("audit", "", "record file")
+	keyPath := fs.String("signing-key", "", "signing key file")
+	stateDir := fs.String("state-dir", "", "state directory")
+	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
+	if err := m.parseFlags(fs, gatewayUsage, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("run 'aegis help gateway'", "gateway: unexpected argument %q", fs.Arg(0))
+	}
+	if *config == "" || *audit == "" || *keyPath == "" {
+		return usagef("aegis gateway --config aegis.yaml --audit calls.aarl --signing-key KEY", "gateway needs --config, --audit and --signing-key")
+	}
+	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL)
+}
+
+// runBareGateway is the seed's bare 'aegis': the gateway from AEGIS_CONFIG
+// (default ./aegis.yaml). It returns errNoGateway when there is nothing to
+// run, so that a bare aegis still prints its usage.
+func (m *Main) runBareGateway(ctx context.Context) error {
+	config := m.Getenv("AEGIS_CONFIG")
+	if config == "" {
+		if _, err := os.Stat("aegis.yaml"); err != nil {
+			return errNoGateway
+		}
+		config = "aegis.yaml"
+	}
+	audit, key := m.Getenv("AEGIS_AUDIT"), m.Getenv("AEGIS_SIGNING_KEY")
+	if audit == "" || key == "" {
+		return withHint(fmt.Errorf("gateway %s: AEGIS_AUDIT and AEGIS_SIGNING_KEY must name the record file and the signing key", config), "or run: aegis gateway --config "+config+" --audit PATH --signing-key KEY")
+	}
+	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL)
+}
+
+var errNoGateway = errors.New("no gateway configured")
+
+func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration) error {
+	data, err := os.ReadFile(config)
+	if err != nil {
+		return withHint(fmt.Errorf("could not read gateway file: %w", err), "--config (or AEGIS_CONFIG) names the YAML file")
+	}
+	gw, err := policy.ParseGateway(config, data)
+	if err != nil {
+		return withHint(fmt.Errorf("invalid gateway file: %w", err), "fix the file; nothing was started")
+	}
+	key, err := m.loadKey(keyPath)
+	if err != nil {
+		return err
+	}
+	var servers []proxy.GatewayServer
+	for _, s := range gw.Servers() {
+		gs := proxy.GatewayServer{Name: s.Name, Argv: append([]string{s.Command}, s.Args...), Env: append(os.Environ(), s.Env...)}
+		if s.Confine != nil {
+			c := s.Confine
+			p := &sandbox.Profile{ReadPaths: c.AllowRead, WritePaths: c.AllowWrite, ExecSupport: c.AllowExecSupport,
+				BestEffort: c.BestEffort, AllowUDP: c.AllowUDP, AllowMPTCP: c.AllowMPTCP}
+			for _, n := range c.AllowNet {
+				p.Net = append(p.Net, sandbox.NetGrant{Host: n.Host, Port: n.Port})
+			}
+			if err := m.protect(p, keyPath, audit, stateDirFlag); err != nil {
+				return err
+			}
+			gs.Confine = p
+		}
+		servers = append(servers, gs)
+	}
+	store, err := m.openStoreWith(ctx, stateDirFlag, true)
+	if err != nil {
+		return err
+	}
+	defer store.Close(context.Background())
+	log := m.logger()
+	abs, _ := filepath.Abs(config)
+	open := func(facts map[string]sandbox.Fact) (*projector.Session, error) {
+		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version, Logger: log}
+		if len(facts) > 0 {
+			cfg.Confinement = facts
+		}
+		return projector.OpenSession(ctx, cfg)
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	self, _ := os.Executable()
+	sess, err := proxy.Gateway(ctx, proxy.GatewayConfig{
+		Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
+		Rules: gw.Rules(), Open: open, Self: self, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: m.Stderr,
+		Approvals: m.approvalServer(store), ApprovalTTL: ttl, Logger: log,
+	})
+	var oe *proxy.OpenError
+	if errors.As(err, &oe) {
+		return fmt.Errorf("open audit session: %w", oe.Err)
+	}
+	if sess != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if cerr := sess.Close(cctx); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}

@@ -1,0 +1,753 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/policy"
+	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/sandbox"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// GatewayServer is one downstream MCP server of the gateway.
+type GatewayServer struct {
+	Name    string
+	Argv    []string
+	Env     []string
+	Confine *sandbox.Profile // nil: not confined
+}
+
+// GatewayPolicy is what the gateway asks of its configuration: profile
+// membership of tools and resources, transitions, and for verbose error
+// disclosure the profile that would allow a refused tool.
+type GatewayPolicy interface {
+	HasProfile(name string) bool
+	ToolAllowed(profile, server, tool string) (bool, string)
+	ResourceAllowed(profile, uri string) (bool, string)
+	Transition(from, to string) bool
+	RequiredProfile(active, server, tool string) string
+	RuleRequest(profile, server, tool, session string) policy.Request
+}
+
+// GatewayConfig runs the gateway.
+type GatewayConfig struct {
+	Servers        []GatewayServer
+	Policy         GatewayPolicy
+	DefaultProfile string
+	Verbose        bool        // error disclosure: verbose (true) or minimal
+	Rules          *policy.Set // optional wrap-style rules on top of profiles
+	// Open opens the audit session once every confinement fact is known
+	// (server name -> fact); no server runs before it returns.
+	Open        func(confinement map[string]sandbox.Fact) (*projector.Session, error)
+	Self        string
+	Stdin       io.ReadCloser
+	Stdout      io.WriteCloser
+	Stderr      io.Writer // downstream stderr and prompts
+	Approvals   func(session string, handle func(ApprovalOp) ApprovalReply) (stop func(), err error)
+	ApprovalTTL time.Duration
+	Now         func() time.Time
+	Logger      *slog.Logger
+}
+
+// GatewayInstructions tell the agent how names work behind the gateway.
+const GatewayInstructions = "You are operating behind aegis. Every tool is prefixed with its server origin via a double underscore (e.g. filesystem__read_file). Use the prefixed names exactly as listed. Some profile switches require human approval: call aegis.set_profile, then aegis.approval_status."
+
+type downstream struct {
+	name string
+	cs   *mcp.ClientSession
+	cmd  *exec.Cmd
+}
+
+type toolEntry struct {
+	server, tool string
+	def          *mcp.Tool
+}
+
+type escalation struct {
+	id, from, to string
+	expires      time.Time
+	status       string // pending, approved, denied, expired, applied
+}
+
+type gateway struct {
+	cfg   GatewayConfig
+	sess  *projector.Session
+	srv   *mcp.Server
+	log   *slog.Logger
+	gate  *gate
+	downs map[string]*downstream
+	tools map[string]toolEntry // wire name -> entry
+	res   map[string]string    // resource URI -> server
+	resDefs map[string]*mcp.Resource
+
+	mu        sync.Mutex
+	profile   string
+	visible   map[string]bool // wire names registered with the server
+	visRes    map[string]bool
+	esc       map[string]*escalation
+	escN      int
+	stopped   bool
+}
+
+// Gateway runs the gateway until the host disconnects: it starts and
+// connects every downstream server (a server that fails is skipped, said on
+// stderr and recorded), aggregates their tools (as server__tool), resources
+// and prompts, and serves the host over stdio, showing only what the active
+// profile allows. Every tools/call, meta-tools included, is recorded as an
+// intent before it is forwarded and an outcome before the host gets the
+// answer; denials are never silent.
+func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = io.Discard
+	}
+	g := &gateway{cfg: cfg, log: cfg.Logger, downs: map[string]*downstream{}, tools: map[string]toolEntry{},
+		res: map[string]string{}, resDefs: map[string]*mcp.Resource{}, visible: map[string]bool{}, visRes: map[string]bool{},
+		esc: map[string]*escalation{}, profile: cfg.DefaultProfile}
+	if cfg.Rules != nil {
+		g.gate = newGate(cfg.Rules, cfg.ApprovalTTL)
+	} else {
+		g.gate = &gate{ttl: cfg.ApprovalTTL, pending: map[string]*PendingApproval{}, resolved: map[string]string{}, allow: map[string][]string{}}
+		if g.gate.ttl <= 0 {
+			g.gate.ttl = DefaultApprovalTTL
+		}
+	}
+
+	// Start every helper (confined) first: their facts go into the open line.
+	type starting struct {
+		srv   GatewayServer
+		cmd   *exec.Cmd
+		child *sandbox.Child
+		inW   *os.File
+		outR  *os.File
+		err   error
+	}
+	var starts []*starting
+	facts := map[string]sandbox.Fact{}
+	for _, s := range cfg.Servers {
+		st := &starting{srv: s}
+		starts = append(starts, st)
+		inR, inW, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		st.inW, st.outR = inW, outR
+		if s.Confine != nil {
+			child, err := sandbox.Command(ctx, cfg.Self, *s.Confine, s.Argv)
+			if err != nil {
+				st.err = err
+			} else {
+				st.child, st.cmd = child, child.Cmd
+				st.cmd.Stdin, st.cmd.Stdout, st.cmd.Stderr, st.cmd.Env = inR, outW, cfg.Stderr, s.Env
+				fact, err := child.Start()
+				if err != nil {
+					st.err = err
+				} else {
+					facts[s.Name] = fact
+				}
+			}
+		} else {
+			st.cmd = exec.Command(s.Argv[0], s.Argv[1:]...)
+			st.cmd.Stdin, st.cmd.Stdout, st.cmd.Stderr, st.cmd.Env = inR, outW, cfg.Stderr, s.Env
+		}
+		// The child's ends are closed after it starts (below); on failure now.
+		defer inR.Close()
+		defer outW.Close()
+	}
+	sess, err := cfg.Open(facts)
+	if err != nil {
+		for _, st := range starts {
+			if st.child != nil && st.err == nil {
+				st.child.Abort()
+			}
+		}
+		return nil, &OpenError{Err: err}
+	}
+	g.sess = sess
+
+	for _, st := range starts {
+		if st.err == nil {
+			if st.child != nil {
+				st.err = st.child.Go()
+			} else {
+				st.err = st.cmd.Start()
+			}
+		}
+		if st.err != nil {
+			g.skip(st.srv.Name, "start", st.err)
+			continue
+		}
+		g.sess.Fact(schemas.KindChildStarted, map[string]any{"server": st.srv.Name, "pid": st.cmd.Process.Pid, "argv": st.srv.Argv})
+		client := mcp.NewClient(&mcp.Implementation{Name: "aegis-gateway", Version: "1"}, nil)
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cs, err := client.Connect(cctx, &mcp.IOTransport{Reader: st.outR, Writer: st.inW}, nil)
+		cancel()
+		if err != nil {
+			st.cmd.Process.Kill()
+			go st.cmd.Wait()
+			g.skip(st.srv.Name, "connect", err)
+			continue
+		}
+		g.downs[st.srv.Name] = &downstream{name: st.srv.Name, cs: cs, cmd: st.cmd}
+	}
+	defer g.shutdown()
+
+	if err := g.aggregate(ctx); err != nil {
+		return sess, err
+	}
+
+	g.srv = mcp.NewServer(&mcp.Implementation{Name: "aegis", Version: "gateway"}, &mcp.ServerOptions{
+		Instructions: GatewayInstructions,
+		HasTools:     true, HasResources: true, HasPrompts: true,
+	})
+	g.addMetaTools()
+	g.addPrompts(ctx)
+	g.applyProfile()
+	g.srv.AddReceivingMiddleware(g.middleware)
+
+	if cfg.Approvals != nil {
+		stop, err := cfg.Approvals(sess.ID(), g.handleApproval)
+		if err != nil {
+			return sess, fmt.Errorf("serve approvals: %w", err)
+		}
+		defer stop()
+	}
+	host := &mcp.IOTransport{Reader: &frameTap{r: cfg.Stdin, g: g, kind: schemas.KindFrameC2S}, Writer: &frameTapW{w: cfg.Stdout, g: g}}
+	err = g.srv.Run(ctx, host)
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), "EOF") {
+		return sess, err
+	}
+	return sess, nil
+}
+
+// skip records a downstream server that could not be used.
+func (g *gateway) skip(name, stage string, err error) {
+	fmt.Fprintf(g.cfg.Stderr, "aegis: warning: server %s skipped: %s: %v\n", name, stage, err)
+	if _, rerr := g.sess.Fact(schemas.KindNote, map[string]string{"server": name, "skipped": stage, "error": err.Error()}); rerr != nil {
+		g.log.Warn("record skipped server", "err", rerr)
+	}
+}
+
+func (g *gateway) shutdown() {
+	for _, d := range g.downs {
+		d.cs.Close()
+		done := make(chan struct{})
+		go func() { d.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			d.cmd.Process.Kill()
+			<-done
+		}
+		code := exitCode(d.cmd.ProcessState)
+		if rc, err := g.sess.Fact(schemas.KindChildExited, map[string]any{"server": d.name, "code": code}); err == nil {
+			rc.Wait(context.Background())
+		}
+	}
+}
+
+// aggregate lists every downstream's tools and resources, namespacing
+// tools; a duplicate or wire-name collision fails start-up.
+func (g *gateway) aggregate(ctx context.Context) error {
+	names := make([]string, 0, len(g.downs))
+	for n := range g.downs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	origin := map[string]string{} // wire -> server.tool
+	for _, n := range names {
+		d := g.downs[n]
+		for t, err := range d.cs.Tools(ctx, nil) {
+			if err != nil {
+				g.skip(n, "tools/list", err)
+				break
+			}
+			wire := n + "__" + t.Name
+			if prev, dup := origin[wire]; dup {
+				return fmt.Errorf("tool name collision: %s.%s and %s both become %q; rename a server", n, t.Name, prev, wire)
+			}
+			origin[wire] = n + "." + t.Name
+			def := *t
+			def.Name = wire
+			desc := strings.TrimSpace(t.Description)
+			if desc == "" {
+				desc = "(no description)"
+			}
+			def.Description = desc + " [origin: " + n + "]"
+			g.tools[wire] = toolEntry{server: n, tool: t.Name, def: &def}
+		}
+		for r, err := range d.cs.Resources(ctx, nil) {
+			if err != nil {
+				break // a server without resources
+			}
+			if _, taken := g.res[r.URI]; taken {
+				continue
+			}
+			g.res[r.URI] = n
+			def := *r
+			g.resDefs[r.URI] = &def
+		}
+	}
+	return nil
+}
+
+func (g *gateway) addPrompts(ctx context.Context) {
+	for n, d := range g.downs {
+		for p, err := range d.cs.Prompts(ctx, nil) {
+			if err != nil {
+				break
+			}
+			def := *p
+			def.Name = n + "__" + p.Name
+			cs, orig := d.cs, p.Name
+			g.srv.AddPrompt(&def, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+				return cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: orig, Arguments: req.Params.Arguments})
+			})
+		}
+	}
+}
+
+// applyProfile makes the server's tool and resource lists those of the
+// active profile; the SDK tells the host that the lists changed.
+func (g *gateway) applyProfile() {
+	g.mu.Lock()
+	profile := g.profile
+	g.mu.Unlock()
+	var add []*mcp.Tool
+	var remove []string
+	for wire, e := range g.tools {
+		ok, _ := g.cfg.Policy.ToolAllowed(profile, e.server, e.tool)
+		if ok && !g.visible[wire] {
+			add = append(add, e.def)
+			g.visible[wire] = true
+		} else if !ok && g.visible[wire] {
+			remove = append(remove, wire)
+			delete(g.visible, wire)
+		}
+	}
+	if len(remove) > 0 {
+		g.srv.RemoveTools(remove...)
+	}
+	for _, t := range add {
+		e := g.tools[t.Name]
+		cs := g.downs[e.server].cs
+		g.srv.AddTool(t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return cs.CallTool(ctx, &mcp.CallToolParams{Name: e.tool, Arguments: req.Params.Arguments})
+		})
+	}
+	var rremove []string
+	for uri, server := range g.res {
+		ok, _ := g.cfg.Policy.ResourceAllowed(profile, uri)
+		if ok && !g.visRes[uri] {
+			cs := g.downs[server].cs
+			g.srv.AddResource(g.resDefs[uri], func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI})
+			})
+			g.visRes[uri] = true
+		} else if !ok && g.visRes[uri] {
+			rremove = append(rremove, uri)
+			delete(g.visRes, uri)
+		}
+	}
+	if len(rremove) > 0 {
+		g.srv.RemoveResources(rremove...)
+	}
+}
+
+// capDenied is the AEGIS_CAP_DENIED payload.
+func (g *gateway) capDenied(server, tool, profile string) string {
+	m := map[string]string{"code": "AEGIS_CAP_DENIED", "capability": server + "." + tool, "active_profile": profile,
+		"hint": "capability requires a profile that allows it"}
+	if g.cfg.Verbose {
+		if rp := g.cfg.Policy.RequiredProfile(profile, server, tool); rp != "" {
+			m["required_profile"] = rp
+		}
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+func textResult(s string, isErr bool) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}, IsError: isErr}
+}
+
+// middleware records and enforces tools/call and resources/read.
+func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "tools/call":
+			r, ok := req.(*mcp.CallToolRequest)
+			if !ok || r.Params == nil {
+				return next(ctx, method, req)
+			}
+			return g.toolsCall(ctx, method, r, next)
+		case "resources/read":
+			r, ok := req.(*mcp.ReadResourceRequest)
+			if !ok || r.Params == nil {
+				return next(ctx, method, req)
+			}
+			g.mu.Lock()
+			profile := g.profile
+			g.mu.Unlock()
+			allowed, pattern := g.cfg.Policy.ResourceAllowed(profile, r.Params.URI)
+			if _, err := g.sess.Fact(schemas.KindCallVerdict, map[string]any{
+				"uri": r.Params.URI, "profile": profile, "allowed": allowed, "pattern": pattern}); err != nil {
+				return nil, fmt.Errorf("aegis could not record this read, so it was not done: %w", err)
+			}
+			if !allowed {
+				b, _ := json.Marshal(map[string]string{"code": "AEGIS_RESOURCE_DENIED", "uri": r.Params.URI, "active_profile": profile, "hint": "resource not permitted in active profile"})
+				return nil, errors.New(string(b))
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// toolsCall records one tools/call: intent before anything runs, outcome
+// before the answer goes back.
+func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolRequest, next mcp.MethodHandler) (mcp.Result, error) {
+	name := r.Params.Name
+	args := r.Params.Arguments
+	reqBytes, _ := json.Marshal(map[string]any{"name": name, "arguments": json.RawMessage(orEmptyObject(args))})
+	dg := sha(reqBytes)
+	g.mu.Lock()
+	profile := g.profile
+	g.mu.Unlock()
+	policyHash := schemas.WrapPassthroughPolicySetHash
+	if g.cfg.Rules != nil {
+		policyHash = g.cfg.Rules.Hash()
+	}
+	wc := schemas.WrapCall{CallID: g.sess.NextCallID(), ToolID: name, RequestDigest: dg, PolicySetHash: policyHash}
+	axes := schemas.DecisionAxes{Role: profile}
+	rc, err := g.sess.Intent(wc.Intent())
+	if err == nil {
+		_, err = rc.Wait(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("aegis could not record this call, so it was not run: %w", err)
+	}
+	finish := func(o schemas.Outcome, res *mcp.CallToolResult) (mcp.Result, error) {
+		rc, err := g.sess.Outcome(o)
+		if err == nil {
+			_, err = rc.Wait(ctx)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("aegis could not record this call's outcome: %w", err)
+		}
+		return res, nil
+	}
+	start := g.cfg.Now()
+	if strings.HasPrefix(name, "aegis.") {
+		axes.Capability = name
+		res := g.meta(name, args)
+		b, _ := json.Marshal(res)
+		o := wc.Answered(sha(b), uint64(g.cfg.Now().Sub(start).Milliseconds()))
+		o.DecisionAxes = axes
+		return finish(o, res)
+	}
+	e, known := g.tools[name]
+	if !known {
+		o := wc.Refused(schemas.PolicyDenied("unknown tool"), "")
+		o.DecisionAxes = axes
+		return finish(o, textResult(fmt.Sprintf("unknown tool %q", name), true))
+	}
+	axes.Capability = e.server + "." + e.tool
+	allowed, pattern := g.cfg.Policy.ToolAllowed(profile, e.server, e.tool)
+	axes.MatchedRule = pattern
+	if !allowed {
+		o := wc.Refused(schemas.PolicyDenied("not in active profile allow-list"), "")
+		o.DecisionAxes = axes
+		return finish(o, textResult(g.capDenied(e.server, e.tool, profile), true))
+	}
+	if g.cfg.Rules != nil {
+		gd := g.gate.decideRequest(g.cfg.Policy.RuleRequest(profile, e.server, e.tool, g.sess.ID()), args, start)
+		if gd.decision.Verdict != policy.Allow {
+			o := wc.Refused(gd.decision.Record(), gd.decision.MatchedRule)
+			axes.MatchedRule = gd.decision.MatchedRule
+			o.DecisionAxes = axes
+			if gd.decision.Verdict == policy.PendingApproval {
+				p := PendingApproval{ApprovalID: gd.decision.ApprovalID, ToolID: name, RequestDigest: dg, ArgsDigest: gd.argsDigest,
+					Session: g.sess.ID(), RequestedAt: start.UTC(), ExpiresAt: start.Add(g.gate.ttl).UTC()}
+				g.sess.Fact(schemas.KindApprovalRequested, p)
+				g.gate.request(p)
+				fmt.Fprintf(g.cfg.Stderr, "aegis: approval needed: tools/call %q (approval %s); run: aegis approve %s\n", name, p.ApprovalID, p.ApprovalID)
+			}
+			b, _ := json.Marshal(map[string]string{"code": policy.RefusalCode(gd.decision), "capability": axes.Capability, "active_profile": profile, "reason": gd.decision.Reason, "approval_id": gd.decision.ApprovalID})
+			return finish(o, textResult(string(b), true))
+		}
+		g.gate.take(name, gd)
+		axes.ApprovalRef = gd.approval
+		if gd.decision.MatchedRule != "" {
+			axes.MatchedRule = gd.decision.MatchedRule
+		}
+	}
+	res, err := next(ctx, method, r)
+	if err != nil {
+		o := wc.Seed()
+		o.Policy = schemas.PolicyAllowed()
+		o.Capability = schemas.CapabilityGranted(schemas.DenyAllGrant(name, schemas.WrapGrantPrefix+wc.CallID))
+		o.GrantID = schemas.WrapGrantPrefix + wc.CallID
+		o.Execution = schemas.ExecutionTrap("downstream error: " + err.Error())
+		o.DecisionAxes = axes
+		if _, ferr := finish(o, nil); ferr != nil {
+			return nil, ferr
+		}
+		return nil, err
+	}
+	b, _ := json.Marshal(res)
+	o := wc.Answered(sha(b), uint64(g.cfg.Now().Sub(start).Milliseconds()))
+	o.DecisionAxes = axes
+	if ct, ok := res.(*mcp.CallToolResult); ok {
+		return finish(o, ct)
+	}
+	rc2, err := g.sess.Outcome(o)
+	if err == nil {
+		_, err = rc2.Wait(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func orEmptyObject(b json.RawMessage) json.RawMessage {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return json.RawMessage("{}")
+	}
+	return b
+}
+
+func (g *gateway) addMetaTools() {
+	obj := func(prop string) *jsonSchema {
+		return &jsonSchema{Type: "object", Properties: map[string]*jsonSchema{prop: {Type: "string"}}, Required: []string{prop}}
+	}
+	noop := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return nil, errors.New("meta-tools are answered by the gateway middleware")
+	}
+	g.srv.AddTool(&mcp.Tool{Name: "aegis.set_profile", Description: "Switch the active aegis profile. Along an allowed transition it switches at once; otherwise a human must approve (see aegis.approval_status).", InputSchema: obj("name")}, noop)
+	g.srv.AddTool(&mcp.Tool{Name: "aegis.approval_status", Description: "Ask whether a profile switch was approved; an approved switch is applied now.", InputSchema: obj("id")}, noop)
+}
+
+type jsonSchema struct {
+	Type       string                 `json:"type"`
+	Properties map[string]*jsonSchema `json:"properties,omitempty"`
+	Required   []string               `json:"required,omitempty"`
+}
+
+// meta answers a meta-tool.
+func (g *gateway) meta(name string, args json.RawMessage) *mcp.CallToolResult {
+	var a struct {
+		Name string `json:"name"`
+		ID   string `json:"id"`
+	}
+	if err := json.Unmarshal(orEmptyObject(args), &a); err != nil {
+		return textResult("invalid arguments: "+err.Error(), true)
+	}
+	now := g.cfg.Now()
+	switch name {
+	case "aegis.set_profile":
+		g.mu.Lock()
+		from := g.profile
+		g.mu.Unlock()
+		switch {
+		case !g.cfg.Policy.HasProfile(a.Name):
+			return textResult(fmt.Sprintf("code=AEGIS_PROFILE_UNKNOWN active=%s approval=", from), false)
+		case a.Name == from || g.cfg.Policy.Transition(from, a.Name):
+			g.switchProfile(from, a.Name, "agent", "")
+			return textResult(fmt.Sprintf("code=OK active=%s approval=", a.Name), false)
+		}
+		g.mu.Lock()
+		g.escN++
+		id := fmt.Sprintf("esc-%d", g.escN)
+		e := &escalation{id: id, from: from, to: a.Name, expires: now.Add(g.gate.ttl), status: "pending"}
+		g.esc[id] = e
+		g.mu.Unlock()
+		g.sess.Fact(schemas.KindApprovalRequested, map[string]any{"approval_id": id, "kind": "profile", "from": from, "to": a.Name,
+			"session": g.sess.ID(), "requested_at": now.UTC(), "expires_at": e.expires.UTC()})
+		fmt.Fprintf(g.cfg.Stderr, "aegis: approval needed: switch from profile %q to %q (approval %s)\naegis: hint: run: aegis approve %s   (or: aegis deny %s)\n", from, a.Name, id, id, id)
+		return textResult(fmt.Sprintf("code=AEGIS_PENDING_APPROVAL active=%s approval=%s", from, id), false)
+	case "aegis.approval_status":
+		g.mu.Lock()
+		e := g.esc[a.ID]
+		var status string
+		var apply bool
+		switch {
+		case e == nil:
+			status = "unknown: no such approval"
+		case e.status == "pending" && !now.Before(e.expires):
+			e.status = "expired"
+			status = "expired"
+		case e.status == "approved" && e.from != g.profile:
+			status = fmt.Sprintf("pending: approved for a switch from %s, but the active profile is %s", e.from, g.profile)
+		case e.status == "approved":
+			e.status = "applied"
+			status, apply = "approved", true
+		case e.status == "applied":
+			status = "denied: already used"
+		default:
+			status = e.status
+		}
+		g.mu.Unlock()
+		if apply {
+			g.switchProfile(e.from, e.to, "human", e.id)
+		}
+		return textResult(status, false)
+	}
+	return textResult(fmt.Sprintf("unknown tool %q", name), true)
+}
+
+// switchProfile records the switch (durable) and then applies it.
+func (g *gateway) switchProfile(from, to, source, approval string) {
+	if rc, err := g.sess.Fact(schemas.KindProfileSwitched, map[string]string{"from": from, "to": to, "source": source, "approval_id": approval}); err == nil {
+		rc.Wait(context.Background())
+	}
+	g.mu.Lock()
+	g.profile = to
+	g.mu.Unlock()
+	g.applyProfile()
+}
+
+// handleApproval resolves escalations (esc-…) and tool approvals (apr-…).
+func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
+	now := g.cfg.Now()
+	if op.Op == "list" {
+		out := g.gate.list(now)
+		g.mu.Lock()
+		for _, e := range g.esc {
+			if e.status == "pending" && now.Before(e.expires) {
+				out = append(out, PendingApproval{ApprovalID: e.id, ToolID: "aegis.set_profile " + e.from + " -> " + e.to, Session: g.sess.ID(), ExpiresAt: e.expires})
+			}
+		}
+		g.mu.Unlock()
+		return ApprovalReply{OK: true, Pending: out}
+	}
+	if !strings.HasPrefix(op.ApprovalID, "esc-") {
+		return decideApproval(g.sess, g.gate, op, now, func(err error) { g.log.Error("approval", "err", err) })
+	}
+	g.mu.Lock()
+	e := g.esc[op.ApprovalID]
+	why := ""
+	switch {
+	case e == nil:
+		why = fmt.Sprintf("no approval %q is pending in this session", op.ApprovalID)
+	case e.status == "pending" && !now.Before(e.expires):
+		e.status = "expired"
+		why = "approval " + e.id + " expired"
+	case e.status != "pending":
+		why = "approval " + e.id + " was already " + e.status
+	}
+	g.mu.Unlock()
+	if why != "" {
+		g.sess.Fact(schemas.KindApprovalRefused, map[string]string{"approval_id": op.ApprovalID, "op": op.Op, "by": op.By, "reason": why})
+		return ApprovalReply{Error: why}
+	}
+	d := schemas.Decision{ApprovalID: e.id}
+	status, msg := "approved", fmt.Sprintf("approved %s: the switch from %s to %s applies when the agent asks aegis.approval_status", e.id, e.from, e.to)
+	if op.Op == "approve" {
+		d.Verdict = schemas.Approved(schemas.ApprovalScope{ToolID: "aegis.set_profile"})
+	} else {
+		reason := op.Reason
+		if reason == "" {
+			reason = "denied by operator"
+		}
+		d.Verdict = schemas.Rejected(reason)
+		status, msg = "denied", "denied "+e.id
+	}
+	rc, err := g.sess.Decision(d, map[string]string{"approval_id": e.id, "op": op.Op, "by": op.By, "from": e.from, "to": e.to})
+	if err == nil {
+		_, err = rc.Wait(context.Background())
+	}
+	if err != nil {
+		return ApprovalReply{Error: "could not record the decision: " + err.Error()}
+	}
+	g.mu.Lock()
+	e.status = status
+	g.mu.Unlock()
+	return ApprovalReply{OK: true, Message: msg}
+}
+
+// frameTap records the host's frames as they are read.
+type frameTap struct {
+	r    io.ReadCloser
+	g    *gateway
+	kind schemas.Kind
+	buf  []byte
+}
+
+func (t *frameTap) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	t.buf = append(t.buf, p[:n]...)
+	for {
+		i := bytes.IndexByte(t.buf, '\n')
+		if i < 0 {
+			break
+		}
+		t.g.recordFrame(t.kind, t.buf[:i])
+		t.buf = t.buf[i+1:]
+	}
+	return n, err
+}
+
+func (t *frameTap) Close() error { return t.r.Close() }
+
+// frameTapW records the frames written to the host.
+type frameTapW struct {
+	w   io.WriteCloser
+	g   *gateway
+	buf []byte
+}
+
+func (t *frameTapW) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	for {
+		i := bytes.IndexByte(t.buf, '\n')
+		if i < 0 {
+			break
+		}
+		t.g.recordFrame(schemas.KindFrameS2C, t.buf[:i])
+		t.buf = t.buf[i+1:]
+	}
+	return t.w.Write(p)
+}
+
+func (t *frameTapW) Close() error { return t.w.Close() }
+
+func (g *gateway) recordFrame(kind schemas.Kind, b []byte) {
+	if len(b) > MaxFrame {
+		return
+	}
+	ev, err := g.sess.FrameEvent(kind, append([]byte(nil), b...))
+	if err == nil {
+		_, err = g.sess.Enqueue(ev)
+	}
+	if err != nil {
+		g.log.Warn("record frame", "err", err)
+	}
+}
+
