@@ -84,23 +84,23 @@ type escalation struct {
 }
 
 type gateway struct {
-	cfg   GatewayConfig
-	sess  *projector.Session
-	srv   *mcp.Server
-	log   *slog.Logger
-	gate  *gate
-	downs map[string]*downstream
-	tools map[string]toolEntry // wire name -> entry
-	res   map[string]string    // resource URI -> server
+	cfg     GatewayConfig
+	sess    *projector.Session
+	srv     *mcp.Server
+	log     *slog.Logger
+	gate    *gate
+	downs   map[string]*downstream
+	tools   map[string]toolEntry // wire name -> entry
+	res     map[string]string    // resource URI -> server
 	resDefs map[string]*mcp.Resource
 
-	mu        sync.Mutex
-	profile   string
-	visible   map[string]bool // wire names registered with the server
-	visRes    map[string]bool
-	esc       map[string]*escalation
-	escN      int
-	stopped   bool
+	mu      sync.Mutex
+	profile string
+	visible map[string]bool // wire names registered with the server
+	visRes  map[string]bool
+	esc     map[string]*escalation
+	escN    int
+	stopped bool
 }
 
 // Gateway runs the gateway until the host disconnects: it starts and
@@ -750,4 +750,3 @@ func (g *gateway) recordFrame(kind schemas.Kind, b []byte) {
 		g.log.Warn("record frame", "err", err)
 	}
 }
-
