@@ -77,12 +77,6 @@ type toolEntry struct {
 	def          *mcp.Tool
 }
 
-type escalation struct {
-	id, from, to string
-	expires      time.Time
-	status       string // pending, approved, denied, expired, applied
-}
-
 type gateway struct {
 	cfg     GatewayConfig
 	sess    *projector.Session
@@ -94,13 +88,54 @@ type gateway struct {
 	res     map[string]string    // resource URI -> server
 	resDefs map[string]*mcp.Resource
 
+	// pmu serializes profile changes: check against a clone of the state,
+	// record the event durably, then fold it into the state.
+	pmu sync.Mutex
+
 	mu      sync.Mutex
-	profile string
-	visible map[string]bool // wire names registered with the server
+	state   *policy.ProfileState // a fold of the session's profile events
+	visible map[string]bool      // wire names registered with the server
 	visRes  map[string]bool
-	esc     map[string]*escalation
 	escN    int
 	stopped bool
+}
+
+// active returns the active profile.
+func (g *gateway) active() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.state.Active()
+}
+
+// profileEvent records ev and folds it into the profile state, only if the
+// state accepts it: the live state is always the fold of what is on disk.
+func (g *gateway) profileEvent(ev policy.ProfileEvent, kind schemas.Kind, extra map[string]any) error {
+	g.pmu.Lock()
+	defer g.pmu.Unlock()
+	g.mu.Lock()
+	test := g.state.Clone()
+	g.mu.Unlock()
+	if err := test.Apply(ev); err != nil {
+		return err
+	}
+	payload := map[string]any{"profile_event": ev}
+	for k, v := range extra {
+		payload[k] = v
+	}
+	rc, err := g.sess.Fact(kind, payload)
+	if err == nil {
+		_, err = rc.Wait(context.Background())
+	}
+	if err != nil {
+		return fmt.Errorf("record profile event: %w", err)
+	}
+	g.mu.Lock()
+	err = g.state.Apply(ev)
+	g.mu.Unlock()
+	if ev.Kind == policy.EventSwitched || ev.Kind == policy.EventSwitchApplied {
+		g.applyProfile()
+	}
+	return err
 }
 
 // Gateway runs the gateway until the host disconnects: it starts and
@@ -122,7 +157,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	}
 	g := &gateway{cfg: cfg, log: cfg.Logger, downs: map[string]*downstream{}, tools: map[string]toolEntry{},
 		res: map[string]string{}, resDefs: map[string]*mcp.Resource{}, visible: map[string]bool{}, visRes: map[string]bool{},
-		esc: map[string]*escalation{}, profile: cfg.DefaultProfile}
+		state: policy.NewProfileState(cfg.DefaultProfile)}
 	if cfg.Rules != nil {
 		g.gate = newGate(cfg.Rules, cfg.ApprovalTTL)
 	} else {
@@ -336,9 +371,7 @@ func (g *gateway) addPrompts(ctx context.Context) {
 // applyProfile makes the server's tool and resource lists those of the
 // active profile; the SDK tells the host that the lists changed.
 func (g *gateway) applyProfile() {
-	g.mu.Lock()
-	profile := g.profile
-	g.mu.Unlock()
+	profile := g.active()
 	var add []*mcp.Tool
 	var remove []string
 	for wire, e := range g.tools {
@@ -412,9 +445,7 @@ func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if !ok || r.Params == nil {
 				return next(ctx, method, req)
 			}
-			g.mu.Lock()
-			profile := g.profile
-			g.mu.Unlock()
+			profile := g.active()
 			allowed, pattern := g.cfg.Policy.ResourceAllowed(profile, r.Params.URI)
 			if _, err := g.sess.Fact(schemas.KindCallVerdict, map[string]any{
 				"uri": r.Params.URI, "profile": profile, "allowed": allowed, "pattern": pattern}); err != nil {
@@ -436,9 +467,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 	args := r.Params.Arguments
 	reqBytes, _ := json.Marshal(map[string]any{"name": name, "arguments": json.RawMessage(orEmptyObject(args))})
 	dg := sha(reqBytes)
-	g.mu.Lock()
-	profile := g.profile
-	g.mu.Unlock()
+	profile := g.active()
 	policyHash := schemas.WrapPassthroughPolicySetHash
 	if g.cfg.Rules != nil {
 		policyHash = g.cfg.Rules.Hash()
@@ -569,80 +598,82 @@ func (g *gateway) meta(name string, args json.RawMessage) *mcp.CallToolResult {
 	if err := json.Unmarshal(orEmptyObject(args), &a); err != nil {
 		return textResult("invalid arguments: "+err.Error(), true)
 	}
-	now := g.cfg.Now()
+	now := g.cfg.Now().UTC()
 	switch name {
 	case "aegis.set_profile":
-		g.mu.Lock()
-		from := g.profile
-		g.mu.Unlock()
+		from := g.active()
 		switch {
 		case !g.cfg.Policy.HasProfile(a.Name):
 			return textResult(fmt.Sprintf("code=AEGIS_PROFILE_UNKNOWN active=%s approval=", from), false)
-		case a.Name == from || g.cfg.Policy.Transition(from, a.Name):
-			g.switchProfile(from, a.Name, "agent", "")
+		case a.Name == from:
+			return textResult(fmt.Sprintf("code=OK active=%s approval=", from), false)
+		case g.cfg.Policy.Transition(from, a.Name):
+			ev := policy.ProfileEvent{Kind: policy.EventSwitched, From: from, To: a.Name, Source: policy.SourceAgent, At: now}
+			if err := g.profileEvent(ev, schemas.KindProfileSwitched, nil); err != nil {
+				return textResult("switch failed: "+err.Error(), true)
+			}
 			return textResult(fmt.Sprintf("code=OK active=%s approval=", a.Name), false)
 		}
 		g.mu.Lock()
 		g.escN++
 		id := fmt.Sprintf("esc-%d", g.escN)
-		e := &escalation{id: id, from: from, to: a.Name, expires: now.Add(g.gate.ttl), status: "pending"}
-		g.esc[id] = e
 		g.mu.Unlock()
-		g.sess.Fact(schemas.KindApprovalRequested, map[string]any{"approval_id": id, "kind": "profile", "from": from, "to": a.Name,
-			"session": g.sess.ID(), "requested_at": now.UTC(), "expires_at": e.expires.UTC()})
+		exp := now.Add(g.gate.ttl)
+		ev := policy.ProfileEvent{Kind: policy.EventSwitchRequested, ID: id, From: from, To: a.Name, Source: policy.SourceAgent, At: now, ExpiresAt: exp}
+		if err := g.profileEvent(ev, schemas.KindApprovalRequested, map[string]any{"approval_id": id, "kind": "profile", "from": from, "to": a.Name, "expires_at": exp}); err != nil {
+			return textResult("request failed: "+err.Error(), true)
+		}
 		fmt.Fprintf(g.cfg.Stderr, "aegis: approval needed: switch from profile %q to %q (approval %s)\naegis: hint: run: aegis approve %s   (or: aegis deny %s)\n", from, a.Name, id, id, id)
 		return textResult(fmt.Sprintf("code=AEGIS_PENDING_APPROVAL active=%s approval=%s", from, id), false)
 	case "aegis.approval_status":
+		g.expireDue(now)
 		g.mu.Lock()
-		e := g.esc[a.ID]
-		var status string
-		var apply bool
-		switch {
-		case e == nil:
-			status = "unknown: no such approval"
-		case e.status == "pending" && !now.Before(e.expires):
-			e.status = "expired"
-			status = "expired"
-		case e.status == "approved" && e.from != g.profile:
-			status = fmt.Sprintf("pending: approved for a switch from %s, but the active profile is %s", e.from, g.profile)
-		case e.status == "approved":
-			e.status = "applied"
-			status, apply = "approved", true
-		case e.status == "applied":
-			status = "denied: already used"
-		default:
-			status = e.status
-		}
+		e, ok := g.state.Escalation(a.ID)
 		g.mu.Unlock()
-		if apply {
-			g.switchProfile(e.from, e.to, "human", e.id)
+		if !ok {
+			return textResult("unknown: no such approval", false)
 		}
-		return textResult(status, false)
+		switch e.Status {
+		case policy.EscalationApproved:
+			ev := policy.ProfileEvent{Kind: policy.EventSwitchApplied, ID: e.ID, From: e.From, To: e.To, Source: policy.SourceHuman, At: now}
+			if err := g.profileEvent(ev, schemas.KindProfileSwitched, map[string]any{"approval_id": e.ID}); err != nil {
+				if errors.Is(err, policy.ErrApprovalWrongProfile) {
+					return textResult(fmt.Sprintf("pending: approved for a switch from %s, but the active profile is %s", e.From, g.active()), false)
+				}
+				return textResult("not applied: "+err.Error(), false)
+			}
+			return textResult("approved", false)
+		case policy.EscalationApplied:
+			return textResult("denied: already used", false)
+		}
+		return textResult(e.Status.String(), false)
 	}
 	return textResult(fmt.Sprintf("unknown tool %q", name), true)
 }
 
-// switchProfile records the switch (durable) and then applies it.
-func (g *gateway) switchProfile(from, to, source, approval string) {
-	if rc, err := g.sess.Fact(schemas.KindProfileSwitched, map[string]string{"from": from, "to": to, "source": source, "approval_id": approval}); err == nil {
-		rc.Wait(context.Background())
-	}
+// expireDue records the expiry of every escalation whose time ran out.
+func (g *gateway) expireDue(now time.Time) {
 	g.mu.Lock()
-	g.profile = to
+	due := g.state.Due(now)
 	g.mu.Unlock()
-	g.applyProfile()
+	for _, id := range due {
+		ev := policy.ProfileEvent{Kind: policy.EventSwitchExpired, ID: id, At: now}
+		if err := g.profileEvent(ev, schemas.KindApprovalExpired, map[string]any{"approval_id": id}); err != nil {
+			g.log.Warn("record expiry", "err", err)
+		}
+	}
 }
 
 // handleApproval resolves escalations (esc-…) and tool approvals (apr-…).
 func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
-	now := g.cfg.Now()
+	now := g.cfg.Now().UTC()
 	if op.Op == "list" {
+		g.expireDue(now)
 		out := g.gate.list(now)
 		g.mu.Lock()
-		for _, e := range g.esc {
-			if e.status == "pending" && now.Before(e.expires) {
-				out = append(out, PendingApproval{ApprovalID: e.id, ToolID: "aegis.set_profile " + e.from + " -> " + e.to, Session: g.sess.ID(), ExpiresAt: e.expires})
-			}
+		for _, e := range g.state.Pending() {
+			out = append(out, PendingApproval{ApprovalID: e.ID, ToolID: "aegis.set_profile " + e.From + " -> " + e.To,
+				Session: g.sess.ID(), RequestedAt: e.RequestedAt, ExpiresAt: e.ExpiresAt})
 		}
 		g.mu.Unlock()
 		return ApprovalReply{OK: true, Pending: out}
@@ -650,25 +681,34 @@ func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 	if !strings.HasPrefix(op.ApprovalID, "esc-") {
 		return decideApproval(g.sess, g.gate, op, now, func(err error) { g.log.Error("approval", "err", err) })
 	}
-	g.mu.Lock()
-	e := g.esc[op.ApprovalID]
-	why := ""
-	switch {
-	case e == nil:
-		why = fmt.Sprintf("no approval %q is pending in this session", op.ApprovalID)
-	case e.status == "pending" && !now.Before(e.expires):
-		e.status = "expired"
-		why = "approval " + e.id + " expired"
-	case e.status != "pending":
-		why = "approval " + e.id + " was already " + e.status
+	if op.Op != "approve" && op.Op != "deny" {
+		return ApprovalReply{Error: fmt.Sprintf("unknown request %q", op.Op)}
 	}
-	g.mu.Unlock()
-	if why != "" {
+	g.expireDue(now)
+	refuse := func(why string) ApprovalReply {
 		g.sess.Fact(schemas.KindApprovalRefused, map[string]string{"approval_id": op.ApprovalID, "op": op.Op, "by": op.By, "reason": why})
 		return ApprovalReply{Error: why}
 	}
-	d := schemas.Decision{ApprovalID: e.id}
-	status, msg := "approved", fmt.Sprintf("approved %s: the switch from %s to %s applies when the agent asks aegis.approval_status", e.id, e.from, e.to)
+	g.mu.Lock()
+	e, ok := g.state.Escalation(op.ApprovalID)
+	g.mu.Unlock()
+	if !ok {
+		return refuse(fmt.Sprintf("no approval %q is pending in this session", op.ApprovalID))
+	}
+	kind := policy.EventSwitchApproved
+	if op.Op == "deny" {
+		kind = policy.EventSwitchDenied
+	}
+	ev := policy.ProfileEvent{Kind: kind, ID: op.ApprovalID, Source: policy.SourceHuman, At: now}
+	// The state must accept the verdict before anything is signed.
+	g.mu.Lock()
+	test := g.state.Clone()
+	g.mu.Unlock()
+	if err := test.Apply(ev); err != nil {
+		return refuse(err.Error())
+	}
+	d := schemas.Decision{ApprovalID: e.ID}
+	msg := fmt.Sprintf("approved %s: the switch from %s to %s applies when the agent asks aegis.approval_status", e.ID, e.From, e.To)
 	if op.Op == "approve" {
 		d.Verdict = schemas.Approved(schemas.ApprovalScope{ToolID: "aegis.set_profile"})
 	} else {
@@ -677,18 +717,18 @@ func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 			reason = "denied by operator"
 		}
 		d.Verdict = schemas.Rejected(reason)
-		status, msg = "denied", "denied "+e.id
+		msg = "denied " + e.ID
 	}
-	rc, err := g.sess.Decision(d, map[string]string{"approval_id": e.id, "op": op.Op, "by": op.By, "from": e.from, "to": e.to})
+	rc, err := g.sess.Decision(d, map[string]string{"approval_id": e.ID, "op": op.Op, "by": op.By, "from": e.From, "to": e.To})
 	if err == nil {
 		_, err = rc.Wait(context.Background())
+	}
+	if err == nil {
+		err = g.profileEvent(ev, schemas.KindApprovalResolved, map[string]any{"approval_id": e.ID, "from": e.From, "to": e.To})
 	}
 	if err != nil {
 		return ApprovalReply{Error: "could not record the decision: " + err.Error()}
 	}
-	g.mu.Lock()
-	e.status = status
-	g.mu.Unlock()
 	return ApprovalReply{OK: true, Message: msg}
 }
 
