@@ -225,6 +225,41 @@ func TestSpecial8(t *testing.T) {
 	}
 }
 
+// TestLowerHex holds isDigestFast to IsDigest and DecodeLowerHex to
+// ParseSignature and ParsePublicKey.
+func TestLowerHex(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	const alphabet = "0123456789abcdefABCDEFgz/:@`G\x00\xff"
+	for i := 0; i < 100000; i++ {
+		n := []int{63, 64, 65, 128, 127, 0}[rng.Intn(6)]
+		b := make([]byte, n)
+		for j := range b {
+			b[j] = "0123456789abcdef"[rng.Intn(16)]
+		}
+		if n > 0 && rng.Intn(2) == 0 {
+			b[rng.Intn(n)] = alphabet[rng.Intn(len(alphabet))]
+		}
+		if i < 256*64 { // every byte at every position of a digest
+			b = bytes.Repeat([]byte("a"), 64)
+			b[i%64] = byte(i / 64)
+		}
+		s := string(b)
+		if got, want := isDigestFast(s), IsDigest(s); got != want {
+			t.Fatalf("isDigestFast(%q) = %v, want %v", s, got, want)
+		}
+		var sig [64]byte
+		wantSig, wantOK := ParseSignature(s)
+		if ok := DecodeLowerHex(sig[:], s); ok != wantOK || ok && !bytes.Equal(sig[:], wantSig) {
+			t.Fatalf("DecodeLowerHex(sig, %q) = %x, %v; ParseSignature: %x, %v", s, sig, ok, wantSig, wantOK)
+		}
+		var pub [32]byte
+		wantPub, err := ParsePublicKey(s)
+		if ok := DecodeLowerHex(pub[:], s); ok != (err == nil) || ok && !bytes.Equal(pub[:], wantPub) {
+			t.Fatalf("DecodeLowerHex(pub, %q) = %x, %v; ParsePublicKey: %x, %v", s, pub, ok, wantPub, err)
+		}
+	}
+}
+
 // TestFastDecodeSharesCanonicalInput: a canonical line is not copied.
 func TestFastDecodeSharesCanonicalInput(t *testing.T) {
 	in := []byte(`{"a":[1,"x"],"key_id":"k","signature":"s","z":{}}`)
