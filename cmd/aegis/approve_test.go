@@ -148,40 +148,8 @@ func runApprovalCmd(t *testing.T, env map[string]string, name string, args ...st
 	fn := map[string]func(*Main, context.Context, []string) error{
 		"approve": (*Main).runApprove, "deny": (*Main).runDeny, "approvals": (*Main).runApprovals,
 	}[name]
-	code := renderErr(m, fn(m, context.Background(), args))
+	code := m.exit(fn(m, context.Background(), args))
 	return code, out.String(), errb.String()
-}
-
-// renderErr is Main.Run's error rendering.
-func renderErr(m *Main, err error) int {
-	if err == nil {
-		return 0
-	}
-	var ue *usageError
-	var ee *exitError
-	var he *hintError
-	switch {
-	case errors.As(err, &ue):
-		m.errorf("%s", ue.msg)
-		if ue.hint != "" {
-			m.hintf("%s", ue.hint)
-		}
-		return 2
-	case errors.As(err, &ee):
-		if ee.err != nil {
-			m.errorf("%v", ee.err)
-		}
-		if ee.hint != "" {
-			m.hintf("%s", ee.hint)
-		}
-		return ee.code
-	case errors.As(err, &he):
-		m.errorf("%v", he.err)
-		m.hintf("%s", he.hint)
-		return 1
-	}
-	m.errorf("%v", err)
-	return 1
 }
 
 func TestApprovalsListsEveryProcess(t *testing.T) {

@@ -119,7 +119,13 @@ func withHint(err error, hint string) error {
 
 // Run runs one command line and returns the process exit code.
 func (m *Main) Run(ctx context.Context, args []string) int {
-	err := m.dispatch(ctx, args)
+	return m.exit(m.dispatch(ctx, args))
+}
+
+// exit prints err the way a user reads it (aegis: error: …, aegis: hint: …)
+// and returns the exit code it calls for: 0 for nil, 2 for a usage error,
+// an exitError's own code, else 1.
+func (m *Main) exit(err error) int {
 	if err == nil {
 		return 0
 	}
