@@ -40,7 +40,15 @@ func (r *Record) Fold(rec events.Record) {
 	if r.lines == nil {
 		r.lines = map[string][][]byte{}
 	}
-	line, ok := decodeLine(e)
+	var line string
+	ok := false
+	switch e.Kind {
+	case schemas.KindSessionOpened, schemas.KindCallIntent, schemas.KindCallOutcome,
+		schemas.KindSessionClosed, schemas.KindApprovalResolved:
+		// The kinds whose events can carry an audit line; frames, the bulk
+		// of the stream, are not decoded.
+		line, ok = decodeLine(e)
+	}
 	if e.Kind == schemas.KindSessionOpened {
 		var so SessionOpened
 		if json.Unmarshal(e.Payload, &so) != nil {

@@ -2,6 +2,7 @@ package projector
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -405,11 +406,57 @@ func (p *fileProjection) close() error {
 	return <-p.exit
 }
 
-// decodeLine returns the audit line an event carries, if any.
+// decodeLine returns the audit line an event carries, if any. Payloads
+// aegis wrote start with the line member; its string is unescaped directly
+// when it holds only the short escapes, and by encoding/json otherwise.
 func decodeLine(e schemas.Event) (string, bool) {
+	if l, ok := fastLine(e.Payload); ok {
+		return l, l != ""
+	}
 	var p LinePayload
 	if json.Unmarshal(e.Payload, &p) != nil || p.Line == "" {
 		return "", false
 	}
 	return p.Line, true
+}
+
+// fastLine reads {"line":"…", …} when the string has no \u escape.
+func fastLine(p []byte) (string, bool) {
+	const pre = `{"line":"`
+	if !bytes.HasPrefix(p, []byte(pre)) {
+		return "", false
+	}
+	b := make([]byte, 0, len(p))
+	for i := len(pre); i < len(p); i++ {
+		c := p[i]
+		switch {
+		case c == '"':
+			return string(b), true
+		case c < 0x20:
+			return "", false
+		case c != '\\':
+			b = append(b, c)
+			continue
+		}
+		if i++; i >= len(p) {
+			return "", false
+		}
+		switch p[i] {
+		case '"', '\\', '/':
+			b = append(b, p[i])
+		case 'b':
+			b = append(b, '\b')
+		case 'f':
+			b = append(b, '\f')
+		case 'n':
+			b = append(b, '\n')
+		case 'r':
+			b = append(b, '\r')
+		case 't':
+			b = append(b, '\t')
+		default:
+			return "", false // \u and anything odd: the general decoder
+		}
+	}
+	return "", false
 }

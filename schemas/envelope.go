@@ -185,7 +185,72 @@ func (e *Event) Encode() ([]byte, error) {
 
 // DecodeEvent parses one envelope strictly: unknown members, trailing data
 // and an unknown version are refused, and the result is validated.
+//
+// Envelopes in exactly the layout [Event.Encode] writes (every stored event
+// aegis made) are read without the reflection decoder; anything else takes
+// the general path. Both accept the same envelopes and give the same
+// events, which FuzzDecodeEventFastPath checks.
 func DecodeEvent(b []byte) (Event, error) {
+	if e, ok := decodeEncoded(b); ok {
+		return e, nil
+	}
+	return decodeEventSlow(b)
+}
+
+// decodeEncoded reads the exact layout of Encode:
+// {"v":1,"id":"<26>","session":"<26>","kind":"<kind>","time":"<RFC 3339>","payload":<object>}
+// It reports false for anything else, leaving the decision to the general
+// decoder.
+func decodeEncoded(b []byte) (Event, bool) {
+	const (
+		pV       = `{"v":1,"id":"`
+		pSession = `","session":"`
+		pKind    = `","kind":"`
+		pTime    = `","time":"`
+		pPayload = `","payload":`
+	)
+	rest, ok := bytes.CutPrefix(b, []byte(pV))
+	if !ok || len(rest) < IDLen {
+		return Event{}, false
+	}
+	id := string(rest[:IDLen])
+	if rest, ok = bytes.CutPrefix(rest[IDLen:], []byte(pSession)); !ok || len(rest) < IDLen {
+		return Event{}, false
+	}
+	session := string(rest[:IDLen])
+	if rest, ok = bytes.CutPrefix(rest[IDLen:], []byte(pKind)); !ok {
+		return Event{}, false
+	}
+	i := bytes.IndexByte(rest, '"')
+	if i < 0 {
+		return Event{}, false
+	}
+	kind := Kind(rest[:i])
+	if rest, ok = bytes.CutPrefix(rest[i:], []byte(pTime)); !ok {
+		return Event{}, false
+	}
+	if i = bytes.IndexByte(rest, '"'); i < 0 {
+		return Event{}, false
+	}
+	ts := rest[:i]
+	if rest, ok = bytes.CutPrefix(rest[i:], []byte(pPayload)); !ok || len(rest) < 3 || rest[len(rest)-1] != '}' {
+		return Event{}, false
+	}
+	payload := rest[:len(rest)-1]
+	// Validate below checks that the payload is exactly one JSON object
+	// (the general decoder refuses trailing data).
+	t, err := time.Parse(time.RFC3339Nano, string(ts))
+	if err != nil || !bytes.HasSuffix(ts, []byte("Z")) {
+		return Event{}, false
+	}
+	e := Event{V: EnvelopeVersion, ID: id, Session: session, Kind: kind, Time: t, Payload: json.RawMessage(payload)}
+	if e.Validate() != nil {
+		return Event{}, false
+	}
+	return e, true
+}
+
+func decodeEventSlow(b []byte) (Event, error) {
 	var e Event
 	if err := decodeStrict(b, &e); err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrInvalidEvent, err)

@@ -188,3 +188,30 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 	})
 }
+
+// The fast path must accept exactly what the general decoder accepts in
+// its layout, and give the same event.
+func FuzzDecodeEventFastPath(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "envelope", "*", "*.json"))
+	for _, p := range files {
+		b, _ := os.ReadFile(p)
+		f.Add(bytes.TrimSpace(b))
+		if e, err := DecodeEvent(bytes.TrimSpace(b)); err == nil {
+			enc, _ := e.Encode()
+			f.Add(enc)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fast, ok := decodeEncoded(b)
+		if !ok {
+			return
+		}
+		slow, err := decodeEventSlow(b)
+		if err != nil {
+			t.Fatalf("fast path accepted %q, general decoder refuses: %v", b, err)
+		}
+		if fast.ID != slow.ID || fast.Session != slow.Session || fast.Kind != slow.Kind || !fast.Time.Equal(slow.Time) || !bytes.Equal(fast.Payload, slow.Payload) {
+			t.Fatalf("fast %+v, slow %+v", fast, slow)
+		}
+	})
+}
