@@ -36,6 +36,62 @@ func (s *Store) Replay(ctx context.Context, from Position, fn func(Record) error
 	return s.consume(ctx, from, last, fn)
 }
 
+// ReplaySubject calls fn, in stream order, for every event of the messages
+// whose subject matches subject (a NATS subject filter such as
+// aegis.*.session.opened or aegis.<session>.>), and returns once it has
+// delivered the last such message that was in the stream when it began.
+// A message that carries a group commit matches by its batch subject,
+// aegis.<session>.batch, so filter on the session, not on the kind, unless
+// the kind's events are always committed alone (session.opened is).
+func (s *Store) ReplaySubject(ctx context.Context, subject string, fn func(Record) error) error {
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return fmt.Errorf("replay %s: stream info: %w", subject, err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	if n == 0 {
+		return nil
+	}
+	cons, err := s.js.OrderedConsumer(ctx, StreamName, jetstream.OrderedConsumerConfig{
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		FilterSubjects: []string{subject},
+	})
+	if err != nil {
+		return fmt.Errorf("replay %s: create consumer: %w", subject, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("replay %s: consume: %w", subject, err)
+	}
+	defer it.Stop()
+	for seen := uint64(0); seen < n; seen++ {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("replay %s: next message: %w", subject, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("replay %s: message metadata: %w", subject, err)
+		}
+		evs, err := decodeMessage(m.Data(), m.Headers())
+		if err != nil {
+			return &DecodeError{Seq: meta.Sequence.Stream, Err: err}
+		}
+		for i, e := range evs {
+			if err := fn(Record{Pos: Position{Seq: meta.Sequence.Stream, Index: i}, Event: e}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Follow calls fn for every event at or after from, in stream order, and
 // then for each new event as it is committed, until ctx ends or fn returns
 // an error. It returns ctx's error, or fn's.

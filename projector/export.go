@@ -132,9 +132,26 @@ var ErrRecordDiverged = errors.New("record file does not match the event stream"
 // for. A file the stream knows nothing about is taken as it is, unless its
 // last line is torn.
 func CatchUp(ctx context.Context, s *events.Store, path string) (prevTail string, offset int64, err error) {
-	rec, err := ReadRecord(ctx, s)
+	// Only the session.opened events and the last matching session's own
+	// events are read, not the whole stream: start-up stays fast however
+	// much the state directory holds.
+	rec := &Record{}
+	var lastID string
+	err = s.ReplaySubject(ctx, "aegis.*."+string(schemas.KindSessionOpened), func(r events.Record) error {
+		var so SessionOpened
+		if json.Unmarshal(r.Event.Payload, &so) == nil && so.AuditPath == path {
+			lastID = r.Event.Session
+		}
+		return nil
+	})
+	if err == nil && lastID != "" {
+		err = s.ReplaySubject(ctx, "aegis."+lastID+".>", func(r events.Record) error {
+			rec.Fold(r)
+			return nil
+		})
+	}
 	if err != nil {
-		return "", 0, err
+		return "", 0, fmt.Errorf("read audit record from stream: %w", err)
 	}
 	content, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -132,19 +132,26 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		if err != nil {
 			return err
 		}
-		// session.opened first: it must be the session's first event.
-		rs, err := cfg.Store.EnqueueMany(append([]schemas.Event{ev}, with...)...)
-		if err != nil {
-			return err
-		}
-		rcpt = rs[len(rs)-1]
-		return nil
+		// session.opened is the session's first event and is committed
+		// alone, so it keeps its own subject (aegis.<session>.session.opened)
+		// and CatchUp finds sessions without reading the whole stream.
+		rcpt, err = cfg.Store.Enqueue(ev)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open audit session: %w", err)
 	}
 	if _, err := rcpt.Wait(ctx); err != nil {
 		return nil, fmt.Errorf("open audit session: %w", err)
+	}
+	if len(with) > 0 {
+		rs, err := cfg.Store.EnqueueMany(with...)
+		if err == nil {
+			_, err = rs[len(rs)-1].Wait(ctx)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("open audit session: record confinement: %w", err)
+		}
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
