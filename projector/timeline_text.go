@@ -1,0 +1,329 @@
+package projector
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// Label is the short name of a step's kind in a text transcript.
+func (s Step) Label() string {
+	switch s.Kind {
+	case string(schemas.KindSessionOpened):
+		return "open"
+	case string(schemas.KindSessionClosed):
+		return "closed"
+	case string(schemas.KindFrameC2S):
+		return "c2s"
+	case string(schemas.KindFrameS2C):
+		return "s2c"
+	case string(schemas.KindFrameRefusal):
+		return "refusal"
+	case string(schemas.KindCallIntent):
+		return "intent"
+	case string(schemas.KindCallOutcome):
+		return "outcome"
+	case string(schemas.KindApprovalRequested), string(schemas.KindApprovalResolved),
+		string(schemas.KindApprovalExpired), string(schemas.KindApprovalRefused):
+		return "approval"
+	case string(schemas.KindConfinementApplied):
+		return "confined"
+	case string(schemas.KindChildStarted):
+		return "started"
+	case string(schemas.KindChildExited):
+		return "exited"
+	case string(schemas.KindProfileSwitched):
+		return "profile"
+	case StepInFlight:
+		return "in-flight"
+	}
+	return s.Kind
+}
+
+// Line renders a step as one transcript line:
+//
+//	+0.012s  -        outcome   call-1 echo: allowed → success in 3 ms · seq 4
+func (s Step) Line() string {
+	return fmt.Sprintf("%9s  %-8s %-9s %s", formatOffset(s.OffsetMS), Printable(s.Profile), s.Label(), s.Text())
+}
+
+// Text renders what a step says, without its time, profile and label.
+// Control characters (which tool names, reasons and other recorded text
+// may hold) are escaped, so a transcript cannot drive a terminal.
+func (s Step) Text() string {
+	return Printable(s.text())
+}
+
+// Printable escapes the control characters of s (C0, DEL and C1) as \xNN
+// or \uNNNN; everything else is left as it is.
+func Printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if isControl(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r < 0x80 && isControl(r):
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case isControl(r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) }
+
+func (s Step) text() string {
+	var b strings.Builder
+	switch {
+	case s.Opened != nil:
+		o := s.Opened
+		b.WriteString("pid " + strconv.Itoa(o.PID))
+		if o.Config != "" {
+			b.WriteString(" · gateway " + o.Config)
+		} else if len(o.Argv) > 0 {
+			b.WriteString(" · " + QuoteArgv(o.Argv))
+		}
+		if o.AuditPath != "" {
+			b.WriteString(" · audit " + o.AuditPath)
+		}
+		if o.KeyID != "" {
+			b.WriteString(" · key " + short(o.KeyID, 12))
+		}
+	case s.Frame != nil:
+		b.WriteString(frameText(s.Frame))
+	case s.Kind == StepInFlight && s.Call != nil:
+		c := s.Call
+		b.WriteString(c.CallID + " " + c.Tool + ": in flight, no outcome")
+		if c.IntentAt != nil {
+			b.WriteString(" (intent at " + c.IntentAt.UTC().Format(time.RFC3339Nano) + ")")
+		}
+	case s.Call != nil:
+		b.WriteString(callText(s.Kind, s.Call))
+	case s.Approval != nil:
+		b.WriteString(approvalText(s.Approval))
+	case s.Confinement != nil:
+		b.WriteString(confinementText(s.Confinement))
+	case s.Child != nil:
+		c := s.Child
+		if s.Kind == string(schemas.KindChildStarted) {
+			b.WriteString("pid " + strconv.Itoa(c.PID))
+			if len(c.Argv) > 0 {
+				b.WriteString(" · " + QuoteArgv(c.Argv))
+			}
+		} else {
+			if c.Code != nil {
+				b.WriteString("status " + strconv.Itoa(*c.Code))
+			} else {
+				b.WriteString("status unknown")
+			}
+			if c.ServerExitedFirst {
+				b.WriteString(" · the server exited before the host closed stdin")
+			}
+		}
+	case s.End != nil:
+		e := s.End
+		switch e.State {
+		case StateRunning:
+			fmt.Fprintf(&b, "running: aegis process %d still holds the store; this is the session as far as it is durable", e.PID)
+		default:
+			fmt.Fprintf(&b, "%s: no close line, and its process (pid %d) is gone", e.State, e.PID)
+		}
+		if e.InFlight > 0 {
+			fmt.Fprintf(&b, "; %d call(s) in flight", e.InFlight)
+		}
+	case s.Kind == string(schemas.KindProfileSwitched):
+		b.WriteString("switched to " + s.Profile)
+	case s.Kind == string(schemas.KindSessionClosed):
+		b.WriteString("close line")
+	case len(s.Payload) > 0:
+		b.WriteString(short(string(s.Payload), 160))
+	}
+	if s.Seq != nil {
+		b.WriteString(" · seq " + strconv.FormatUint(*s.Seq, 10))
+	}
+	return b.String()
+}
+
+func frameText(f *FrameSummary) string {
+	var b strings.Builder
+	if f.Shape == "batch" {
+		fmt.Fprintf(&b, "batch of %d: ", len(f.Batch))
+		for i := range f.Batch {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			if i == 8 {
+				fmt.Fprintf(&b, "… %d more", len(f.Batch)-i)
+				break
+			}
+			b.WriteString(frameHead(&f.Batch[i]))
+		}
+	} else {
+		b.WriteString(frameHead(f))
+	}
+	fmt.Fprintf(&b, " · %d B", f.Size)
+	return b.String()
+}
+
+func frameHead(f *FrameSummary) string {
+	var s string
+	switch f.Shape {
+	case "request", "notification":
+		s = f.Method
+		if f.Tool != "" {
+			s += " " + f.Tool
+		}
+	case "response":
+		s = "result"
+	case "error":
+		s = "error"
+		if f.AegisCode != "" {
+			s += " " + f.AegisCode
+		} else if f.ErrorCode != "" {
+			s += " " + f.ErrorCode
+		}
+	default:
+		return "not JSON-RPC"
+	}
+	if f.ID != "" {
+		s += " id=" + f.ID
+	}
+	return s
+}
+
+func callText(kind string, c *CallInfo) string {
+	s := c.CallID + " " + c.Tool
+	if kind == string(schemas.KindCallIntent) {
+		return s
+	}
+	s += ": " + c.Policy
+	if c.Policy == schemas.StatusPendingApproval && c.ApprovalID != "" {
+		s += " " + c.ApprovalID
+	}
+	if c.Reason != "" {
+		s += " " + strconv.Quote(c.Reason)
+	}
+	if c.MatchedRule != "" {
+		s += " (rule " + c.MatchedRule + ")"
+	}
+	if c.ApprovalRef != "" {
+		s += " by approval " + c.ApprovalRef
+	}
+	switch {
+	case c.Refused && c.ExecutionReason == schemas.ReasonSiblingRefused:
+		s += " → refused with its batch, not executed"
+	case c.Refused:
+		s += " → refused, not executed"
+	default:
+		s += " → " + c.Execution
+		if c.ExecutionReason != "" {
+			s += " (" + c.ExecutionReason + ")"
+		}
+		if c.WallMS != nil {
+			s += " in " + strconv.FormatUint(*c.WallMS, 10) + " ms"
+		}
+	}
+	return s
+}
+
+func approvalText(a *ApprovalInfo) string {
+	switch a.Event {
+	case "requested":
+		s := "requested " + a.ApprovalID + " for " + a.Tool
+		if a.ExpiresAt != nil {
+			s += " · expires " + a.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		return s
+	case "approved", "denied":
+		s := a.ApprovalID + " " + a.Event
+		if a.By != "" {
+			s += " by " + a.By
+		}
+		if a.Reason != "" {
+			s += " " + strconv.Quote(a.Reason)
+		}
+		return s
+	case "refused":
+		s := a.Op + " " + a.ApprovalID
+		if a.By != "" {
+			s += " by " + a.By
+		}
+		return s + " refused: " + a.Reason
+	}
+	return a.ApprovalID + " " + a.Event
+}
+
+func confinementText(c *ConfinementInfo) string {
+	if c.Refused != "" {
+		return "refused: " + c.Refused
+	}
+	var parts []string
+	ll := "landlock ABI " + strconv.Itoa(c.LandlockABI)
+	if c.FullyEnforced {
+		ll += " fully enforced"
+	} else {
+		ll += " partly enforced"
+	}
+	ll += fmt.Sprintf(" (%d fs rules, %d net rules", c.FSRules, c.NetRules)
+	if c.TCPRestricted {
+		ll += ", tcp restricted"
+	}
+	parts = append(parts, ll+")")
+	switch {
+	case !c.SeccompApplied:
+		parts = append(parts, "no seccomp")
+	case c.NetworkDenied:
+		parts = append(parts, "seccomp: network denied")
+	default:
+		parts = append(parts, "seccomp applied")
+	}
+	if c.NoNewPrivs {
+		parts = append(parts, "no_new_privs")
+	}
+	p := fmt.Sprintf("%d protected paths", c.Protected)
+	if c.ProtectVerified {
+		p += " verified"
+	}
+	parts = append(parts, p)
+	if len(c.Degradations) > 0 {
+		parts = append(parts, "degraded: "+strings.Join(c.Degradations, "; "))
+	}
+	if c.ExecPath != "" {
+		parts = append(parts, "exec "+c.ExecPath)
+	}
+	return strings.Join(parts, " · ")
+}
+
+// QuoteArgv renders argv for one line, quoting arguments that need it.
+func QuoteArgv(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$`") || !strconv.CanBackquote(a) {
+			out[i] = strconv.Quote(a)
+		} else {
+			out[i] = a
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+func short(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
