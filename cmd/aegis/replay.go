@@ -1,0 +1,363 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+const replayUsage = `Usage:
+  aegis replay [--state-dir DIR] [--frames] [--json] [--follow] SESSION
+  aegis replay [--state-dir DIR] [--frames] [--json] --follow
+
+Prints a session as a transcript, one line per event in stream order (the
+order aegis made them durable):
+  +OFFSET  PROFILE  WHAT  DETAIL
+each frame summarised (method, tool, id, size), each intent and each
+verdict with its reason and rule, each approval and who resolved it, the
+confinement fact, the child's start and exit, and the close. PROFILE is
+the profile active at that step ("-" until a profile.switched event). A
+call with an intent and no outcome is listed as in-flight at the end; a
+session with no close line ends with how it ended: killed (its process is
+gone) or running.
+
+SESSION is a session id as 'aegis sessions' prints it, a unique prefix of
+one, or "last". The transcript is built only from the event stream.
+
+  --frames   print each frame's exact bytes on the line after it, after
+             "    > " (a frame never holds a newline); on a terminal,
+             control characters and bytes that are not UTF-8 are shown
+             as \xNN so that a recorded frame cannot drive it
+  --json     one JSON object per step, per line (frames' bytes in base64
+             with --frames)
+  --follow   keep printing as the stream grows, until SESSION ends (it
+             closes, or its process is gone) or, without SESSION, forever,
+             across sessions and aegis processes, until interrupted
+
+A running aegis wrap holds its state directory exclusively, so no other
+process can open the stream while it runs. aegis replay then reads a
+private snapshot copy of the stream (under DIR/readers, removed after) that
+holds every event durable when it was taken, and says so on stderr.
+--follow always reads through snapshots, refreshed as the stream's files
+change: it never takes the state directory's lock, so it never keeps an
+aegis wrap from starting, and it goes on following when one process ends
+and the next begins. Long replays show progress on stderr when it is a
+terminal.
+
+Example:
+  $ aegis replay last
+  $ aegis replay --follow --frames 01KAQ3T5PS
+`
+
+// followPoll is how often --follow looks for new events.
+const followPoll = 250 * time.Millisecond
+
+type replayOpts struct {
+	frames, asJSON, follow bool
+	prefix                 bool // prefix each line with the session id (every session)
+	// escapeFrames is set when stdout is a terminal: --frames then escapes
+	// control characters and invalid UTF-8, so a recorded frame cannot
+	// drive the terminal. Redirected, the bytes are exact.
+	escapeFrames bool
+}
+
+func (m *Main) runReplay(ctx context.Context, args []string) error {
+	fs := m.newFlagSet("replay")
+	dir := fs.String("state-dir", "", "state directory")
+	var o replayOpts
+	fs.BoolVar(&o.frames, "frames", false, "print each frame's exact bytes")
+	fs.BoolVar(&o.asJSON, "json", false, "one JSON object per step")
+	fs.BoolVar(&o.follow, "follow", false, "keep printing as the stream grows")
+	pos, err := m.parseInterspersed(fs, replayUsage, args)
+	if err != nil {
+		return err
+	}
+	if f, ok := m.Stdout.(*os.File); ok && isTerminal(f) {
+		o.escapeFrames = true
+	}
+	arg := ""
+	switch {
+	case len(pos) == 1:
+		arg = pos[0]
+		if !validSessionArg(arg) {
+			return usagef("a session id is 26 characters of Crockford base32 (or a prefix of one, or last), as 'aegis sessions' prints it", "replay: bad SESSION %q", arg)
+		}
+	case len(pos) > 1:
+		return usagef("replay one session at a time", "replay: want one SESSION, got %d", len(pos))
+	case !o.follow:
+		return usagef("list sessions with 'aegis sessions', then: aegis replay SESSION (or aegis replay --follow)", "replay: which session? give SESSION")
+	}
+	if o.follow {
+		stateDir, err := m.stateDir(*dir)
+		if err != nil {
+			return err
+		}
+		sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		err = m.follow(sctx, stateDir, arg, o)
+		if errors.Is(err, context.Canceled) {
+			return nil // interrupted: following ends there
+		}
+		return err
+	}
+	rd, err := m.openStream(ctx, *dir)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	id, err := m.resolveArg(ctx, rd.store, arg)
+	if err != nil {
+		return err
+	}
+	prog := m.newProgress("replay")
+	w := bufio.NewWriterSize(prog.clearing(m.Stdout), 64<<10)
+	defer w.Flush()
+	tl := projector.NewTimeline(id)
+	var ix projector.SessionIndex
+	var last events.Record
+	err = rd.store.Replay(ctx, events.Position{}, func(r events.Record) error {
+		prog.add()
+		if r.Event.Session != id {
+			if r.Event.Kind == schemas.KindSessionOpened {
+				ix.Fold(r) // which session a PID opened last decides "running"
+			}
+			return nil
+		}
+		ix.Fold(r)
+		st, ok := tl.Fold(r)
+		if !ok {
+			return nil
+		}
+		last = r
+		return writeStep(w, st, r, o)
+	})
+	prog.done()
+	if err != nil {
+		return fmt.Errorf("read the event stream: %w", err)
+	}
+	sum, ok := ix.Get(id, rd.holder)
+	if !ok {
+		return withHint(fmt.Errorf("no session %s in the stream", id), "list them with: aegis sessions")
+	}
+	for _, st := range tl.Finish(id, sum.State, last) {
+		if err := writeStep(w, st, last, o); err != nil {
+			return err
+		}
+	}
+	return w.Flush()
+}
+
+// resolveArg turns SESSION into an id. A full id needs no pass over the
+// stream; a prefix or "last" is looked up in the session index.
+func (m *Main) resolveArg(ctx context.Context, st *events.Store, arg string) (string, error) {
+	if schemas.ValidID(arg) {
+		return arg, nil
+	}
+	ix, err := sessionIndex(ctx, st, m.newProgress("sessions"))
+	if err != nil {
+		return "", err
+	}
+	s, err := resolveSession(ix.Sessions(0), arg)
+	return s.ID, err
+}
+
+// writeStep prints one step; rec is the event it came from (for --frames).
+func writeStep(w *bufio.Writer, st projector.Step, rec events.Record, o replayOpts) error {
+	var raw []byte
+	if o.frames && st.Frame != nil {
+		var fp schemas.FramePayload
+		json.Unmarshal(rec.Event.Payload, &fp)
+		raw = fp.Bytes
+	}
+	if o.asJSON {
+		if raw != nil {
+			st.Frame.Bytes = raw
+		}
+		b, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		w.Write(b)
+		return w.WriteByte('\n')
+	}
+	if o.prefix {
+		w.WriteString(st.Session)
+		w.WriteString("  ")
+	}
+	w.WriteString(st.Line())
+	w.WriteByte('\n')
+	if st.Frame != nil && o.frames {
+		w.WriteString("    > ")
+		if o.escapeFrames {
+			raw = printableBytes(raw)
+		}
+		w.Write(raw)
+		w.WriteByte('\n')
+	}
+	return nil
+}
+
+// printableBytes escapes control characters (C0, DEL, C1) and bytes that
+// are not UTF-8 as \xNN (\uNNNN for C1), leaving everything else as it is.
+func printableBytes(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		switch {
+		case r == utf8.RuneError && n == 1, r < 0x20, r == 0x7f:
+			out = fmt.Appendf(out, "\\x%02x", b[0])
+		case r >= 0x80 && r < 0xa0:
+			out = fmt.Appendf(out, "\\u%04x", r)
+		default:
+			out = append(out, b[:n]...)
+		}
+		b = b[n:]
+	}
+	return out
+}
+
+// follow prints a session (or every session) as the stream grows. It reads
+// only snapshot copies, refreshed when the stream's files change, so it
+// never holds the state directory's lock. A session ends when its close
+// line arrives, or when its process no longer holds the state directory
+// (checked before each read, so the read that follows has everything that
+// process wrote).
+func (m *Main) follow(ctx context.Context, stateDir, arg string, o replayOpts) error {
+	o.prefix = arg == "" && !o.asJSON
+	w := bufio.NewWriterSize(m.Stdout, 64<<10)
+	defer w.Flush()
+	var snap *snapshot
+	defer func() {
+		if snap != nil {
+			snap.remove()
+		}
+	}()
+	id := ""
+	if schemas.ValidID(arg) {
+		id = arg
+	}
+	tl := projector.NewTimeline(id)
+	var ix projector.SessionIndex
+	last := map[string]events.Record{}
+	finished := map[string]bool{}
+	next := events.Position{}
+	waiting, checked := false, false
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(followPoll):
+			}
+		}
+		if _, err := os.Stat(filepath.Join(stateDir, "jetstream")); err != nil {
+			if !waiting {
+				fmt.Fprintf(m.Stderr, "aegis: waiting for a stream in %s\n", stateDir)
+				waiting = true
+			}
+			continue
+		}
+		if snap == nil {
+			var err error
+			if snap, err = newSnapshot(stateDir); err != nil {
+				return fmt.Errorf("follow: %w", err)
+			}
+		}
+		holder := lockHolder(stateDir)
+		changed, err := snap.refresh()
+		if err != nil {
+			return fmt.Errorf("follow: copy the stream: %w", err)
+		}
+		if changed {
+			st, err := snap.open(ctx, m)
+			if err != nil {
+				return fmt.Errorf("follow: read a snapshot of the stream: %w", err)
+			}
+			if id == "" && arg != "" {
+				ix0, err := sessionIndex(ctx, st, m.newProgress("sessions"))
+				if err != nil {
+					st.Close(context.Background())
+					return err
+				}
+				s, err := resolveSession(ix0.Sessions(0), arg)
+				if err != nil {
+					st.Close(context.Background())
+					return err
+				}
+				id = s.ID
+				tl = projector.NewTimeline(id)
+			}
+			prog := m.newProgress("replay")
+			if err := w.Flush(); err != nil {
+				st.Close(context.Background())
+				return err
+			}
+			w.Reset(prog.clearing(m.Stdout))
+			err = st.Replay(ctx, next, func(r events.Record) error {
+				prog.add()
+				next = events.Position{Seq: r.Pos.Seq, Index: r.Pos.Index + 1}
+				if id != "" && r.Event.Session != id {
+					if r.Event.Kind == schemas.KindSessionOpened {
+						ix.Fold(r)
+					}
+					return nil
+				}
+				ix.Fold(r)
+				step, ok := tl.Fold(r)
+				if !ok {
+					return nil
+				}
+				last[r.Event.Session] = r
+				return writeStep(w, step, r, o)
+			})
+			prog.done()
+			st.Close(context.Background())
+			if err != nil {
+				return fmt.Errorf("follow: read the event stream: %w", err)
+			}
+		}
+		if changed && !checked && id != "" {
+			checked = true
+			if _, ok := ix.Get(id, holder); !ok {
+				return withHint(fmt.Errorf("no session %s in the stream", id), "list them with: aegis sessions")
+			}
+		}
+		// A session has ended when its process held the store neither
+		// before the read (so the read has all it wrote) nor after it (a
+		// process that started meanwhile may have opened it).
+		after := lockHolder(stateDir)
+		runningAfter := map[string]bool{}
+		for _, s := range ix.Sessions(after) {
+			runningAfter[s.ID] = s.State == projector.StateRunning
+		}
+		for _, s := range ix.Sessions(holder) {
+			if finished[s.ID] || s.State == projector.StateRunning || runningAfter[s.ID] {
+				continue
+			}
+			finished[s.ID] = true
+			for _, st := range tl.Finish(s.ID, s.State, last[s.ID]) {
+				if err := writeStep(w, st, last[s.ID], o); err != nil {
+					return err
+				}
+			}
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		if id != "" && finished[id] {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,560 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+const sessionsUsage = `Usage:
+  aegis sessions [--state-dir DIR] [--json]
+
+Lists every session in the state directory's stream, oldest first, one
+line each:
+  SESSION  STARTED  ENDED  STATE  EXIT  CALLS  REFUSED  APPROVALS  COMMAND
+
+STATE is how the session ended: closed (it has a close line), running (no
+close line yet, and its aegis process holds the state directory now) or
+killed (no close line, and its process is gone: killed, crashed, or its
+recording failed). ENDED is the close time; for a session that did not
+close, ~ marks the time of its last event. EXIT is the wrapped server's
+exit status. CALLS counts recorded tools/calls, REFUSED the ones aegis kept
+from the server, APPROVALS the approvals requested (and what became of
+them). COMMAND is the wrapped command (or a gateway's configuration).
+
+--json prints a JSON array with one object per session (id, started,
+ended, last_event, state, pid, argv, audit_path, key_id, events, frames,
+calls, refusals, in_flight, approvals, confined, profile, child_exit).
+
+Every listing is a projection of the stream. A running aegis wrap holds
+its state directory exclusively, so no other process can open the stream
+while it runs; aegis then reads a private snapshot copy of the stream
+(made under DIR/readers and removed afterwards) and says so on stderr. The
+snapshot holds every event that was durable when it was taken.
+
+Example:
+  $ aegis sessions --state-dir ~/.local/state/aegis
+`
+
+func (m *Main) runSessions(ctx context.Context, args []string) error {
+	fs := m.newFlagSet("sessions")
+	dir := fs.String("state-dir", "", "state directory")
+	asJSON := fs.Bool("json", false, "print a JSON array")
+	if err := m.parseFlags(fs, sessionsUsage, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("run: aegis sessions [--state-dir DIR] [--json]", "sessions: unexpected argument %q", fs.Arg(0))
+	}
+	rd, err := m.openStream(ctx, *dir)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	var ix projector.SessionIndex
+	prog := m.newProgress("sessions")
+	err = rd.store.Replay(ctx, events.Position{}, func(r events.Record) error {
+		ix.Fold(r)
+		prog.add()
+		return nil
+	})
+	prog.done()
+	if err != nil {
+		return fmt.Errorf("read the event stream: %w", err)
+	}
+	list := ix.Sessions(rd.holder)
+	w := bufio.NewWriter(m.Stdout)
+	defer w.Flush()
+	if *asJSON {
+		if list == nil {
+			list = []projector.SessionSummary{}
+		}
+		b, err := json.MarshalIndent(list, "", "  ")
+		if err != nil {
+			return err
+		}
+		w.Write(b)
+		w.WriteByte('\n')
+		return nil
+	}
+	if len(list) == 0 {
+		fmt.Fprintf(m.Stderr, "aegis: no sessions in %s\n", rd.dir)
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION\tSTARTED\tENDED\tSTATE\tEXIT\tCALLS\tREFUSED\tAPPROVALS\tCOMMAND")
+	for _, s := range list {
+		ended := "~" + s.LastEvent.UTC().Format(time.RFC3339)
+		if s.Ended != nil {
+			ended = s.Ended.UTC().Format(time.RFC3339)
+		}
+		exit := "-"
+		if s.Exit != nil && s.Exit.Code != nil {
+			exit = strconv.Itoa(*s.Exit.Code)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, s.Started.UTC().Format(time.RFC3339), ended, s.State, exit,
+			s.Calls, s.Refusals, approvalCell(s.Approvals), commandOf(s))
+	}
+	return tw.Flush()
+}
+
+func approvalCell(a projector.ApprovalCounts) string {
+	if a.Requested == 0 {
+		return "0"
+	}
+	var parts []string
+	for _, p := range []struct {
+		n    int
+		what string
+	}{{a.Approved, "approved"}, {a.Denied, "denied"}, {a.Expired, "expired"}} {
+		if p.n > 0 {
+			parts = append(parts, strconv.Itoa(p.n)+" "+p.what)
+		}
+	}
+	if len(parts) == 0 {
+		return strconv.Itoa(a.Requested)
+	}
+	return strconv.Itoa(a.Requested) + " (" + strings.Join(parts, ", ") + ")"
+}
+
+func commandOf(s projector.SessionSummary) string {
+	if s.Config != "" {
+		return "gateway " + projector.Printable(s.Config)
+	}
+	return projector.QuoteArgv(s.Argv)
+}
+
+// streamReader is read access to a state directory's stream: the store
+// itself when no other process holds it, else a snapshot copy.
+type streamReader struct {
+	store *events.Store
+	dir   string // the state directory
+	// holder is the PID of the aegis process that holds the state
+	// directory (0: none; this process, if it opened the store itself).
+	holder int
+	snap   *snapshot
+}
+
+// Close closes the store and removes a snapshot.
+func (r *streamReader) Close() {
+	if r.store != nil {
+		r.store.Close(context.Background())
+	}
+	if r.snap != nil {
+		r.snap.remove()
+	}
+}
+
+// openStream opens a state directory's stream for reading. When another
+// aegis process holds the directory (a running wrap holds it for its whole
+// run, exclusively), it reads a snapshot copy instead, and says so.
+func (m *Main) openStream(ctx context.Context, dirFlag string) (*streamReader, error) {
+	dir, err := m.stateDir(dirFlag)
+	if err != nil {
+		return nil, err
+	}
+	if err := hasStream(dir); err != nil {
+		return nil, err
+	}
+	s, err := events.Open(ctx, events.Config{Dir: dir, Logger: m.logger()})
+	if err == nil {
+		return &streamReader{store: s, dir: dir}, nil
+	}
+	var le *events.LockedError
+	if !errors.As(err, &le) {
+		return nil, withHint(fmt.Errorf("open event store: %w", err), "check --state-dir: it must be a private (0700) directory you own, on a writable disk")
+	}
+	snap, err := newSnapshot(dir)
+	if err != nil {
+		return nil, withHint(fmt.Errorf("%v, and a snapshot of its stream could not be made: %w", le, err), "wait for that process to finish, or free some disk space")
+	}
+	if _, err := snap.refresh(); err != nil {
+		snap.remove()
+		return nil, withHint(fmt.Errorf("%v, and a snapshot of its stream could not be made: %w", le, err), "wait for that process to finish, or free some disk space")
+	}
+	st, err := snap.open(ctx, m)
+	if err != nil {
+		snap.remove()
+		return nil, withHint(fmt.Errorf("%v, and its stream could not be read from a snapshot: %w", le, err), "wait for that process to finish and try again")
+	}
+	fmt.Fprintf(m.Stderr, "aegis: note: %v, which holds it exclusively; reading a snapshot of its stream as of %s\n", le, time.Now().Format("15:04:05"))
+	return &streamReader{store: st, dir: dir, holder: le.PID, snap: snap}, nil
+}
+
+// hasStream refuses a state directory that holds no stream, rather than
+// creating an empty one as a side effect of reading.
+func hasStream(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "jetstream")); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return withHint(fmt.Errorf("no event stream in %s", dir), "aegis wrap records there; pass the --state-dir it used")
+		}
+		return fmt.Errorf("state directory: %w", err)
+	}
+	return nil
+}
+
+// snapshot is a private copy of a state directory's JetStream files under
+// DIR/readers/<pid>-<random>, opened with an embedded server of its own.
+// It never takes the state directory's lock, so it never stops an aegis
+// wrap from starting. Files are copied again only when their size or
+// modification time changed, so refreshing a snapshot of a large stream
+// copies little more than its last block.
+//
+// A copy taken while a writer appends can end in a torn message; the
+// embedded server's recovery drops it, so a snapshot holds a prefix of the
+// stream: every event that was durable when its block was copied.
+type snapshot struct {
+	src    string // DIR/jetstream
+	root   string // the copy's state directory
+	stamps map[string]stamp
+}
+
+type stamp struct {
+	size  int64
+	mtime time.Time
+}
+
+func newSnapshot(stateDir string) (*snapshot, error) {
+	readers := filepath.Join(stateDir, "readers")
+	if err := os.MkdirAll(readers, 0o700); err != nil {
+		return nil, err
+	}
+	cleanReaders(readers)
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	root := filepath.Join(readers, strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(rnd[:]))
+	if err := os.Mkdir(root, 0o700); err != nil {
+		return nil, err
+	}
+	return &snapshot{src: filepath.Join(stateDir, "jetstream"), root: root, stamps: map[string]stamp{}}, nil
+}
+
+// cleanReaders removes snapshots left by readers that are gone.
+func cleanReaders(readers string) {
+	ents, err := os.ReadDir(readers)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		pidStr, _, ok := strings.Cut(e.Name(), "-")
+		pid, err := strconv.Atoi(pidStr)
+		if !ok || err != nil || pid <= 0 {
+			continue
+		}
+		if pid != os.Getpid() && syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(filepath.Join(readers, e.Name()))
+		}
+	}
+}
+
+// refresh copies the source files that changed since the last refresh and
+// removes copies of files that are gone. It reports whether anything
+// changed.
+func (s *snapshot) refresh() (bool, error) {
+	changed := false
+	seen := map[string]bool{}
+	err := filepath.WalkDir(s.src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil // removed while we walked
+			}
+			return err
+		}
+		rel, err := filepath.Rel(s.src, p)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(s.root, "jetstream", rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o700)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		seen[rel] = true
+		st := stamp{fi.Size(), fi.ModTime()}
+		if old, ok := s.stamps[rel]; ok && old == st {
+			return nil
+		}
+		if err := copyFile(p, dst); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		s.stamps[rel] = st
+		changed = true
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	for rel := range s.stamps {
+		if !seen[rel] {
+			os.Remove(filepath.Join(s.root, "jetstream", rel))
+			delete(s.stamps, rel)
+			changed = true
+		}
+	}
+	return changed, nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// open opens the copy. If the copy cannot be opened (a file caught in an
+// unlucky state), it is copied afresh once. The embedded server's
+// recovery of a copy taken mid-write (it drops a torn last message and
+// rebuilds its index) is expected, so its warnings are shown only with
+// AEGIS_DEBUG.
+func (s *snapshot) open(ctx context.Context, m *Main) (*events.Store, error) {
+	log := slog.New(slog.DiscardHandler)
+	if m.Getenv("AEGIS_DEBUG") != "" {
+		log = m.logger()
+	}
+	st, err := events.Open(ctx, events.Config{Dir: s.root, Logger: log})
+	if err == nil {
+		return st, nil
+	}
+	os.RemoveAll(filepath.Join(s.root, "jetstream"))
+	s.stamps = map[string]stamp{}
+	if _, rerr := s.refresh(); rerr != nil {
+		return nil, errors.Join(err, rerr)
+	}
+	return events.Open(ctx, events.Config{Dir: s.root, Logger: log})
+}
+
+func (s *snapshot) remove() { os.RemoveAll(s.root) }
+
+// lockHolder returns the PID of the process that holds the state
+// directory's lock, without touching the lock: from /proc/locks where it
+// can, else from the PID the holder writes into the lock file, if that
+// process is alive. 0 means nobody holds it.
+func lockHolder(dir string) int {
+	path := filepath.Join(dir, "lock")
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if data, err := os.ReadFile("/proc/locks"); err == nil && ok {
+		want := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			// "1: FLOCK  ADVISORY  WRITE 4242 fd:01:123 0 EOF"; waiters
+			// have "->" after the number.
+			if len(f) < 6 || f[1] != "FLOCK" || f[5] != want {
+				continue
+			}
+			if pid, err := strconv.Atoi(f[4]); err == nil {
+				return pid
+			}
+		}
+		return 0
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 || syscall.Kill(pid, 0) == syscall.ESRCH {
+		return 0
+	}
+	return pid
+}
+
+// resolveSession finds the session an argument names: a full id, a unique
+// prefix of one (case does not matter), or "last" for the newest.
+func resolveSession(list []projector.SessionSummary, arg string) (projector.SessionSummary, error) {
+	if len(list) == 0 {
+		return projector.SessionSummary{}, withHint(fmt.Errorf("no sessions in the stream"), "aegis wrap records sessions; check --state-dir")
+	}
+	if arg == "last" {
+		return list[len(list)-1], nil
+	}
+	want := strings.ToUpper(arg)
+	var found []projector.SessionSummary
+	for _, s := range list {
+		if s.ID == want {
+			return s, nil
+		}
+		if strings.HasPrefix(s.ID, want) {
+			found = append(found, s)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return projector.SessionSummary{}, withHint(fmt.Errorf("no session %s in the stream", arg), "list them with: aegis sessions")
+	case 1:
+		return found[0], nil
+	}
+	return projector.SessionSummary{}, withHint(fmt.Errorf("%q names %d sessions", arg, len(found)), "give more of the id; list them with: aegis sessions")
+}
+
+// sessionIndex replays the stream into the session index.
+func sessionIndex(ctx context.Context, st *events.Store, prog *progress) (*projector.SessionIndex, error) {
+	ix := &projector.SessionIndex{}
+	err := st.Replay(ctx, events.Position{}, func(r events.Record) error {
+		ix.Fold(r)
+		prog.add()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the event stream: %w", err)
+	}
+	return ix, nil
+}
+
+// progress shows a running count of events on stderr while a long pass
+// over the stream runs, when stderr is a terminal; otherwise it is nil and
+// says nothing.
+type progress struct {
+	w     io.Writer
+	label string
+	n     int64
+	start time.Time
+	last  time.Time
+	shown bool
+}
+
+// progressEvery is how often progress redraws.
+const progressEvery = 200 * time.Millisecond
+
+func (m *Main) newProgress(label string) *progress {
+	f, ok := m.Stderr.(*os.File)
+	if !ok || !isTerminal(f) {
+		return nil
+	}
+	now := time.Now()
+	return &progress{w: f, label: label, start: now, last: now}
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// add counts one event.
+func (p *progress) add() {
+	if p == nil {
+		return
+	}
+	p.n++
+	if p.n&1023 != 0 {
+		return
+	}
+	now := time.Now()
+	if now.Sub(p.last) < progressEvery {
+		return
+	}
+	p.last = now
+	rate := float64(p.n) / now.Sub(p.start).Seconds()
+	fmt.Fprintf(p.w, "\raegis: %s: %s events (%s/s)\x1b[K", p.label, groupDigits(p.n), groupDigits(int64(rate)))
+	p.shown = true
+}
+
+// clearing returns w, or, when progress shows, a writer that clears the
+// progress line before each write to w: a transcript printed to the same
+// terminal is never mixed with it, and progress redraws below it.
+func (p *progress) clearing(w io.Writer) io.Writer {
+	if p == nil {
+		return w
+	}
+	return clearingWriter{p, w}
+}
+
+type clearingWriter struct {
+	p *progress
+	w io.Writer
+}
+
+func (c clearingWriter) Write(b []byte) (int, error) {
+	c.p.done()
+	return c.w.Write(b)
+}
+
+// done clears the progress line.
+func (p *progress) done() {
+	if p == nil || !p.shown {
+		return
+	}
+	fmt.Fprint(p.w, "\r\x1b[K")
+	p.shown = false
+}
+
+func groupDigits(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + " " + s[i:]
+	}
+	return s
+}
+
+// readRecord is projector.ReadRecord with progress on a terminal, for
+// aegis export.
+func (m *Main) readRecord(ctx context.Context, st *events.Store) (*projector.Record, error) {
+	rec := &projector.Record{}
+	prog := m.newProgress("export")
+	err := st.Replay(ctx, events.Position{}, func(r events.Record) error {
+		rec.Fold(r)
+		prog.add()
+		return nil
+	})
+	prog.done()
+	if err != nil {
+		return nil, fmt.Errorf("read audit record from stream: %w", err)
+	}
+	return rec, nil
+}
+
+// validSessionArg checks a SESSION argument's shape before any I/O.
+func validSessionArg(arg string) bool {
+	if arg == "last" {
+		return true
+	}
+	if arg == "" || len(arg) > 26 {
+		return false
+	}
+	return schemas.ValidID(strings.ToUpper(arg) + strings.Repeat("0", 26-len(arg)))
+}
