@@ -26,6 +26,9 @@ Commands:
   verify     check an audit record offline: Verified, Tampered or Indeterminate
   export     rebuild an audit record from the event stream
   events     list or append events in a state directory's stream
+  sessions   list the recorded sessions: calls, refusals, approvals, how they ended
+  replay     print a session as a transcript (aegis replay SESSION [--follow])
+  recheck    list the recorded calls another policy would decide differently
   approvals  list the tool calls that wait for a human decision
   approve    approve a pending tool call (aegis approve APPROVAL_ID)
   deny       deny a pending tool call (aegis deny APPROVAL_ID --reason TEXT)
@@ -65,6 +68,9 @@ func (m *Main) commands() []command {
 		{"verify", "check an audit record offline", (*Main).runVerify, verifyUsage},
 		{"export", "rebuild an audit record from the event stream", (*Main).runExport, exportUsage},
 		{"events", "list or append events", (*Main).runEvents, eventsUsage},
+		{"sessions", "list the recorded sessions and how they ended", (*Main).runSessions, sessionsUsage},
+		{"replay", "print a session as a transcript", (*Main).runReplay, replayUsage},
+		{"recheck", "re-evaluate recorded tool calls under another policy", (*Main).runRecheck, recheckUsage},
 		{"approvals", "list the tool calls that wait for approval", (*Main).runApprovals, approvalsUsage},
 		{"approve", "approve a pending tool call", (*Main).runApprove, approveUsage},
 		{"deny", "deny a pending tool call", (*Main).runDeny, denyUsage},

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -61,7 +60,7 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 		return err
 	}
 	defer store.Close(context.Background())
-	rec, err := projector.ReadRecord(ctx, store)
+	rec, err := m.readRecord(ctx, store)
 	if err != nil {
 		return err
 	}

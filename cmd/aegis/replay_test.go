@@ -56,39 +56,7 @@ func (m *Main) runIn(ctx context.Context, args []string) int {
 	if run == nil {
 		panic("no command " + args[0])
 	}
-	return m.exitCode(run(m, ctx, args[1:]))
-}
-
-// exitCode is Main.Run's handling of a command's error.
-func (m *Main) exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ue *usageError
-	var ee *exitError
-	var he *hintError
-	switch {
-	case errors.As(err, &ue):
-		m.errorf("%s", ue.msg)
-		if ue.hint != "" {
-			m.hintf("%s", ue.hint)
-		}
-		return 2
-	case errors.As(err, &ee):
-		if ee.err != nil {
-			m.errorf("%v", ee.err)
-		}
-		if ee.hint != "" {
-			m.hintf("%s", ee.hint)
-		}
-		return ee.code
-	case errors.As(err, &he):
-		m.errorf("%v", he.err)
-		m.hintf("%s", he.hint)
-		return 1
-	}
-	m.errorf("%v", err)
-	return 1
+	return m.exit(run(m, ctx, args[1:]))
 }
 
 var (
