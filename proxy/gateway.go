@@ -119,6 +119,9 @@ func (g *gateway) profileEvent(ev policy.ProfileEvent, kind schemas.Kind, extra 
 		return err
 	}
 	payload := map[string]any{"profile_event": ev}
+	if ev.Kind == policy.EventSwitched || ev.Kind == policy.EventSwitchApplied {
+		payload["profile"] = ev.To // what replay and sessions show as the active profile
+	}
 	for k, v := range extra {
 		payload[k] = v
 	}
