@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -73,6 +74,21 @@ func TestWrapConfineStopsEscapes(t *testing.T) {
 	open := listen(t)
 	closed := listen(t)
 	grants := []string{"--allow-read", probeDir, "--allow-read", ro, "--allow-write", rw}
+	// A unix socket outside the grants, listening.
+	sock := filepath.Join(t.TempDir(), "outside.sock")
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+	// The i386 probe needs gcc (it is static C using int 0x80).
+	probe32 := ""
+	if gcc, err := exec.LookPath("gcc"); err == nil {
+		probe32 = filepath.Join(probeDir, "probe32")
+		if out, err := exec.Command(gcc, "-O0", "-static", "-fno-pie", "-no-pie", "-o", probe32, "../sandbox/testdata/probe32.c").CombinedOutput(); err != nil {
+			t.Fatalf("build probe32: %v\n%s", err, out)
+		}
+	}
 	netGrant := append(append([]string{}, grants...), "--allow-net", "127.0.0.1:"+strconv.Itoa(open))
 	cases := []struct {
 		name   string
@@ -87,6 +103,9 @@ func TestWrapConfineStopsEscapes(t *testing.T) {
 		{"TCP connect with no --allow-net", grants, []string{"connect", "127.0.0.1:" + strconv.Itoa(open)}, false},
 		{"UDP send with no --allow-net", grants, []string{"udp-send", "127.0.0.1:" + strconv.Itoa(open)}, false},
 		{"io_uring_setup", grants, []string{"io-uring-setup"}, false},
+		{"unix socket connect outside the grants", grants, []string{"unix-connect", sock}, false},
+		{"i386 connect through int 0x80 with no --allow-net", grants, []string{"@probe32", "connect", strconv.Itoa(open)}, false},
+		{"i386 connect through int 0x80 to the granted port", netGrant, []string{"@probe32", "connect", strconv.Itoa(open)}, false},
 		{"control: TCP connect to the granted port", netGrant, []string{"connect", "127.0.0.1:" + strconv.Itoa(open)}, true},
 		{"TCP connect to another port", netGrant, []string{"connect", "127.0.0.1:" + strconv.Itoa(closed)}, false},
 		{"MPTCP connect to the granted port", netGrant, []string{"connect-mptcp", "127.0.0.1:" + strconv.Itoa(open)}, false},
@@ -98,7 +117,14 @@ func TestWrapConfineStopsEscapes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			audit := filepath.Join(c.dir, "confine-"+strconv.Itoa(i)+".aarl")
 			args := append([]string{"wrap", "--audit", audit, "--signing-key", c.key, "--state-dir", c.state, "--confine"}, tc.grants...)
-			args = append(append(args, "--", probe), tc.probe...)
+			if tc.probe[0] == "@probe32" {
+				if probe32 == "" {
+					t.Skip("no gcc to build the i386 probe")
+				}
+				args = append(append(args, "--", probe32), tc.probe[1:]...)
+			} else {
+				args = append(append(args, "--", probe), tc.probe...)
+			}
 			out, stderr, code := c.aegis(args...)
 			if tc.ok && (code != 0 || !strings.HasPrefix(out, "ok")) {
 				t.Fatalf("allowed attempt failed: exit %d, out %q, stderr %q", code, out, stderr)
