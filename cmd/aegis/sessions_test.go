@@ -83,17 +83,19 @@ func TestProjectionsRebuildAfterKillingWrap(t *testing.T) {
 			calls++
 			w.send(`{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"slow","arguments":{"ms":10000}}}`)
 		}
-		// The live views, once the stream holds every call sent.
-		var liveIndex []projector.SessionSummary
+		// The live views, once the stream holds every call sent and has
+		// stopped growing: frames that nobody waits for are committed
+		// lazily (within 2 ms), so one look can come just before them.
+		var liveIndex, prev []projector.SessionSummary
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			code, out, stderr := l.in("sessions", "--json")
 			if code != 0 {
 				t.Fatalf("sessions while running: %s", stderr)
 			}
-			liveIndex = nil
+			prev, liveIndex = liveIndex, nil
 			json.Unmarshal([]byte(out), &liveIndex)
-			if n := len(liveIndex); n == round+1 && liveIndex[n-1].Calls == calls {
+			if n := len(liveIndex); n == round+1 && liveIndex[n-1].Calls == calls && reflect.DeepEqual(prev, liveIndex) {
 				break
 			}
 			if time.Now().After(deadline) {
