@@ -48,6 +48,9 @@ bench:
 	mkdir -p $(dir $(BENCH_JSON)) && rm -f $(BENCH_JSON)
 	AEGIS_BENCH_JSON=$(abspath $(BENCH_JSON)) $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./events/ ./proxy/
 	$(GO) run ./cmd/aegis-benchreport $(BENCH_JSON)
+	@echo "== policy evaluation per call, the confine helper's start cost, replay and recheck of 1M events"
+	$(GO) test -run '^$$' -bench 'BenchmarkEvaluate' -benchmem -count 1 ./policy/
+	$(GO) test -run '^$$' -bench 'BenchmarkStart|BenchmarkStore' -benchtime 1x -count 1 -timeout 30m ./sandbox/ ./projector/
 
 # bench-report: make bench 3 times into .cache/bench/run-N.json, then the
 # min/median/max table in docs/BENCHMARKS.md and the plot docs/bench-inflight.svg.
