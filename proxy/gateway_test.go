@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -82,7 +83,10 @@ error_disclosure: verbose
 		close(prompts)
 	}()
 	ctx := t.Context()
-	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil)
+	listChanged := make(chan struct{}, 16)
+	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { listChanged <- struct{}{} },
+	})
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, nil)
 	if err != nil {
 		t.Fatalf("connect to aegis gateway: %v", err)
@@ -141,6 +145,11 @@ error_disclosure: verbose
 	// Along an edge: at once.
 	if text, _ := call("aegis.set_profile", map[string]any{"name": "developer"}); text != "code=OK active=developer approval=" {
 		t.Errorf("edge switch: %q", text)
+	}
+	select {
+	case <-listChanged:
+	case <-time.After(10 * time.Second):
+		t.Error("the host was not told that the tool list changed")
 	}
 	if !slices.Contains(names(), "example__add") {
 		t.Error("developer does not see example__add")
