@@ -34,6 +34,27 @@
 //     [MaxFrame] (it could not be one event), the server is killed and
 //     nothing further is relayed.
 //
-// The relay owns no policy yet: every well-formed call is allowed and
-// recorded with the pass-through policy_set_hash and a deny_all grant.
+// With a policy ([WrapConfig.Policy]) every tools/call is decided before
+// its frame may be relayed; a refused frame never reaches the server and
+// the host gets the -32042 refusal frame once the outcomes are durable (a
+// batch is refused whole). Approvals resolve through [ApprovalOp]s from
+// another process; each decision is a signed decision line, and an approved
+// call goes through exactly once. Without a policy every well-formed call is
+// allowed and recorded with the pass-through policy_set_hash.
+//
+// With Confine set, the server runs through the sandbox helper, and its
+// enforcement fact is signed into the open line before it may exec.
+//
+// # The gateway (aegis gateway)
+//
+// [Gateway] is an MCP server to the host and a client to each downstream
+// (go-sdk on both sides; frames to and from the host are still recorded,
+// byte for byte as they pass). It shows only what the active profile allows
+// and records every tools/call, meta-tools included, as an intent before it
+// is forwarded and an outcome before the answer returns; a hidden or
+// unknown tool is recorded and refused, never forwarded. The request digest
+// there is SHA-256 over {"name","arguments"} as decoded, since the SDK owns
+// the framing. The active profile and the escalations are a fold
+// (policy.ProfileState) of the profile events the gateway records; each
+// change is checked, made durable, then applied.
 package proxy
