@@ -263,6 +263,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	})
 	g.addMetaTools()
 	g.addPrompts(ctx)
+	g.addTemplates(ctx)
 	g.applyProfile()
 	g.srv.AddReceivingMiddleware(g.middleware)
 
@@ -353,6 +354,39 @@ func (g *gateway) aggregate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// addTemplates aggregates resource templates. A read through one is
+// routed to the server that offered it and, like every read, checked
+// against the active profile's URI patterns in the middleware.
+func (g *gateway) addTemplates(ctx context.Context) {
+	seen := map[string]bool{}
+	for _, n := range sortedDowns(g.downs) {
+		d := g.downs[n]
+		for rt, err := range d.cs.ResourceTemplates(ctx, nil) {
+			if err != nil {
+				break
+			}
+			if seen[rt.URITemplate] {
+				continue
+			}
+			seen[rt.URITemplate] = true
+			def := *rt
+			cs := d.cs
+			g.srv.AddResourceTemplate(&def, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI})
+			})
+		}
+	}
+}
+
+func sortedDowns(m map[string]*downstream) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 func (g *gateway) addPrompts(ctx context.Context) {

@@ -194,6 +194,17 @@ error_disclosure: verbose
 	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "file://" + root + "/../../etc/passwd"}); err == nil || !strings.Contains(err.Error(), "AEGIS_RESOURCE_DENIED") {
 		t.Errorf("traversal read: %v", err)
 	}
+	// Resource templates are aggregated; a read through one is still
+	// checked against the profile.
+	tl, err := cs.ListResourceTemplates(ctx, nil)
+	if err != nil || len(tl.ResourceTemplates) == 0 {
+		t.Errorf("resource templates: %v %v", tl, err)
+	} else {
+		t.Logf("%d resource templates, e.g. %s", len(tl.ResourceTemplates), tl.ResourceTemplates[0].URITemplate)
+	}
+	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "demo://resource/dynamic/text/1"}); err == nil || !strings.Contains(err.Error(), "AEGIS_RESOURCE_DENIED") {
+		t.Errorf("templated read outside the profile: %v", err)
+	}
 	// Prompts are aggregated, namespaced.
 	pl, err := cs.ListPrompts(ctx, nil)
 	if err != nil {
