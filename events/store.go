@@ -28,7 +28,7 @@ const (
 	DefaultMaxEventBytes  = 24 << 20 // a 16 MiB frame, base64 in its envelope, fits
 	DefaultMaxBatchBytes  = 1 << 20
 	DefaultMaxBatchEvents = 1024
-	DefaultLazyFlush      = 2 * time.Millisecond
+	DefaultLazyFlush      = 25 * time.Millisecond
 )
 
 // Config opens a [Store]. Only Dir is required.
@@ -50,7 +50,9 @@ type Config struct {
 	// MaxEventBytes is the largest encoded envelope accepted.
 	MaxEventBytes int
 	// LazyFlush bounds how long an event queued with [Store.EnqueueLazy]
-	// waits for a commit to ride with (default 2ms).
+	// waits for a commit to ride with (default 25ms). Nobody waits for such
+	// an event, so a longer window only means fewer fsyncs for chatty
+	// non-call traffic, not slower calls.
 	LazyFlush time.Duration
 	// Approvals opens the approval channel: a loopback listener through
 	// which `aegis approve` and `aegis deny` reach this process (see

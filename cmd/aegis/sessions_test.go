@@ -85,7 +85,7 @@ func TestProjectionsRebuildAfterKillingWrap(t *testing.T) {
 		}
 		// The live views, once the stream holds every call sent and has
 		// stopped growing: frames that nobody waits for are committed
-		// lazily (within 2 ms), so one look can come just before them.
+		// lazily (within 25 ms), so one look can come just before them.
 		var liveIndex, prev []projector.SessionSummary
 		deadline := time.Now().Add(10 * time.Second)
 		for {
