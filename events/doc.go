@@ -23,6 +23,15 @@
 //     never spans two sessions. The batch boundary is invisible above this
 //     package: [Position] names the message and the index inside it, and
 //     Replay and Follow hand out single events.
+//   - Lazy events. An event queued with [Store.EnqueueLazy] (a frame that
+//     carries no call and no answer) does not start a commit of its own: it
+//     is durable with the next commit that someone waits for, or within
+//     Config.LazyFlush (25 ms) at the latest, and waiting on its receipt
+//     commits it at once. Stream order still holds: a lazy event is on disk
+//     no later than any event enqueued after it. Such events were never
+//     acknowledged to anyone, so a crash inside the window loses nothing
+//     that was promised; a call's intent and an answer's outcome are never
+//     lazy.
 //   - Fail closed. If a commit fails or is not acknowledged within
 //     Config.AckTimeout, every event in it and every later append fails
 //     with [ErrFailed]; the store never drops an event silently and never
