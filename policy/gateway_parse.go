@@ -1,10 +1,7 @@
 package policy
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"path"
 	"strconv"
@@ -143,7 +140,7 @@ type rawProfile struct {
 }
 
 func (p *parser) gateway(data []byte) (*Gateway, error) {
-	root, err := p.document(data)
+	root, err := p.document(data, "gateway")
 	if err != nil {
 		return nil, err
 	}
@@ -231,38 +228,6 @@ func (p *parser) gateway(data []byte) (*Gateway, error) {
 	}
 	g.rules.hash = h
 	return g, nil
-}
-
-// document decodes the one YAML document of a gateway file and returns its
-// root node.
-func (p *parser) document(data []byte) (*yaml.Node, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, p.errorf(0, "", "empty gateway file")
-		}
-		return nil, p.yamlError(err)
-	}
-	var extra yaml.Node
-	switch err := dec.Decode(&extra); {
-	case errors.Is(err, io.EOF):
-	case err != nil:
-		return nil, p.yamlError(err)
-	default:
-		return nil, p.errorf(extra.Line, "", "a second YAML document; a gateway file holds exactly one")
-	}
-	if err := p.plain(&doc); err != nil {
-		return nil, err
-	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
-		return nil, p.errorf(doc.Line, "", "not a YAML document")
-	}
-	root := doc.Content[0]
-	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
-		return nil, p.errorf(0, "", "empty gateway file")
-	}
-	return root, nil
 }
 
 // entries returns the keys of a mapping whose keys are names the file

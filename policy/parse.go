@@ -99,12 +99,15 @@ func (p *parser) yamlError(err error) *ParseError {
 	return p.errorf(line, "", "invalid YAML: %s", msg)
 }
 
-func (p *parser) parse(data []byte) (*Set, error) {
+// document decodes the one YAML document of a policy or gateway file (what
+// names which, for messages) and returns its root node. An empty file, a
+// second document and anchors or aliases are refused.
+func (p *parser) document(data []byte, what string) (*yaml.Node, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, p.errorf(0, "", "empty policy file")
+			return nil, p.errorf(0, "", "empty %s file", what)
 		}
 		return nil, p.yamlError(err)
 	}
@@ -114,7 +117,7 @@ func (p *parser) parse(data []byte) (*Set, error) {
 	case err != nil:
 		return nil, p.yamlError(err)
 	default:
-		return nil, p.errorf(extra.Line, "", "a second YAML document; a policy file holds exactly one")
+		return nil, p.errorf(extra.Line, "", "a second YAML document; a %s file holds exactly one", what)
 	}
 	if err := p.plain(&doc); err != nil {
 		return nil, err
@@ -124,7 +127,15 @@ func (p *parser) parse(data []byte) (*Set, error) {
 	}
 	root := doc.Content[0]
 	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
-		return nil, p.errorf(0, "", "empty policy file")
+		return nil, p.errorf(0, "", "empty %s file", what)
+	}
+	return root, nil
+}
+
+func (p *parser) parse(data []byte) (*Set, error) {
+	root, err := p.document(data, "policy")
+	if err != nil {
+		return nil, err
 	}
 	fields, err := p.mapping(root, "", topKeys)
 	if err != nil {
