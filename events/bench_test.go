@@ -2,9 +2,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aegis-dev/aegis/cmd/aegis-benchreport/benchjson"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -157,44 +155,7 @@ func recordBench(b *testing.B, v any) {
 	if path == "" {
 		return
 	}
-	if err := mergeBenchJSON(path, b.Name(), v); err != nil {
+	if err := benchjson.Merge(path, b.Name(), v, nil); err != nil {
 		b.Errorf("AEGIS_BENCH_JSON: %v", err)
 	}
-}
-
-func mergeBenchJSON(path, name string, v any) error {
-	top := map[string]json.RawMessage{}
-	if data, err := os.ReadFile(path); err == nil {
-		if err := json.Unmarshal(data, &top); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	benches := map[string]json.RawMessage{}
-	if raw, ok := top["benchmarks"]; ok {
-		if err := json.Unmarshal(raw, &benches); err != nil {
-			return fmt.Errorf("%s: benchmarks: %w", path, err)
-		}
-	}
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	benches[name] = raw
-	if top["benchmarks"], err = json.Marshal(benches); err != nil {
-		return err
-	}
-	data, err := json.MarshalIndent(top, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aegis-dev/aegis/cmd/aegis-benchreport/benchjson"
 )
 
 // relayEnv, set to "1", turns the test binary into the bare relay: it runs
@@ -331,53 +333,9 @@ func recordBench(b *testing.B, v any) {
 	if path == "" {
 		return
 	}
-	if err := mergeBenchJSON(path, b.Name(), v, benchEnv); err != nil {
+	if err := benchjson.Merge(path, b.Name(), v, benchEnv); err != nil {
 		b.Errorf("%s: %v", benchJSONEnv, err)
 	}
-}
-
-// mergeBenchJSON sets top["benchmarks"][name] = v in the JSON file at path,
-// and top["env"] = env() if the file has no env yet.
-func mergeBenchJSON(path, name string, v any, env func() map[string]any) error {
-	top := map[string]json.RawMessage{}
-	if data, err := os.ReadFile(path); err == nil {
-		if err := json.Unmarshal(data, &top); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	benches := map[string]json.RawMessage{}
-	if raw, ok := top["benchmarks"]; ok {
-		if err := json.Unmarshal(raw, &benches); err != nil {
-			return fmt.Errorf("%s: benchmarks: %w", path, err)
-		}
-	}
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	benches[name] = raw
-	if top["benchmarks"], err = json.Marshal(benches); err != nil {
-		return err
-	}
-	if _, ok := top["env"]; !ok && env != nil {
-		if top["env"], err = json.Marshal(env()); err != nil {
-			return err
-		}
-	}
-	data, err := json.MarshalIndent(top, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // benchEnv describes the machine and the build: what docs/BENCHMARKS.md

@@ -1,0 +1,61 @@
+// Package benchjson writes the file of benchmark figures that make bench
+// collects and cmd/aegis-benchreport reads:
+//
+//	{"env": {…the machine…}, "benchmarks": {"<benchmark name>": {…figures…}}}
+//
+// Benchmarks run one at a time (go test serializes them, also across
+// packages), so [Merge]'s read-modify-rename needs no lock.
+package benchjson
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Merge sets benchmarks[name] = v in the JSON file at path (created if
+// missing), and env = env() when the file has no env yet and env is not
+// nil. The file is replaced by a rename, never left half written.
+func Merge(path, name string, v any, env func() map[string]any) error {
+	top := map[string]json.RawMessage{}
+	if data, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(data, &top); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	benches := map[string]json.RawMessage{}
+	if raw, ok := top["benchmarks"]; ok {
+		if err := json.Unmarshal(raw, &benches); err != nil {
+			return fmt.Errorf("%s: benchmarks: %w", path, err)
+		}
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	benches[name] = raw
+	if top["benchmarks"], err = json.Marshal(benches); err != nil {
+		return err
+	}
+	if _, ok := top["env"]; !ok && env != nil {
+		if top["env"], err = json.Marshal(env()); err != nil {
+			return err
+		}
+	}
+	data, err := json.MarshalIndent(top, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
