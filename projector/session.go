@@ -414,8 +414,8 @@ func (p *fileProjection) close() error {
 }
 
 // decodeLine returns the audit line an event carries, if any. Payloads
-// aegis wrote start with the line member; its string is unescaped directly
-// when it holds only the short escapes, and by encoding/json otherwise.
+// aegis wrote start with the line member, read by the fast line parser's
+// string reader; anything else goes through encoding/json.
 func decodeLine(e schemas.Event) (string, bool) {
 	if l, ok := fastLine(e.Payload); ok {
 		return l, l != ""
@@ -427,43 +427,13 @@ func decodeLine(e schemas.Event) (string, bool) {
 	return p.Line, true
 }
 
-// fastLine reads {"line":"…", …} when the string has no \u escape.
+// fastLine reads the line of a payload that starts with its "line" member,
+// as every payload aegis writes does.
 func fastLine(p []byte) (string, bool) {
-	const pre = `{"line":"`
-	if !bytes.HasPrefix(p, []byte(pre)) {
+	rest, ok := bytes.CutPrefix(p, []byte(`{"line":`))
+	if !ok {
 		return "", false
 	}
-	b := make([]byte, 0, len(p))
-	for i := len(pre); i < len(p); i++ {
-		c := p[i]
-		switch {
-		case c == '"':
-			return string(b), true
-		case c < 0x20:
-			return "", false
-		case c != '\\':
-			b = append(b, c)
-			continue
-		}
-		if i++; i >= len(p) {
-			return "", false
-		}
-		switch p[i] {
-		case '"', '\\', '/':
-			b = append(b, p[i])
-		case 'b':
-			b = append(b, '\b')
-		case 'f':
-			b = append(b, '\f')
-		case 'n':
-			b = append(b, '\n')
-		case 'r':
-			b = append(b, '\r')
-		case 't':
-			b = append(b, '\t')
-		default:
-			return "", false // \u and anything odd: the general decoder
-		}
-	}
-	return "", false
+	l, _, err := schemas.ReadString(rest)
+	return l, err == nil
 }

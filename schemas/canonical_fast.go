@@ -320,6 +320,25 @@ func (p *fastParser) str() (string, error) {
 	return "", p.eof()
 }
 
+// ReadString decodes the JSON string that b starts with, as strictly as
+// the line parser does (valid UTF-8, no raw control characters, no unpaired
+// surrogate escapes), and returns it with the number of bytes it took. It
+// serves callers that need one string member without decoding an object.
+func ReadString(b []byte) (string, int, error) {
+	if len(b) == 0 || b[0] != '"' {
+		return "", 0, syntaxErrorf(0, "not a JSON string")
+	}
+	if !utf8.Valid(b) {
+		return "", 0, syntaxErrorf(0, "invalid utf-8")
+	}
+	p := &fastParser{s: string(b), canonical: true, sigStart: -1}
+	v, err := p.str()
+	if err != nil {
+		return "", 0, err
+	}
+	return v, p.pos, nil
+}
+
 // special8 reports whether any of the eight bytes of b is a quote, a
 // backslash or a control character (the classic SWAR tests for a zero byte
 // and for a byte below 0x20).
