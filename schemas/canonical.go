@@ -248,12 +248,14 @@ func checkSurrogates(raw []byte) error {
 	return nil
 }
 
-func hex4(b []byte) (rune, bool) {
+// hex4 reads the four hex digits a \u escape ends with.
+func hex4[T string | []byte](b T) (rune, bool) {
 	if len(b) < 4 {
 		return 0, false
 	}
 	var r rune
-	for _, c := range b[:4] {
+	for i := 0; i < 4; i++ {
+		c := b[i]
 		r <<= 4
 		switch {
 		case c >= '0' && c <= '9':

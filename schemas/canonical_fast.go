@@ -455,26 +455,11 @@ func canonicalEscape(esc string, r rune) bool {
 }
 
 func (p *fastParser) hex4() (rune, bool) {
-	if p.pos+4 > len(p.s) {
-		return 0, false
+	r, ok := hex4(p.s[p.pos:])
+	if ok {
+		p.pos += 4
 	}
-	var r rune
-	for i := 0; i < 4; i++ {
-		c := p.s[p.pos+i]
-		r <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			r |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			r |= rune(c - 'a' + 10)
-		case c >= 'A' && c <= 'F':
-			r |= rune(c - 'A' + 10)
-		default:
-			return 0, false
-		}
-	}
-	p.pos += 4
-	return r, true
+	return r, ok
 }
 
 func (p *fastParser) badEscape() error {
