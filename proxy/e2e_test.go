@@ -21,7 +21,6 @@ import (
 
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/proxy/mcptest"
-	"github.com/aegis-dev/aegis/verifier"
 )
 
 // cli is an aegis installation for end-to-end tests: the real binary, a key
@@ -444,5 +443,4 @@ func TestVerifyExitCodes(t *testing.T) {
 			}
 		})
 	}
-	_ = verifier.Verified
 }

@@ -97,7 +97,6 @@ type gateway struct {
 	visible map[string]bool      // wire names registered with the server
 	visRes  map[string]bool
 	escN    int
-	stopped bool
 }
 
 // active returns the active profile.
@@ -276,9 +275,6 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	}
 	host := &mcp.IOTransport{Reader: &frameTap{r: cfg.Stdin, g: g, kind: schemas.KindFrameC2S}, Writer: &frameTapW{w: cfg.Stdout, g: g}}
 	err = g.srv.Run(ctx, host)
-	g.mu.Lock()
-	g.stopped = true
-	g.mu.Unlock()
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), "EOF") {
 		return sess, err
 	}

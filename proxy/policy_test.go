@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,5 +130,4 @@ func TestPolicyRefusedCallsNeverReachServer(t *testing.T) {
 	if n := len(h.frames(schemas.KindFrameRefusal)); n != 4 {
 		t.Errorf("%d refusal frames recorded, want 4 (the notification gets none)", n)
 	}
-	_ = io.Discard
 }

@@ -126,13 +126,12 @@ type relay struct {
 	sess *projector.Session
 	log  *slog.Logger
 
-	mu          sync.Mutex
-	pending     map[string]*pendingCall
-	stopped     bool // no more calls are registered or relayed
-	hostClosed  bool
-	graceReason bool // the grace expired with calls pending
-	failed      error
-	calls       int
+	mu         sync.Mutex
+	pending    map[string]*pendingCall
+	stopped    bool // no more calls are registered or relayed
+	hostClosed bool
+	failed     error
+	calls      int
 
 	rearm chan struct{}
 	kill  func()
@@ -323,9 +322,6 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 			case <-r.rearm:
 				t.Reset(cfg.Grace)
 			case <-t.C:
-				r.mu.Lock()
-				r.graceReason = true
-				r.mu.Unlock()
 				r.settlePending(schemas.WrapCall.ClientClosed)
 				cmd.Process.Signal(syscall.SIGTERM)
 				select {

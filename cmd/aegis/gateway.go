@@ -133,7 +133,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	})
 	var oe *proxy.OpenError
 	if errors.As(err, &oe) {
-		return fmt.Errorf("open audit session: %w", oe.Err)
+		return openSessionError(oe.Err, audit)
 	}
 	if sess != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -171,14 +171,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		}
 		return fmt.Errorf("%w", werr)
 	case errors.As(werr, &oe):
-		err := oe.Err
-		switch {
-		case errors.Is(err, projector.ErrRecordDiverged):
-			return withHint(fmt.Errorf("will not append to %s: %w", *audit, err), "keep that file as evidence and check it with 'aegis verify'; use a new --audit path, or rebuild the record with 'aegis export'")
-		case errors.Is(err, projector.ErrTornTail):
-			return withHint(fmt.Errorf("will not append to %s: %w", *audit, err), "the last write to it was cut short; check it with 'aegis verify' and use a new --audit path")
-		}
-		return fmt.Errorf("open audit session: %w", err)
+		return openSessionError(oe.Err, *audit)
 	}
 	sess := res.Session
 	if werr != nil && !errors.As(werr, &se) {
@@ -351,4 +344,16 @@ func (m *Main) protect(p *sandbox.Profile, keyPath, audit, stateDirFlag string) 
 		p.Protect = append(p.Protect, runtimeDirPath(m.Getenv))
 	}
 	return nil
+}
+
+// openSessionError says why a session could not be opened on the record
+// file audit, and what to do about it. The server never ran.
+func openSessionError(err error, audit string) error {
+	switch {
+	case errors.Is(err, projector.ErrRecordDiverged):
+		return withHint(fmt.Errorf("will not append to %s: %w", audit, err), "keep that file as evidence and check it with 'aegis verify'; use a new --audit path, or rebuild the record with 'aegis export'")
+	case errors.Is(err, projector.ErrTornTail):
+		return withHint(fmt.Errorf("will not append to %s: %w", audit, err), "the last write to it was cut short; check it with 'aegis verify' and use a new --audit path")
+	}
+	return fmt.Errorf("open audit session: %w", err)
 }
