@@ -12,10 +12,24 @@
 //   - Validated before stored. An event that does not pass
 //     [schemas.Event.Validate] is refused by [Store.Enqueue]; nothing
 //     reaches the stream that [Store.Replay] could not decode.
-//   - Stream order is append order. One committer goroutine takes queued
-//     events in order and publishes one message at a time, waiting for each
-//     durable ack before the next. Positions therefore increase in the order
-//     of Enqueue calls.
+//   - Stream order is append order. Exactly one commit is in flight at a
+//     time: it takes queued events from the head of the queue, in order,
+//     publishes them as one message and waits for the durable ack before
+//     the next commit starts. Positions therefore increase in the order of
+//     Enqueue calls.
+//   - The waiter commits. A commit is run by whoever needs it first: the
+//     goroutine in [Receipt.Wait] when no commit is in flight, otherwise the
+//     committer goroutine (for events nobody waits for). Events queued with
+//     [Store.EnqueueAwaited] (an intent, an outcome) start no commit of
+//     their own: the relay's reader that waits for them commits them and
+//     writes the frame, with no goroutine hand-off in between.
+//   - A lean write path. Commits go over the committer's own in-process
+//     connection (commitconn.go), which speaks the few lines of the NATS
+//     protocol a publish needs and reads the JetStream ack itself; nats.go,
+//     with its flusher, reader and subscription goroutines, serves replay,
+//     follow and the approval channel. The embedded server sends that
+//     connection no keep-alive PINGs (in-process connections cannot go
+//     stale); one that arrives during a commit is answered.
 //   - Group commit. Events queued while a commit is in flight are published
 //     together as one message (header Aegis-Events: N, the envelopes newline
 //     separated, subject aegis.<session>.batch) and so share one fsync. A

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -107,6 +108,7 @@ type Store struct {
 	lock   *dirLock
 	ns     *server.Server
 	nc     *nats.Conn
+	cc     *commitConn // the committer's connection; only commitLoop uses it
 	js     jetstream.JetStream
 	stream jetstream.Stream
 
@@ -118,6 +120,11 @@ type Store struct {
 	// or someone waits for one); flushArmed while their timer runs.
 	flushDue   bool
 	flushArmed bool
+	// committing is set while one commit is in flight (by the committer or
+	// by a waiter, see Receipt.Wait); commitEnd is closed when it ends.
+	committing bool
+	commitEnd  chan struct{}
+	batchBuf   bytes.Buffer // the message of a batch commit
 	closing    bool
 	failed     error
 	done       chan struct{} // closed when the committer has exited
@@ -187,6 +194,12 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		NoLog:      true,
 		SyncAlways: true,
 		MaxPayload: int32(cfg.MaxEventBytes + 4096),
+		// The committer's connection reads only while it waits for an
+		// acknowledgement (commitconn.go); a keep-alive PING sent while it
+		// is idle would sit unread in the pipe. In-process connections
+		// cannot go stale, and the approval channel's clients are
+		// short-lived, so the server sends none.
+		PingInterval: 100 * 365 * 24 * time.Hour,
 	}
 	if cfg.Approvals {
 		if s.approvals, err = ApprovalOptions(""); err != nil {
@@ -208,11 +221,13 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		return nil, fmt.Errorf("start JetStream in %s: not enabled (is the directory writable and is there free space?)", opts.StoreDir)
 	}
 	connOpts := []nats.Option{nats.InProcessServer(ns), nats.Name("aegis-events"), nats.MaxReconnects(-1)}
+	var user, pass string
 	if s.approvals != nil {
 		if err := s.approvals.Started(ns); err != nil {
 			return nil, err
 		}
 		connOpts = append(connOpts, s.approvals.InternalUserInfo())
+		user, pass = internalUser, s.approvals.internalPassword
 	}
 	nc, err := nats.Connect("", connOpts...)
 	if err != nil {
@@ -240,6 +255,9 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		return nil, fmt.Errorf("create stream %s in %s: %w", StreamName, opts.StoreDir, err)
 	}
 	s.stream = stream
+	if s.cc, err = dialCommit(ns, user, pass, cfg.AckTimeout); err != nil {
+		return nil, err
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.commitLoop()
 	s.log.Debug("event store open", "dir", dir)
@@ -308,6 +326,7 @@ func (s *Store) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("close event store: %w", ctx.Err())
 		s.cancel()
+		s.cc.interrupt()
 		<-s.done
 	}
 	s.shutdown()
@@ -317,6 +336,9 @@ func (s *Store) Close(ctx context.Context) error {
 func (s *Store) shutdown() {
 	if s.cancel != nil {
 		s.cancel()
+	}
+	if s.cc != nil {
+		s.cc.close()
 	}
 	if s.nc != nil {
 		s.nc.Close()
