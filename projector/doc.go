@@ -29,11 +29,14 @@
 // chain's commit step enqueues that event on the stream inside the chain's
 // critical section, so stream order is chain order. Callers wait on the
 // event's receipt: an intent before its call is relayed, an outcome before
-// its answer is.
+// its answer is. Intent and outcome events are queued with
+// [events.Store.EnqueueAwaited], so the waiting goroutine runs their commit.
 //
-// The record file (--audit) is a projection: a goroutine writes each line
-// after its event is acknowledged, in chain order, without an fsync per
-// line (the stream is the durable copy; the file is fsynced at Close). The
+// The record file (--audit) is a projection: a timer, a few milliseconds
+// after a line is queued, writes every line whose event is acknowledged, in
+// chain order, without an fsync per line (the stream is the durable copy;
+// the file is fsynced at Close). Nothing on the relay's path waits for it or
+// wakes it. The
 // same fold over a replay of the stream ([Record.Fold], [ReadRecord]) gives
 // the same bytes, which is what aegis export writes. A crash can leave the
 // file short of the stream, even mid-line; [CatchUp], run before the next

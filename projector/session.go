@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/schemas"
@@ -244,7 +245,7 @@ func (s *Session) appendLine(l schemas.Line, kind schemas.Kind, callID, toolID s
 		if err != nil {
 			return err
 		}
-		rs, err := s.store.EnqueueMany(append(with[:len(with):len(with)], ev)...)
+		rs, err := s.store.EnqueueAwaited(append(with[:len(with):len(with)], ev)...)
 		if err != nil {
 			return err
 		}
@@ -320,18 +321,30 @@ func (s *Session) Close(ctx context.Context) error {
 func (s *Session) Abandon() error { return s.proj.close() }
 
 // fileProjection writes acknowledged lines to the record file in chain
-// order. It runs off the hot path: nothing waits for it but Close. It does
-// not fsync per line; the stream is the durable copy and a restart finishes
-// the file from it (see [CatchUp]).
+// order. It runs off the hot path: nothing waits for it but Close, and
+// pushing a line wakes nobody. A timer, armed when the first line is
+// pushed, writes every line whose event is durable by then, in order, and
+// re-arms itself while lines remain, so the file trails the stream by about
+// projectDelay and the projection costs a few wake-ups per second instead of
+// two per commit. It does not fsync per line; the stream is the durable copy
+// and a restart finishes the file from it (see [CatchUp]).
 type fileProjection struct {
-	f    *os.File
-	log  *slog.Logger
-	mu   sync.Mutex
-	cond *sync.Cond
-	q    []projItem
-	done bool
-	exit chan error
+	f   *os.File
+	log *slog.Logger
+
+	wmu    sync.Mutex // held while writing; orders concurrent flushes
+	w      *bufio.Writer
+	failed error
+
+	mu     sync.Mutex
+	q      []projItem
+	armed  bool
+	closed bool
 }
+
+// projectDelay is how long a pushed line may wait before the projection
+// looks at it.
+const projectDelay = 5 * time.Millisecond
 
 type projItem struct {
 	line []byte
@@ -339,57 +352,95 @@ type projItem struct {
 }
 
 func newFileProjection(f *os.File, log *slog.Logger) *fileProjection {
-	p := &fileProjection{f: f, log: log, exit: make(chan error, 1)}
-	p.cond = sync.NewCond(&p.mu)
-	go p.run()
-	return p
+	return &fileProjection{f: f, log: log, w: bufio.NewWriterSize(f, 64<<10)}
 }
 
 func (p *fileProjection) push(line []byte, r *events.Receipt) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
 	p.q = append(p.q, projItem{line, r})
-	p.cond.Signal()
-	p.mu.Unlock()
+	if !p.armed {
+		p.armed = true
+		time.AfterFunc(projectDelay, p.flush)
+	}
 }
 
-func (p *fileProjection) run() {
-	w := bufio.NewWriterSize(p.f, 64<<10)
-	var failed error
-	for {
-		p.mu.Lock()
-		for len(p.q) == 0 && !p.done {
-			p.cond.Wait()
-		}
-		if len(p.q) == 0 {
-			p.mu.Unlock()
-			break
-		}
-		it := p.q[0]
-		p.q = p.q[1:]
-		more := len(p.q) > 0
-		p.mu.Unlock()
-		if failed != nil {
-			continue
+// flush writes the lines at the head of the queue whose events are
+// durable, and re-arms the timer if any line is left.
+func (p *fileProjection) flush() {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.mu.Lock()
+	n := 0
+	for n < len(p.q) && isDone(p.q[n].rcpt) {
+		n++
+	}
+	ready := p.q[:n:n]
+	p.q = p.q[n:]
+	p.armed = len(p.q) > 0 && !p.closed
+	if p.armed {
+		time.AfterFunc(projectDelay, p.flush)
+	}
+	p.mu.Unlock()
+	p.write(ready)
+}
+
+func isDone(r *events.Receipt) bool {
+	select {
+	case <-r.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// write appends items to the file in order; p.wmu is held. After a line
+// whose event failed nothing more is written: the file stops where the
+// acknowledged record stops.
+func (p *fileProjection) write(items []projItem) {
+	for _, it := range items {
+		if p.failed != nil {
+			return
 		}
 		// Wait without a deadline: the store resolves every receipt, with
 		// an error if it fails or closes.
-		<-it.rcpt.Done()
 		if _, err := it.rcpt.Wait(context.Background()); err != nil {
-			failed = fmt.Errorf("audit line not acknowledged; record file stops here: %w", err)
-			continue
+			p.failed = fmt.Errorf("audit line not acknowledged; record file stops here: %w", err)
+			return
 		}
-		w.Write(it.line)
-		if err := w.WriteByte('\n'); err != nil {
-			failed = fmt.Errorf("write audit file: %w", err)
-			continue
-		}
-		if !more {
-			if err := w.Flush(); err != nil {
-				failed = fmt.Errorf("write audit file: %w", err)
-			}
+		p.w.Write(it.line)
+		if err := p.w.WriteByte('\n'); err != nil {
+			p.failed = fmt.Errorf("write audit file: %w", err)
+			return
 		}
 	}
-	if err := w.Flush(); err != nil && failed == nil {
+	if len(items) > 0 && p.failed == nil {
+		if err := p.w.Flush(); err != nil {
+			p.failed = fmt.Errorf("write audit file: %w", err)
+		}
+	}
+}
+
+// close writes every pushed line once its event is resolved, then fsyncs
+// and closes the file. Lines pushed after close are not written.
+func (p *fileProjection) close() error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	rest := p.q
+	p.q = nil
+	p.mu.Unlock()
+	p.write(rest)
+	failed := p.failed
+	if err := p.w.Flush(); err != nil && failed == nil {
 		failed = fmt.Errorf("write audit file: %w", err)
 	}
 	if err := p.f.Sync(); err != nil && failed == nil {
@@ -398,19 +449,7 @@ func (p *fileProjection) run() {
 	if err := p.f.Close(); err != nil && failed == nil {
 		failed = err
 	}
-	p.exit <- failed
-}
-
-func (p *fileProjection) close() error {
-	p.mu.Lock()
-	if p.done {
-		p.mu.Unlock()
-		return nil
-	}
-	p.done = true
-	p.cond.Broadcast()
-	p.mu.Unlock()
-	return <-p.exit
+	return failed
 }
 
 // decodeLine returns the audit line an event carries, if any. Payloads
