@@ -125,6 +125,7 @@ type relay struct {
 	cfg  WrapConfig
 	sess *projector.Session
 	log  *slog.Logger
+	ctx  context.Context // bounds waits for commits
 
 	mu         sync.Mutex
 	pending    map[string]*pendingCall
@@ -162,7 +163,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &relay{cfg: cfg, log: cfg.Logger, pending: map[string]*pendingCall{}, rearm: make(chan struct{}, 1)}
+	r := &relay{cfg: cfg, log: cfg.Logger, ctx: ctx, pending: map[string]*pendingCall{}, rearm: make(chan struct{}, 1)}
 	if cfg.Policy != nil {
 		r.gate = newGate(cfg.Policy, cfg.ApprovalTTL)
 	}
@@ -448,7 +449,9 @@ func (r *relay) readFrames(src io.Reader, kind schemas.Kind, on func([]byte) (*e
 			}
 			wait, relay, ok := on(line)
 			if ok && relay {
-				r.send(out, outFrame{data: line, wait: wait})
+				// Nothing buffered behind this frame: the reader may
+				// commit and write it itself (see send).
+				r.send(out, outFrame{data: line, wait: wait}, br.Buffered() > 0)
 			}
 			if kind == schemas.KindFrameS2C {
 				r.s2cFrames.Add(1)
@@ -501,10 +504,13 @@ func digest(b []byte) string {
 }
 
 // outPath is one direction's output. Frames leave in the order they were
-// read. A frame that waits for nothing is written by the reader itself when
-// nothing is queued ahead of it (saving a goroutine hand-off on the common
-// path); otherwise frames go through ch to the writer, which waits for each
-// frame's receipt before writing it.
+// sent. The sender writes a frame itself when nothing is queued ahead of
+// it and either the frame waits for nothing or nothing more is waiting to
+// be read behind it; otherwise frames go through ch to the writer, which
+// waits for each frame's receipt before writing it. Writing in the sender
+// saves goroutine hand-offs on the path of a lone call; handing off lets a
+// reader with more frames buffered go on reading them while a commit is in
+// flight, so that they share the next one.
 type outPath struct {
 	ch       chan outFrame
 	dst      io.Writer
@@ -515,10 +521,18 @@ type outPath struct {
 	broken bool // dst failed; later frames are dropped
 }
 
-// send hands f to its direction, in order.
-func (r *relay) send(p *outPath, f outFrame) {
+// send hands f to its direction, in order. more says that the sender has
+// more frames to read at once.
+func (r *relay) send(p *outPath, f outFrame, more bool) {
 	p.mu.Lock()
-	if f.wait == nil && p.queued == 0 {
+	if p.queued == 0 && (f.wait == nil || !more) {
+		if f.wait != nil {
+			// With no commit in flight, Wait commits in this goroutine.
+			// p.mu is held, so nothing overtakes the frame meanwhile.
+			if _, err := f.wait.Wait(r.ctx); err != nil {
+				r.fail(fmt.Errorf("event not acknowledged: %w", err))
+			}
+		}
 		r.write(p, f.data)
 		p.mu.Unlock()
 		return
@@ -750,7 +764,7 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 			r.fail(err)
 			return nil, false, false
 		}
-		r.send(r.toHost, outFrame{data: append(reply, '\n'), wait: last})
+		r.send(r.toHost, outFrame{data: append(reply, '\n'), wait: last}, true)
 	}
 	return last, false, true
 }
