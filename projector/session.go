@@ -181,7 +181,7 @@ func (s *Session) NextCallID() string {
 // enqueue it: pass it to [Session.Enqueue], or along with a line to
 // [Session.Intent] or [Session.Outcome] so both share a commit.
 func (s *Session) FrameEvent(kind schemas.Kind, b []byte) (schemas.Event, error) {
-	return s.store.NewEvent(s.id, kind, schemas.FramePayload{Bytes: b})
+	return s.store.NewEvent(s.id, kind, schemas.AppendFramePayload(nil, b))
 }
 
 // Enqueue queues events of the session that nobody waits for (frames that

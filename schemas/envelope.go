@@ -3,6 +3,7 @@ package schemas
 import (
 	"bytes"
 	_ "embed"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -132,11 +133,16 @@ func (e *Event) Validate() error {
 	if e.Time.IsZero() {
 		return &ValidationError{"time", "not set"}
 	}
+	isFrame := e.Kind == KindFrameC2S || e.Kind == KindFrameS2C || e.Kind == KindFrameRefusal
+	if isFrame && compactFramePayload(e.Payload) {
+		// {"bytes":"<base64>"} exactly: a JSON object by construction.
+		return nil
+	}
 	p := bytes.TrimLeft(e.Payload, " \t\r\n")
 	if len(p) == 0 || p[0] != '{' || !json.Valid(e.Payload) {
 		return &ValidationError{"payload", "not a JSON object"}
 	}
-	if e.Kind == KindFrameC2S || e.Kind == KindFrameS2C || e.Kind == KindFrameRefusal {
+	if isFrame {
 		if err := validFramePayload(e.Payload); err != nil {
 			return &ValidationError{"payload", "frame payload: " + err.Error()}
 		}
@@ -266,14 +272,29 @@ func decodeEventSlow(b []byte) (Event, error) {
 
 // validFramePayload requires exactly {"bytes":"<standard base64>"}.
 func validFramePayload(p json.RawMessage) error {
-	// The common, compact form is checked without decoding the bytes.
-	const pre, suf = `{"bytes":"`, `"}`
-	if len(p) >= len(pre)+len(suf) && string(p[:len(pre)]) == pre && string(p[len(p)-len(suf):]) == suf {
-		if validBase64(p[len(pre) : len(p)-len(suf)]) {
-			return nil
-		}
+	if compactFramePayload(p) {
+		return nil
 	}
 	return validFramePayloadSlow(p)
+}
+
+// framePre and frameSuf enclose the base64 of a frame payload in the
+// compact form json.Marshal and [AppendFramePayload] write.
+const framePre, frameSuf = `{"bytes":"`, `"}`
+
+// compactFramePayload reports whether p is exactly the compact form,
+// checked without decoding the bytes.
+func compactFramePayload(p []byte) bool {
+	return len(p) >= len(framePre)+len(frameSuf) && string(p[:len(framePre)]) == framePre &&
+		string(p[len(p)-len(frameSuf):]) == frameSuf && validBase64(p[len(framePre):len(p)-len(frameSuf)])
+}
+
+// AppendFramePayload appends the payload of a frame event holding b, the
+// same bytes json.Marshal(FramePayload{Bytes: b}) gives, without reflection.
+func AppendFramePayload(dst, b []byte) []byte {
+	dst = append(dst, framePre...)
+	dst = base64.StdEncoding.AppendEncode(dst, b)
+	return append(dst, frameSuf...)
 }
 
 // validBase64 reports whether b is padded standard base64.

@@ -215,3 +215,32 @@ func FuzzDecodeEventFastPath(f *testing.F) {
 		}
 	})
 }
+
+// The hand-built frame payload is byte for byte what json.Marshal writes,
+// and an event carrying it validates through the fast check exactly when
+// the general one accepts it.
+func FuzzAppendFramePayload(f *testing.F) {
+	f.Add([]byte(nil))
+	f.Add([]byte(""))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	f.Add([]byte{0xff, 0xfe, '\r', 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if b == nil {
+			b = []byte{}
+		}
+		want, err := json.Marshal(FramePayload{Bytes: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := AppendFramePayload(nil, b)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("AppendFramePayload = %s, json.Marshal = %s", got, want)
+		}
+		if err := validFramePayloadSlow(got); err != nil {
+			t.Fatalf("general check refuses %s: %v", got, err)
+		}
+		if !compactFramePayload(got) {
+			t.Fatalf("fast check refuses %s", got)
+		}
+	})
+}
