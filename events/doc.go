@@ -44,8 +44,9 @@
 //     commits it at once. Stream order still holds: a lazy event is on disk
 //     no later than any event enqueued after it. Such events were never
 //     acknowledged to anyone, so a crash inside the window loses nothing
-//     that was promised; a call's intent and an answer's outcome are never
-//     lazy.
+//     that was promised. A call's intent and an answer's outcome are never
+//     lazy: they are awaited (see above), and the relay holds the frame
+//     until they are durable.
 //   - Fail closed. If a commit fails or is not acknowledged within
 //     Config.AckTimeout, every event in it and every later append fails
 //     with [ErrFailed]; the store never drops an event silently and never
