@@ -255,3 +255,34 @@ func TestWaitersLeadCommitsInTurn(t *testing.T) {
 		t.Fatalf("replayed %d events, want %d", len(recs), n*per)
 	}
 }
+
+// A batch may be larger than the largest single event: the server and the
+// stream accept the larger of the two limits, so a configuration with
+// small events and large batches does not fail the store.
+func TestBatchLargerThanOneEventCommits(t *testing.T) {
+	s, err := Open(context.Background(), Config{Dir: stateDir(t), MaxEventBytes: 8 << 10, MaxBatchBytes: 256 << 10, LazyFlush: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	sess, _ := s.NewSession()
+	var evs []schemas.Event
+	for i := range 100 {
+		evs = append(evs, newEvent(t, s, sess, schemas.KindNote, map[string]any{"i": i, "pad": strings.Repeat("x", 6<<10)}))
+	}
+	rs, err := s.EnqueueAwaited(evs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos, err := rs[len(rs)-1].Wait(context.Background())
+	if err != nil {
+		t.Fatalf("a 600 KiB batch of 6 KiB events failed: %v", err)
+	}
+	if pos.Seq != 3 {
+		// About 40 such events fit in 256 KiB: three messages.
+		t.Fatalf("last event at %v, want it in the third message", pos)
+	}
+	if got := len(replayAll(t, s)); got != 100 {
+		t.Fatalf("replayed %d events, want 100", got)
+	}
+}

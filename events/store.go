@@ -185,6 +185,9 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		}
 	}()
 
+	// The largest message: one event, or a batch of them, plus the batch
+	// header.
+	maxMsg := int32(max(cfg.MaxEventBytes, cfg.MaxBatchBytes) + 4096)
 	opts := &server.Options{
 		ServerName: "aegis",
 		JetStream:  true,
@@ -193,7 +196,7 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		NoSigs:     true,
 		NoLog:      true,
 		SyncAlways: true,
-		MaxPayload: int32(cfg.MaxEventBytes + 4096),
+		MaxPayload: maxMsg,
 		// The committer's connection reads only while it waits for an
 		// acknowledgement (commitconn.go); a keep-alive PING sent while it
 		// is idle would sit unread in the pipe. In-process connections
@@ -245,7 +248,7 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		Subjects:    []string{"aegis.>"},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
-		MaxMsgSize:  int32(cfg.MaxEventBytes + 4096),
+		MaxMsgSize:  maxMsg,
 		MaxMsgs:     -1,
 		MaxBytes:    -1,
 		DenyDelete:  true,
