@@ -130,9 +130,6 @@ type Store struct {
 	done       chan struct{} // closed when the committer has exited
 
 	approvals *ApprovalConfig // nil unless Config.Approvals
-
-	ctx    context.Context // cancelled by Close once the queue is drained
-	cancel context.CancelFunc
 }
 
 // Open locks the state directory, starts the embedded server and opens (or
@@ -261,7 +258,6 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	if s.cc, err = dialCommit(ns, user, pass, cfg.AckTimeout); err != nil {
 		return nil, err
 	}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.commitLoop()
 	s.log.Debug("event store open", "dir", dir)
 	return s, nil
@@ -311,8 +307,9 @@ func (s *Store) NewEvent(session string, kind schemas.Kind, payload any) (schema
 }
 
 // Close stops accepting appends, commits everything already queued, and
-// shuts the embedded server down. Events queued but not committed when ctx
-// ends are failed with [ErrClosed]. Close is idempotent.
+// shuts the embedded server down. If ctx ends first, the commit in flight is
+// interrupted and it and every event still queued fail with [ErrFailed]
+// (none of them was acknowledged). Close is idempotent.
 func (s *Store) Close(ctx context.Context) error {
 	s.mu.Lock()
 	already := s.closing
@@ -328,7 +325,6 @@ func (s *Store) Close(ctx context.Context) error {
 	case <-s.done:
 	case <-ctx.Done():
 		err = fmt.Errorf("close event store: %w", ctx.Err())
-		s.cancel()
 		s.cc.interrupt()
 		<-s.done
 	}
@@ -337,9 +333,6 @@ func (s *Store) Close(ctx context.Context) error {
 }
 
 func (s *Store) shutdown() {
-	if s.cancel != nil {
-		s.cancel()
-	}
 	if s.cc != nil {
 		s.cc.close()
 	}
