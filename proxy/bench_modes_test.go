@@ -52,13 +52,7 @@ func BenchmarkModes(b *testing.B) {
 		{name: "confined-call", one: rpcCall(confined, echoFrame)},
 		{name: "gateway-call", one: rpcCall(gateway, gwEcho)},
 	}
-	for _, s := range all {
-		for range wrapWarmup {
-			if _, err := s.one(); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	warmUp(b, all, wrapWarmup)
 	// One-time start cost of the confine helper: whole wrap runs of /bin/true.
 	start := func(confine bool) func() (time.Duration, error) {
 		d := mk(fmt.Sprintf("start-%v", confine))
@@ -77,26 +71,8 @@ func BenchmarkModes(b *testing.B) {
 	starts := []*latencySeries{{name: "wrap-true", one: start(false)}, {name: "confined-true", one: start(true)}}
 	for b.Loop() {
 		for r := range wrapRounds {
-			for k := range all {
-				s := all[(k+r)%len(all)]
-				for range wrapPerRound / 2 {
-					d, err := s.one()
-					if err != nil {
-						b.Fatal(err)
-					}
-					s.d = append(s.d, d)
-				}
-			}
-			for k := range starts {
-				s := starts[(k+r)%len(starts)]
-				for range 4 {
-					d, err := s.one()
-					if err != nil {
-						b.Fatal(err)
-					}
-					s.d = append(s.d, d)
-				}
-			}
+			runRound(b, all, r, wrapPerRound/2)
+			runRound(b, starts, r, 4)
 		}
 	}
 	wrap.close(b)

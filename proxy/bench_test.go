@@ -54,6 +54,35 @@ type latencySeries struct {
 	cpu  *cpuMeter // if set, the CPU time of aegis over the series
 }
 
+// warmUp runs every series n times, unmeasured.
+func warmUp(b *testing.B, all []*latencySeries, n int) {
+	for _, s := range all {
+		for range n {
+			if _, err := s.one(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// runRound runs each series per times, in an order rotated by round r so
+// that noise hits them alike, recording every duration and, where metered,
+// the aegis process's CPU time.
+func runRound(b *testing.B, all []*latencySeries, r, per int) {
+	for k := range all {
+		s := all[(k+r)%len(all)]
+		s.cpu.start()
+		for range per {
+			d, err := s.one()
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.d = append(s.d, d)
+		}
+		s.cpu.stop()
+	}
+}
+
 func quantile(d []time.Duration, q float64) time.Duration {
 	if len(d) == 0 {
 		return 0
@@ -148,27 +177,10 @@ func BenchmarkWrap(b *testing.B) {
 		{name: "wrap-call", one: rpcCall(wrap, echoFrame), cpu: &cpuMeter{pid: wrap.cmd.Process.Pid}},
 		{name: "fsync2", one: fsync2(probe)},
 	}
-	for _, s := range all {
-		for range wrapWarmup {
-			if _, err := s.one(); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	warmUp(b, all, wrapWarmup)
 	for b.Loop() {
 		for r := range wrapRounds {
-			for k := range all {
-				s := all[(k+r)%len(all)]
-				s.cpu.start()
-				for range wrapPerRound {
-					d, err := s.one()
-					if err != nil {
-						b.Fatal(err)
-					}
-					s.d = append(s.d, d)
-				}
-				s.cpu.stop()
-			}
+			runRound(b, all, r, wrapPerRound)
 		}
 	}
 	direct.close(b)
@@ -526,23 +538,10 @@ func BenchmarkWrapStartup(b *testing.B) {
 		{name: "wrap", one: func() (time.Duration, error) { return timeToInitialize(warm) }},
 		{name: "wrap-fresh", one: func() (time.Duration, error) { return timeToInitialize(freshArgv()) }},
 	}
-	for _, s := range all {
-		for range startupWarmup {
-			if _, err := s.one(); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	warmUp(b, all, startupWarmup)
 	for b.Loop() {
 		for r := range startupReps {
-			for k := range all {
-				s := all[(k+r)%len(all)]
-				d, err := s.one()
-				if err != nil {
-					b.Fatal(err)
-				}
-				s.d = append(s.d, d)
-			}
+			runRound(b, all, r, 1)
 		}
 	}
 	fig := map[string]float64{"reps": float64(len(all[0].d))}
@@ -741,14 +740,7 @@ func BenchmarkExportVerify(b *testing.B) {
 	}
 	for b.Loop() {
 		for r := range exportReps {
-			for k := range all {
-				s := all[(k+r)%len(all)]
-				d, err := s.one()
-				if err != nil {
-					b.Fatal(err)
-				}
-				s.d = append(s.d, d)
-			}
+			runRound(b, all, r, 1)
 		}
 	}
 	var starts []time.Duration
