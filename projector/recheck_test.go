@@ -9,14 +9,19 @@ import (
 	"github.com/aegis-dev/aegis/schemas"
 )
 
-// policyEvaluator evaluates with one engine per session, as each wrap
-// process had.
+// policyEvaluator parses yaml and evaluates under it (see setEvaluator).
 func policyEvaluator(t *testing.T, yaml string) projector.Evaluator {
 	t.Helper()
 	set, err := policy.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return setEvaluator(set)
+}
+
+// setEvaluator evaluates with one engine per session, as each wrap
+// process had.
+func setEvaluator(set *policy.Set) projector.Evaluator {
 	engines := map[string]*policy.Engine{}
 	return func(session, tool string, at time.Time) projector.Verdict {
 		e := engines[session]

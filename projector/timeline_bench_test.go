@@ -199,16 +199,7 @@ rules:
 		return p.Fold
 	})
 	run("recheck", func() func(events.Record) {
-		engines := map[string]*policy.Engine{}
-		rc := projector.NewRecheck(func(session, tool string, at time.Time) projector.Verdict {
-			e := engines[session]
-			if e == nil {
-				e = policy.NewEngine(set)
-				engines[session] = e
-			}
-			d := e.Evaluate(policy.Request{Tool: tool}, at)
-			return projector.Verdict{Status: d.Record().Status, Reason: d.Reason, Rule: d.MatchedRule}
-		})
+		rc := projector.NewRecheck(setEvaluator(set))
 		return func(r events.Record) { rc.Fold(r) }
 	})
 }
