@@ -239,9 +239,20 @@ func (s *Session) Outcome(o schemas.Outcome, with ...schemas.Event) (*events.Rec
 }
 
 func (s *Session) appendLine(l schemas.Line, kind schemas.Kind, callID, toolID string, with []schemas.Event) (*events.Receipt, error) {
+	return s.commitLine(l, kind, func(line string) any {
+		return CallPayload{Line: line, CallID: callID, ToolID: toolID}
+	}, with)
+}
+
+// commitLine appends l to the chain. Its commit step builds the event that
+// carries the finished line (kind, with payload(line) as payload), queues
+// the events in with and then it for the caller to wait on (they share a
+// commit, which the waiter runs), and hands the line to the file
+// projection.
+func (s *Session) commitLine(l schemas.Line, kind schemas.Kind, payload func(line string) any, with []schemas.Event) (*events.Receipt, error) {
 	var rcpt *events.Receipt
 	_, err := s.chain.AppendFunc(l, func(e Entry) error {
-		ev, err := s.store.NewEvent(s.id, kind, CallPayload{Line: string(e.Bytes), CallID: callID, ToolID: toolID})
+		ev, err := s.store.NewEvent(s.id, kind, payload(string(e.Bytes)))
 		if err != nil {
 			return err
 		}
@@ -268,45 +279,23 @@ func (s *Session) Decision(d schemas.Decision, resolved map[string]string) (*eve
 	if err != nil {
 		return nil, err
 	}
-	var rcpt *events.Receipt
-	_, err = s.chain.AppendFunc(l, func(e Entry) error {
-		payload := map[string]string{"line": string(e.Bytes)}
+	return s.commitLine(l, schemas.KindApprovalResolved, func(line string) any {
+		payload := map[string]string{"line": line}
 		for k, v := range resolved {
 			if k != "line" {
 				payload[k] = v
 			}
 		}
-		ev, err := s.store.NewEvent(s.id, schemas.KindApprovalResolved, payload)
-		if err != nil {
-			return err
-		}
-		if rcpt, err = s.store.Enqueue(ev); err != nil {
-			return err
-		}
-		s.proj.push(e.Bytes, rcpt)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("append decision line: %w", err)
-	}
-	return rcpt, nil
+		return payload
+	}, nil)
 }
 
 // Close appends the signed close line, waits until it is durable, lets the
 // file projection write everything and fsyncs the record file.
 func (s *Session) Close(ctx context.Context) error {
-	var rcpt *events.Receipt
-	_, err := s.chain.AppendFunc(schemas.CloseLine(), func(e Entry) error {
-		ev, err := s.store.NewEvent(s.id, schemas.KindSessionClosed, LinePayload{Line: string(e.Bytes)})
-		if err != nil {
-			return err
-		}
-		if rcpt, err = s.store.Enqueue(ev); err != nil {
-			return err
-		}
-		s.proj.push(e.Bytes, rcpt)
-		return nil
-	})
+	rcpt, err := s.commitLine(schemas.CloseLine(), schemas.KindSessionClosed, func(line string) any {
+		return LinePayload{Line: line}
+	}, nil)
 	var werr error
 	if err == nil {
 		_, werr = rcpt.Wait(ctx)
