@@ -11,13 +11,7 @@ import (
 // FuzzVerify: no input makes Verify panic, every result renders to a
 // label line that starts with a verdict, and the exit code matches it.
 func FuzzVerify(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "corpus", "*.aarl"))
-	files = append(files, filepath.Join("testdata", "upstream-golden-session.aarl"))
-	for _, name := range files {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			f.Fatal(err)
-		}
+	for _, b := range seedRecords(f) {
 		f.Add(b)
 		if len(b) > 0 {
 			f.Add(b[:len(b)-1])           // no final newline
@@ -67,4 +61,20 @@ func FuzzParseTrustStore(f *testing.F) {
 			t.Fatalf("ParseTrustStore = %v, %v", ts, err)
 		}
 	})
+}
+
+// seedRecords returns the tamper corpus and the upstream golden record, the
+// seeds of the verifier's fuzz targets.
+func seedRecords(f *testing.F) [][]byte {
+	files, _ := filepath.Glob(filepath.Join("testdata", "corpus", "*.aarl"))
+	files = append(files, filepath.Join("testdata", "upstream-golden-session.aarl"))
+	var out [][]byte
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
 }

@@ -265,13 +265,7 @@ func TestParallelChecksAhead(t *testing.T) {
 }
 
 func FuzzVerifyParallel(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "corpus", "*.aarl"))
-	files = append(files, filepath.Join("testdata", "upstream-golden-session.aarl"))
-	for _, name := range files {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			f.Fatal(err)
-		}
+	for _, b := range seedRecords(f) {
 		f.Add(b, uint8(0))
 		f.Add(b, uint8(1))
 	}
