@@ -118,27 +118,23 @@ func (c *commitConn) publish(subject string, hdr, data []byte) (uint64, error) {
 	if c.stopped.Load() {
 		return 0, errors.New("event store is closing")
 	}
+	// PUB <subject> <reply> <size>, or HPUB with the header size first.
 	b := c.out[:0]
 	if len(hdr) > 0 {
-		b = append(b, "HPUB "...)
-		b = append(b, subject...)
-		b = append(b, ' ')
-		b = append(b, c.inbox...)
-		b = append(b, ' ')
+		b = append(b, 'H')
+	}
+	b = append(b, "PUB "...)
+	b = append(b, subject...)
+	b = append(b, ' ')
+	b = append(b, c.inbox...)
+	b = append(b, ' ')
+	if len(hdr) > 0 {
 		b = strconv.AppendInt(b, int64(len(hdr)), 10)
 		b = append(b, ' ')
-		b = strconv.AppendInt(b, int64(len(hdr)+len(data)), 10)
-		b = append(b, "\r\n"...)
-		b = append(b, hdr...)
-	} else {
-		b = append(b, "PUB "...)
-		b = append(b, subject...)
-		b = append(b, ' ')
-		b = append(b, c.inbox...)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, int64(len(data)), 10)
-		b = append(b, "\r\n"...)
 	}
+	b = strconv.AppendInt(b, int64(len(hdr)+len(data)), 10)
+	b = append(b, "\r\n"...)
+	b = append(b, hdr...)
 	b = append(b, data...)
 	b = append(b, "\r\n"...)
 	c.out = b
