@@ -136,6 +136,11 @@ func FuzzClassify(f *testing.F) {
 				t.Fatalf("call %+v without a tool", call)
 			}
 		}
+		// The relay skips Classify for host frames that do not name
+		// tools/call: no such frame may carry a call.
+		if len(c.Calls) > 0 && !mentionsToolsCall(b) {
+			t.Fatalf("call found in a frame that does not name tools/call: %q", b)
+		}
 		// Anything that names tools/call is never left unrecorded.
 		if mentionsToolsCall(b) && len(c.Calls) == 0 {
 			// Allowed only when the mention is inside a value that is
