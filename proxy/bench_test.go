@@ -41,9 +41,9 @@ import (
 )
 
 const (
-	wrapRounds   = 5   // rounds; the order of the series rotates each round
-	wrapPerRound = 300 // calls per series per round
-	wrapWarmup   = 50  // calls per series before the first round, not measured
+	wrapRounds   = 30 // rounds; the order of the series rotates each round
+	wrapPerRound = 50 // calls per series per round
+	wrapWarmup   = 50 // calls per series before the first round, not measured
 )
 
 // latencySeries is one measured configuration.
