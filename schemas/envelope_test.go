@@ -244,3 +244,29 @@ func FuzzAppendFramePayload(f *testing.F) {
 		}
 	})
 }
+
+// The store sizes a frame event it has not built yet by FrameEventBound: an
+// envelope longer than the bound could overrun a batch or slip past the
+// event size limit.
+func FuzzFrameEventBound(f *testing.F) {
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`), int64(0), uint8(0))
+	f.Add([]byte{}, int64(253402300799), uint8(1)) // 9999-12-31T23:59:59Z
+	f.Add([]byte{0xff}, int64(-62167219200), uint8(2))
+	f.Fuzz(func(t *testing.T, b []byte, sec int64, k uint8) {
+		kind := []Kind{KindFrameC2S, KindFrameS2C, KindFrameRefusal}[int(k)%3]
+		at := time.Unix(sec, int64(k)*1111).UTC()
+		if at.Year() < 0 || at.Year() > 9999 {
+			t.Skip("outside the bound's years")
+		}
+		e := Event{V: EnvelopeVersion, ID: "01JDQ4Z5G0000000000000000A", Session: "01JDQ4Z5G0000000000000000B",
+			Kind: kind, Time: at, Payload: AppendFramePayload(nil, b)}
+		data, err := e.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound := FrameEventBound(kind, len(b))
+		if len(data) > bound || bound-len(data) > 10 {
+			t.Fatalf("envelope of %d bytes, bound %d: %s", len(data), bound, data)
+		}
+	})
+}
