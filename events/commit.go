@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 
@@ -16,16 +17,27 @@ import (
 // separated, committed together. Its value is their count.
 const batchHeader = "Aegis-Events"
 
-// item is one queued event. The committer fills pos or err, then closes done.
+// item is one queued event. The committer fills pos or err, then closes
+// done (nil for a deferred frame, which has no receipt).
+//
+// A deferred frame (see [Store.EnqueueFrame]) holds the frame, its kind and
+// its time instead of data and subject; the commit that takes it builds
+// them. size is len(data), or for a deferred frame an upper bound of it.
 type item struct {
 	store   *Store
 	lazy    bool
 	session string
 	subject string
 	data    []byte
+	size    int
 	done    chan struct{}
 	pos     Position
 	err     error
+
+	deferred bool
+	kind     schemas.Kind
+	at       time.Time
+	frame    []byte
 }
 
 // Receipt is the promise of an enqueued event. Wait blocks until the event
@@ -137,6 +149,55 @@ func (s *Store) EnqueueLazy(evs ...schemas.Event) ([]*Receipt, error) {
 	return s.enqueue(true, evs)
 }
 
+// EnqueueFrame queues a frame event of session holding frame exactly, as
+// [Store.EnqueueLazy] would, but leaves building its envelope to the commit
+// that takes it: the caller's path (the relay's, between reading a frame
+// and writing it on) pays for a lock and an append, not for an id, base64
+// and an encoding. The event's time is taken now; its id when it is built.
+// The store keeps frame until then, so the caller must not change it. There
+// is no receipt: the event is durable with the next commit, and waiting on
+// any receipt enqueued after it covers it.
+func (s *Store) EnqueueFrame(session string, kind schemas.Kind, frame []byte) error {
+	if kind != schemas.KindFrameC2S && kind != schemas.KindFrameS2C && kind != schemas.KindFrameRefusal {
+		return fmt.Errorf("append %s event: %w", kind, &schemas.ValidationError{Field: "kind", Reason: "not a frame kind"})
+	}
+	if !schemas.ValidID(session) {
+		return fmt.Errorf("append %s event: %w", kind, &schemas.ValidationError{Field: "session", Reason: fmt.Sprintf("%q is not a 26-character id", session)})
+	}
+	at := s.cfg.Now().UTC()
+	size := schemas.FrameEventBound(kind, len(frame))
+	if size > s.cfg.MaxEventBytes || at.Year() < 0 || at.Year() > 9999 {
+		// Near the limit the bound would refuse an event that fits, so
+		// judge the exact envelope; an odd clock's time may outgrow it.
+		ev, err := s.NewEvent(session, kind, schemas.AppendFramePayload(nil, frame))
+		if err != nil {
+			return err
+		}
+		_, err = s.EnqueueLazy(ev)
+		return err
+	}
+	_, err := s.queueItems(true, []*item{{store: s, lazy: true, session: session, size: size, deferred: true, kind: kind, at: at, frame: frame}})
+	return err
+}
+
+// build makes a deferred frame's envelope; the commit that took it calls it.
+func (it *item) build(rand io.Reader) error {
+	id, err := schemas.NewID(it.at, rand)
+	if err != nil {
+		return err
+	}
+	e := schemas.Event{V: schemas.EnvelopeVersion, ID: id, Session: it.session, Kind: it.kind, Time: it.at, Payload: schemas.AppendFramePayload(nil, it.frame)}
+	data, err := e.Encode()
+	if err != nil {
+		return fmt.Errorf("build %s event: %w", it.kind, err)
+	}
+	if len(data) > it.size {
+		return fmt.Errorf("build %s event: %d bytes, more than the %d accounted for", it.kind, len(data), it.size)
+	}
+	it.data, it.subject, it.frame, it.deferred = data, e.Subject(), nil, false
+	return nil
+}
+
 func (s *Store) enqueue(lazy bool, evs []schemas.Event) ([]*Receipt, error) {
 	items := make([]*item, len(evs))
 	for i, e := range evs {
@@ -147,8 +208,14 @@ func (s *Store) enqueue(lazy bool, evs []schemas.Event) ([]*Receipt, error) {
 		if len(data) > s.cfg.MaxEventBytes {
 			return nil, fmt.Errorf("append %s event of %d bytes: %w (limit %d)", e.Kind, len(data), ErrTooLarge, s.cfg.MaxEventBytes)
 		}
-		items[i] = &item{store: s, lazy: lazy, session: e.Session, subject: e.Subject(), data: data, done: make(chan struct{})}
+		items[i] = &item{store: s, lazy: lazy, session: e.Session, subject: e.Subject(), data: data, size: len(data), done: make(chan struct{})}
 	}
+	return s.queueItems(lazy, items)
+}
+
+// queueItems appends items to the queue and returns their receipts (none
+// for deferred frames).
+func (s *Store) queueItems(lazy bool, items []*item) ([]*Receipt, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failed != nil {
@@ -166,6 +233,9 @@ func (s *Store) enqueue(lazy bool, evs []schemas.Event) ([]*Receipt, error) {
 	} else {
 		s.eager += len(items)
 		s.cond.Signal()
+	}
+	if items[0].deferred {
+		return nil, nil
 	}
 	rs := make([]*Receipt, len(items))
 	for i, it := range items {
@@ -217,10 +287,10 @@ func (s *Store) takeLocked() ([]*item, error) {
 	n, size := 0, 0
 	for n < len(s.queue) && n < s.cfg.MaxBatchEvents {
 		it := s.queue[n]
-		if n > 0 && (it.session != s.queue[0].session || size+len(it.data)+1 > s.cfg.MaxBatchBytes) {
+		if n > 0 && (it.session != s.queue[0].session || size+it.size+1 > s.cfg.MaxBatchBytes) {
 			break
 		}
-		size += len(it.data) + 1
+		size += it.size + 1
 		n++
 	}
 	batch := s.queue[:n:n]
@@ -244,7 +314,14 @@ func (s *Store) commit(batch []*item, err error) {
 	var seq uint64
 	if err == nil {
 		var perr error
-		seq, perr = s.publish(batch)
+		for _, it := range batch {
+			if it.deferred && perr == nil {
+				perr = it.build(s.cfg.Rand)
+			}
+		}
+		if perr == nil {
+			seq, perr = s.publish(batch)
+		}
 		if perr != nil {
 			err = fmt.Errorf("%w: %v (restart aegis; acknowledged events are safe on disk)", ErrFailed, perr)
 			s.mu.Lock()
@@ -272,7 +349,9 @@ func resolve(batch []*item, seq uint64, err error) {
 		} else {
 			it.pos = Position{Seq: seq, Index: i}
 		}
-		close(it.done)
+		if it.done != nil {
+			close(it.done)
+		}
 	}
 }
 

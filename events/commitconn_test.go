@@ -2,7 +2,10 @@ package events
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"strconv"
@@ -284,5 +287,142 @@ func TestBatchLargerThanOneEventCommits(t *testing.T) {
 	}
 	if got := len(replayAll(t, s)); got != 100 {
 		t.Fatalf("replayed %d events, want 100", got)
+	}
+}
+
+// A frame queued raw takes its place in the stream when it is enqueued,
+// holds its bytes exactly and the time it was enqueued at, and rides with
+// the next commit that someone waits for (or the lazy flush).
+func TestDeferredFramesKeepTheirPlace(t *testing.T) {
+	clock := time.Date(2026, 11, 30, 10, 0, 0, 123456000, time.UTC)
+	now := func() time.Time { clock = clock.Add(time.Millisecond); return clock }
+	s, err := Open(context.Background(), Config{Dir: stateDir(t), LazyFlush: time.Hour, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	sess, _ := s.NewSession()
+	frames := [][]byte{[]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`), {}, {0xff, '\r', 0}, bytes.Repeat([]byte("x"), 70_000)}
+	var want []schemas.Kind
+	for i, f := range frames {
+		if _, err := s.EnqueueLazy(newEvent(t, s, sess, schemas.KindNote, map[string]int{"i": i})); err != nil {
+			t.Fatal(err)
+		}
+		kind := []schemas.Kind{schemas.KindFrameC2S, schemas.KindFrameS2C}[i%2]
+		if err := s.EnqueueFrame(sess, kind, f); err != nil {
+			t.Fatalf("EnqueueFrame %d: %v", i, err)
+		}
+		want = append(want, schemas.KindNote, kind)
+	}
+	if _, err := s.Append(context.Background(), newEvent(t, s, sess, schemas.KindNote, map[string]int{"i": 99})); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, schemas.KindNote)
+	got := replayAll(t, s)
+	if len(got) != len(want) {
+		t.Fatalf("%d events in the stream, want %d", len(got), len(want))
+	}
+	seen := map[string]bool{}
+	for i, r := range got {
+		e := r.Event
+		if e.Kind != want[i] || e.Session != sess || seen[e.ID] {
+			t.Fatalf("event %d: kind %s session %s id %s, want kind %s, a fresh id", i, e.Kind, e.Session, e.ID, want[i])
+		}
+		seen[e.ID] = true
+		if i > 0 && !got[i-1].Event.Time.Before(e.Time) {
+			t.Fatalf("event %d: time %v not after %v: not the time it was enqueued at", i, e.Time, got[i-1].Event.Time)
+		}
+		if i%2 == 1 {
+			var p schemas.FramePayload
+			if err := json.Unmarshal(e.Payload, &p); err != nil || !bytes.Equal(p.Bytes, frames[i/2]) {
+				t.Fatalf("event %d: frame %q, want %q (%v)", i, p.Bytes, frames[i/2], err)
+			}
+		}
+	}
+}
+
+// A deferred frame is held to the same limits as any event: the size limit
+// on its exact envelope (a frame whose bound is over the limit but whose
+// envelope fits is still taken), a valid session, a frame kind, and a
+// failed store.
+func TestDeferredFramesAreRefusedLikeEvents(t *testing.T) {
+	const limit = 4096
+	s, err := Open(context.Background(), Config{Dir: stateDir(t), MaxEventBytes: limit, LazyFlush: time.Hour,
+		Now: func() time.Time { return time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	sess, _ := s.NewSession()
+	// The whole-second time is 10 bytes shorter than the bound assumes.
+	n := 0
+	for schemas.FrameEventBound(schemas.KindFrameC2S, n+1)-10 <= limit {
+		n++
+	}
+	if schemas.FrameEventBound(schemas.KindFrameC2S, n) <= limit {
+		t.Fatalf("frame of %d bytes: bound within the limit, the test needs one beyond it", n)
+	}
+	if err := s.EnqueueFrame(sess, schemas.KindFrameC2S, make([]byte, n)); err != nil {
+		t.Fatalf("frame whose envelope fits the limit: %v", err)
+	}
+	if err := s.EnqueueFrame(sess, schemas.KindFrameC2S, make([]byte, n+3)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("frame over the limit: %v, want ErrTooLarge", err)
+	}
+	var verr *schemas.ValidationError
+	if err := s.EnqueueFrame("not-a-session", schemas.KindFrameC2S, nil); !errors.As(err, &verr) || verr.Field != "session" {
+		t.Fatalf("bad session: %v", err)
+	}
+	if err := s.EnqueueFrame(sess, schemas.KindNote, nil); !errors.As(err, &verr) || verr.Field != "kind" {
+		t.Fatalf("not a frame kind: %v", err)
+	}
+	if _, err := s.Append(context.Background(), newEvent(t, s, sess, schemas.KindNote, map[string]int{})); err != nil {
+		t.Fatal(err)
+	}
+	if got := replayAll(t, s); len(got) != 2 || got[0].Event.Kind != schemas.KindFrameC2S {
+		t.Fatalf("stream holds %d events, want the fitting frame and the note", len(got))
+	}
+	s.Close(context.Background())
+	if err := s.EnqueueFrame(sess, schemas.KindFrameC2S, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+// Batches of deferred frames stay within MaxBatchBytes: each is counted
+// at its bound before it is built.
+func TestDeferredFramesRespectTheBatchLimit(t *testing.T) {
+	s, err := Open(context.Background(), Config{Dir: stateDir(t), MaxEventBytes: 8 << 10, MaxBatchBytes: 16 << 10, LazyFlush: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	sess, _ := s.NewSession()
+	frame := make([]byte, 3000)
+	for range 40 {
+		if err := s.EnqueueFrame(sess, schemas.KindFrameS2C, frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Append(context.Background(), newEvent(t, s, sess, schemas.KindNote, map[string]int{})); err != nil {
+		t.Fatal(err)
+	}
+	got := replayAll(t, s)
+	if len(got) != 41 {
+		t.Fatalf("%d events, want 41", len(got))
+	}
+	perMsg := map[uint64]int{}
+	for _, r := range got {
+		data, err := r.Event.Encode() // what was published, byte for byte
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perMsg[r.Pos.Seq] > 0 {
+			perMsg[r.Pos.Seq]++ // the newline between events
+		}
+		perMsg[r.Pos.Seq] += len(data)
+	}
+	for seq, n := range perMsg {
+		if n > 16<<10 {
+			t.Fatalf("message %d holds %d bytes of events, over the 16 KiB batch limit", seq, n)
+		}
 	}
 }

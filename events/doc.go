@@ -47,6 +47,13 @@
 //     that was promised. A call's intent and an answer's outcome are never
 //     lazy: they are awaited (see above), and the relay holds the frame
 //     until they are durable.
+//   - Frames built late. [Store.EnqueueFrame] queues a lazy frame event as
+//     its raw bytes, kind and time; the commit that takes it builds the
+//     envelope (id, base64, encoding). Its place in the queue, and so in the
+//     stream, is fixed when it is enqueued, and the batch limits count it at
+//     [schemas.FrameEventBound], never less than its real size. Building
+//     cannot fail for a valid session and kind, which EnqueueFrame checks; if
+//     it did, the commit would fail like any other (fail closed).
 //   - Fail closed. If a commit fails or is not acknowledged within
 //     Config.AckTimeout, every event in it and every later append fails
 //     with [ErrFailed]; the store never drops an event silently and never
