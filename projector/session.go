@@ -196,6 +196,14 @@ func (s *Session) Enqueue(evs ...schemas.Event) (*events.Receipt, error) {
 	return rs[len(rs)-1], nil
 }
 
+// LazyFrame queues a frame event holding b exactly that nobody waits for
+// (a frame that carries no call or answer). The store builds its envelope
+// in the commit that takes it (see [events.Store.EnqueueFrame]), so b must
+// not change afterwards.
+func (s *Session) LazyFrame(kind schemas.Kind, b []byte) error {
+	return s.store.EnqueueFrame(s.id, kind, b)
+}
+
 // Frame enqueues a frame event holding b exactly, without waiting.
 func (s *Session) Frame(kind schemas.Kind, b []byte) (*events.Receipt, error) {
 	ev, err := s.FrameEvent(kind, b)

@@ -258,10 +258,12 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	go func() {
 		defer close(hostDone)
 		r.writeFrames(ctx, c2s)
-		inW.Close()
+		// Marked before the server can see EOF and exit, so that its
+		// exit is never taken for one that came first.
 		r.mu.Lock()
 		r.hostClosed = true
 		r.mu.Unlock()
+		inW.Close()
 	}()
 
 	// Server -> host.
@@ -594,18 +596,20 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 	if mentionsToolsCall(frame) {
 		cls = Classify(frame)
 	}
-	fev, err := r.sess.FrameEvent(schemas.KindFrameC2S, frame)
-	if err != nil {
-		r.fail(err)
-		return nil, false, false
-	}
 	if len(cls.Calls) == 0 {
-		// Not a call: durable with the next commit, relayed without waiting.
-		if _, err := r.sess.Enqueue(fev); err != nil {
+		// Not a call: durable with the next commit, relayed without
+		// waiting. The line is this frame's own copy, so the store may keep
+		// it until that commit.
+		if err := r.sess.LazyFrame(schemas.KindFrameC2S, frame); err != nil {
 			r.fail(err)
 			return nil, false, false
 		}
 		return nil, true, true
+	}
+	fev, err := r.sess.FrameEvent(schemas.KindFrameC2S, frame)
+	if err != nil {
+		r.fail(err)
+		return nil, false, false
 	}
 	now := r.cfg.Now()
 	policyHash := schemas.WrapPassthroughPolicySetHash
@@ -814,15 +818,10 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 	if waiting {
 		cls = Classify(frame)
 	}
-	fev, err := r.sess.FrameEvent(schemas.KindFrameS2C, frame)
-	if err != nil {
-		r.fail(err)
-		return nil, false, false
-	}
 	// The frame event rides with the first outcome; a frame that answers
 	// no pending call (a ping's answer, a notification, a request to the
 	// host) is relayed without waiting for its own commit.
-	with := []schemas.Event{fev}
+	var with []schemas.Event
 	var last *events.Receipt
 	var dg string
 	now := r.cfg.Now()
@@ -835,19 +834,26 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 			continue
 		}
 		if dg == "" {
+			fev, err := r.sess.FrameEvent(schemas.KindFrameS2C, frame)
+			if err != nil {
+				r.fail(err)
+				return nil, false, false
+			}
+			with = []schemas.Event{fev}
 			dg = digest(frame)
 		}
 		wall := uint64(now.Sub(pc.start).Milliseconds())
 		o := pc.call.Answered(dg, wall)
 		o.DecisionAxes = pc.axes
+		var err error
 		if last, err = r.sess.Outcome(o, with...); err != nil {
 			r.fail(err)
 			return nil, false, false
 		}
 		with = nil
 	}
-	if with != nil {
-		if _, err := r.sess.Enqueue(fev); err != nil {
+	if dg == "" {
+		if err := r.sess.LazyFrame(schemas.KindFrameS2C, frame); err != nil {
 			r.fail(err)
 			return nil, false, false
 		}
