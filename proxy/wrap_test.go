@@ -191,6 +191,21 @@ func TestWrapRecordsMalformedCallsBeforeRelaying(t *testing.T) {
 	}
 }
 
+// A server that exits as soon as the host closes stdin did not exit
+// first: the session must not say so (nor warn the host that it did).
+func TestWrapServerExitOnHostEOFIsNotFirst(t *testing.T) {
+	for i := range 20 {
+		h := newHarness(t)
+		run := h.run([]string{"cat"}, strings.NewReader(joinLines(`{"jsonrpc":"2.0","id":1,"method":"ping"}`)), time.Second, nil)
+		if run.err != nil {
+			t.Fatal(run.err)
+		}
+		if run.res.ServerExitedFirst || run.res.ExitCode != 0 {
+			t.Fatalf("run %d: result %+v, want exit 0 after the host closed stdin", i, run.res)
+		}
+	}
+}
+
 // A server that dies before answering leaves its pending call with the
 // documented outcome, and its exit status becomes aegis's.
 func TestWrapServerDiesBeforeAnswering(t *testing.T) {
