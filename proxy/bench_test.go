@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,7 +42,7 @@ import (
 )
 
 const (
-	wrapRounds   = 30 // rounds; the order of the series rotates each round
+	wrapRounds   = 30 // rounds; each runs the series in a fresh order
 	wrapPerRound = 50 // calls per series per round
 	wrapWarmup   = 50 // calls per series before the first round, not measured
 )
@@ -65,12 +66,18 @@ func warmUp(b *testing.B, all []*latencySeries, n int) {
 	}
 }
 
-// runRound runs each series per times, in an order rotated by round r so
-// that noise hits them alike, recording every duration and, where metered,
-// the aegis process's CPU time.
+// runRound runs each series per times, recording every duration and, where
+// metered, the aegis process's CPU time. The order is a permutation drawn
+// afresh for each round r (seeded by r, so runs repeat it): noise then hits
+// the series alike, and no series always follows the same one. That
+// matters: a series that follows another on the same process (pipe-ping
+// after pipe) starts warm, one that follows another process starts cold,
+// and a fixed rotation kept those pairs for every round, which favoured the
+// bare relay's ping over aegis's by 15-20 µs.
 func runRound(b *testing.B, all []*latencySeries, r, per int) {
-	for k := range all {
-		s := all[(k+r)%len(all)]
+	order := rand.New(rand.NewPCG(uint64(r), 0)).Perm(len(all))
+	for _, k := range order {
+		s := all[k]
 		s.cpu.start()
 		for range per {
 			d, err := s.one()
