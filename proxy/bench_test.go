@@ -149,13 +149,22 @@ func fsync2(f *os.File) func() (time.Duration, error) {
 //   - wrap: through aegis wrap, where a ping is a relayed frame that no
 //     call record depends on, and a tools/call waits for its intent and its
 //     outcome to be durable;
+//   - pipe-rec (calls only): through the same bare relay, which this time
+//     appends 300 bytes to a file beside the state directory and fsyncs it
+//     before it passes on each line: the least any recording relay does;
 //
 // and (fsync2) two bare 300-byte write+fsync in the directory holding the
 // state directory. The series run interleaved in rounds so that noise hits them
 // alike. It reports the median of each and
 //
-//	call-overhead-minus-2fsync-µs = wrap-call − direct − fsync2
-//	frame-overhead-µs             = wrap-ping − pipe-ping
+//	call-overhead-minus-2fsync-µs     = wrap-call − direct − fsync2
+//	frame-overhead-µs                 = wrap-ping − pipe-ping
+//	recording-floor-minus-2fsync-µs   = pipe-rec − direct − fsync2
+//	call-overhead-beyond-recording-µs = wrap-call − pipe-rec
+//
+// The third is what P1's formula leaves even for the least recording relay:
+// its fsyncs follow a wait on a pipe, with the CPUs idle, and on a VM such
+// an fsync can take longer than fsync2's back-to-back ones.
 //
 // and commits/call: how many JetStream commits (each one fsync) a recorded
 // call waited for, read back from the stream after the run; and the CPU
@@ -168,6 +177,7 @@ func BenchmarkWrap(b *testing.B) {
 	direct := startRPC(b, "direct", []string{server}, nil)
 	rargv, renv := relayArgv(b, []string{server})
 	pipe := startRPC(b, "pipe", rargv, renv)
+	pipeRec := startRPC(b, "pipe-rec", rargv, append(slices.Clip(renv), recordEnv+"="+filepath.Join(dir, "relay-record")))
 	wrap := startRPC(b, "aegis wrap", wrapArgv(b, aegis, server, dir), nil)
 	probe, err := os.OpenFile(filepath.Join(dir, "fsync-probe"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -180,6 +190,7 @@ func BenchmarkWrap(b *testing.B) {
 		{name: "direct-ping", one: rpcCall(direct, pingFrame)},
 		{name: "pipe", one: rpcCall(pipe, echoFrame)},
 		{name: "pipe-ping", one: rpcCall(pipe, pingFrame)},
+		{name: "pipe-rec", one: rpcCall(pipeRec, echoFrame)},
 		{name: "wrap-ping", one: rpcCall(wrap, pingFrame), cpu: &cpuMeter{pid: wrap.cmd.Process.Pid}},
 		{name: "wrap-call", one: rpcCall(wrap, echoFrame), cpu: &cpuMeter{pid: wrap.cmd.Process.Pid}},
 		{name: "fsync2", one: fsync2(probe)},
@@ -192,6 +203,7 @@ func BenchmarkWrap(b *testing.B) {
 	}
 	direct.close(b)
 	pipe.close(b)
+	pipeRec.close(b)
 	wrap.close(b)
 
 	med := map[string]time.Duration{}
@@ -201,6 +213,8 @@ func BenchmarkWrap(b *testing.B) {
 	callOver := med["wrap-call"] - med["direct"]
 	minus2 := callOver - med["fsync2"]
 	frameOver := med["wrap-ping"] - med["pipe-ping"]
+	recFloor := med["pipe-rec"] - med["direct"] - med["fsync2"]
+	beyondRec := med["wrap-call"] - med["pipe-rec"]
 	commits, calls, cerr := commitsPerCall(aegis, filepath.Join(dir, "state"))
 	note := map[string]string{
 		"pipe":      fmt.Sprintf("+%.1f over direct", us(med["pipe"]-med["direct"])),
@@ -208,6 +222,7 @@ func BenchmarkWrap(b *testing.B) {
 		"wrap-ping": fmt.Sprintf("+%.1f over pipe-ping (frame-overhead)", us(frameOver)),
 		"wrap-call": fmt.Sprintf("+%.1f over direct, %+.1f beyond fsync2", us(callOver), us(minus2)),
 		"fsync2":    "2 × write+fsync of 300 B beside the state dir",
+		"pipe-rec":  fmt.Sprintf("%+.1f beyond direct+fsync2; wrap-call %+.1f beyond it", us(recFloor), us(beyondRec)),
 	}
 	fig := map[string]float64{}
 	for _, s := range all {
@@ -221,6 +236,8 @@ func BenchmarkWrap(b *testing.B) {
 	fig["call-overhead-µs"] = us(callOver)
 	fig["call-overhead-minus-2fsync-µs"] = us(minus2)
 	fig["frame-overhead-µs"] = us(frameOver)
+	fig["recording-floor-minus-2fsync-µs"] = us(recFloor)
+	fig["call-overhead-beyond-recording-µs"] = us(beyondRec)
 	fig["calls-per-series"] = float64(wrapRounds * wrapPerRound)
 	for _, s := range all {
 		if s.cpu != nil {
@@ -241,15 +258,16 @@ func BenchmarkWrap(b *testing.B) {
 		b.ReportMetric(commits, "commits/call")
 		fig["commits/call"] = commits
 	}
-	// Benchmark logs are cut after 10 lines: keep the table to 9.
-	var tab strings.Builder
+	// Benchmark logs are cut after 10 lines: keep the table to 9 (a
+	// header and one row per series).
 	if cerr != nil {
-		fmt.Fprintf(&tab, "%d rounds × %d calls per series; commits per recorded call unknown: %v\n", wrapRounds, wrapPerRound, cerr)
+		note["wrap-call"] += fmt.Sprintf("; commits per call unknown: %v", cerr)
 	} else {
-		fmt.Fprintf(&tab, "%d rounds × %d calls per series; a recorded call waited for %.2f commits (2 at best) over %d calls\n", wrapRounds, wrapPerRound, commits, calls)
+		note["wrap-call"] += fmt.Sprintf("; waited for %.2f commits (2 at best) over %d calls", commits, calls)
 	}
+	var tab strings.Builder
 	tw := tabwriter.NewWriter(&tab, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "series\tp50 µs\tp90 µs\tp99 µs\taegis CPU µs/op\t\n")
+	fmt.Fprintf(tw, "series (%d × %d)\tp50 µs\tp90 µs\tp99 µs\taegis CPU µs/op\t\n", wrapRounds, wrapPerRound)
 	for _, s := range all {
 		cpu := ""
 		if v, ok := fig[s.name+"-aegis-cpu-µs"]; ok {

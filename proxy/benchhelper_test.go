@@ -27,8 +27,13 @@ import (
 
 // relayEnv, set to "1", turns the test binary into the bare relay: it runs
 // os.Args[1:] as a child and copies bytes between its own stdio and the
-// child's, nothing else.
-const relayEnv = "AEGIS_BENCH_RELAY"
+// child's, nothing else. With recordEnv set to a file as well it is the
+// least a recording relay can do: before it passes on each line, either
+// way, it appends 300 bytes to that file and fsyncs it.
+const (
+	relayEnv  = "AEGIS_BENCH_RELAY"
+	recordEnv = "AEGIS_BENCH_RELAY_RECORD"
+)
 
 func TestMain(m *testing.M) {
 	if os.Getenv(relayEnv) == "1" {
@@ -51,7 +56,9 @@ func runRelay(argv []string) int {
 		return 2
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, relayEnv+"=") })
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, relayEnv+"=") || strings.HasPrefix(kv, recordEnv+"=")
+	})
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -67,16 +74,64 @@ func runRelay(argv []string) int {
 		fmt.Fprintln(os.Stderr, "relay:", err)
 		return 1
 	}
-	go func() {
-		io.Copy(in, os.Stdin)
-		in.Close()
-	}()
-	io.Copy(os.Stdout, out)
+	if path := os.Getenv(recordEnv); path != "" {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", err)
+			return 1
+		}
+		defer f.Close()
+		var mu sync.Mutex
+		rec := make([]byte, 300)
+		record := func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if _, err := f.Write(rec); err != nil {
+				panic(err)
+			}
+			if err := f.Sync(); err != nil {
+				panic(err)
+			}
+		}
+		go func() {
+			copyRecorded(in, os.Stdin, record)
+			in.Close()
+		}()
+		copyRecorded(os.Stdout, out, record)
+	} else {
+		go func() {
+			io.Copy(in, os.Stdin)
+			in.Close()
+		}()
+		io.Copy(os.Stdout, out)
+	}
 	if err := cmd.Wait(); err != nil {
 		fmt.Fprintln(os.Stderr, "relay:", err)
 		return 1
 	}
 	return 0
+}
+
+// copyRecorded copies src to dst line by line, calling record before it
+// writes each line (or the first piece of a line longer than its buffer).
+func copyRecorded(dst io.Writer, src io.Reader, record func()) {
+	br := bufio.NewReaderSize(src, 64<<10)
+	whole := true
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			if whole {
+				record()
+			}
+			if _, werr := dst.Write(line); werr != nil {
+				return
+			}
+		}
+		whole = err != bufio.ErrBufferFull
+		if err != nil && whole {
+			return
+		}
+	}
 }
 
 var (
