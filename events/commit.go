@@ -234,7 +234,7 @@ func (s *Store) queueItems(lazy bool, items []*item) ([]*Receipt, error) {
 		s.eager += len(items)
 		s.cond.Signal()
 	}
-	if items[0].deferred {
+	if len(items) == 1 && items[0].deferred {
 		return nil, nil
 	}
 	rs := make([]*Receipt, len(items))

@@ -426,3 +426,20 @@ func TestDeferredFramesRespectTheBatchLimit(t *testing.T) {
 		}
 	}
 }
+
+// Enqueueing no events queues nothing and fails nothing.
+func TestEnqueueNothing(t *testing.T) {
+	s := openStore(t, stateDir(t))
+	for _, enqueue := range []func(...schemas.Event) ([]*Receipt, error){s.EnqueueMany, s.EnqueueLazy, s.EnqueueAwaited} {
+		if rs, err := enqueue(); err != nil || len(rs) != 0 {
+			t.Fatalf("enqueue() = %d receipts, %v", len(rs), err)
+		}
+	}
+	sess, _ := s.NewSession()
+	if _, err := s.Append(context.Background(), newEvent(t, s, sess, schemas.KindNote, map[string]int{})); err != nil {
+		t.Fatal(err)
+	}
+	if got := replayAll(t, s); len(got) != 1 {
+		t.Fatalf("%d events in the stream, want 1", len(got))
+	}
+}
