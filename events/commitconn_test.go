@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -441,5 +442,29 @@ func TestEnqueueNothing(t *testing.T) {
 	}
 	if got := replayAll(t, s); len(got) != 1 {
 		t.Fatalf("%d events in the stream, want 1", len(got))
+	}
+}
+
+// The server must send the committer's connection nothing while no commit
+// is in flight: nothing reads it then, and a PING left unread past the
+// server's 10 s write deadline got the connection dropped, failing the next
+// commit of any session that sat idle for a dozen seconds after start.
+// (The server sends its first PING to a client after 2 to 2.4 s unless told
+// not to.)
+func TestIdleCommitConnectionReceivesNothing(t *testing.T) {
+	s := openStore(t, stateDir(t))
+	sess, _ := s.NewSession()
+	if _, err := s.Append(context.Background(), newEvent(t, s, sess, schemas.KindNote, map[string]int{"i": 1})); err != nil {
+		t.Fatal(err)
+	}
+	// Past the first-PING window; the committer is idle and reads nothing.
+	time.Sleep(3 * time.Second)
+	s.cc.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if line, err := s.cc.br.ReadString('\n'); err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("idle committer connection received %q (%v)", line, err)
+	}
+	s.cc.conn.SetReadDeadline(time.Time{})
+	if _, err := s.Append(context.Background(), newEvent(t, s, sess, schemas.KindNote, map[string]int{"i": 2})); err != nil {
+		t.Fatalf("commit after idling: %v", err)
 	}
 }

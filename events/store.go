@@ -41,8 +41,10 @@ type Config struct {
 	// Logger receives the store's and the embedded server's log lines. Nil
 	// discards them.
 	Logger *slog.Logger
-	// Now and Rand make event ids and times in [Store.NewEvent]; nil means
-	// time.Now and crypto/rand.
+	// Now and Rand make event ids and times in [Store.NewEvent] and for
+	// frames queued with [Store.EnqueueFrame] (whose ids are made by the
+	// commit that takes them); nil means time.Now and crypto/rand. Both may
+	// be called from several goroutines at once.
 	Now  func() time.Time
 	Rand io.Reader
 	// AckTimeout bounds the wait for one durable commit. A commit that is not
@@ -196,10 +198,14 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		MaxPayload: maxMsg,
 		// The committer's connection reads only while it waits for an
 		// acknowledgement (commitconn.go); a keep-alive PING sent while it
-		// is idle would sit unread in the pipe. In-process connections
-		// cannot go stale, and the approval channel's clients are
-		// short-lived, so the server sends none.
-		PingInterval: 100 * 365 * 24 * time.Hour,
+		// is idle would sit unread in the pipe, and after the server's
+		// write deadline (10 s) the server would drop the connection and
+		// the next commit would fail. In-process connections cannot go
+		// stale, and the approval channel's clients are short-lived, so
+		// the server sends none: not the regular ones, and not the early
+		// first PING it otherwise sends every client after about 2 s.
+		PingInterval:          100 * 365 * 24 * time.Hour,
+		DisableShortFirstPing: true,
 	}
 	if cfg.Approvals {
 		if s.approvals, err = ApprovalOptions(""); err != nil {
