@@ -28,8 +28,11 @@
 //     protocol a publish needs and reads the JetStream ack itself; nats.go,
 //     with its flusher, reader and subscription goroutines, serves replay,
 //     follow and the approval channel. The embedded server sends that
-//     connection no keep-alive PINGs (in-process connections cannot go
-//     stale); one that arrives during a commit is answered.
+//     connection no PINGs, neither the keep-alive ones nor the early first
+//     one: the connection is read only during a commit, and a PING left
+//     unread past the server's write deadline would get it dropped (in-
+//     process connections cannot go stale anyway). One that arrives during
+//     a commit is answered.
 //   - Group commit. Events queued while a commit is in flight are published
 //     together as one message (header Aegis-Events: N, the envelopes newline
 //     separated, subject aegis.<session>.batch) and so share one fsync. A
