@@ -815,11 +815,8 @@ func (g *gateway) recordFrame(kind schemas.Kind, b []byte) {
 	if len(b) > MaxFrame {
 		return
 	}
-	ev, err := g.sess.FrameEvent(kind, append([]byte(nil), b...))
-	if err == nil {
-		_, err = g.sess.Enqueue(ev)
-	}
-	if err != nil {
+	// A copy: the store keeps it until the commit that takes it.
+	if err := g.sess.LazyFrame(kind, append([]byte(nil), b...)); err != nil {
 		g.log.Warn("record frame", "err", err)
 	}
 }
