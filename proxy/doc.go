@@ -13,7 +13,8 @@
 //   - Every frame is an event (frame.c2s, frame.s2c) holding its exact bytes.
 //     Frames that carry no call or answer do not wait for their own fsync;
 //     they are durable with the next commit, and stream order keeps them
-//     before anything enqueued later.
+//     before anything enqueued later. Their events are built by that
+//     commit, not between reading and writing the frame.
 //   - Intent before relay. A host frame holding tools/calls is written to the
 //     server only after the intent line of every call in it is durable. A
 //     batch array is relayed whole; its calls share the frame's
@@ -26,7 +27,11 @@
 //     even when a line holds several, duplicate members and any frame that
 //     names tools/call in any spelling without being a followable request
 //     become malformed calls, which get an intent and a denied outcome
-//     before the frame is relayed (they are the server's to answer).
+//     before the frame is relayed (they are the server's to answer). The
+//     relay skips Classify only where it cannot matter: a host frame that
+//     does not name tools/call in any spelling (FuzzClassify holds that such
+//     a frame never yields a call), and a server frame read while no call
+//     is pending (there is nothing for it to answer).
 //   - Every call gets exactly one outcome: answered; superseded by a reused
 //     id; "child exited before responding"; or, when the host left and the
 //     server stayed silent through the grace, "client closed stdin; …".
