@@ -7,6 +7,7 @@ package proxy_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,13 +24,18 @@ import (
 	"time"
 
 	"github.com/aegis-dev/aegis/cmd/aegis-benchreport/benchjson"
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/schemas"
 )
 
 // relayEnv, set to "1", turns the test binary into the bare relay: it runs
 // os.Args[1:] as a child and copies bytes between its own stdio and the
 // child's, nothing else. With recordEnv set to a file as well it is the
 // least a recording relay can do: before it passes on each line, either
-// way, it appends 300 bytes to that file and fsyncs it.
+// way, it appends 300 bytes to that file and fsyncs it. With recordEnv set
+// to "jetstream:DIR" it instead appends a 1 KB event to an event store in
+// DIR (events.Store.Append, waiting for the durable ack), about the size of
+// aegis's commits: the same spine as aegis, with none of its relay logic.
 const (
 	relayEnv  = "AEGIS_BENCH_RELAY"
 	recordEnv = "AEGIS_BENCH_RELAY_RECORD"
@@ -74,7 +80,37 @@ func runRelay(argv []string) int {
 		fmt.Fprintln(os.Stderr, "relay:", err)
 		return 1
 	}
-	if path := os.Getenv(recordEnv); path != "" {
+	if dir, ok := strings.CutPrefix(os.Getenv(recordEnv), "jetstream:"); ok {
+		st, err := events.Open(context.Background(), events.Config{Dir: dir})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", err)
+			return 1
+		}
+		defer st.Close(context.Background())
+		sess, err := st.NewSession()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", err)
+			return 1
+		}
+		payload := []byte(`{"text":"` + strings.Repeat("x", 1000) + `"}`)
+		var mu sync.Mutex
+		record := func() {
+			mu.Lock()
+			defer mu.Unlock()
+			ev, err := st.NewEvent(sess, schemas.KindNote, payload)
+			if err == nil {
+				_, err = st.Append(context.Background(), ev)
+			}
+			if err != nil {
+				panic(err)
+			}
+		}
+		go func() {
+			copyRecorded(in, os.Stdin, record)
+			in.Close()
+		}()
+		copyRecorded(os.Stdout, out, record)
+	} else if path := os.Getenv(recordEnv); path != "" {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "relay:", err)
