@@ -80,21 +80,50 @@ func runRelay(argv []string) int {
 		fmt.Fprintln(os.Stderr, "relay:", err)
 		return 1
 	}
-	if dir, ok := strings.CutPrefix(os.Getenv(recordEnv), "jetstream:"); ok {
+	record, done, err := relayRecorder(os.Getenv(recordEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "relay:", err)
+		cmd.Process.Kill()
+		return 1
+	}
+	defer done()
+	if record == nil {
+		go func() {
+			io.Copy(in, os.Stdin)
+			in.Close()
+		}()
+		io.Copy(os.Stdout, out)
+	} else {
+		go func() {
+			copyRecorded(in, os.Stdin, record)
+			in.Close()
+		}()
+		copyRecorded(os.Stdout, out, record)
+	}
+	if err := cmd.Wait(); err != nil {
+		fmt.Fprintln(os.Stderr, "relay:", err)
+		return 1
+	}
+	return 0
+}
+
+// relayRecorder returns what the relay does before it passes on a line,
+// as recordEnv says (nil: nothing), and how to finish it. Both directions
+// call record, one at a time.
+func relayRecorder(spec string) (record func(), done func(), err error) {
+	var mu sync.Mutex
+	if dir, ok := strings.CutPrefix(spec, "jetstream:"); ok {
 		st, err := events.Open(context.Background(), events.Config{Dir: dir})
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "relay:", err)
-			return 1
+			return nil, nil, err
 		}
-		defer st.Close(context.Background())
 		sess, err := st.NewSession()
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "relay:", err)
-			return 1
+			st.Close(context.Background())
+			return nil, nil, err
 		}
 		payload := []byte(`{"text":"` + strings.Repeat("x", 1000) + `"}`)
-		var mu sync.Mutex
-		record := func() {
+		return func() {
 			mu.Lock()
 			defer mu.Unlock()
 			ev, err := st.NewEvent(sess, schemas.KindNote, payload)
@@ -104,48 +133,26 @@ func runRelay(argv []string) int {
 			if err != nil {
 				panic(err)
 			}
-		}
-		go func() {
-			copyRecorded(in, os.Stdin, record)
-			in.Close()
-		}()
-		copyRecorded(os.Stdout, out, record)
-	} else if path := os.Getenv(recordEnv); path != "" {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "relay:", err)
-			return 1
-		}
-		defer f.Close()
-		var mu sync.Mutex
-		rec := make([]byte, 300)
-		record := func() {
-			mu.Lock()
-			defer mu.Unlock()
-			if _, err := f.Write(rec); err != nil {
-				panic(err)
-			}
-			if err := f.Sync(); err != nil {
-				panic(err)
-			}
-		}
-		go func() {
-			copyRecorded(in, os.Stdin, record)
-			in.Close()
-		}()
-		copyRecorded(os.Stdout, out, record)
-	} else {
-		go func() {
-			io.Copy(in, os.Stdin)
-			in.Close()
-		}()
-		io.Copy(os.Stdout, out)
+		}, func() { st.Close(context.Background()) }, nil
 	}
-	if err := cmd.Wait(); err != nil {
-		fmt.Fprintln(os.Stderr, "relay:", err)
-		return 1
+	if spec == "" {
+		return nil, func() {}, nil
 	}
-	return 0
+	f, err := os.OpenFile(spec, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec := make([]byte, 300)
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := f.Write(rec); err != nil {
+			panic(err)
+		}
+		if err := f.Sync(); err != nil {
+			panic(err)
+		}
+	}, func() { f.Close() }, nil
 }
 
 // copyRecorded copies src to dst line by line, calling record before it
