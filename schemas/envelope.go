@@ -300,8 +300,9 @@ func AppendFramePayload(dst, b []byte) []byte {
 // FrameEventBound is an upper bound of len(e.Encode()) for a frame event
 // e of kind whose payload holds n frame bytes and whose time lies in the
 // years 0 to 9999. It exceeds the exact length by at most 10: the time
-// omits trailing zeros of the fractional second, and the point with them. The store uses it to account for
-// an envelope it builds later (see events.Store.EnqueueFrame).
+// omits trailing zeros of the fractional second, and the point with them.
+// The store uses it to account for an envelope it builds later (see
+// events.Store.EnqueueFrame).
 func FrameEventBound(kind Kind, n int) int {
 	const fixed = len(`{"v":`) + len(`,"id":"`) + IDLen + len(`","session":"`) + IDLen +
 		len(`","kind":"`) + len(`","time":"`) + len("2006-01-02T15:04:05.999999999Z") +
