@@ -78,14 +78,18 @@ func Classify(frame []byte) Classification {
 	if len(t) == 0 {
 		return Classification{Shape: Opaque}
 	}
-	if !json.Valid(t) {
-		return classifyOpaque(frame)
-	}
+	// Decoding an object into member, or an array into raw elements,
+	// validates the whole frame (both take any value), so a frame that
+	// starts like one is not scanned twice; one that fails to decode is not
+	// one JSON value. FuzzClassify holds that to json.Valid.
 	switch t[0] {
 	case '{':
-		var c Classification
-		c.Shape = Single
-		classifyObject(t, &c)
+		var m member
+		if json.Unmarshal(t, &m) != nil {
+			return classifyOpaque(frame)
+		}
+		c := Classification{Shape: Single}
+		classifyMember(t, &m, &c)
 		return c
 	case '[':
 		var elems []json.RawMessage
@@ -102,6 +106,9 @@ func Classify(frame []byte) Classification {
 			}
 		}
 		return c
+	}
+	if !json.Valid(t) {
+		return classifyOpaque(frame)
 	}
 	// A bare scalar. A string could still name tools/call to a lenient peer.
 	c := Classification{Shape: Opaque}
@@ -146,6 +153,11 @@ func classifyObject(obj []byte, c *Classification) {
 		}
 		return
 	}
+	classifyMember(obj, &m, c)
+}
+
+// classifyMember classifies obj, already decoded into m.
+func classifyMember(obj []byte, m *member, c *Classification) {
 	dups := duplicateMembers(obj, "id", "method", "params", "result", "error")
 	method, methodIsString := jsonString(m.Method)
 	if m.Method != nil {

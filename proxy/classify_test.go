@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -135,6 +136,12 @@ func FuzzClassify(f *testing.F) {
 			if call.Tool == "" {
 				t.Fatalf("call %+v without a tool", call)
 			}
+		}
+		// Classify lets decoding validate objects and arrays instead of
+		// scanning them with json.Valid first: what is not one JSON value
+		// must still be read as an opaque frame.
+		if tr := bytes.TrimSpace(b); len(tr) > 0 && !json.Valid(tr) && !reflect.DeepEqual(c, classifyOpaque(b)) {
+			t.Fatalf("invalid frame %q: Classify = %+v, opaque reading = %+v", b, c, classifyOpaque(b))
 		}
 		// The relay skips Classify for host frames that do not name
 		// tools/call: no such frame may carry a call.
