@@ -206,6 +206,41 @@ func TestWrapServerExitOnHostEOFIsNotFirst(t *testing.T) {
 	}
 }
 
+// A session that sits idle longer than the embedded server's write
+// deadline (10 s) still records its next call: the store's connection must
+// not have been dropped meanwhile (it was, when the server sent it an
+// early PING that nobody read).
+func TestWrapRecordsACallAfterSittingIdle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("idles for 13 s")
+	}
+	// The session must start within 2 s of the store, as in aegis wrap: a
+	// first commit after that answered the server's early PING, and the
+	// idle connection was safe from then on.
+	server := bin(t, "rawserver")
+	h := newHarness(t)
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write([]byte(joinLines(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`)))
+		time.Sleep(13 * time.Second)
+		pw.Write([]byte(joinLines(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}}`)))
+		pw.Close()
+	}()
+	run := h.run([]string{server}, pr, 2*time.Second, nil)
+	if run.err != nil || run.res.ExitCode != 0 {
+		t.Fatalf("Wrap = %+v, %v", run.res, run.err)
+	}
+	if answers := strings.Count(string(run.out), "\n"); answers != 2 {
+		t.Fatalf("host got %d answers, want 2: %q", answers, run.out)
+	}
+	if o := ofType(h.lines(), "outcome"); len(o) != 2 {
+		t.Fatalf("%d outcomes, want 2", len(o))
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("verify: %s", verifier.Render(r))
+	}
+}
+
 // A server that dies before answering leaves its pending call with the
 // documented outcome, and its exit status becomes aegis's.
 func TestWrapServerDiesBeforeAnswering(t *testing.T) {
