@@ -151,7 +151,8 @@ func fsync2(f *os.File) func() (time.Duration, error) {
 //     outcome to be durable;
 //   - pipe-rec (calls only): through the same bare relay, which this time
 //     appends 300 bytes to a file beside the state directory and fsyncs it
-//     before it passes on each line: the least any recording relay does;
+//     before it passes on each line: the least a relay that appends and
+//     fsyncs its record, as JetStream's file store does, can do;
 //   - pipe-js (calls only): through the same bare relay, appending a 1 KB
 //     event to its own event store (embedded JetStream, as aegis's) before
 //     it passes on each line: aegis's spine without aegis's relay logic;
@@ -167,9 +168,9 @@ func fsync2(f *os.File) func() (time.Duration, error) {
 //	jetstream-floor-minus-2fsync-µs   = pipe-js − direct − fsync2
 //	call-overhead-beyond-jetstream-µs = wrap-call − pipe-js
 //
-// The third is what P1's formula leaves even for the least recording relay:
-// its fsyncs follow a wait on a pipe, with the CPUs idle, and on a VM such
-// an fsync can take longer than fsync2's back-to-back ones. The last two
+// The third is what P1's formula leaves even for that relay: its fsyncs
+// follow a wait on a pipe, with the CPUs idle, and on a VM such an fsync
+// can take longer than fsync2's back-to-back ones. The last two
 // split the rest between the event spine and aegis's own work.
 //
 // and commits/call: how many JetStream commits (each one fsync) a recorded

@@ -31,8 +31,9 @@ import (
 // relayEnv, set to "1", turns the test binary into the bare relay: it runs
 // os.Args[1:] as a child and copies bytes between its own stdio and the
 // child's, nothing else. With recordEnv set to a file as well it is the
-// least a recording relay can do: before it passes on each line, either
-// way, it appends 300 bytes to that file and fsyncs it. With recordEnv set
+// least a relay that appends to its record and fsyncs it can do: before it
+// passes on each line, either way, it appends 300 bytes to that file and
+// fsyncs it. With recordEnv set
 // to "jetstream:DIR" it instead appends a 1 KB event to an event store in
 // DIR (events.Store.Append, waiting for the durable ack), about the size of
 // aegis's commits: the same spine as aegis, with none of its relay logic.

@@ -195,7 +195,7 @@ var contextSpecs = []figure{
 	{What: "tools/call echo through aegis wrap (recorded), p50", Unit: "µs", Bench: "BenchmarkWrap", Key: "wrap-call-p50-µs"},
 	{What: "2 × bare write+fsync of 300 B, p50", Unit: "µs", Bench: "BenchmarkWrap", Key: "fsync2-p50-µs"},
 	{What: "recorded call ÷ 2 fsyncs (p50s)", Unit: "×", Bench: "BenchmarkWrap", Key: "wrap-call/fsync2"},
-	{What: "tools/call echo through the least recording relay (bare relay + a 300 B write+fsync per line), p50", Unit: "µs", Bench: "BenchmarkWrap", Key: "pipe-rec-p50-µs"},
+	{What: "tools/call echo through a bare relay that appends and fsyncs 300 B per line, p50", Unit: "µs", Bench: "BenchmarkWrap", Key: "pipe-rec-p50-µs"},
 	{What: "… that relay − direct call − 2 × bare fsync (P1's formula applied to it)", Unit: "µs", Bench: "BenchmarkWrap", Key: "recording-floor-minus-2fsync-µs"},
 	{What: "recorded call through aegis wrap − through that relay", Unit: "µs", Bench: "BenchmarkWrap", Key: "call-overhead-beyond-recording-µs"},
 	{What: "tools/call echo through a bare relay that appends a 1 KB event to its own embedded JetStream per line, p50", Unit: "µs", Bench: "BenchmarkWrap", Key: "pipe-js-p50-µs"},
