@@ -16,15 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
-// fakeProxy is the proxy side of one session's approval channel: an
-// embedded server with the approval listener, as events.Open sets it up
-// with approvals on, and a handler that keeps pending approvals the way the
+// fakeProxy is the proxy side of one session's approval channel: a real
+// event store opened with approvals on, as aegis wrap opens it, listening
+// for the session with a handler that keeps pending approvals the way the
 // proxy's projection does. Its credentials file is in runtimeDir.
 type fakeProxy struct {
 	session string
@@ -38,26 +36,15 @@ type fakeProxy struct {
 
 func startFakeProxy(t *testing.T, runtimeDir string, ids ...string) *fakeProxy {
 	t.Helper()
-	ac, err := events.ApprovalOptions("")
+	st, err := events.Open(context.Background(), events.Config{Dir: filepath.Join(t.TempDir(), "state"), Approvals: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := &server.Options{ServerName: "aegis-test", DontListen: true, NoSigs: true, NoLog: true}
-	ac.Apply(opts)
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	if err := ac.Started(ns); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { st.Close(context.Background()) })
 	f := &fakeProxy{pending: map[string]events.PendingApproval{}, used: map[string]bool{}}
-	f.session, _ = schemas.NewID(time.Now(), rand.Reader)
+	if f.session, err = st.NewSession(); err != nil {
+		t.Fatal(err)
+	}
 	for i, id := range ids {
 		f.pending[id] = events.PendingApproval{
 			ApprovalID: id, ToolID: "fs.write", RequestDigest: "sha256:" + strings.Repeat("a", 64),
@@ -65,7 +52,7 @@ func startFakeProxy(t *testing.T, runtimeDir string, ids ...string) *fakeProxy {
 			ExpiresAt:   time.Now().UTC().Add(5 * time.Minute),
 		}
 	}
-	l, err := ac.Listen(ns, f.session, "/state", f.handle)
+	l, err := st.ListenApprovals(f.session, f.handle)
 	if err != nil {
 		t.Fatal(err)
 	}
