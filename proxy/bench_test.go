@@ -39,6 +39,8 @@ import (
 	"testing"
 	"text/tabwriter"
 	"time"
+
+	"github.com/aegis-dev/aegis/cmd/aegis-benchreport/benchjson"
 )
 
 const (
@@ -835,20 +837,11 @@ const (
 // enough for a p99 at few in flight, and for many windows at many.
 func sweepCalls(k int) int { return 150 + 30*k }
 
-// sweepPoint is one configuration and number of calls in flight; its JSON
-// is what cmd/aegis-benchreport plots.
+// sweepPoint is one configuration and number of calls in flight, with the
+// connections that measure it; its JSON is the SweepPoint that
+// cmd/aegis-benchreport plots.
 type sweepPoint struct {
-	Config    string  `json:"config"`    // direct, wrap or wrap×N
-	Procs     int     `json:"procs"`     // server (or aegis wrap) processes
-	PerProc   int     `json:"per_proc"`  // calls in flight on each connection
-	InFlight  int     `json:"in_flight"` // calls in flight in all
-	Calls     int     `json:"calls"`
-	Seconds   float64 `json:"seconds"`
-	CallsPerS float64 `json:"calls_per_s"`
-	P50       float64 `json:"p50_us"`
-	P90       float64 `json:"p90_us"`
-	P99       float64 `json:"p99_us"`
-	Max       float64 `json:"max_us"`
+	benchjson.SweepPoint
 
 	ps  []*rpcProc
 	lat []time.Duration
@@ -908,7 +901,7 @@ func BenchmarkWrapInflight(b *testing.B) {
 			if len(cfg.ps) > 1 && k > sweepMaxEach {
 				continue
 			}
-			pts = append(pts, &sweepPoint{Config: cfg.name, Procs: len(cfg.ps), PerProc: k, InFlight: k * len(cfg.ps), ps: cfg.ps})
+			pts = append(pts, &sweepPoint{SweepPoint: benchjson.SweepPoint{Config: cfg.name, Procs: len(cfg.ps), PerProc: k, InFlight: k * len(cfg.ps)}, ps: cfg.ps})
 		}
 	}
 	for _, p := range slices.Concat(direct, wrap, many) {

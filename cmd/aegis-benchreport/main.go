@@ -35,6 +35,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/aegis-dev/aegis/cmd/aegis-benchreport/benchjson"
 )
 
 func main() {
@@ -231,21 +233,6 @@ const (
 	seedFrameUS = 136   // per relayed non-call message
 )
 
-// sweepPoint is one point of BenchmarkWrapInflight, as it writes it.
-type sweepPoint struct {
-	Config    string  `json:"config"`
-	Procs     int     `json:"procs"`
-	PerProc   int     `json:"per_proc"`
-	InFlight  int     `json:"in_flight"`
-	Calls     int     `json:"calls"`
-	Seconds   float64 `json:"seconds"`
-	CallsPerS float64 `json:"calls_per_s"`
-	P50       float64 `json:"p50_us"`
-	P90       float64 `json:"p90_us"`
-	P99       float64 `json:"p99_us"`
-	Max       float64 `json:"max_us"`
-}
-
 // sweepSummary is one configuration and total in flight over the runs.
 type sweepSummary struct {
 	Config    string  `json:"config"`
@@ -321,7 +308,7 @@ func buildReport(runs []*benchRun) *report {
 		config   string
 		inFlight int
 	}
-	acc := map[key][]sweepPoint{}
+	acc := map[key][]benchjson.SweepPoint{}
 	var order []key
 	for _, r := range runs {
 		raw, ok := r.benches["BenchmarkWrapInflight"]
@@ -329,7 +316,7 @@ func buildReport(runs []*benchRun) *report {
 			continue
 		}
 		var sw struct {
-			Points []sweepPoint `json:"points"`
+			Points []benchjson.SweepPoint `json:"points"`
 		}
 		if json.Unmarshal(raw, &sw) != nil {
 			continue

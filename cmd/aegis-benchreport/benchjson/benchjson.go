@@ -15,6 +15,23 @@ import (
 	"path/filepath"
 )
 
+// SweepPoint is one configuration and number of calls in flight of
+// BenchmarkWrapInflight, one element of its "points" figure, which
+// aegis-benchreport plots.
+type SweepPoint struct {
+	Config    string  `json:"config"`    // direct, wrap or wrap×N
+	Procs     int     `json:"procs"`     // server (or aegis wrap) processes
+	PerProc   int     `json:"per_proc"`  // calls in flight on each connection
+	InFlight  int     `json:"in_flight"` // calls in flight in all
+	Calls     int     `json:"calls"`
+	Seconds   float64 `json:"seconds"`
+	CallsPerS float64 `json:"calls_per_s"`
+	P50       float64 `json:"p50_us"`
+	P90       float64 `json:"p90_us"`
+	P99       float64 `json:"p99_us"`
+	Max       float64 `json:"max_us"`
+}
+
 // Merge sets benchmarks[name] = v in the JSON file at path (created if
 // missing), and env = env() when the file has no env yet and env is not
 // nil. The file is replaced by a rename, never left half written.
