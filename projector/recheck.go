@@ -24,7 +24,7 @@ type Verdict struct {
 // recorded, which is the clock (so rate windows replay as they ran).
 // [Recheck] calls it once per call, in stream order, so a stateful
 // evaluator sees the calls in the order the proxy did. The recheck fold
-// stays pure; the caller brings the policy engine.
+// stays pure; the caller brings the policy engine ([PolicyEvaluator]).
 type Evaluator func(session, tool string, at time.Time) Verdict
 
 // Changes a recheck reports.

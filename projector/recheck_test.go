@@ -9,29 +9,15 @@ import (
 	"github.com/aegis-dev/aegis/schemas"
 )
 
-// policyEvaluator parses yaml and evaluates under it (see setEvaluator).
+// policyEvaluator parses yaml and evaluates under it (see
+// projector.PolicyEvaluator).
 func policyEvaluator(t *testing.T, yaml string) projector.Evaluator {
 	t.Helper()
 	set, err := policy.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return setEvaluator(set)
-}
-
-// setEvaluator evaluates with one engine per session, as each wrap
-// process had.
-func setEvaluator(set *policy.Set) projector.Evaluator {
-	engines := map[string]*policy.Engine{}
-	return func(session, tool string, at time.Time) projector.Verdict {
-		e := engines[session]
-		if e == nil {
-			e = policy.NewEngine(set)
-			engines[session] = e
-		}
-		d := e.Evaluate(policy.Request{Tool: tool}, at)
-		return projector.Verdict{Status: d.Record().Status, Reason: d.Reason, Rule: d.MatchedRule}
-	}
+	return projector.PolicyEvaluator(set)
 }
 
 func recheck(t *testing.T, s *script, yaml string, sessions ...string) (map[string]projector.CallCheck, []projector.CallCheck, projector.RecheckSummary) {

@@ -199,7 +199,7 @@ rules:
 		return p.Fold
 	})
 	run("recheck", func() func(events.Record) {
-		rc := projector.NewRecheck(setEvaluator(set))
+		rc := projector.NewRecheck(projector.PolicyEvaluator(set))
 		return func(r events.Record) { rc.Fold(r) }
 	})
 }

@@ -103,17 +103,7 @@ func (m *Main) runRecheck(ctx context.Context, args []string) error {
 		}
 	}
 
-	engines := map[string]*policy.Engine{}
-	eval := func(session, tool string, at time.Time) projector.Verdict {
-		e := engines[session]
-		if e == nil {
-			e = policy.NewEngine(set)
-			engines[session] = e
-		}
-		d := e.Evaluate(policy.Request{Tool: tool}, at)
-		return projector.Verdict{Status: d.Record().Status, Reason: d.Reason, Rule: d.MatchedRule}
-	}
-	rc := projector.NewRecheck(eval, ids...)
+	rc := projector.NewRecheck(projector.PolicyEvaluator(set), ids...)
 	var changes []projector.CallCheck
 	seen := map[string]bool{}
 	prog := m.newProgress("recheck")
