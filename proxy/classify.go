@@ -3,8 +3,10 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math/big"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -28,7 +30,8 @@ type Call struct {
 	// JSON values (1, 1.0 and 1e0; "a" and "\u0061") have equal keys, and a
 	// number never equals a string. Empty when Malformed.
 	Key string
-	// Tool is params.name, or "<unknown>" when Malformed.
+	// Tool is params.name when it is a string (also when the call is
+	// Malformed for another reason), else "<unknown>".
 	Tool string
 	// ID is the request's id exactly as sent (nil when absent); a refusal
 	// echoes it with its JSON type.
@@ -37,10 +40,20 @@ type Call struct {
 	Args json.RawMessage
 	// Malformed is set, with the reason, for a tools/call the relay cannot
 	// follow to an answer: no id, a null or non-scalar id, no string
-	// params.name, duplicate members that parsers may read differently, or
-	// a frame that does not parse but mentions tools/call. Such a call is
-	// recorded (intent and a denied outcome) before the frame is relayed.
+	// params.name, members that parsers may read differently (see
+	// Ambiguous), or a frame that does not parse but mentions tools/call.
+	// Such a call is recorded (intent and a denied outcome) before the
+	// frame is relayed.
 	Malformed string
+	// Ambiguous is set, with Malformed, when parsers may read the frame as
+	// different calls: a member that decides the call (id, method, params,
+	// params.name, params.arguments, or result and error beside them) is
+	// given twice, or spelled in another case, which encoding/json matches
+	// to the lower-case name and JSON.parse and most other parsers do not.
+	// aegis cannot know which call the server would run, so it cannot
+	// record or decide it: the relay refuses such a frame instead of
+	// relaying it.
+	Ambiguous bool
 }
 
 // Answer is a response-shaped element of a server frame: result or error
@@ -158,7 +171,7 @@ func classifyObject(obj []byte, c *Classification) {
 
 // classifyMember classifies obj, already decoded into m.
 func classifyMember(obj []byte, m *member, c *Classification) {
-	dups := duplicateMembers(obj, "id", "method", "params", "result", "error")
+	dups := ambiguousMember(obj, "id", "method", "params", "result", "error")
 	method, methodIsString := jsonString(m.Method)
 	if m.Method != nil {
 		if !methodIsString {
@@ -168,10 +181,14 @@ func classifyMember(obj []byte, m *member, c *Classification) {
 			return
 		}
 		if dups != "" && mentionsToolsCall(obj) {
-			c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "ambiguous tools/call: duplicate member " + strconv.Quote(dups)})
+			c.Calls = append(c.Calls, Call{Tool: UnknownTool, ID: ambiguousID(obj, m.ID), Malformed: "ambiguous tools/call: " + dups, Ambiguous: true})
 			return
 		}
 		if method != "tools/call" {
+			return
+		}
+		if amb := ambiguousMember(bytes.TrimSpace(m.Params), "name", "arguments"); amb != "" {
+			c.Calls = append(c.Calls, Call{Tool: UnknownTool, ID: ambiguousID(obj, m.ID), Malformed: "ambiguous tools/call: params has " + amb, Ambiguous: true})
 			return
 		}
 		call := Call{Tool: UnknownTool, ID: compactRaw(m.ID), Args: arguments(m.Params)}
@@ -199,6 +216,17 @@ func classifyMember(obj []byte, m *member, c *Classification) {
 	}
 }
 
+// ambiguousID is the id to answer an ambiguous call with: the id as sent
+// when obj names it once and exactly (id, as decoded, is then that member),
+// null when the id itself is ambiguous (JSON-RPC answers a request whose id
+// cannot be told with a null id), nil when there is none.
+func ambiguousID(obj []byte, id json.RawMessage) json.RawMessage {
+	if ambiguousMember(obj, "id") != "" {
+		return json.RawMessage("null")
+	}
+	return compactRaw(id)
+}
+
 // compactRaw returns raw without surrounding whitespace, or nil.
 func compactRaw(raw json.RawMessage) json.RawMessage {
 	r := bytes.TrimSpace(raw)
@@ -223,8 +251,8 @@ func arguments(params json.RawMessage) json.RawMessage {
 	return compactRaw(v.Arguments)
 }
 
-// toolName returns params.name when it is a string and params has no
-// duplicate "name" member.
+// toolName returns params.name when it is a string. The caller has made
+// sure that params names it once (ambiguousMember).
 func toolName(params json.RawMessage) (string, bool) {
 	p := bytes.TrimSpace(params)
 	if len(p) == 0 || p[0] != '{' {
@@ -234,9 +262,6 @@ func toolName(params json.RawMessage) (string, bool) {
 		Name json.RawMessage `json:"name"`
 	}
 	if json.Unmarshal(p, &v) != nil {
-		return "", false
-	}
-	if duplicateMembers(p, "name") != "" {
 		return "", false
 	}
 	return jsonString(v.Name)
@@ -310,21 +335,34 @@ func isPlainInteger(r []byte) bool {
 	return true
 }
 
-// duplicateMembers returns the first of names that occurs more than once
-// among obj's top-level members, or "". Parsers disagree on which duplicate
-// wins, so a frame with one could mean different things to aegis and to
-// the server.
-func duplicateMembers(obj []byte, names ...string) string {
+// ambiguousMember says why one of names may mean different things to
+// aegis and to the server among obj's top-level members, or returns "" when
+// none may. Two things make a member ambiguous:
+//   - it occurs more than once: parsers disagree on which one wins;
+//   - its name differs from the expected one only in case ("Method",
+//     "PARAMS", "param\u017f"): encoding/json, which classifies the frame,
+//     matches member names as strings.EqualFold does, so it reads such a
+//     member as the expected one (and the later one wins), while JSON.parse
+//     and most other parsers take names exactly.
+//
+// obj need not be an object; then nothing is ambiguous.
+func ambiguousMember(obj []byte, names ...string) string {
+	if len(obj) == 0 || obj[0] != '{' {
+		return ""
+	}
 	var seen [8]string // names is short; no allocation on the common path
 	n := 0
 	for _, key := range topLevelKeys(obj) {
 		for _, name := range names {
 			if key != name {
+				if strings.EqualFold(key, name) {
+					return fmt.Sprintf("member %q, which differs from %q only in case", key, name)
+				}
 				continue
 			}
 			for i := 0; i < n; i++ {
 				if seen[i] == key {
-					return key
+					return "duplicate member " + strconv.Quote(key)
 				}
 			}
 			if n < len(seen) {

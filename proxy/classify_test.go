@@ -86,6 +86,85 @@ func TestClassifyCalls(t *testing.T) {
 	}
 }
 
+// encoding/json matches member names regardless of case (as
+// strings.EqualFold does, so also "ſ" for "s"), and lets the last duplicate
+// win; JSON.parse and most other parsers take names exactly. Every member
+// that decides a call must therefore appear once, spelled exactly, or the
+// call is ambiguous: the relay refuses it, answering with the id only when
+// the id itself is not in doubt.
+func TestClassifyAmbiguousCalls(t *testing.T) {
+	cases := []struct {
+		name, frame string
+		id          string // the id the refusal answers with; "" for none
+		reason      string // "" for a call that is not ambiguous
+	}{
+		{"a method in another case hides a call",
+			`{"jsonrpc":"2.0","id":1,"method":"tools/call","Method":"ping","params":{"name":"echo"}}`, "1",
+			`ambiguous tools/call: member "Method", which differs from "method" only in case`},
+		{"a method only in another case is a call to encoding/json alone",
+			`{"jsonrpc":"2.0","id":1,"METHOD":"tools/call","params":{"name":"echo"}}`, "1",
+			`ambiguous tools/call: member "METHOD", which differs from "method" only in case`},
+		{"an escaped method in another case",
+			`{"jsonrpc":"2.0","id":1,"method":"ping","\u004dethod":"tools/call","params":{"name":"echo"}}`, "1",
+			`ambiguous tools/call: member "Method", which differs from "method" only in case`},
+		{"params in another case renames the tool",
+			`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"rm"},"Params":{"name":"echo"}}`, "2",
+			`ambiguous tools/call: member "Params", which differs from "params" only in case`},
+		{"params with a long s renames the tool",
+			"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"rm\"},\"param\u017f\":{\"name\":\"echo\"}}", "2",
+			`ambiguous tools/call: member "paramſ", which differs from "params" only in case`},
+		{"a duplicate params",
+			`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"rm"},"params":{"name":"echo"}}`, "2",
+			`ambiguous tools/call: duplicate member "params"`},
+		{"params.Name in another case renames the tool",
+			`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"rm","Name":"echo"}}`, "3",
+			`ambiguous tools/call: params has member "Name", which differs from "name" only in case`},
+		{"a duplicate params.name",
+			`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"safe","name":"rm"}}`, "3",
+			`ambiguous tools/call: params has duplicate member "name"`},
+		{"params.Arguments in another case swaps the arguments",
+			`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"rm","arguments":{"p":"/"},"Arguments":{"p":"/tmp"}}}`, "4",
+			`ambiguous tools/call: params has member "Arguments", which differs from "arguments" only in case`},
+		{"an id in another case misroutes the answer",
+			`{"jsonrpc":"2.0","id":5,"Id":6,"method":"tools/call","params":{"name":"echo"}}`, "null",
+			`ambiguous tools/call: member "Id", which differs from "id" only in case`},
+		{"a duplicate id",
+			`{"jsonrpc":"2.0","id":5,"id":6,"method":"tools/call","params":{"name":"echo"}}`, "null",
+			`ambiguous tools/call: duplicate member "id"`},
+		{"a result in another case beside a call",
+			`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo"},"result":1,"RESULT":2}`, "7",
+			`ambiguous tools/call: member "RESULT", which differs from "result" only in case`},
+		{"an ambiguous notification has no id to answer",
+			`{"jsonrpc":"2.0","method":"tools/call","Method":"x","params":{"name":"echo"}}`, "",
+			`ambiguous tools/call: member "Method", which differs from "method" only in case`},
+		{"names inside arguments are the tool's business",
+			`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo","arguments":{"Name":"a","name":"b","name":"c"}}}`, "8", ""},
+		{"a member that decides nothing may be in any case",
+			`{"jsonrpc":"2.0","JSONRPC":"2.0","id":9,"method":"tools/call","params":{"name":"echo","Meta":1}}`, "9", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Classify([]byte(tc.frame))
+			if len(c.Calls) != 1 {
+				t.Fatalf("calls = %+v, want one", c.Calls)
+			}
+			call := c.Calls[0]
+			if string(call.ID) != tc.id {
+				t.Errorf("ID = %s, want %s", call.ID, tc.id)
+			}
+			if tc.reason == "" {
+				if call.Ambiguous || call.Malformed != "" {
+					t.Fatalf("call %+v, want a well-formed call", call)
+				}
+				return
+			}
+			if !call.Ambiguous || call.Malformed != tc.reason || call.Tool != UnknownTool || call.Key != "" {
+				t.Errorf("call %+v, want ambiguous %q, tool %s", call, tc.reason, UnknownTool)
+			}
+		})
+	}
+}
+
 func TestClassifyAnswers(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -98,6 +177,8 @@ func TestClassifyAnswers(t *testing.T) {
 		{"server request reusing an id is no answer", `{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","result":{}}`, nil},
 		{"null id error is no answer", `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse"}}`, nil},
 		{"duplicate id is no answer", `{"jsonrpc":"2.0","id":1,"id":2,"result":{}}`, nil},
+		{"id in another case is no answer", `{"jsonrpc":"2.0","id":1,"ID":2,"result":{}}`, nil},
+		{"result in another case is no answer", `{"jsonrpc":"2.0","id":1,"result":{},"Result":{}}`, nil},
 		{"batch of answers", `[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","id":2,"error":{"code":1,"message":""}}]`, []string{"n:1", "n:2"}},
 		{"notification", `{"jsonrpc":"2.0","method":"notifications/progress"}`, nil},
 	}
@@ -124,6 +205,9 @@ func FuzzClassify(f *testing.F) {
 		`{"id":1e999,"method":"tools/call"}`, // huge exponent
 		`{"id":-0,"result":1}`,
 		"\xff\xfe{",
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","Method":"ping","params":{"name":"echo"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"rm","Name":"echo"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"rm","name":"echo"}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -133,9 +217,19 @@ func FuzzClassify(f *testing.F) {
 			if (call.Key == "") != (call.Malformed != "") {
 				t.Fatalf("call %+v: a key exactly when well-formed", call)
 			}
-			if call.Tool == "" {
+			// params.name may be "", and is then recorded as sent.
+			if call.Tool == "" && !bytes.Contains(b, []byte(`""`)) {
 				t.Fatalf("call %+v without a tool", call)
 			}
+			if call.Ambiguous && (call.Malformed == "" || call.Tool != UnknownTool) {
+				t.Fatalf("ambiguous call %+v: want it malformed, tool %s", call, UnknownTool)
+			}
+		}
+		// A parser that takes member names exactly, whichever duplicate it
+		// keeps, must see no call that Classify missed, and every call
+		// Classify calls well-formed must be the same call to it.
+		if tr := bytes.TrimSpace(b); len(tr) > 0 && tr[0] == '{' && json.Valid(tr) {
+			checkExactReadings(t, tr, c)
 		}
 		// Classify lets decoding validate objects and arrays instead of
 		// scanning them with json.Valid first: what is not one JSON value
@@ -157,6 +251,64 @@ func FuzzClassify(f *testing.F) {
 			}
 		}
 	})
+}
+
+// exactReadings reads obj's members by exact name, as JSON.parse does: once
+// keeping the first of duplicates and once the last.
+func exactReadings(obj []byte) []map[string]json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	first, last := map[string]json.RawMessage{}, map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		k, _ := tok.(string)
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			return nil
+		}
+		if _, ok := first[k]; !ok {
+			first[k] = v
+		}
+		last[k] = v
+	}
+	return []map[string]json.RawMessage{first, last}
+}
+
+// checkExactReadings holds Classify's reading of a valid object frame to
+// every exact-name reading of it.
+func checkExactReadings(t *testing.T, frame []byte, c Classification) {
+	t.Helper()
+	for _, r := range exactReadings(frame) {
+		if m, ok := jsonString(r["method"]); ok && m == "tools/call" && len(c.Calls) == 0 {
+			t.Fatalf("a parser that takes names exactly reads a tools/call that Classify missed: %q", frame)
+		}
+	}
+	for _, call := range c.Calls {
+		if call.Malformed != "" {
+			continue
+		}
+		for _, r := range exactReadings(frame) {
+			if m, _ := jsonString(r["method"]); m != "tools/call" {
+				t.Fatalf("Classify read call %+v where an exact reading has method %s: %q", call, r["method"], frame)
+			}
+			if key, _, _ := idKey(r["id"]); key != call.Key {
+				t.Fatalf("Classify read id %s where an exact reading has %s: %q", call.Key, r["id"], frame)
+			}
+			for _, p := range exactReadings(bytes.TrimSpace(r["params"])) {
+				if name, _ := jsonString(p["name"]); name != call.Tool {
+					t.Fatalf("Classify read tool %q where an exact reading has %s: %q", call.Tool, p["name"], frame)
+				}
+				if args := compactRaw(p["arguments"]); !bytes.Equal(args, call.Args) {
+					t.Fatalf("Classify read arguments %s where an exact reading has %s: %q", call.Args, args, frame)
+				}
+			}
+		}
+	}
 }
 
 // An id with a vast exponent must not make the relay compute 10^999999999.

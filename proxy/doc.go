@@ -24,10 +24,13 @@
 //     calls of one answer frame share its response_digest.
 //   - Nothing slips past the record. [Classify] reads a frame the way any
 //     plausible server parser might: complete JSON values are classified
-//     even when a line holds several, duplicate members and any frame that
-//     names tools/call in any spelling without being a followable request
-//     become malformed calls, which get an intent and a denied outcome
-//     before the frame is relayed (they are the server's to answer). The
+//     even when a line holds several, and any frame that names tools/call
+//     in any spelling without being a followable request becomes a
+//     malformed call, which gets an intent and a denied outcome before the
+//     frame is relayed (it is the server's to answer). A call whose
+//     deciding members appear twice or in another case is ambiguous: no
+//     reading can say which call the server would run, so the relay
+//     refuses its frame, in every mode, instead of relaying it. The
 //     relay skips Classify only where it cannot matter: a host frame that
 //     does not name tools/call in any spelling (FuzzClassify holds that such
 //     a frame never yields a call), and a server frame read while no call

@@ -631,7 +631,22 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 			}
 		}
 	}
+	// A call that parsers may read differently is refused in every mode:
+	// aegis cannot tell which call the server would run, so it could
+	// neither decide it nor record truthfully what ran.
+	for _, c := range cls.Calls {
+		if c.Ambiguous {
+			r.log.Warn("refused an ambiguous tools/call; send each member once, with its name in lower case", "reason", c.Malformed)
+			refused = true
+		}
+	}
 	if refused {
+		if verdicts == nil {
+			verdicts = make([]gated, len(cls.Calls))
+			for i := range verdicts {
+				verdicts[i].decision.Verdict = policy.Allow
+			}
+		}
 		return r.refuseFrame(cls, frame, fev, verdicts, policyHash, now)
 	}
 	// The frame event rides with the first intent, so both share a commit.
@@ -704,6 +719,12 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 		d := verdicts[i].decision
 		var o schemas.Outcome
 		switch {
+		case c.Ambiguous:
+			// Refused for itself, not as a sibling.
+			wc.PolicySetHash = schemas.WrapPassthroughPolicySetHash
+			o = wc.Malformed()
+			o.Policy = schemas.PolicyDenied(c.Malformed)
+			o.Capability = schemas.CapabilityDenied(c.Malformed)
 		case c.Tool == UnknownTool:
 			wc.PolicySetHash = schemas.WrapPassthroughPolicySetHash
 			o = wc.Malformed()
@@ -741,7 +762,9 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 		r.mu.Lock()
 		r.calls++
 		r.mu.Unlock()
-		if len(c.ID) > 0 && !bytes.Equal(c.ID, []byte("null")) {
+		// An ambiguous call whose id is itself ambiguous is answered with
+		// a null id, as JSON-RPC answers a request whose id cannot be told.
+		if len(c.ID) > 0 && (c.Ambiguous || !bytes.Equal(c.ID, []byte("null"))) {
 			code := policy.RefusalCode(d)
 			if c.Tool == UnknownTool {
 				code = policy.CodeHostDenied

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,7 +152,6 @@ func TestWrapRecordsMalformedCallsBeforeRelaying(t *testing.T) {
 		{`{"jsonrpc":"2.0","method":"tools/call","params":{"name":"rm"}}`, "rm", "tools/call without an id"},
 		{`{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"rm"}}`, "rm", "tools/call with a null id"},
 		{`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{}}`, "<unknown>", schemas.ReasonMalformedCall},
-		{`{"jsonrpc":"2.0","id":6,"method":"ping","method":"tools/call","params":{"name":"rm"}}`, "<unknown>", `ambiguous tools/call: duplicate member "method"`},
 		{`"method": "tools/call", "params": {"name": "rm"}}`, "<unknown>", "frame is not one JSON value but mentions tools/call"},
 	}
 	var input []string
@@ -188,6 +188,93 @@ func TestWrapRecordsMalformedCallsBeforeRelaying(t *testing.T) {
 		if ls[i].Type() == "intent" && ls[i+1].Type() != "outcome" {
 			t.Errorf("line %d: intent not followed by its outcome", i)
 		}
+	}
+}
+
+// A tools/call whose deciding members parsers may read differently never
+// reaches the server, even without a policy: aegis cannot tell which call
+// the server would run, so it could not record what ran. The host gets the
+// -32042 refusal, and the record an intent and a denied, not-executed
+// outcome. Each frame is named after what it would smuggle past aegis's
+// own reading (encoding/json, which matches member names regardless of
+// case and lets the last duplicate win).
+func TestWrapRefusesAmbiguousCalls(t *testing.T) {
+	h := newHarness(t)
+	log := filepath.Join(t.TempDir(), "server.log")
+	attacks := []struct{ name, frame, answer, reason string }{
+		{"a method in another case hides the call",
+			`{"jsonrpc":"2.0","id":1,"method":"tools/call","Method":"ping","params":{"name":"echo"}}`, "1",
+			`member "Method", which differs from "method" only in case`},
+		{"a duplicate method hides the call",
+			`{"jsonrpc":"2.0","id":2,"method":"ping","method":"tools/call","params":{"name":"rm"}}`, "2",
+			`duplicate member "method"`},
+		{"params in another case renames the tool",
+			`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"rm"},"Params":{"name":"echo"}}`, "3",
+			`member "Params", which differs from "params" only in case`},
+		{"params spelled with a long s renames the tool",
+			`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"rm"},"param\u017f":{"name":"echo"}}`, "4",
+			`member "paramſ", which differs from "params" only in case`},
+		{"an id in another case misroutes the answer",
+			`{"jsonrpc":"2.0","id":5,"ID":6,"method":"tools/call","params":{"name":"echo"}}`, "null",
+			`member "ID", which differs from "id" only in case`},
+		{"a duplicate params.name hides the tool",
+			`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","name":"rm"}}`, "7",
+			`params has duplicate member "name"`},
+		{"params.Arguments in another case swaps the arguments",
+			`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo","arguments":{"p":1},"ARGUMENTS":{"p":2}}}`, "8",
+			`params has member "ARGUMENTS", which differs from "arguments" only in case`},
+	}
+	batch := `[{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo"}},{"jsonrpc":"2.0","id":10,"METHOD":"tools/call","params":{"name":"rm"}}]`
+	relayed := []string{
+		// Names inside arguments, and members that do not decide the call,
+		// are the server's business.
+		`{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo","arguments":{"Name":"x","name":"y"}}}`,
+		`{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"echo"},"JSONRPC":"2.0","Jsonrpc":"2.0"}`,
+	}
+	var frames []string
+	for _, a := range attacks {
+		frames = append(frames, a.frame)
+	}
+	frames = append(append(frames, batch), relayed...)
+	run := h.run([]string{bin(t, "rawserver"), "-log", log}, strings.NewReader(joinLines(frames...)), 2*time.Second, nil)
+	if run.err != nil {
+		t.Fatal(run.err)
+	}
+	if got, _ := os.ReadFile(log); string(got) != joinLines(relayed...) {
+		t.Fatalf("the server received:\n%s\nwant only:\n%s", got, joinLines(relayed...))
+	}
+	out := string(run.out)
+	for _, a := range attacks {
+		if !strings.Contains(out, refusal(a.answer, "HOST_DENIED")+"\n") {
+			t.Errorf("%s: host did not get the refusal for id %s\nhost got:\n%s", a.name, a.answer, out)
+		}
+	}
+	if r := "[" + refusal("9", "HOST_DENIED") + "," + refusal("10", "HOST_DENIED") + "]\n"; !strings.Contains(out, r) {
+		t.Errorf("an ambiguous call in a batch: host did not get %s\nhost got:\n%s", r, out)
+	}
+	outcomes := ofType(h.lines(), "outcome")
+	if len(outcomes) != len(attacks)+2+len(relayed) {
+		t.Fatalf("%d outcomes, want %d", len(outcomes), len(attacks)+2+len(relayed))
+	}
+	for i, a := range attacks {
+		o := outcomes[i]
+		if p := obj(o, "policy"); p["status"] != "denied" || p["reason"] != "ambiguous tools/call: "+a.reason || str(o, "tool_id") != "<unknown>" {
+			t.Errorf("%s: outcome %s policy %v, want <unknown> denied %q", a.name, str(o, "tool_id"), p, a.reason)
+		}
+		if e := obj(o, "execution"); e["status"] != "host_denied" || e["reason"] != "not executed" {
+			t.Errorf("%s: execution %v", a.name, e)
+		}
+	}
+	if e := obj(outcomes[len(attacks)], "execution"); e["reason"] != schemas.ReasonSiblingRefused {
+		t.Errorf("the well-formed sibling of an ambiguous call: execution %v", e)
+	}
+	for _, o := range outcomes[len(attacks)+2:] {
+		if e := obj(o, "execution"); e["status"] != "success" {
+			t.Errorf("relayed call %s: execution %v", str(o, "call_id"), e)
+		}
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("verify: %s", verifier.Render(r))
 	}
 }
 
