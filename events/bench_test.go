@@ -107,12 +107,13 @@ func BenchmarkAppendVsFsync(b *testing.B) {
 		"idle-append-p50-µs":         us(quantile(idleApp, 0.5)),
 		"idle-fsync-p50-µs":          us(quantile(idleFsy, 0.5)),
 		"idle-append-minus-fsync-µs": us(quantile(idleApp, 0.5) - quantile(idleFsy, 0.5)),
+		"idle-fsync-minus-fsync-µs":  us(quantile(idleFsy, 0.5) - quantile(fsy, 0.5)),
 		"appends":                    float64(len(app) + len(idleApp)),
 	}
 	if f50 := quantile(fsy, 0.5); f50 > 0 {
 		fig["append/fsync-p50"] = float64(quantile(app, 0.5)) / float64(f50)
 	}
-	for _, k := range []string{"append-p50-µs", "append-p99-µs", "fsync-p50-µs", "fsync-p99-µs", "append/fsync-p50", "idle-append-p50-µs", "idle-fsync-p50-µs", "idle-append-minus-fsync-µs"} {
+	for _, k := range []string{"append-p50-µs", "append-p99-µs", "fsync-p50-µs", "fsync-p99-µs", "append/fsync-p50", "idle-append-p50-µs", "idle-fsync-p50-µs", "idle-append-minus-fsync-µs", "idle-fsync-minus-fsync-µs"} {
 		if v, ok := fig[k]; ok {
 			b.ReportMetric(v, k)
 		}

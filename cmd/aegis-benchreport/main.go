@@ -225,6 +225,7 @@ var contextSpecs = []figure{
 	{What: "events: durable Append ÷ bare fsync (p50s)", Unit: "×", Bench: "BenchmarkAppendVsFsync", Key: "append/fsync-p50"},
 	{What: "events: durable Append − bare fsync (p50s), back to back", Unit: "µs", Bench: "BenchmarkAppendVsFsync", Key: "append-minus-fsync-µs"},
 	{What: "… the same, each started after a 300 µs idle wait, as a relay's commit is", Unit: "µs", Bench: "BenchmarkAppendVsFsync", Key: "idle-append-minus-fsync-µs"},
+	{What: "events: bare fsync started after a 300 µs idle wait − one back to back (p50s)", Unit: "µs", Bench: "BenchmarkAppendVsFsync", Key: "idle-fsync-minus-fsync-µs"},
 	{What: "events: durable appends/s, 64 appenders", Unit: "events/s", Bench: "BenchmarkAppendConcurrent/appenders=64", Key: "events/s"},
 	{What: "events: events per commit, 64 appenders", Unit: "", Bench: "BenchmarkAppendConcurrent/appenders=64", Key: "events/commit"},
 }
