@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -172,6 +173,12 @@ func classifyObject(obj []byte, c *Classification) {
 // classifyMember classifies obj, already decoded into m.
 func classifyMember(obj []byte, m *member, c *Classification) {
 	dups := ambiguousMember(obj, "id", "method", "params", "result", "error")
+	if dups != "" {
+		// Parsers may read this object differently: one may see an answer
+		// where encoding/json sees a request, or another id. Every call
+		// that any reading answers is closed before the frame is relayed.
+		c.Answers = append(c.Answers, readingAnswers(obj, m)...)
+	}
 	method, methodIsString := jsonString(m.Method)
 	if m.Method != nil {
 		if !methodIsString {
@@ -214,6 +221,60 @@ func classifyMember(obj []byte, m *member, c *Classification) {
 			c.Answers = append(c.Answers, Answer{Key: key})
 		}
 	}
+}
+
+// readingAnswers returns the answers found by any of three readings of an
+// ambiguous obj: encoding/json's (m), and the exact-name readings that keep
+// the first and the last of duplicate members (JSON.parse keeps the last).
+// A reading finds an answer where it sees result or error and no method,
+// with an id that keys.
+func readingAnswers(obj []byte, m *member) []Answer {
+	var out []Answer
+	add := func(id json.RawMessage) {
+		key, ok, _ := idKey(id)
+		if ok && !slices.Contains(out, Answer{Key: key}) {
+			out = append(out, Answer{Key: key})
+		}
+	}
+	if m.Method == nil && (m.Result != nil || m.Error != nil) {
+		add(m.ID)
+	}
+	for _, r := range exactReadings(obj) {
+		_, method := r["method"]
+		_, result := r["result"]
+		_, errm := r["error"]
+		if !method && (result || errm) {
+			add(r["id"])
+		}
+	}
+	return out
+}
+
+// exactReadings reads the top-level members of obj, a valid JSON object, by
+// exact name: once keeping the first of duplicate members and once the
+// last. It is the slow path, for ambiguous objects only.
+func exactReadings(obj []byte) []map[string]json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	first, last := map[string]json.RawMessage{}, map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		k, _ := tok.(string)
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			return nil
+		}
+		if _, ok := first[k]; !ok {
+			first[k] = v
+		}
+		last[k] = v
+	}
+	return []map[string]json.RawMessage{first, last}
 }
 
 // ambiguousID is the id to answer an ambiguous call with: the id as sent

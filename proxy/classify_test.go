@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -176,9 +177,14 @@ func TestClassifyAnswers(t *testing.T) {
 		{"number forms are one id", `{"jsonrpc":"2.0","id":1.0,"result":{}}`, []string{"n:1"}},
 		{"server request reusing an id is no answer", `{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","result":{}}`, nil},
 		{"null id error is no answer", `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse"}}`, nil},
-		{"duplicate id is no answer", `{"jsonrpc":"2.0","id":1,"id":2,"result":{}}`, nil},
-		{"id in another case is no answer", `{"jsonrpc":"2.0","id":1,"ID":2,"result":{}}`, nil},
-		{"result in another case is no answer", `{"jsonrpc":"2.0","id":1,"result":{},"Result":{}}`, nil},
+		// An answer that parsers read differently closes every call that
+		// any reading answers, so the host never gets an answer whose
+		// outcome is not on disk, whichever parser it uses.
+		{"a duplicate id answers both", `{"jsonrpc":"2.0","id":1,"id":2,"result":{}}`, []string{"n:2", "n:1"}},
+		{"an id in another case answers both", `{"jsonrpc":"2.0","id":1,"ID":2,"result":{}}`, []string{"n:2", "n:1"}},
+		{"a result in another case still answers", `{"jsonrpc":"2.0","id":1,"result":{},"Result":{}}`, []string{"n:1"}},
+		{"a method in another case hides an answer from encoding/json only", `{"jsonrpc":"2.0","id":3,"result":{},"Method":"x"}`, []string{"n:3"}},
+		{"a duplicate method still makes a request", `{"jsonrpc":"2.0","id":3,"method":"x","method":"y","result":{}}`, nil},
 		{"batch of answers", `[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","id":2,"error":{"code":1,"message":""}}]`, []string{"n:1", "n:2"}},
 		{"notification", `{"jsonrpc":"2.0","method":"notifications/progress"}`, nil},
 	}
@@ -208,6 +214,8 @@ func FuzzClassify(f *testing.F) {
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","Method":"ping","params":{"name":"echo"}}`,
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"rm","Name":"echo"}}`,
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"rm","name":"echo"}}`,
+		`{"jsonrpc":"2.0","id":1,"ID":2,"result":{}}`,
+		`{"jsonrpc":"2.0","id":3,"result":{},"Method":"x"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -253,9 +261,10 @@ func FuzzClassify(f *testing.F) {
 	})
 }
 
-// exactReadings reads obj's members by exact name, as JSON.parse does: once
-// keeping the first of duplicates and once the last.
-func exactReadings(obj []byte) []map[string]json.RawMessage {
+// refExactReadings reads obj's members by exact name, as JSON.parse does:
+// once keeping the first of duplicates and once the last. It is the test's
+// own copy, so that the property does not lean on the code it checks.
+func refExactReadings(obj []byte) []map[string]json.RawMessage {
 	dec := json.NewDecoder(bytes.NewReader(obj))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil
@@ -283,23 +292,30 @@ func exactReadings(obj []byte) []map[string]json.RawMessage {
 // every exact-name reading of it.
 func checkExactReadings(t *testing.T, frame []byte, c Classification) {
 	t.Helper()
-	for _, r := range exactReadings(frame) {
+	for _, r := range refExactReadings(frame) {
 		if m, ok := jsonString(r["method"]); ok && m == "tools/call" && len(c.Calls) == 0 {
 			t.Fatalf("a parser that takes names exactly reads a tools/call that Classify missed: %q", frame)
+		}
+		// An answer that such a parser sees must close its call first.
+		_, method := r["method"]
+		_, result := r["result"]
+		_, errm := r["error"]
+		if key, ok, _ := idKey(r["id"]); ok && !method && (result || errm) && !slices.Contains(c.Answers, Answer{Key: key}) {
+			t.Fatalf("a parser that takes names exactly reads an answer to %s that Classify missed: %q (answers %v)", key, frame, c.Answers)
 		}
 	}
 	for _, call := range c.Calls {
 		if call.Malformed != "" {
 			continue
 		}
-		for _, r := range exactReadings(frame) {
+		for _, r := range refExactReadings(frame) {
 			if m, _ := jsonString(r["method"]); m != "tools/call" {
 				t.Fatalf("Classify read call %+v where an exact reading has method %s: %q", call, r["method"], frame)
 			}
 			if key, _, _ := idKey(r["id"]); key != call.Key {
 				t.Fatalf("Classify read id %s where an exact reading has %s: %q", call.Key, r["id"], frame)
 			}
-			for _, p := range exactReadings(bytes.TrimSpace(r["params"])) {
+			for _, p := range refExactReadings(bytes.TrimSpace(r["params"])) {
 				if name, _ := jsonString(p["name"]); name != call.Tool {
 					t.Fatalf("Classify read tool %q where an exact reading has %s: %q", call.Tool, p["name"], frame)
 				}

@@ -21,7 +21,11 @@
 //     request_digest.
 //   - Outcome before answer. A server frame that answers pending calls is
 //     written to the host only after their outcome lines are durable; the
-//     calls of one answer frame share its response_digest.
+//     calls of one answer frame share its response_digest. An answer whose
+//     id, method, result or error appears twice or in another case closes
+//     every pending call that any reading of it answers (encoding/json's,
+//     and the exact-name readings that keep the first or the last
+//     duplicate), whichever parser the host uses.
 //   - Nothing slips past the record. [Classify] reads a frame the way any
 //     plausible server parser might: complete JSON values are classified
 //     even when a line holds several, and any frame that names tools/call

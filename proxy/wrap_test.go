@@ -278,6 +278,50 @@ func TestWrapRefusesAmbiguousCalls(t *testing.T) {
 	}
 }
 
+// A server's answer that parsers read differently must not reach the host
+// before the outcome of the call it may answer: JSON.parse reads the
+// answers below as answers to calls 1 and 3, where encoding/json reads an
+// answer to id 2 and a request. Both calls are recorded as answered, with
+// the answer's digest, before the answer is relayed.
+func TestWrapRecordsAmbiguousAnswersBeforeRelaying(t *testing.T) {
+	h := newHarness(t)
+	answers := []string{
+		`{"jsonrpc":"2.0","id":1,"ID":2,"result":{"content":[]}}`,
+		`{"jsonrpc":"2.0","id":3,"result":{"content":[]},"Method":"x"}`,
+	}
+	script := `while IFS= read -r line; do
+  case "$line" in
+    *'"id":1,'*) printf '%s
+' '` + answers[0] + `' ;;
+    *'"id":3,'*) printf '%s
+' '` + answers[1] + `' ;;
+  esac
+done`
+	input := joinLines(
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo"}}`,
+	)
+	run := h.run([]string{"sh", "-c", script}, strings.NewReader(input), 2*time.Second, nil)
+	if run.err != nil {
+		t.Fatal(run.err)
+	}
+	if string(run.out) != joinLines(answers...) {
+		t.Fatalf("host got %q, want the answers unchanged", run.out)
+	}
+	outcomes := ofType(h.lines(), "outcome")
+	if len(outcomes) != 2 {
+		t.Fatalf("%d outcomes, want 2", len(outcomes))
+	}
+	for i, o := range outcomes {
+		if e := obj(o, "execution"); e["status"] != "success" || str(o, "response_digest") != sha([]byte(answers[i])) {
+			t.Errorf("call %d: execution %v, response_digest %s; want answered by %s", i+1, e, str(o, "response_digest"), answers[i])
+		}
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("verify: %s", verifier.Render(r))
+	}
+}
+
 // A server that exits as soon as the host closes stdin did not exit
 // first: the session must not say so (nor warn the host that it did).
 func TestWrapServerExitOnHostEOFIsNotFirst(t *testing.T) {
