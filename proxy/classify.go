@@ -34,6 +34,9 @@ type Call struct {
 	// Tool is params.name when it is a string (also when the call is
 	// Malformed for another reason), else "<unknown>".
 	Tool string
+	// Named is set when params.name was read as a string, so that Tool is
+	// that name (even one spelled "<unknown>").
+	Named bool
 	// ID is the request's id exactly as sent (nil when absent); a refusal
 	// echoes it with its JSON type.
 	ID json.RawMessage
@@ -55,6 +58,13 @@ type Call struct {
 	// record or decide it: the relay refuses such a frame instead of
 	// relaying it.
 	Ambiguous bool
+	// Unreadable is set, with Malformed, when the frame names tools/call
+	// but aegis could not read a call from it at all: it is not one JSON
+	// value, or the element or method that would hold the call is not an
+	// object or a string. A strict server rejects it, a lenient one might
+	// run it; under a policy the relay refuses it, since no rule can
+	// decide it.
+	Unreadable bool
 }
 
 // Answer is a response-shaped element of a server frame: result or error
@@ -116,7 +126,7 @@ func Classify(frame []byte) Classification {
 			if len(e) > 0 && e[0] == '{' {
 				classifyObject(e, &c)
 			} else if mentionsToolsCall(e) {
-				c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "batch element is not an object but mentions tools/call"})
+				c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "batch element is not an object but mentions tools/call", Unreadable: true})
 			}
 		}
 		return c
@@ -127,7 +137,7 @@ func Classify(frame []byte) Classification {
 	// A bare scalar. A string could still name tools/call to a lenient peer.
 	c := Classification{Shape: Opaque}
 	if mentionsToolsCall(t) {
-		c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "frame is not a JSON-RPC object but mentions tools/call"})
+		c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "frame is not a JSON-RPC object but mentions tools/call", Unreadable: true})
 	}
 	return c
 }
@@ -154,7 +164,7 @@ func classifyOpaque(frame []byte) Classification {
 	// server answers them. Anything else that names tools/call is recorded
 	// as a malformed call.
 	if len(c.Calls) == 0 && mentionsToolsCall(frame) {
-		c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "frame is not one JSON value but mentions tools/call"})
+		c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "frame is not one JSON value but mentions tools/call", Unreadable: true})
 	}
 	return c
 }
@@ -163,7 +173,7 @@ func classifyObject(obj []byte, c *Classification) {
 	var m member
 	if err := json.Unmarshal(obj, &m); err != nil {
 		if mentionsToolsCall(obj) {
-			c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "tools/call object does not decode"})
+			c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "tools/call object does not decode", Unreadable: true})
 		}
 		return
 	}
@@ -183,7 +193,7 @@ func classifyMember(obj []byte, m *member, c *Classification) {
 	if m.Method != nil {
 		if !methodIsString {
 			if mentionsToolsCall(m.Method) {
-				c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "method is not a string"})
+				c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "method is not a string", Unreadable: true})
 			}
 			return
 		}
@@ -211,7 +221,7 @@ func classifyMember(obj []byte, m *member, c *Classification) {
 			call.Tool = name
 		}
 		if ok {
-			call.Tool = name
+			call.Tool, call.Named = name, true
 		}
 		c.Calls = append(c.Calls, call)
 		return

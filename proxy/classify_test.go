@@ -232,6 +232,12 @@ func FuzzClassify(f *testing.F) {
 			if call.Ambiguous && (call.Malformed == "" || call.Tool != UnknownTool) {
 				t.Fatalf("ambiguous call %+v: want it malformed, tool %s", call, UnknownTool)
 			}
+			if !call.Named && call.Tool != UnknownTool || (call.Ambiguous || call.Unreadable) && call.Named {
+				t.Fatalf("call %+v: a tool name exactly when one was read", call)
+			}
+			if call.Unreadable && (call.Malformed == "" || call.Ambiguous) {
+				t.Fatalf("unreadable call %+v: want it malformed and not ambiguous", call)
+			}
 		}
 		// A parser that takes member names exactly, whichever duplicate it
 		// keeps, must see no call that Classify missed, and every call

@@ -47,7 +47,9 @@
 //     nothing further is relayed.
 //
 // With a policy ([WrapConfig.Policy]) every tools/call is decided before
-// its frame may be relayed; a refused frame never reaches the server and
+// its frame may be relayed, and a frame that names tools/call but cannot
+// be read as a call ([Call.Unreadable]) is refused, since no rule can
+// decide it; a refused frame never reaches the server and
 // the host gets the -32042 refusal frame once the outcomes are durable (a
 // batch is refused whole). Approvals resolve through [ApprovalOp]s from
 // another process; each decision is a signed decision line, and an approved

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +130,74 @@ func TestPolicyRefusedCallsNeverReachServer(t *testing.T) {
 	}
 	if n := len(h.frames(schemas.KindFrameRefusal)); n != 4 {
 		t.Errorf("%d refusal frames recorded, want 4 (the notification gets none)", n)
+	}
+}
+
+// Under a policy, a frame that names tools/call but that aegis cannot read
+// as a call does not reach the server undecided: a lenient server might
+// run it, and no rule can be asked about it. Each frame is named after
+// what it would hide from the policy. A readable call without a string
+// params.name still goes through (no server runs it), and a tool named
+// "<unknown>" is decided like any other.
+func TestPolicyRefusesCallsItCannotRead(t *testing.T) {
+	h := newHarness(t)
+	h.policy = loadPolicy(t, testPolicy+`  - id: no-unknown
+    action: deny
+    tool: "<unknown>"
+`)
+	log := filepath.Join(t.TempDir(), "server.log")
+	unnamed := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}`
+	allowed := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo"}}`
+	hidden := []struct{ name, frame string }{
+		{"a byte order mark hides rm", "\xef\xbb\xbf" + `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"rm"}}`},
+		{"single quotes hide rm", `{'jsonrpc':'2.0','id':3,'method':'tools/call','params':{'name':'rm'}}`},
+		{"a method in an array hides rm", `{"jsonrpc":"2.0","id":4,"method":["tools/call"],"params":{"name":"rm"}}`},
+	}
+	batch := `[{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo"}},"tools/call"]`
+	named := `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"<unknown>"}}`
+	frames := []string{unnamed}
+	for _, c := range hidden {
+		frames = append(frames, c.frame)
+	}
+	frames = append(frames, batch, named, allowed)
+	run := h.run([]string{bin(t, "rawserver"), "-log", log}, strings.NewReader(joinLines(frames...)), 2*time.Second, nil)
+	if run.err != nil {
+		t.Fatal(run.err)
+	}
+	if got, _ := os.ReadFile(log); string(got) != joinLines(unnamed, allowed) {
+		t.Fatalf("the server received:\n%s\nwant only:\n%s", got, joinLines(unnamed, allowed))
+	}
+	out := string(run.out)
+	if n := strings.Count(out, refusal("null", "HOST_DENIED")+"\n"); n != len(hidden) {
+		t.Errorf("%d refusals with a null id, want one for each unreadable frame (%d)\nhost got:\n%s", n, len(hidden), out)
+	}
+	for _, r := range []string{"[" + refusal("5", "HOST_DENIED") + "," + refusal("null", "HOST_DENIED") + "]", refusal("6", "POLICY_DENIED")} {
+		if !strings.Contains(out, r+"\n") {
+			t.Errorf("host did not get %s\nhost got:\n%s", r, out)
+		}
+	}
+	byCall := map[string]schemas.Line{}
+	for _, o := range ofType(h.lines(), "outcome") {
+		byCall[str(o, "call_id")] = o
+	}
+	// Relayed (the server log above), and recorded as the record
+	// format's wrap records it: denied, not executed.
+	if p := obj(byCall["call-1"], "policy"); p["reason"] != schemas.ReasonMalformedCall {
+		t.Errorf("the unnamed call: policy %v", p)
+	}
+	for i, c := range hidden {
+		o := byCall["call-"+strconv.Itoa(i+2)]
+		if p, e := obj(o, "policy"), obj(o, "execution"); p["status"] != "denied" || e["reason"] != "not executed" || str(o, "tool_id") != "<unknown>" {
+			t.Errorf("%s: outcome %s policy %v execution %v", c.name, str(o, "tool_id"), p, e)
+		}
+	}
+	if p := obj(byCall["call-6"], "policy"); p["reason"] != "batch element is not an object but mentions tools/call" {
+		t.Errorf("the unreadable batch element: policy %v", p)
+	}
+	if o := byCall["call-7"]; str(o, "tool_id") != "<unknown>" || obj(o, "policy")["status"] != "denied" || obj(o, "decision_axes")["matched_rule"] != "no-unknown" {
+		t.Errorf("a tool named <unknown>: outcome %v, want it decided by no-unknown", o.Members())
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("verify: %s", verifier.Render(r))
 	}
 }

@@ -621,8 +621,20 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 		for i, c := range cls.Calls {
 			// A call without a usable name cannot be asked about; one sent
 			// as a notification (no id) is evaluated like any other.
-			if c.Tool == UnknownTool {
+			if !c.Named {
 				verdicts[i].decision.Verdict = policy.Allow
+				if c.Unreadable {
+					// A frame aegis cannot read as a call may still be
+					// one to a lenient server: under a policy it does
+					// not pass undecided. Its id cannot be read, so the
+					// refusal answers with a null one, as JSON-RPC
+					// answers a request it cannot parse.
+					r.log.Warn("refused a tools/call that cannot be decided; send it as one JSON-RPC object on one line", "reason", c.Malformed)
+					if len(cls.Calls[i].ID) == 0 {
+						cls.Calls[i].ID = json.RawMessage("null")
+					}
+					refused = true
+				}
 				continue
 			}
 			verdicts[i] = r.gate.decide(c.Tool, c.Args, now)
@@ -656,7 +668,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 	for i, c := range cls.Calls {
 		wc := schemas.WrapCall{CallID: r.sess.NextCallID(), ToolID: c.Tool, RequestDigest: dg, PolicySetHash: policyHash}
 		var axes schemas.DecisionAxes
-		if c.Tool == UnknownTool {
+		if !c.Named {
 			wc.PolicySetHash = schemas.WrapPassthroughPolicySetHash // no rule was asked
 		} else if verdicts != nil {
 			axes.MatchedRule = verdicts[i].decision.MatchedRule
@@ -719,13 +731,13 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 		d := verdicts[i].decision
 		var o schemas.Outcome
 		switch {
-		case c.Ambiguous:
+		case c.Ambiguous || r.gate != nil && c.Unreadable:
 			// Refused for itself, not as a sibling.
 			wc.PolicySetHash = schemas.WrapPassthroughPolicySetHash
 			o = wc.Malformed()
 			o.Policy = schemas.PolicyDenied(c.Malformed)
 			o.Capability = schemas.CapabilityDenied(c.Malformed)
-		case c.Tool == UnknownTool:
+		case !c.Named:
 			wc.PolicySetHash = schemas.WrapPassthroughPolicySetHash
 			o = wc.Malformed()
 			if c.Malformed != schemas.ReasonMalformedCall {
@@ -762,11 +774,12 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 		r.mu.Lock()
 		r.calls++
 		r.mu.Unlock()
-		// An ambiguous call whose id is itself ambiguous is answered with
-		// a null id, as JSON-RPC answers a request whose id cannot be told.
-		if len(c.ID) > 0 && (c.Ambiguous || !bytes.Equal(c.ID, []byte("null"))) {
+		// A call refused because its id or frame cannot be read is
+		// answered with a null id, as JSON-RPC answers a request whose id
+		// cannot be told.
+		if len(c.ID) > 0 && (c.Ambiguous || r.gate != nil && c.Unreadable || !bytes.Equal(c.ID, []byte("null"))) {
 			code := policy.RefusalCode(d)
-			if c.Tool == UnknownTool {
+			if !c.Named {
 				code = policy.CodeHostDenied
 			}
 			answers = append(answers, answer{c.ID, code})
