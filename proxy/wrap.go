@@ -623,18 +623,6 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 			// as a notification (no id) is evaluated like any other.
 			if !c.Named {
 				verdicts[i].decision.Verdict = policy.Allow
-				if c.Unreadable {
-					// A frame aegis cannot read as a call may still be
-					// one to a lenient server: under a policy it does
-					// not pass undecided. Its id cannot be read, so the
-					// refusal answers with a null one, as JSON-RPC
-					// answers a request it cannot parse.
-					r.log.Warn("refused a tools/call that cannot be decided; send it as one JSON-RPC object on one line", "reason", c.Malformed)
-					if len(cls.Calls[i].ID) == 0 {
-						cls.Calls[i].ID = json.RawMessage("null")
-					}
-					refused = true
-				}
 				continue
 			}
 			verdicts[i] = r.gate.decide(c.Tool, c.Args, now)
@@ -643,12 +631,13 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 			}
 		}
 	}
-	// A call that parsers may read differently is refused in every mode:
-	// aegis cannot tell which call the server would run, so it could
-	// neither decide it nor record truthfully what ran.
 	for _, c := range cls.Calls {
-		if c.Ambiguous {
-			r.log.Warn("refused an ambiguous tools/call; send each member once, with its name in lower case", "reason", c.Malformed)
+		if r.refusesItself(c) {
+			hint := "send it as one JSON-RPC object on one line"
+			if c.Ambiguous {
+				hint = "send each member once, with its name in lower case"
+			}
+			r.log.Warn("refused a tools/call that aegis cannot read as one call; "+hint, "reason", c.Malformed)
 			refused = true
 		}
 	}
@@ -712,6 +701,15 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 	return last, true, true
 }
 
+// refusesItself reports whether c is refused for what it is, not for what
+// a policy says of it: an ambiguous call in every mode, since aegis cannot
+// tell which call the server would run and so could neither decide it nor
+// record truthfully what ran; an unreadable one under a policy, since no
+// rule can decide it and a lenient server might still run it.
+func (r *relay) refusesItself(c Call) bool {
+	return c.Ambiguous || r.gate != nil && c.Unreadable
+}
+
 // refuseFrame records every call of a refused frame (intent and outcome
 // back to back), registers pending approvals, and answers the host with
 // the refusal frame once the outcomes are durable. The frame never reaches
@@ -731,7 +729,7 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 		d := verdicts[i].decision
 		var o schemas.Outcome
 		switch {
-		case c.Ambiguous || r.gate != nil && c.Unreadable:
+		case r.refusesItself(c):
 			// Refused for itself, not as a sibling.
 			wc.PolicySetHash = schemas.WrapPassthroughPolicySetHash
 			o = wc.Malformed()
@@ -774,15 +772,20 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 		r.mu.Lock()
 		r.calls++
 		r.mu.Unlock()
-		// A call refused because its id or frame cannot be read is
-		// answered with a null id, as JSON-RPC answers a request whose id
-		// cannot be told.
-		if len(c.ID) > 0 && (c.Ambiguous || r.gate != nil && c.Unreadable || !bytes.Equal(c.ID, []byte("null"))) {
+		// A call refused for itself is answered even when its id, or the
+		// frame it came in, cannot be read: with a null id, as JSON-RPC
+		// answers a request whose id cannot be told. (An ambiguous
+		// notification has no id to read, and gets no answer.)
+		id := c.ID
+		if len(id) == 0 && c.Unreadable && r.refusesItself(c) {
+			id = json.RawMessage("null")
+		}
+		if len(id) > 0 && (r.refusesItself(c) || !bytes.Equal(id, []byte("null"))) {
 			code := policy.RefusalCode(d)
 			if !c.Named {
 				code = policy.CodeHostDenied
 			}
-			answers = append(answers, answer{c.ID, code})
+			answers = append(answers, answer{id, code})
 		}
 	}
 	var reply []byte
