@@ -65,21 +65,48 @@ type Call struct {
 	// run it; under a policy the relay refuses it, since no rule can
 	// decide it.
 	Unreadable bool
+	// Reused is set by the relay, with Malformed, when the call's id is
+	// already in flight (or given twice in its frame) under the exact or
+	// the loose reading: its answer could not be told from the other's,
+	// so the relay refuses it.
+	Reused bool
 }
 
 // Answer is a response-shaped element of a server frame: result or error
 // present and method absent. Server-to-client requests reuse ids, so only
 // response-shaped elements can close a pending call.
 type Answer struct {
+	// Key is the id's exact key (see Call.Key).
 	Key string
+	// ID is the id as sent, for matching it loosely (see [LooseID]).
+	ID json.RawMessage
+	// Elem numbers the element of the frame the answer was read from: an
+	// element that parsers read differently yields one Answer per reading,
+	// all with the same Elem.
+	Elem int
+}
+
+// Request is a request-shaped element of a host frame (a string method
+// and an id) whose method is not tools/call: the relay tracks its id so
+// that the server's answer can be told from a forged one, and so that no
+// call's id is reused while it is in flight.
+type Request struct {
+	Key string
+	ID  json.RawMessage
 }
 
 // Classification is the relay's reading of one frame. The frame's bytes are
 // never re-encoded; this only decides what to record.
 type Classification struct {
-	Shape   Shape
-	Calls   []Call
-	Answers []Answer
+	Shape    Shape
+	Calls    []Call
+	Answers  []Answer
+	Requests []Request
+	// Cancels holds the params.requestId of each notifications/cancelled,
+	// as sent.
+	Cancels []json.RawMessage
+	elems   int  // elements read so far, numbering Answer.Elem
+	reused  bool // set by the relay: a request reuses a call's id in flight
 }
 
 // UnknownTool is the tool_id recorded for a tools/call without a usable
@@ -161,9 +188,14 @@ func classifyOpaque(frame []byte) Classification {
 		}
 	}
 	// Calls decoded from complete values stay followable: a stream-decoding
-	// server answers them. Anything else that names tools/call is recorded
-	// as a malformed call.
-	if len(c.Calls) == 0 && mentionsToolsCall(frame) {
+	// server answers them. Anything else that names tools/call, also after
+	// the last value the decoder could read (a reader that skips what it
+	// cannot parse may find a call there), is recorded as a malformed call.
+	tail := frame
+	if off := int(dec.InputOffset()); off <= len(frame) && len(c.Calls) > 0 {
+		tail = frame[off:]
+	}
+	if mentionsToolsCall(tail) {
 		c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "frame is not one JSON value but mentions tools/call", Unreadable: true})
 	}
 	return c
@@ -183,11 +215,20 @@ func classifyObject(obj []byte, c *Classification) {
 // classifyMember classifies obj, already decoded into m.
 func classifyMember(obj []byte, m *member, c *Classification) {
 	dups := ambiguousMember(obj, "id", "method", "params", "result", "error")
+	elem := c.elems
+	c.elems++
 	if dups != "" {
 		// Parsers may read this object differently: one may see an answer
 		// where encoding/json sees a request, or another id. Every call
-		// that any reading answers is closed before the frame is relayed.
-		c.Answers = append(c.Answers, readingAnswers(obj, m)...)
+		// that any reading answers is closed before the frame is relayed,
+		// and every id that any reading requests with is tracked (unless
+		// the object is refused as an ambiguous call).
+		c.Answers = append(c.Answers, readingAnswers(obj, m, elem)...)
+		defer func(n int) {
+			if len(c.Calls) == n {
+				c.Requests = append(c.Requests, readingRequests(obj, m)...)
+			}
+		}(len(c.Calls))
 	}
 	method, methodIsString := jsonString(m.Method)
 	if m.Method != nil {
@@ -202,6 +243,16 @@ func classifyMember(obj []byte, m *member, c *Classification) {
 			return
 		}
 		if method != "tools/call" {
+			if dups == "" {
+				if key, ok, _ := idKey(m.ID); ok {
+					c.Requests = append(c.Requests, Request{Key: key, ID: compactRaw(m.ID)})
+				}
+			}
+			if method == "notifications/cancelled" {
+				if id := requestID(m.Params); id != nil {
+					c.Cancels = append(c.Cancels, id)
+				}
+			}
 			return
 		}
 		if amb := ambiguousMember(bytes.TrimSpace(m.Params), "name", "arguments"); amb != "" {
@@ -227,10 +278,47 @@ func classifyMember(obj []byte, m *member, c *Classification) {
 		return
 	}
 	if (m.Result != nil || m.Error != nil) && dups == "" {
-		if key, ok, _ := idKey(m.ID); ok {
-			c.Answers = append(c.Answers, Answer{Key: key})
+		// An id that does not key (null, an object) still answers a host
+		// that reads ids loosely, so it is kept with an empty key.
+		key, _, _ := idKey(m.ID)
+		c.Answers = append(c.Answers, Answer{Key: key, ID: compactRaw(m.ID), Elem: elem})
+	}
+}
+
+// requestID returns params.requestId of a notifications/cancelled, or nil.
+func requestID(params json.RawMessage) json.RawMessage {
+	p := bytes.TrimSpace(params)
+	if len(p) == 0 || p[0] != '{' {
+		return nil
+	}
+	var v struct {
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	if json.Unmarshal(p, &v) != nil {
+		return nil
+	}
+	return compactRaw(v.RequestID)
+}
+
+// readingRequests returns the ids of every reading of an ambiguous obj that
+// sees a request (a method and no result or error), so that none of them
+// can be used to answer a call in flight.
+func readingRequests(obj []byte, m *member) []Request {
+	var out []Request
+	add := func(id json.RawMessage) {
+		if key, ok, _ := idKey(id); ok && !slices.ContainsFunc(out, func(r Request) bool { return r.Key == key }) {
+			out = append(out, Request{Key: key, ID: compactRaw(id)})
 		}
 	}
+	if m.Method != nil {
+		add(m.ID)
+	}
+	for _, r := range exactReadings(obj) {
+		if _, method := r["method"]; method {
+			add(r["id"])
+		}
+	}
+	return out
 }
 
 // readingAnswers returns the answers found by any of three readings of an
@@ -238,12 +326,12 @@ func classifyMember(obj []byte, m *member, c *Classification) {
 // the first and the last of duplicate members (JSON.parse keeps the last).
 // A reading finds an answer where it sees result or error and no method,
 // with an id that keys.
-func readingAnswers(obj []byte, m *member) []Answer {
+func readingAnswers(obj []byte, m *member, elem int) []Answer {
 	var out []Answer
 	add := func(id json.RawMessage) {
-		key, ok, _ := idKey(id)
-		if ok && !slices.Contains(out, Answer{Key: key}) {
-			out = append(out, Answer{Key: key})
+		key, _, _ := idKey(id)
+		if !slices.ContainsFunc(out, func(a Answer) bool { return a.Key == key && bytes.Equal(a.ID, compactRaw(id)) }) {
+			out = append(out, Answer{Key: key, ID: compactRaw(id), Elem: elem})
 		}
 	}
 	if m.Method == nil && (m.Result != nil || m.Error != nil) {

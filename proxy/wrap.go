@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -114,6 +115,35 @@ type pendingCall struct {
 	call  schemas.WrapCall
 	start time.Time
 	axes  schemas.DecisionAxes // matched rule and approval, under a policy
+	id    reqID
+	// cancelled is how long after start the host cancelled the call
+	// (notifications/cancelled); 0 while it has not.
+	cancelled time.Duration
+}
+
+// reqID is a host request's id, under the exact reading and the loose one
+// hosts match answers by (see LooseID).
+type reqID struct {
+	key     string
+	loose   float64
+	looseOK bool
+}
+
+func newReqID(key string, raw json.RawMessage) reqID {
+	l, ok := LooseID(raw)
+	return reqID{key: key, loose: l, looseOK: ok}
+}
+
+// same reports whether a and b name one request to some reader.
+func (a reqID) same(b reqID) bool {
+	return a.key != "" && a.key == b.key || a.looseOK && b.looseOK && a.loose == b.loose
+}
+
+// otherRequest is a host request of another method than tools/call that
+// the server has not answered yet; n counts requests that reuse its id.
+type otherRequest struct {
+	id reqID
+	n  int
 }
 
 type outFrame struct {
@@ -128,8 +158,9 @@ type relay struct {
 	ctx  context.Context // bounds waits for commits
 
 	mu         sync.Mutex
-	pending    map[string]*pendingCall
-	stopped    bool // no more calls are registered or relayed
+	pending    map[string]*pendingCall  // tools/calls in flight, by exact id key
+	others     map[string]*otherRequest // other host requests in flight
+	stopped    bool                     // no more calls are registered or relayed
 	hostClosed bool
 	failed     error
 	calls      int
@@ -142,6 +173,9 @@ type relay struct {
 
 	s2cFrames atomic.Int64 // server frames read so far
 	s2cBusy   atomic.Bool  // the server reader is handling a frame
+
+	hs jsonStream // the host's bytes as relayed; the host reader's alone
+	ss jsonStream // the server's bytes as relayed; the server reader's alone
 }
 
 // Wrap starts the server and relays between it and the host until the
@@ -163,7 +197,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &relay{cfg: cfg, log: cfg.Logger, ctx: ctx, pending: map[string]*pendingCall{}, rearm: make(chan struct{}, 1)}
+	r := &relay{cfg: cfg, log: cfg.Logger, ctx: ctx, pending: map[string]*pendingCall{}, others: map[string]*otherRequest{}, rearm: make(chan struct{}, 1)}
 	if cfg.Policy != nil {
 		r.gate = newGate(cfg.Policy, cfg.ApprovalTTL)
 	}
@@ -580,23 +614,33 @@ func (r *relay) failedNow() bool {
 }
 
 // onHostFrame records a host frame and its tools/calls and says whether to
-// relay it. Without a policy every call is allowed: well-formed calls
+// relay it. The frame is read as every plausible server reads it
+// (readHostFrame): line by line, and as one continuous JSON stream across
+// frames. Without a policy every call is allowed: well-formed calls
 // become pending and the frame waits for their intents; malformed calls
 // get an intent and an outcome at once. With a policy every call is
 // decided first (pass 1, nothing recorded); if any is refused the whole
 // frame is refused (pass 2 records every call as refused, and the host gets
 // the refusal frame once the outcomes are durable), else it is relayed as
-// without a policy but with the real policy set hash and matched rule.
+// without a policy but with the real policy set hash and matched rule. In
+// every mode a request that reuses the id of a tools/call in flight (or a
+// tools/call that reuses any id in flight), under the exact reading or the
+// loose one hosts match answers by, is refused: its answer could not be
+// told from the other's.
 func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 	frame := frameOf(line)
-	// A frame that does not name tools/call in any spelling carries no
-	// call (FuzzClassify holds Classify to that), so most frames skip the
-	// JSON decoding.
-	var cls Classification
-	if mentionsToolsCall(frame) {
-		cls = Classify(frame)
-	}
+	cls, sc := readHostFrame(r.hs, line, r.gate != nil)
+	now := r.cfg.Now()
+	r.markReuse(&cls)
 	if len(cls.Calls) == 0 {
+		if cls.reused {
+			fev, err := r.sess.FrameEvent(schemas.KindFrameC2S, frame)
+			if err != nil {
+				r.fail(err)
+				return nil, false, false
+			}
+			return r.refuseFrame(cls, frame, fev, nil, schemas.WrapPassthroughPolicySetHash, now)
+		}
 		// Not a call: durable with the next commit, relayed without
 		// waiting. The line is this frame's own copy, so the store may keep
 		// it until that commit.
@@ -604,6 +648,8 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 			r.fail(err)
 			return nil, false, false
 		}
+		r.hs = sc.next
+		r.track(cls, now)
 		return nil, true, true
 	}
 	fev, err := r.sess.FrameEvent(schemas.KindFrameC2S, frame)
@@ -611,17 +657,16 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 		r.fail(err)
 		return nil, false, false
 	}
-	now := r.cfg.Now()
 	policyHash := schemas.WrapPassthroughPolicySetHash
 	var verdicts []gated
-	refused := false
+	refused := cls.reused
 	if r.gate != nil {
 		policyHash = r.gate.hash
 		verdicts = make([]gated, len(cls.Calls))
 		for i, c := range cls.Calls {
 			// A call without a usable name cannot be asked about; one sent
 			// as a notification (no id) is evaluated like any other.
-			if !c.Named {
+			if !c.Named || c.Reused {
 				verdicts[i].decision.Verdict = policy.Allow
 				continue
 			}
@@ -634,7 +679,10 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 	for _, c := range cls.Calls {
 		if r.refusesItself(c) {
 			hint := "send it as one JSON-RPC object on one line"
-			if c.Ambiguous {
+			switch {
+			case c.Reused:
+				hint = "give each request an id of its own until it is answered"
+			case c.Ambiguous:
 				hint = "send each member once, with its name in lower case"
 			}
 			r.log.Warn("refused a tools/call that aegis cannot read as one call; "+hint, "reason", c.Malformed)
@@ -671,20 +719,10 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 		with = nil
 		r.mu.Lock()
 		r.calls++
-		var superseded *pendingCall
 		if c.Malformed == "" {
-			superseded = r.pending[c.Key]
-			r.pending[c.Key] = &pendingCall{call: wc, start: now, axes: axes}
+			r.pending[c.Key] = &pendingCall{call: wc, start: now, axes: axes, id: newReqID(c.Key, c.ID)}
 		}
 		r.mu.Unlock()
-		if superseded != nil {
-			o := superseded.call.Seed()
-			o.Execution = schemas.ExecutionHostDenied("superseded: a later tools/call reused this id before an answer came")
-			if last, err = r.sess.Outcome(o); err != nil {
-				r.fail(err)
-				return nil, false, false
-			}
-		}
 		if c.Malformed != "" {
 			o := wc.Malformed()
 			if c.Malformed != schemas.ReasonMalformedCall {
@@ -698,7 +736,127 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 			}
 		}
 	}
+	r.hs = sc.next
+	r.track(cls, now)
 	return last, true, true
+}
+
+// markReuse marks every call of cls whose id is already in flight, or
+// given twice in cls, under the exact or the loose reading (Call.Reused),
+// and cls.reused when a request of another method reuses a call's id.
+func (r *relay) markReuse(cls *Classification) {
+	if len(cls.Calls) == 0 && len(cls.Requests) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var seen []reqID // ids of calls earlier in this frame
+	for i := range cls.Calls {
+		c := &cls.Calls[i]
+		if c.Key == "" {
+			continue
+		}
+		id := newReqID(c.Key, c.ID)
+		why := ""
+		if pc := r.callWithLocked(id); pc != nil {
+			why = fmt.Sprintf("id %s is already in use by %s, which is in flight", c.ID, pc.call.CallID)
+		} else if r.otherWithLocked(id) != nil {
+			why = fmt.Sprintf("id %s is already in use by another request in flight", c.ID)
+		} else {
+			for _, s := range seen {
+				if s.same(id) {
+					why = fmt.Sprintf("id %s is given to more than one request in this frame", c.ID)
+				}
+			}
+		}
+		seen = append(seen, id)
+		if why != "" {
+			c.Reused, c.Malformed = true, "tools/call reuses an id: "+why
+		}
+	}
+	for _, q := range cls.Requests {
+		id := newReqID(q.Key, q.ID)
+		if r.callWithLocked(id) != nil {
+			cls.reused = true
+		}
+		for _, s := range seen {
+			if s.same(id) {
+				cls.reused = true
+			}
+		}
+	}
+}
+
+// callWithLocked returns the call in flight that id names to some reader.
+func (r *relay) callWithLocked(id reqID) *pendingCall {
+	if pc := r.pending[id.key]; pc != nil {
+		return pc
+	}
+	if !id.looseOK {
+		return nil
+	}
+	for _, pc := range r.pending {
+		if pc.id.same(id) {
+			return pc
+		}
+	}
+	return nil
+}
+
+// otherWithLocked returns the other request in flight that id names.
+func (r *relay) otherWithLocked(id reqID) *otherRequest {
+	if o := r.others[id.key]; o != nil {
+		return o
+	}
+	if !id.looseOK {
+		return nil
+	}
+	for _, o := range r.others {
+		if o.id.same(id) {
+			return o
+		}
+	}
+	return nil
+}
+
+// track registers the requests of a relayed host frame and records the
+// host's cancellations of calls in flight.
+func (r *relay) track(cls Classification, now time.Time) {
+	if len(cls.Requests) == 0 && len(cls.Cancels) == 0 {
+		return
+	}
+	r.mu.Lock()
+	for _, q := range cls.Requests {
+		if o := r.others[q.Key]; o != nil {
+			o.n++
+		} else {
+			r.others[q.Key] = &otherRequest{id: newReqID(q.Key, q.ID), n: 1}
+		}
+	}
+	type cancel struct {
+		pc    *pendingCall
+		after time.Duration
+		id    json.RawMessage
+	}
+	var cancels []cancel
+	for _, raw := range cls.Cancels {
+		key, _, _ := idKey(raw)
+		id := newReqID(key, raw)
+		for _, pc := range r.pending {
+			if pc.id.same(id) && pc.cancelled == 0 {
+				pc.cancelled = max(now.Sub(pc.start), time.Nanosecond)
+				cancels = append(cancels, cancel{pc, pc.cancelled, raw})
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, c := range cancels {
+		fact := map[string]any{"call_id": c.pc.call.CallID, "tool_id": c.pc.call.ToolID, "request_id": string(c.id), "after_ms": c.after.Milliseconds()}
+		if _, err := r.sess.Fact(schemas.KindCallCancelled, fact); err != nil {
+			r.fail(err)
+			return
+		}
+	}
 }
 
 // refusesItself reports whether c is refused for what it is, not for what
@@ -707,7 +865,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 // record truthfully what ran; an unreadable one under a policy, since no
 // rule can decide it and a lenient server might still run it.
 func (r *relay) refusesItself(c Call) bool {
-	return c.Ambiguous || r.gate != nil && c.Unreadable
+	return c.Ambiguous || c.Reused || r.gate != nil && c.Unreadable
 }
 
 // refuseFrame records every call of a refused frame (intent and outcome
@@ -782,11 +940,19 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 		}
 		if len(id) > 0 && (r.refusesItself(c) || !bytes.Equal(id, []byte("null"))) {
 			code := policy.RefusalCode(d)
-			if !c.Named {
+			if !c.Named || r.refusesItself(c) {
 				code = policy.CodeHostDenied
 			}
 			answers = append(answers, answer{id, code})
 		}
+	}
+	// Every other request of the frame is refused with it: it never
+	// reaches the server, so only aegis can answer it.
+	for _, q := range cls.Requests {
+		answers = append(answers, answer{q.ID, policy.CodeHostDenied})
+	}
+	if cls.reused {
+		r.log.Warn("refused a request that reuses the id of a tools/call in flight; give each request an id of its own until it is answered")
 	}
 	var reply []byte
 	switch {
@@ -840,68 +1006,117 @@ func (r *relay) armExpiry(p PendingApproval) {
 }
 
 // onServerFrame records a server frame and the outcomes of the calls it
-// answers; the frame waits for those outcomes.
+// answers; the frame waits for those outcomes. An answer is matched to the
+// host's requests in flight the way hosts match it (exactly, or loosely:
+// see LooseID), and closes every call that any reading matches. A frame
+// with an answer that matches no request in flight (a forged answer, to a
+// refused or unsent id, or a second answer) is recorded but not relayed.
+// Answers are read line by line and as one continuous stream across
+// frames (readServerFrame), as hosts read them.
 func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 	select {
 	case r.rearm <- struct{}{}:
 	default:
 	}
 	frame := frameOf(line)
-	// Only an answer to a pending call changes what is recorded; with
-	// none pending (a call is pending before it reaches the server) there
-	// is nothing to look for.
-	r.mu.Lock()
-	waiting := len(r.pending) > 0
-	r.mu.Unlock()
-	var cls Classification
-	if waiting {
-		cls = Classify(frame)
+	cls, sc := readServerFrame(r.ss, line)
+	if sc.overflow {
+		r.log.Warn("the server left a JSON value unfinished for more than 16 MiB; aegis no longer follows it")
+	}
+	now := r.cfg.Now()
+	var answered []*pendingCall
+	if len(cls.Answers) > 0 {
+		r.mu.Lock()
+		matched := map[int]bool{}
+		var others []*otherRequest
+		for _, a := range cls.Answers {
+			id := newReqID(a.Key, a.ID)
+			for _, pc := range r.pending {
+				if pc.id.same(id) && !slices.Contains(answered, pc) {
+					answered = append(answered, pc)
+					matched[a.Elem] = true
+				}
+			}
+			if o := r.otherWithLocked(id); o != nil {
+				others = append(others, o)
+				matched[a.Elem] = true
+			}
+		}
+		var unmatched *Answer
+		for i, a := range cls.Answers {
+			if !matched[a.Elem] {
+				unmatched = &cls.Answers[i]
+				break
+			}
+		}
+		if unmatched != nil {
+			r.mu.Unlock()
+			id := string(unmatched.ID)
+			if id == "" {
+				id = "(none)"
+			}
+			return r.dropServerFrame(frame, "it answers id "+id+", which no request of the host's in flight has")
+		}
+		for _, pc := range answered {
+			delete(r.pending, pc.id.key)
+		}
+		for _, o := range others {
+			if o.n--; o.n <= 0 {
+				delete(r.others, o.id.key)
+			}
+		}
+		r.mu.Unlock()
 	}
 	// The frame event rides with the first outcome; a frame that answers
 	// no pending call (a ping's answer, a notification, a request to the
 	// host) is relayed without waiting for its own commit.
-	var with []schemas.Event
+	r.ss = sc.next
+	if len(answered) == 0 {
+		if err := r.sess.LazyFrame(schemas.KindFrameS2C, frame); err != nil {
+			r.fail(err)
+			return nil, false, false
+		}
+		return nil, true, true
+	}
+	sortPending(answered)
+	fev, err := r.sess.FrameEvent(schemas.KindFrameS2C, frame)
+	if err != nil {
+		r.fail(err)
+		return nil, false, false
+	}
+	with := []schemas.Event{fev}
+	dg := digest(frame)
 	var last *events.Receipt
-	var dg string
-	now := r.cfg.Now()
-	for _, a := range cls.Answers {
-		r.mu.Lock()
-		pc := r.pending[a.Key]
-		delete(r.pending, a.Key)
-		r.mu.Unlock()
-		if pc == nil {
-			continue
-		}
-		if dg == "" {
-			fev, err := r.sess.FrameEvent(schemas.KindFrameS2C, frame)
-			if err != nil {
-				r.fail(err)
-				return nil, false, false
-			}
-			with = []schemas.Event{fev}
-			dg = digest(frame)
-		}
+	for _, pc := range answered {
 		wall := uint64(now.Sub(pc.start).Milliseconds())
 		o := pc.call.Answered(dg, wall)
 		o.DecisionAxes = pc.axes
-		var err error
 		if last, err = r.sess.Outcome(o, with...); err != nil {
 			r.fail(err)
 			return nil, false, false
 		}
 		with = nil
 	}
-	if dg == "" {
-		if err := r.sess.LazyFrame(schemas.KindFrameS2C, frame); err != nil {
-			r.fail(err)
-			return nil, false, false
-		}
-	}
 	return last, true, true
 }
 
+// dropServerFrame records a server frame that is not relayed, and why, and
+// warns on stderr.
+func (r *relay) dropServerFrame(frame []byte, why string) (*events.Receipt, bool, bool) {
+	if _, err := r.sess.Frame(schemas.KindFrameS2C, frame); err != nil {
+		r.fail(err)
+		return nil, false, false
+	}
+	if _, err := r.sess.Fact(schemas.KindFrameDropped, map[string]string{"direction": "s2c", "frame_digest": digest(frame), "reason": why}); err != nil {
+		r.fail(err)
+		return nil, false, false
+	}
+	r.log.Warn("dropped a server frame instead of relaying it to the host: "+why, "frame_digest", digest(frame))
+	return nil, false, true
+}
+
 // settlePending records an outcome for every call still pending and waits
-// until those outcomes are durable.
+// until those outcomes are durable. A call the host cancelled says so.
 func (r *relay) settlePending(outcome func(schemas.WrapCall) schemas.Outcome) {
 	r.mu.Lock()
 	calls := make([]*pendingCall, 0, len(r.pending))
@@ -913,8 +1128,14 @@ func (r *relay) settlePending(outcome func(schemas.WrapCall) schemas.Outcome) {
 	// Settle in call order so the record reads naturally.
 	sortPending(calls)
 	var last *events.Receipt
+	now := r.cfg.Now()
 	for _, pc := range calls {
-		rc, err := r.sess.Outcome(outcome(pc.call))
+		o := outcome(pc.call)
+		if pc.cancelled > 0 {
+			o = pc.call.Cancelled(pc.cancelled, uint64(now.Sub(pc.start).Milliseconds()))
+			o.DecisionAxes = pc.axes
+		}
+		rc, err := r.sess.Outcome(o)
 		if err != nil {
 			r.fail(err)
 			return

@@ -414,28 +414,6 @@ func TestWrapHostLeavesServerSilent(t *testing.T) {
 	t.Logf("ended %v after start", time.Since(start))
 }
 
-// A repeated id supersedes the pending call: the older one still gets
-// exactly one outcome.
-func TestWrapRepeatedIDSupersedes(t *testing.T) {
-	h := newHarness(t)
-	f1 := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"hang"}}`
-	f2 := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`
-	run := h.run([]string{bin(t, "rawserver")}, strings.NewReader(joinLines(f1, f2)), time.Second, nil)
-	if run.err != nil {
-		t.Fatal(run.err)
-	}
-	outcomes := ofType(h.lines(), "outcome")
-	if len(outcomes) != 2 {
-		t.Fatalf("%d outcomes, want 2", len(outcomes))
-	}
-	if str(outcomes[0], "call_id") != "call-1" || !strings.HasPrefix(obj(outcomes[0], "execution")["reason"].(string), "superseded") {
-		t.Errorf("first outcome %v", outcomes[0].Members())
-	}
-	if str(outcomes[1], "call_id") != "call-2" || obj(outcomes[1], "execution")["status"] != "success" {
-		t.Errorf("second outcome %v", outcomes[1].Members())
-	}
-}
-
 func TestWrapServerNotFound(t *testing.T) {
 	h := newHarness(t)
 	run := h.run([]string{"/nonexistent/server"}, strings.NewReader(""), time.Second, nil)

@@ -1,6 +1,10 @@
 package schemas
 
-import "strconv"
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
 
 // Reasons and identities that the wrap relay writes into outcome lines. They
 // are part of the record format: changing one changes what verifiers and
@@ -102,6 +106,19 @@ func (c WrapCall) ChildExited() Outcome {
 func (c WrapCall) ClientClosed() Outcome {
 	o := c.Seed()
 	o.Execution = ExecutionHostDenied(ReasonClientClosed)
+	return o
+}
+
+// Cancelled returns the outcome of a call that was relayed, then cancelled
+// by the host (notifications/cancelled) after, and that the server never
+// answered; wallMS is how long it was in flight. The server may have run
+// it, so it is allowed and granted as an answered call is, and its
+// execution is a trap that says what happened: it was relayed, so it is
+// never host_denied or "not executed".
+func (c WrapCall) Cancelled(after time.Duration, wallMS uint64) Outcome {
+	o := c.Answered("", wallMS)
+	o.ResponseDigest = ""
+	o.Execution = ExecutionTrap(fmt.Sprintf("cancelled by the host at +%.1f s (notifications/cancelled); the server did not answer", after.Seconds()))
 	return o
 }
 

@@ -49,6 +49,12 @@ const (
 	KindChildExited        Kind = "child.exited"
 	KindAuditLine          Kind = "audit.line"
 	KindNote               Kind = "note"
+	// KindCallCancelled records a host's notifications/cancelled for a
+	// tools/call in flight.
+	KindCallCancelled Kind = "call.cancelled"
+	// KindFrameDropped records that a frame (held in the frame event
+	// before it) was not relayed, and why.
+	KindFrameDropped Kind = "frame.dropped"
 )
 
 var kinds = map[Kind]bool{
@@ -60,6 +66,7 @@ var kinds = map[Kind]bool{
 	KindProfileSwitched: true, KindConfinementApplied: true,
 	KindChildStarted: true, KindChildExited: true,
 	KindAuditLine: true, KindNote: true,
+	KindCallCancelled: true, KindFrameDropped: true,
 }
 
 // Kinds returns every known kind, in no particular order.

@@ -5,9 +5,15 @@
 // {"jsonrpc":"2.0","id":<the id, verbatim>,"result":{"method":<method>}},
 // a batch array with an array of answers, except tools/call by tool name:
 //
-//	die   exit 3 at once, without answering
-//	hang  never answer
-//	fail  answer with a JSON-RPC error
+//	die    exit 3 at once, without answering
+//	hang   never answer
+//	fail   answer with a JSON-RPC error
+//	loose  answer with the id as a JSON string ("1" for 1), which hosts
+//	       that match ids by Number(id) take as the answer
+//	forge  first answer arguments.id (default 424242), which the host
+//	       never sent or was refused, then answer
+//	twice  answer twice
+//	split  answer in two lines, the first ending inside the answer object
 //
 // Unparseable lines get no answer. At stdin EOF it exits 0, or with -linger
 // it waits to be killed (a server that ignores the host leaving). With -log
@@ -30,7 +36,10 @@ type req struct {
 	ID     json.RawMessage `json:"id"`
 	Method string          `json:"method"`
 	Params struct {
-		Name string `json:"name"`
+		Name      string `json:"name"`
+		Arguments struct {
+			ID json.RawMessage `json:"id"`
+		} `json:"arguments"`
 	} `json:"params"`
 }
 
@@ -107,6 +116,20 @@ func one(b []byte) []byte {
 			return nil
 		case "fail":
 			return []byte(`{"jsonrpc":"2.0","id":` + string(r.ID) + `,"error":{"code":-32000,"message":"failed on purpose"}}`)
+		case "loose":
+			id, _ := json.Marshal(string(r.ID))
+			return []byte(`{"jsonrpc":"2.0","id":` + string(id) + `,"result":{"method":"tools/call"}}`)
+		case "forge":
+			forged := []byte("424242")
+			if len(r.Params.Arguments.ID) > 0 {
+				forged = r.Params.Arguments.ID
+			}
+			return []byte(`{"jsonrpc":"2.0","id":` + string(forged) + `,"result":{"forged":true}}` + "\n" + `{"jsonrpc":"2.0","id":` + string(r.ID) + `,"result":{"method":"tools/call"}}`)
+		case "twice":
+			a := `{"jsonrpc":"2.0","id":` + string(r.ID) + `,"result":{"method":"tools/call"}}`
+			return []byte(a + "\n" + a)
+		case "split":
+			return []byte(`{"jsonrpc":"2.0","id":` + string(r.ID) + `,"result":` + "\n" + `{"method":"tools/call"}}`)
 		}
 	}
 	m, _ := json.Marshal(r.Method)

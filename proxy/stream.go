@@ -1,0 +1,339 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// LooseID returns the number a host that matches answers loosely takes an
+// id for, and whether it is one. The official TypeScript SDK looks up the
+// request an answer belongs to by Number(id), so "1", 1, 1.0, 1e0, " 1 "
+// and even null (0) name the same request to it, and ids beyond 2^53 that
+// round to the same double collide. LooseID follows JavaScript's Number()
+// for every JSON value: NaN (an object, "abc", [1,2]) is no number.
+func LooseID(raw json.RawMessage) (float64, bool) {
+	r := bytes.TrimSpace(raw)
+	if len(r) == 0 {
+		return 0, false
+	}
+	switch r[0] {
+	case 'n':
+		return 0, bytes.Equal(r, []byte("null"))
+	case 't':
+		return 1, bytes.Equal(r, []byte("true"))
+	case 'f':
+		return 0, bytes.Equal(r, []byte("false"))
+	case '"':
+		s, ok := jsonString(r)
+		if !ok {
+			return 0, false
+		}
+		return jsStringToNumber(s)
+	case '[':
+		// Number([x]) is Number(String(x)); Number([]) is 0; more than one
+		// element joins with commas, which is never a number.
+		var elems []json.RawMessage
+		if json.Unmarshal(r, &elems) != nil || len(elems) > 1 {
+			return 0, false
+		}
+		if len(elems) == 0 {
+			return 0, true
+		}
+		e := bytes.TrimSpace(elems[0])
+		switch {
+		case bytes.Equal(e, []byte("null")):
+			return 0, true // String([null]) is ""
+		case len(e) > 0 && (e[0] == 't' || e[0] == 'f' || e[0] == '{'):
+			return 0, false // "true", "false", "[object Object]"
+		}
+		return LooseID(e)
+	case '{':
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(r), 64)
+	if err != nil && !math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}
+
+// jsStringToNumber is JavaScript's StringToNumber: surrounding white space
+// is ignored, an empty string is 0, and 0x, 0o and 0b prefixes, Infinity
+// and decimal literals are numbers.
+func jsStringToNumber(s string) (float64, bool) {
+	s = strings.TrimFunc(s, isJSSpace)
+	if s == "" {
+		return 0, true
+	}
+	switch s {
+	case "Infinity", "+Infinity":
+		return math.Inf(1), true
+	case "-Infinity":
+		return math.Inf(-1), true
+	}
+	if len(s) > 2 && s[0] == '0' {
+		base := 0
+		switch s[1] {
+		case 'x', 'X':
+			base = 16
+		case 'o', 'O':
+			base = 8
+		case 'b', 'B':
+			base = 2
+		}
+		if base != 0 {
+			v := 0.0
+			for _, c := range s[2:] {
+				d, err := strconv.ParseUint(string(c), base, 8)
+				if err != nil {
+					return 0, false
+				}
+				v = v*float64(base) + float64(d)
+			}
+			return v, true
+		}
+	}
+	if !isDecimalLiteral(s) {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil && !math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}
+
+// isDecimalLiteral reports whether s is a StrDecimalLiteral of JavaScript:
+// a sign, digits with an optional fraction (or a fraction alone), and an
+// optional exponent. strconv.ParseFloat takes more (inf, nan, hex floats,
+// underscores), so the shape is checked first.
+func isDecimalLiteral(s string) bool {
+	i := 0
+	if i < len(s) && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	digits := 0
+	for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+		digits++
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			digits++
+		}
+	}
+	if digits == 0 {
+		return false
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		exp := 0
+		for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			exp++
+		}
+		if exp == 0 {
+			return false
+		}
+	}
+	return i == len(s)
+}
+
+func isJSSpace(r rune) bool {
+	switch r {
+	case '\t', '\n', '\v', '\f', '\r', ' ', 0xa0, 0xfeff, 0x1680, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000:
+		return true
+	}
+	return r >= 0x2000 && r <= 0x200a
+}
+
+// jsonStream follows the bytes relayed in one direction the way a peer that
+// decodes its stdin as one continuous JSON stream reads them (the go-sdk's
+// stdio transport does): values may span lines, '\r' and '\n' are white
+// space between tokens. The relay splits frames on '\n', so a value that
+// one frame leaves unfinished is completed by a later one; jsonStream
+// carries its bytes so that the completed value can be read as one. Each
+// direction's reader has its own.
+//
+// It tracks structure only (strings, nesting), which is all that decides
+// where a value ends. A byte that no JSON reader can take there (a control
+// character in a string, an unmatched closing bracket) ends any value in
+// progress: a strict stream reader stops there, and the relay reads the
+// rest as a fresh start, so that a lenient one that skips ahead is covered
+// too.
+type jsonStream struct {
+	carry []byte // the unfinished value's bytes so far, from its first byte
+	depth int    // its nesting depth (0: between values)
+}
+
+// streamScan is what one line does to a jsonStream.
+type streamScan struct {
+	// joined is the value that began before this line and ends in it,
+	// whole; rest is what follows it in the line.
+	joined, rest []byte
+	// inside is set when the line leaves a value unfinished.
+	inside bool
+	// overflow is set when the unfinished value grew past MaxFrame: next
+	// no longer follows it (no event could hold it whole).
+	overflow bool
+	next     jsonStream
+}
+
+// scan reads line (terminator included) after s. It does not change s: the
+// relay takes next only once the line is relayed, since the server reads
+// only what reaches it.
+func (s jsonStream) scan(line []byte) streamScan {
+	var out streamScan
+	depth := s.depth
+	start := -1 // where in line the unfinished value began; -1: in carry
+	if depth == 0 {
+		start = 0
+	}
+	inStr, esc := false, false
+	reset := func() {
+		depth, start, inStr, esc = 0, 0, false, false
+	}
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		if inStr {
+			switch {
+			case esc:
+				esc = false
+			case c == '\\':
+				esc = true
+			case c == '"':
+				inStr = false
+			case c < 0x20:
+				reset()
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inStr = true
+		case '{', '[':
+			if depth == 0 {
+				start = i
+			}
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				reset()
+				continue
+			}
+			depth--
+			if depth == 0 && start < 0 && out.joined == nil {
+				out.joined = append(append([]byte(nil), s.carry...), line[:i+1]...)
+				out.rest = line[i+1:]
+				start = i + 1
+			}
+		}
+	}
+	if depth > 0 {
+		out.inside = true
+		if start < 0 {
+			out.next.carry = append(append([]byte(nil), s.carry...), line...)
+		} else {
+			out.next.carry = append([]byte(nil), line[start:]...)
+		}
+		out.next.depth = depth
+		if len(out.next.carry) > MaxFrame {
+			out.next, out.overflow = jsonStream{}, true
+		}
+	}
+	return out
+}
+
+// readHostFrame is how the relay reads one host line (terminator included)
+// after the stream s: every call, request and cancellation that a server
+// reading it line by line, or as one continuous stream, would find. A
+// value completed by this line that began in earlier ones is read whole,
+// and so is what follows it (a stream reader reads on from there, not from
+// the start of the line). Readings that agree yield each call once. With
+// strict set (a policy decides calls), a line that leaves a value
+// unfinished yields an unreadable call, so that it is refused: no rule can
+// decide a call whose end has not been sent, and nothing unfinished then
+// reaches the server.
+func readHostFrame(s jsonStream, line []byte, strict bool) (Classification, streamScan) {
+	frame := frameOf(line)
+	sc := s.scan(line)
+	var cls Classification
+	// A frame that names tools/call in no spelling carries no call of its
+	// own (FuzzClassify holds Classify to that), but it may still carry a
+	// request whose id the relay must track, so it is read unless it can
+	// hold no JSON-RPC object at all.
+	if bytes.IndexByte(frame, '{') >= 0 || mentionsToolsCall(frame) {
+		cls = Classify(frame)
+	}
+	if sc.joined != nil {
+		mergeReading(&cls, Classify(bytes.TrimSuffix(sc.joined, []byte{'\n'})))
+		mergeReading(&cls, Classify(frameOf(sc.rest)))
+	}
+	switch {
+	case sc.inside && strict:
+		cls.Calls = append(cls.Calls, Call{Tool: UnknownTool, Unreadable: true,
+			Malformed: "frame ends inside an unfinished JSON value, which a server that reads stdin as one stream joins with the next frame"})
+	case sc.overflow:
+		cls.Calls = append(cls.Calls, Call{Tool: UnknownTool, Unreadable: true,
+			Malformed: "frames left a JSON value unfinished for more than 16 MiB; aegis no longer follows it"})
+	}
+	return cls, sc
+}
+
+// readServerFrame is how the relay reads one server line after the stream
+// s: every answer that a host reading it line by line, or as one continuous
+// stream, would find.
+func readServerFrame(s jsonStream, line []byte) (Classification, streamScan) {
+	frame := frameOf(line)
+	sc := s.scan(line)
+	var cls Classification
+	if bytes.IndexByte(frame, '{') >= 0 {
+		cls = Classify(frame)
+	}
+	if sc.joined != nil {
+		mergeReading(&cls, Classify(bytes.TrimSuffix(sc.joined, []byte{'\n'})))
+		mergeReading(&cls, Classify(frameOf(sc.rest)))
+	}
+	return cls, sc
+}
+
+// mergeReading adds to c what another reading found that c has not.
+func mergeReading(c *Classification, other Classification) {
+	for _, x := range other.Calls {
+		dup := false
+		for _, y := range c.Calls {
+			if x.Key == y.Key && x.Tool == y.Tool && x.Named == y.Named && x.Malformed == y.Malformed && bytes.Equal(x.ID, y.ID) && bytes.Equal(x.Args, y.Args) {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			c.Calls = append(c.Calls, x)
+		}
+	}
+	for _, x := range other.Requests {
+		dup := false
+		for _, y := range c.Requests {
+			if x.Key == y.Key {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			c.Requests = append(c.Requests, x)
+		}
+	}
+	c.Cancels = append(c.Cancels, other.Cancels...)
+	// Answers are merged whole: closing a call twice is harmless (the
+	// relay closes each once), missing one is not.
+	for _, a := range other.Answers {
+		a.Elem += c.elems
+		c.Answers = append(c.Answers, a)
+	}
+	c.elems += other.elems
+}
