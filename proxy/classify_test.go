@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -351,6 +352,94 @@ func FuzzTopLevelKeys(f *testing.F) {
 		got, want := topLevelKeys(b), refTopLevelKeys(b)
 		if strings.Join(got, "\x00") != strings.Join(want, "\x00") {
 			t.Fatalf("topLevelKeys(%q) = %q, want %q", b, got, want)
+		}
+	})
+}
+
+// FuzzHostStream holds the relay's reading of a sequence of host frames
+// (readHostFrame, with the stream state carried from frame to frame as the
+// relay carries it) to a server that decodes its stdin as one continuous
+// JSON stream: every tools/call that such a server reads out of the bytes
+// relayed so far is found in the frame that completes it, as that call or
+// as a malformed one, so its intent is durable before that frame is
+// relayed. The stream reader starts again at the next line after bytes it
+// cannot parse, as a lenient one might. Frames the relay refuses for
+// themselves are not relayed, and so not read. Under a policy (strict), no
+// frame that leaves a value unfinished is relayed at all.
+func FuzzHostStream(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}` + "\r" + `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":` + "\n" + `{"name":"add","arguments":{"a":40,"b":2}}}` + "\n",
+		`{"jsonrpc":"2.0","id":1,"method":` + "\n" + `"tools/call","params":{"name":"add"}}` + "\n",
+		`[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}},` + "\n" + `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"b"}}]` + "\n",
+		`{"a":` + "\n" + `1}{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"x"}}` + "\n",
+		`{"a" 1,` + "\n" + `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":` + "\n" + `{"name":"add"}}}` + "\n",
+		`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n",
+	} {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, b []byte, strict bool) {
+		var s jsonStream
+		var relayed []byte
+		var ends []int // where each relayed frame ends in relayed
+		var found []Classification
+		for len(b) > 0 {
+			i := bytes.IndexByte(b, '\n')
+			line := b
+			if i >= 0 {
+				line = b[:i+1]
+			}
+			b = b[len(line):]
+			cls, sc := readHostFrame(s, line, strict)
+			refused := false
+			for _, c := range cls.Calls {
+				if c.Ambiguous || strict && c.Unreadable {
+					refused = true
+				}
+			}
+			if refused {
+				continue
+			}
+			if strict && sc.inside {
+				t.Fatalf("a frame that leaves a value unfinished would be relayed under a policy: %q", line)
+			}
+			s = sc.next
+			relayed = append(relayed, line...)
+			ends = append(ends, len(relayed))
+			found = append(found, cls)
+		}
+		for start := 0; start < len(relayed); {
+			dec := json.NewDecoder(bytes.NewReader(relayed[start:]))
+			for {
+				var v json.RawMessage
+				if err := dec.Decode(&v); err != nil {
+					break
+				}
+				end := start + int(dec.InputOffset())
+				frame := sort.SearchInts(ends, end)
+				for _, r := range exactReadings(bytes.TrimSpace(v)) {
+					if m, _ := jsonString(r["method"]); m != "tools/call" {
+						continue
+					}
+					key, _, _ := idKey(r["id"])
+					ok := false
+					for _, c := range found[frame].Calls {
+						if c.Malformed != "" || c.Key == key {
+							ok = true
+						}
+					}
+					if !ok {
+						t.Fatalf("a stream reader reads a tools/call (id %s) that frame %d completes, and the relay found no call there: %+v\nstream %q", r["id"], frame, found[frame].Calls, relayed)
+					}
+				}
+			}
+			// Start again after the line where the reader stopped.
+			next := start + int(dec.InputOffset())
+			nl := bytes.IndexByte(relayed[next:], '\n')
+			if nl < 0 {
+				break
+			}
+			start = next + nl + 1
 		}
 	})
 }
