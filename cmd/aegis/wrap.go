@@ -36,8 +36,11 @@ tools/call as a signed, hash-chained audit record:
     'aegis verify' checks offline and 'aegis export' can rebuild.
 
 --audit and --signing-key are both required (make a key with 'aegis
-keygen'). The key is loaded and the store opened before the server starts:
-a wrap that cannot record never starts a server. '--' ends aegis's flags;
+keygen'). The key is loaded, the store opened and the record file created
+and locked before the server starts: a wrap that cannot record never starts
+a server. One process at a time writes a record file; a second wrap (or
+gateway) on the same --audit is refused and told the first one's PID. The
+directory of --audit must exist. '--' ends aegis's flags;
 everything after it is the server's argv, --help included.
 
 --policy FILE decides every tools/call before it may reach the server: a
@@ -373,6 +376,10 @@ func openSessionError(err error, audit string) error {
 		return withHint(fmt.Errorf("will not append to %s: %w", audit, err), "keep that file as evidence and check it with 'aegis verify'; use a new --audit path, or rebuild the record with 'aegis export'")
 	case errors.Is(err, projector.ErrTornTail):
 		return withHint(fmt.Errorf("will not append to %s: %w", audit, err), "the last write to it was cut short; check it with 'aegis verify' and use a new --audit path")
+	case errors.Is(err, projector.ErrRecordLocked):
+		return withHint(fmt.Errorf("will not append to %s: %w", audit, err), "a record file has one writer at a time, or its chains interleave; wait for that process to end, or give this one its own --audit path. The server was not started")
+	case errors.Is(err, projector.ErrNoRecordDir):
+		return withHint(err, "create the directory first, or give --audit a path in an existing directory. The server was not started and nothing was recorded")
 	}
 	return fmt.Errorf("open audit session: %w", err)
 }
