@@ -63,25 +63,56 @@ type CredsList struct {
 	Refused []*CredsFileError
 }
 
-// RuntimeDir returns the directory of approval credentials files:
-// $XDG_RUNTIME_DIR/aegis, else aegis-<uid> in $TMPDIR (else /tmp). It is
-// created with mode 0700 if missing; an existing one that is a symbolic
-// link, not mode 0700, or owned by another user is refused, because a file
-// planted there would point `aegis approve` at another process. getenv is
-// passed in so that callers own the environment.
-func RuntimeDir(getenv func(string) string) (string, error) {
-	var dir string
-	if x := getenv("XDG_RUNTIME_DIR"); x != "" {
-		if !filepath.IsAbs(x) {
-			return "", fmt.Errorf("XDG_RUNTIME_DIR %q is not an absolute path", x)
+// RuntimeDirName is the runtime directory's name inside the state
+// directory, used when XDG_RUNTIME_DIR is unset.
+const RuntimeDirName = "run"
+
+// RuntimeDirPath returns the directory of approval credentials files
+// without creating it: $XDG_RUNTIME_DIR/aegis when XDG_RUNTIME_DIR is set,
+// else <stateDir>/run. XDG_RUNTIME_DIR must then be an absolute path to an
+// existing directory of this user that neither group nor others can write,
+// so that no one else can create, replace or rename the aegis directory in
+// it. There is no fallback to a shared directory such as /tmp: another user
+// could create aegis-<uid> there first and block every approval channel of
+// this user. getenv is passed in so that callers own the environment.
+func RuntimeDirPath(getenv func(string) string, stateDir string) (string, error) {
+	x := getenv("XDG_RUNTIME_DIR")
+	if x == "" {
+		if stateDir == "" || !filepath.IsAbs(stateDir) {
+			return "", fmt.Errorf("XDG_RUNTIME_DIR is unset and the state directory %q is not an absolute path", stateDir)
 		}
-		dir = filepath.Join(x, "aegis")
-	} else {
-		tmp := getenv("TMPDIR")
-		if tmp == "" || !filepath.IsAbs(tmp) {
-			tmp = "/tmp"
-		}
-		dir = filepath.Join(tmp, fmt.Sprintf("aegis-%d", os.Geteuid()))
+		return filepath.Join(stateDir, RuntimeDirName), nil
+	}
+	if !filepath.IsAbs(x) {
+		return "", fmt.Errorf("XDG_RUNTIME_DIR %q is not an absolute path", x)
+	}
+	fi, err := os.Stat(x)
+	if err != nil {
+		return "", fmt.Errorf("XDG_RUNTIME_DIR: %w", err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("XDG_RUNTIME_DIR %s is not a directory", x)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return "", fmt.Errorf("XDG_RUNTIME_DIR %s is owned by uid %d, not by this user (uid %d)", x, st.Uid, os.Geteuid())
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		return "", fmt.Errorf("XDG_RUNTIME_DIR %s has mode %#o; group or others can write it, so another user could take its aegis directory", x, perm)
+	}
+	return filepath.Join(x, "aegis"), nil
+}
+
+// RuntimeDir returns the directory of approval credentials files (see
+// [RuntimeDirPath]), created with mode 0700 if missing. The directory it
+// lives in must exist: XDG_RUNTIME_DIR is never created, and the state
+// directory is made by [Open]. An existing runtime directory that is a
+// symbolic link, not mode 0700, or owned by another user is refused,
+// because a file planted there would point `aegis approve` at another
+// process.
+func RuntimeDir(getenv func(string) string, stateDir string) (string, error) {
+	dir, err := RuntimeDirPath(getenv, stateDir)
+	if err != nil {
+		return "", err
 	}
 	switch err := os.Mkdir(dir, 0o700); {
 	case err == nil:
@@ -113,7 +144,7 @@ func checkRuntimeDir(dir string) error {
 		return fmt.Errorf("runtime directory %s is not a directory", dir)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("runtime directory %s is owned by uid %d, not by this user (uid %d); remove it or set XDG_RUNTIME_DIR", dir, st.Uid, os.Geteuid())
+		return fmt.Errorf("runtime directory %s is owned by uid %d, not by this user (uid %d); remove it, or point XDG_RUNTIME_DIR at a private directory of yours", dir, st.Uid, os.Geteuid())
 	}
 	if perm := fi.Mode().Perm(); perm != 0o700 {
 		return fmt.Errorf("runtime directory %s has mode %#o; it must be 0700 (run: chmod 700 %s)", dir, perm, dir)

@@ -588,7 +588,7 @@ func TestApproverErrorsSayWhatHappened(t *testing.T) {
 
 func TestApprovalCredsFiles(t *testing.T) {
 	xdg := t.TempDir()
-	dir, err := RuntimeDir(func(k string) string { return map[string]string{"XDG_RUNTIME_DIR": xdg}[k] })
+	dir, err := RuntimeDir(func(k string) string { return map[string]string{"XDG_RUNTIME_DIR": xdg}[k] }, "")
 	if err != nil || dir != filepath.Join(xdg, "aegis") {
 		t.Fatalf("RuntimeDir = %q, %v", dir, err)
 	}
@@ -716,45 +716,127 @@ func TestApprovalCredsFiles(t *testing.T) {
 
 func TestRuntimeDirFallbackAndRefusals(t *testing.T) {
 	tmp := t.TempDir()
+	state := filepath.Join(tmp, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	env := map[string]string{"TMPDIR": tmp}
 	getenv := func(k string) string { return env[k] }
-	want := filepath.Join(tmp, fmt.Sprintf("aegis-%d", os.Geteuid()))
-	dir, err := RuntimeDir(getenv)
+	want := filepath.Join(state, RuntimeDirName)
+	dir, err := RuntimeDir(getenv, state)
 	if err != nil || dir != want {
 		t.Fatalf("RuntimeDir = %q, %v; want %q", dir, err, want)
 	}
 	if fi, _ := os.Lstat(dir); fi.Mode().Perm() != 0o700 {
 		t.Errorf("mode %v", fi.Mode())
 	}
-	if _, err := RuntimeDir(getenv); err != nil {
+	if p, err := RuntimeDirPath(getenv, state); err != nil || p != want {
+		t.Errorf("RuntimeDirPath = %q, %v; want %q", p, err, want)
+	}
+	if _, err := RuntimeDir(getenv, state); err != nil {
 		t.Errorf("second RuntimeDir = %v", err)
 	}
 	os.Chmod(dir, 0o755)
-	if _, err := RuntimeDir(getenv); err == nil || !strings.Contains(err.Error(), "has mode 0755; it must be 0700") {
+	if _, err := RuntimeDir(getenv, state); err == nil || !strings.Contains(err.Error(), "has mode 0755; it must be 0700") {
 		t.Errorf("RuntimeDir with a 0755 dir = %v", err)
 	}
 	os.Remove(dir)
 	target := t.TempDir()
 	os.Chmod(target, 0o700)
 	os.Symlink(target, dir)
-	if _, err := RuntimeDir(getenv); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+	if _, err := RuntimeDir(getenv, state); err == nil || !strings.Contains(err.Error(), "symbolic link") {
 		t.Errorf("RuntimeDir with a symlink = %v", err)
 	}
 	os.Remove(dir)
 	if os.Geteuid() == 0 {
 		os.Mkdir(dir, 0o700)
 		os.Chown(dir, 65534, 65534)
-		if _, err := RuntimeDir(getenv); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
+		if _, err := RuntimeDir(getenv, state); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
 			t.Errorf("RuntimeDir with a dir of another user = %v", err)
+		}
+		os.Remove(dir)
+	}
+	for _, bad := range []string{"", "state"} {
+		if _, err := RuntimeDir(getenv, bad); err == nil {
+			t.Errorf("RuntimeDir accepted the state directory %q", bad)
 		}
 	}
 	env = map[string]string{"XDG_RUNTIME_DIR": "run/user"}
-	if _, err := RuntimeDir(getenv); err == nil {
+	if _, err := RuntimeDir(getenv, state); err == nil {
 		t.Error("RuntimeDir accepted a relative XDG_RUNTIME_DIR")
 	}
 	env = map[string]string{"XDG_RUNTIME_DIR": filepath.Join(tmp, "missing")}
-	if _, err := RuntimeDir(getenv); err == nil {
+	if _, err := RuntimeDir(getenv, state); err == nil {
 		t.Error("RuntimeDir created a missing XDG_RUNTIME_DIR")
+	}
+}
+
+// TestRuntimeDirSquatting: with XDG_RUNTIME_DIR unset, the runtime
+// directory used to be aegis-<uid> in the shared temp directory, which any
+// other user could create first and so block every approval channel of
+// this user. It now lives in the state directory; an aegis-<uid> planted in
+// TMPDIR by another user is not looked at.
+func TestRuntimeDirSquatting(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to plant a directory owned by another user")
+	}
+	tmp := t.TempDir()
+	os.Chmod(tmp, 0o1777)
+	planted := filepath.Join(tmp, fmt.Sprintf("aegis-%d", os.Geteuid()))
+	if err := os.Mkdir(planted, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(planted, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "state")
+	os.Mkdir(state, 0o700)
+	getenv := func(k string) string { return map[string]string{"TMPDIR": tmp}[k] }
+	dir, err := RuntimeDir(getenv, state)
+	if err != nil {
+		t.Fatalf("RuntimeDir with a squatted %s: %v", planted, err)
+	}
+	if dir != filepath.Join(state, RuntimeDirName) {
+		t.Fatalf("RuntimeDir = %s, want it inside the state directory", dir)
+	}
+}
+
+// TestRuntimeDirRefusesASharedXDGRuntimeDir: XDG_RUNTIME_DIR that another
+// user owns, or that group or others may write, would let them take its
+// aegis directory; it is refused, never used.
+func TestRuntimeDirRefusesASharedXDGRuntimeDir(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mode  os.FileMode
+		owner int // -1: this user
+		want  string
+	}{
+		{"world-writable like /tmp", 0o1777, -1, "group or others can write it"},
+		{"group-writable", 0o770, -1, "group or others can write it"},
+		{"owned by another user", 0o700, 65534, "owned by uid 65534"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.owner >= 0 && os.Geteuid() != 0 {
+				t.Skip("needs root to chown")
+			}
+			xdg := t.TempDir()
+			os.Chmod(xdg, tc.mode)
+			if tc.owner >= 0 {
+				os.Chown(xdg, tc.owner, tc.owner)
+			}
+			getenv := func(k string) string { return map[string]string{"XDG_RUNTIME_DIR": xdg}[k] }
+			for name, f := range map[string]func() (string, error){
+				"RuntimeDir":     func() (string, error) { return RuntimeDir(getenv, "") },
+				"RuntimeDirPath": func() (string, error) { return RuntimeDirPath(getenv, "") },
+			} {
+				if dir, err := f(); err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("%s = %q, %v; want an error saying %q", name, dir, err, tc.want)
+				}
+			}
+			if _, err := os.Lstat(filepath.Join(xdg, "aegis")); err == nil {
+				t.Error("the aegis directory was created in a refused XDG_RUNTIME_DIR")
+			}
+		})
 	}
 }
 

@@ -73,6 +73,12 @@
 //     publish approval requests for its session and read their replies and
 //     nothing else: not the stream, not the JetStream API (approve.go).
 //     Its log lines go to the caller's slog.Logger.
+//   - A private runtime directory. The credentials file lives in
+//     $XDG_RUNTIME_DIR/aegis, else in <state dir>/run, never in a shared
+//     directory such as /tmp where another user could create it first
+//     ([RuntimeDirPath]). It must be a real directory of this user with
+//     mode 0700, and XDG_RUNTIME_DIR one that only this user can write;
+//     anything else is refused with the reason, never worked around.
 //
 // Nothing outside this package imports nats-server or nats.go.
 package events

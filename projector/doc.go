@@ -46,6 +46,18 @@
 // to a stale or altered tail. session.opened records the file's absolute
 // path and the offset where the session's lines begin.
 //
+// One writer per record file. [OpenSession] opens (creating, mode 0600) and
+// takes an exclusive flock on the record file itself before CatchUp and
+// before any event of the session is written, and holds it until Close or
+// Abandon; the kernel drops it if the process dies. Two sessions with
+// different state directories therefore cannot interleave their chains in
+// one file, whichever path, symbolic link or hard link reaches it: the second
+// fails with a [*RecordLockedError] naming the holder's PID (read from
+// /proc/locks, since the file holds nothing but audit lines). A record file
+// that cannot be created (its directory is missing: [ErrNoRecordDir]) or
+// locked is refused before session.opened, so no session is left in the
+// stream that never ran, and no later CatchUp writes its open line.
+//
 // # Keys
 //
 // A key file is one line of 64 lowercase hex characters (the Ed25519 seed),

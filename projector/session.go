@@ -80,12 +80,16 @@ type Session struct {
 	proj *fileProjection
 }
 
-// OpenSession finishes the record file's projection of the last session
+// OpenSession opens the record file (creating it) and locks it against
+// every other writer, finishes the file's projection of the last session
 // that wrote to it (a crash can leave acknowledged lines out of the file),
 // then opens a new session linked to the file's tail and waits until its
-// open line is durable. It refuses a record file that does not hold what
-// the stream says was written to it.
-func OpenSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
+// open line is durable. It refuses a record file that another process holds
+// ([*RecordLockedError]) or that does not hold what the stream says was
+// written to it; a record file that cannot be opened or locked is refused
+// before any event of the session is written. The lock is held until
+// [Session.Close] or [Session.Abandon].
+func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -97,6 +101,19 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	f, created, err := openRecordFile(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			if created {
+				// Still locked, so no other writer has used it.
+				os.Remove(path)
+			}
+			f.Close()
+		}
+	}()
 	tail, offset, err := CatchUp(ctx, cfg.Store, path)
 	if err != nil {
 		return nil, err
@@ -153,10 +170,6 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open audit session: record confinement: %w", err)
 		}
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open audit file: %w", err)
 	}
 	s.proj = newFileProjection(f, cfg.Logger)
 	s.proj.push(entry.Bytes, rcpt)

@@ -173,6 +173,14 @@ func corpusCases() []corpusCase {
 			w.add(schemas.NewLine("heartbeat"))
 			return w.close().bytes()
 		}},
+		// A line of a type this verifier does not know, validly signed by
+		// the session's key: the signature says who wrote it, not what it
+		// claims, so it caps the verdict like an unsigned one.
+		{"unknown_line_type_signed", "dev", UnknownLineType, func(t *testing.T) []byte {
+			w := dev(t).open().intent("call-1").outcome("call-1")
+			w.add(schemas.NewLine("grant"), pre(set("scope", "all tools, forever")), signed())
+			return w.close().bytes()
+		}},
 		{"reserved_checkpoint", "none", ReservedCheckpoint, func(t *testing.T) []byte {
 			w := dev(t).open()
 			w.add(schemas.NewLine(schemas.LineCheckpoint))

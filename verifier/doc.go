@@ -35,8 +35,12 @@
 //   - A line before any open, or after a close that no open follows, is
 //     SessionBoundaryBroken.
 //   - schema_version other than 2 is MalformedLine.
-//   - An unknown line type with a valid signature does not cap the verdict;
-//     unsigned, it is UnknownLineType; with a bad signature, BadSignature.
+//   - An unknown line type caps the verdict at Indeterminate
+//     (UnknownLineType) whether it is unsigned or carries a valid signature:
+//     a signature proves who wrote a line, not what it claims, and a verifier
+//     that cannot read the claim must not vouch for the record. With a bad
+//     signature (or one under another key_id) it is BadSignature. The line
+//     still chains and the walk goes on, so a later Tampered line wins.
 //   - A signature on an intent line is ignored, as upstream does; the line
 //     hash still covers it.
 //   - Intents, outcomes and decisions must carry a string call_id or

@@ -67,7 +67,8 @@ const (
 
 // Reasons for Indeterminate.
 const (
-	// UnknownLineType: an unsigned line of a type this verifier does not know.
+	// UnknownLineType: a line of a type this verifier does not know, unsigned
+	// or carrying a valid signature (a bad one is BadSignature).
 	UnknownLineType Code = "unknown_line_type"
 	// ReservedCheckpoint: a checkpoint line, which no emitter writes yet.
 	ReservedCheckpoint Code = "reserved_checkpoint"

@@ -383,11 +383,21 @@ func (w *walker) member(l lineFields, h schemas.Header, no int) {
 		}
 		w.indet(ReservedCheckpoint, no, "reserved checkpoint line at %s; this verifier does not check checkpoints", pos)
 	default:
+		// A line this verifier cannot interpret caps the verdict whether or
+		// not it is signed: a valid signature proves who wrote the line, not
+		// what it means, so Verified would vouch for an unknown claim. A
+		// signature that is there is still checked, and a bad one is
+		// Tampered.
 		if _, signed := l.Get(schemas.FieldSignature); signed {
-			w.verifySignature(l, pos, no)
+			if !w.verifySignature(l, pos, no) {
+				return
+			}
+			w.indet(UnknownLineType, no, "unknown line type `%s` at %s (line %d), newer emitter; its signature verifies, but this verifier cannot tell what it records",
+				display(h.LineType), pos, no)
 			return
 		}
-		w.indet(UnknownLineType, no, "unknown line type `%s` at %s, newer emitter", display(h.LineType), pos)
+		w.indet(UnknownLineType, no, "unknown line type `%s` at %s (line %d), newer emitter; unsigned, and this verifier cannot tell what it records",
+			display(h.LineType), pos, no)
 	}
 }
 

@@ -233,3 +233,91 @@ func TestEveryCodeHasAVerdict(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownLineTypeCapsVerdict: a line this verifier cannot interpret
+// keeps a record from being Verified, signed or not (record format: unknown
+// line types cap the verdict at Indeterminate). Each case is an attack on a
+// verifier that trusted a valid signature instead; both walks must agree.
+func TestUnknownLineTypeCapsVerdict(t *testing.T) {
+	dev := func() *testWriter { return newTestWriter(t, devKey()) }
+	unknown := func(w *testWriter, typ string, opts ...lineOpt) *testWriter {
+		return w.add(schemas.NewLine(typ), opts...)
+	}
+	for _, tc := range []struct {
+		name    string
+		record  []byte
+		want    Code
+		message string // a substring of the first output line
+	}{
+		{
+			// The session key holder (or a compromised writer) slips in a
+			// validly signed line whose meaning a newer reader would act on.
+			name:    "signed unknown line smuggled into a closed session",
+			record:  unknown(dev().open().intent("call-1").outcome("call-1"), "grant", signed()).close().bytes(),
+			want:    UnknownLineType,
+			message: "unknown line type `grant` at session 0 seq 3 (line 4), newer emitter; its signature verifies",
+		},
+		{
+			name:    "signed unknown line in a later session",
+			record:  unknown(goodSession(dev()).open(), "override", signed()).close().bytes(),
+			want:    UnknownLineType,
+			message: "unknown line type `override` at session 1 seq 1 (line 9)",
+		},
+		{
+			name:    "signed unknown line posing as the close",
+			record:  unknown(dev().open().intent("call-1").outcome("call-1"), "closed", signed()).bytes(),
+			want:    UnknownLineType,
+			message: "unknown line type `closed` at session 0 seq 3",
+		},
+		{
+			name:    "unsigned unknown line",
+			record:  unknown(dev().open(), "heartbeat").close().bytes(),
+			want:    UnknownLineType,
+			message: "unknown line type `heartbeat` at session 0 seq 1 (line 2), newer emitter; unsigned",
+		},
+		{
+			name:    "unknown line with a forged signature",
+			record:  unknown(dev().open(), "grant", signed(), post(set("scope", "all"))).close().bytes(),
+			want:    BadSignature,
+			message: "signature does not match this line",
+		},
+		{
+			name:    "unknown line signed under a key the session did not publish",
+			record:  unknown(dev().open(), "grant", signed(), signedBy(otherKey())).close().bytes(),
+			want:    BadSignature,
+			message: "line was signed under key",
+		},
+		{
+			// Indeterminate does not stop the walk: a later forged line
+			// still makes the record Tampered.
+			name: "signed unknown line hiding a later forged outcome",
+			record: unknown(dev().open(), "grant", signed()).intent("call-1").
+				outcome("call-1", post(set("tool_id", "exfiltrate"))).close().bytes(),
+			want:    BadSignature,
+			message: "signature does not match this line",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for walk, verify := range map[string]func() Result{
+				"parallel":   func() Result { return Verify(bytes.NewReader(tc.record), Options{}) },
+				"sequential": func() Result { return verifySequential(bytes.NewReader(tc.record), Options{}) },
+				"pinned": func() Result {
+					return Verify(bytes.NewReader(tc.record), Options{Keys: []ed25519.PublicKey{pubOf(devKey())}})
+				},
+			} {
+				res := verify()
+				out := Render(res)
+				if res.Reason == nil || res.Reason.Code != tc.want {
+					t.Fatalf("%s walk: %s, want %s", walk, out, tc.want)
+				}
+				if want := tc.want.Verdict(); res.Verdict != want {
+					t.Fatalf("%s walk: verdict %v, want %v", walk, res.Verdict, want)
+				}
+				first, _, _ := strings.Cut(out, "\n")
+				if !strings.Contains(first, tc.message) {
+					t.Errorf("%s walk: first line %q does not say %q", walk, first, tc.message)
+				}
+			}
+		})
+	}
+}

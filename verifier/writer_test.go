@@ -33,11 +33,13 @@ func newTestWriter(t testing.TB, key ed25519.PrivateKey) *testWriter {
 }
 
 // lineOpt bends one line: pre runs before signing, post after it (so post
-// edits break the signature). unsigned skips signing; signer signs with
-// another key (and its key_id).
+// edits break the signature). unsigned skips signing; sign signs a line
+// whose type is outside the signed set; signer signs with another key (and
+// its key_id).
 type lineOpt struct {
 	pre, post func(*schemas.Line)
 	unsigned  bool
+	sign      bool
 	signer    ed25519.PrivateKey
 }
 
@@ -45,6 +47,7 @@ func pre(f func(*schemas.Line)) lineOpt     { return lineOpt{pre: f} }
 func post(f func(*schemas.Line)) lineOpt    { return lineOpt{post: f} }
 func unsigned() lineOpt                     { return lineOpt{unsigned: true} }
 func signedBy(k ed25519.PrivateKey) lineOpt { return lineOpt{signer: k} }
+func signed() lineOpt                       { return lineOpt{sign: true} }
 func set(name string, v any) func(*schemas.Line) {
 	return func(l *schemas.Line) {
 		if err := l.Set(name, v); err != nil {
@@ -105,6 +108,7 @@ func (w *testWriter) add(l schemas.Line, opts ...lineOpt) *testWriter {
 			o.post = x.post
 		}
 		o.unsigned = o.unsigned || x.unsigned
+		o.sign = o.sign || x.sign
 		if x.signer != nil {
 			o.signer = x.signer
 		}
@@ -115,7 +119,7 @@ func (w *testWriter) add(l schemas.Line, opts ...lineOpt) *testWriter {
 	if o.signer != nil {
 		signer = o.signer
 	}
-	sign := schemas.Signed(l.Type()) && !o.unsigned
+	sign := (schemas.Signed(l.Type()) || o.sign) && !o.unsigned
 	if sign {
 		set(schemas.FieldKeyID, schemas.KeyID(pubOf(signer)))(&l)
 	}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,7 +21,7 @@ import (
 )
 
 const approvalsUsage = `Usage:
-  aegis approvals [--json]
+  aegis approvals [--json] [--state-dir DIR]
 
 Lists the tools/calls that wait for a human decision in every running
 aegis process of this user, oldest first:
@@ -29,9 +30,12 @@ With --json it prints one JSON array of objects with session, pid,
 approval_id, tool_id, request_digest, args_digest, requested_at and
 expires_at.
 
-Running processes are found through their credentials files in
-$XDG_RUNTIME_DIR/aegis, else $TMPDIR/aegis-<uid> (a private 0700
-directory). Each is asked over a loopback connection whose identity may
+Running processes are found through their credentials files in the
+runtime directory: $XDG_RUNTIME_DIR/aegis when XDG_RUNTIME_DIR is set
+(it must be a directory of yours that only you can write), else run/ in
+the state directory (--state-dir, default $XDG_STATE_HOME/aegis or
+~/.local/state/aegis). Either is a private 0700 directory; give the
+--state-dir the wrap was given when XDG_RUNTIME_DIR is unset. Each is asked over a loopback connection whose identity may
 carry approval requests and nothing else. Files of processes that have
 exited are removed.
 
@@ -42,7 +46,7 @@ Example:
 `
 
 const approveUsage = `Usage:
-  aegis approve APPROVAL_ID [--session ID]
+  aegis approve APPROVAL_ID [--session ID] [--state-dir DIR]
 
 Approves one pending tools/call: the aegis process that holds it checks the
 request (known id, still pending, not expired, its own session), records a
@@ -51,7 +55,9 @@ signed decision and lets the call through. Its answer is printed.
 Without --session, every running aegis process of this user is asked which
 one holds APPROVAL_ID as pending, and only that one gets the approval. Pass
 --session when the same id is pending in several sessions, or to get the
-process's own reason for refusing an id it no longer holds.
+process's own reason for refusing an id it no longer holds. Processes are
+found as for 'aegis approvals' (--state-dir matters when XDG_RUNTIME_DIR is
+unset).
 
 Exit status: 0 approved; 1 refused (unknown, expired or already used) or no
 process could be asked; 2 usage error.
@@ -61,7 +67,7 @@ Example:
 `
 
 const denyUsage = `Usage:
-  aegis deny APPROVAL_ID [--reason TEXT] [--session ID]
+  aegis deny APPROVAL_ID [--reason TEXT] [--session ID] [--state-dir DIR]
 
 Denies one pending tools/call: the aegis process that holds it records a
 signed decision with the reason and answers the call with an error. Its
@@ -95,13 +101,14 @@ type approvalRow struct {
 func (m *Main) runApprovals(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("approvals")
 	asJSON := fs.Bool("json", false, "print a JSON array")
+	stateDir := fs.String("state-dir", "", "state directory of the wrap (used when XDG_RUNTIME_DIR is unset)")
 	if err := m.parseFlags(fs, approvalsUsage, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("run: aegis approvals [--json]", "approvals: unexpected argument %q", fs.Arg(0))
+		return usagef("run: aegis approvals [--json] [--state-dir DIR]", "approvals: unexpected argument %q", fs.Arg(0))
 	}
-	procs, err := m.approvalProcesses()
+	procs, err := m.approvalProcesses(*stateDir)
 	if err != nil {
 		return err
 	}
@@ -145,6 +152,9 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 		switch {
 		case len(procs) == 0:
 			fmt.Fprintln(m.Stdout, "no pending approvals: no aegis process of yours is running with an approval channel")
+			if m.Getenv("XDG_RUNTIME_DIR") == "" {
+				m.warnf("XDG_RUNTIME_DIR is unset, so only processes with this state directory were looked for; pass the --state-dir the wrap was given")
+			}
 		default:
 			fmt.Fprintf(m.Stdout, "no pending approvals (%d aegis %s asked)\n", len(procs)-failed, plural(len(procs)-failed, "process", "processes"))
 		}
@@ -187,6 +197,7 @@ func plural(n int, one, many string) string {
 func (m *Main) decide(ctx context.Context, op, help string, args []string) error {
 	fs := m.newFlagSet(op)
 	session := fs.String("session", "", "the session that holds the approval")
+	stateDir := fs.String("state-dir", "", "state directory of the wrap (used when XDG_RUNTIME_DIR is unset)")
 	var reason *string
 	if op == events.OpDeny {
 		reason = fs.String("reason", "", "why the call is denied")
@@ -215,13 +226,12 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 		req.Reason = *reason
 	}
 
-	procs, err := m.approvalProcesses()
+	procs, err := m.approvalProcesses(*stateDir)
 	if err != nil {
 		return err
 	}
 	if len(procs) == 0 {
-		return withHint(errors.New("no aegis process of yours is running with an approval channel"),
-			"approvals are served by a running 'aegis wrap'; it writes its credentials to $XDG_RUNTIME_DIR/aegis (else $TMPDIR/aegis-<uid>), so run this as the same user with the same environment")
+		return withHint(errors.New("no aegis process of yours is running with an approval channel"), noProcessHint(m.Getenv))
 	}
 	var target *events.Creds
 	if *session != "" {
@@ -305,17 +315,56 @@ func approverHint(err error) string {
 	return "run 'aegis approvals' to see the running aegis processes"
 }
 
-// approvalProcesses returns the credentials of the running aegis processes
-// of this user. Refused files are reported; files of exited processes are
-// removed.
-func (m *Main) approvalProcesses() ([]events.Creds, error) {
-	dir, err := events.RuntimeDir(m.Getenv)
+// runtimeDirPath returns the runtime directory that aegis processes with
+// this environment and --state-dir use for approval credentials (see
+// events.RuntimeDirPath). It creates nothing.
+func (m *Main) runtimeDirPath(stateDirFlag string) (string, error) {
+	stateDir := ""
+	if m.Getenv("XDG_RUNTIME_DIR") == "" {
+		sd, err := m.stateDir(stateDirFlag)
+		if err != nil {
+			return "", err
+		}
+		if stateDir, err = filepath.Abs(sd); err != nil {
+			return "", fmt.Errorf("state directory %q: %w", sd, err)
+		}
+	}
+	dir, err := events.RuntimeDirPath(m.Getenv, stateDir)
 	if err != nil {
-		return nil, withHint(fmt.Errorf("runtime directory: %w", err), "aegis keeps approval credentials in a private directory; fix the one named, or set XDG_RUNTIME_DIR to one of yours")
+		return "", withHint(fmt.Errorf("runtime directory: %w", err), runtimeDirHint(m.Getenv))
+	}
+	return dir, nil
+}
+
+// noProcessHint says where the credentials of running processes are looked
+// for when none was found.
+func noProcessHint(getenv func(string) string) string {
+	if getenv("XDG_RUNTIME_DIR") != "" {
+		return "approvals are served by a running 'aegis wrap' or 'aegis gateway'; it writes its credentials to $XDG_RUNTIME_DIR/aegis, so run this as the same user with the same XDG_RUNTIME_DIR"
+	}
+	return "approvals are served by a running 'aegis wrap' or 'aegis gateway'; with XDG_RUNTIME_DIR unset it writes its credentials into its state directory, so pass the same --state-dir (or set XDG_RUNTIME_DIR for both)"
+}
+
+// runtimeDirHint says what to do about a runtime directory that was
+// refused.
+func runtimeDirHint(getenv func(string) string) string {
+	if getenv("XDG_RUNTIME_DIR") != "" {
+		return "aegis keeps approval credentials in $XDG_RUNTIME_DIR/aegis; point XDG_RUNTIME_DIR at a private (0700) directory of yours, or unset it to keep them in the state directory"
+	}
+	return "without XDG_RUNTIME_DIR, aegis keeps approval credentials in the state directory's run/ (0700); fix the directory named, or set XDG_RUNTIME_DIR to a private directory of yours"
+}
+
+// approvalProcesses returns the credentials of the running aegis processes
+// of this user that share this environment and state directory. Refused
+// files are reported; files of exited processes are removed.
+func (m *Main) approvalProcesses(stateDirFlag string) ([]events.Creds, error) {
+	dir, err := m.runtimeDirPath(stateDirFlag)
+	if err != nil {
+		return nil, err
 	}
 	list, err := events.ReadApprovalCreds(dir)
 	if err != nil {
-		return nil, withHint(fmt.Errorf("read approval credentials: %w", err), "aegis keeps approval credentials in a private directory; fix the one named, or set XDG_RUNTIME_DIR to one of yours")
+		return nil, withHint(fmt.Errorf("read approval credentials: %w", err), runtimeDirHint(m.Getenv))
 	}
 	for _, r := range list.Refused {
 		m.warnf("ignoring %v (only a 0600 file of yours is trusted)", r)

@@ -112,7 +112,7 @@ func runtimeEnv(t *testing.T) (map[string]string, string) {
 	t.Helper()
 	xdg := t.TempDir()
 	env := map[string]string{"XDG_RUNTIME_DIR": xdg, "USER": "alice"}
-	dir, err := events.RuntimeDir(func(k string) string { return env[k] })
+	dir, err := events.RuntimeDir(func(k string) string { return env[k] }, "")
 	if err != nil {
 		t.Fatal(err)
 	}

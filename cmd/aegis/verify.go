@@ -26,6 +26,10 @@ key_id; --trust-store names a file of such keys, one per line (# comments
 allowed). Either one pins: every session must publish a trusted key.
 Without them the walk is unpinned and only proves internal consistency.
 
+A line of a type this verifier does not know (written by a newer version)
+makes the record Indeterminate, signed or not: a signature says who wrote
+the line, not what it means. A bad signature on it is Tampered.
+
 Exit codes: 0 Verified, 1 Tampered (or a usage error), 2 the record or
 trust store could not be read, 3 Indeterminate.
 

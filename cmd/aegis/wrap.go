@@ -36,8 +36,11 @@ tools/call as a signed, hash-chained audit record:
     'aegis verify' checks offline and 'aegis export' can rebuild.
 
 --audit and --signing-key are both required (make a key with 'aegis
-keygen'). The key is loaded and the store opened before the server starts:
-a wrap that cannot record never starts a server. '--' ends aegis's flags;
+keygen'). The key is loaded, the store opened and the record file created
+and locked before the server starts: a wrap that cannot record never starts
+a server. One process at a time writes a record file; a second wrap (or
+gateway) on the same --audit is refused and told the first one's PID. The
+directory of --audit must exist. '--' ends aegis's flags;
 everything after it is the server's argv, --help included.
 
 --policy FILE decides every tools/call before it may reach the server: a
@@ -45,7 +48,10 @@ refused call (deny, rate_limit over budget, pending_approval) is answered
 with JSON-RPC error -32042 and never relayed; a batch with one refused call
 is refused whole. A pending call prints the 'aegis approve ID' command to
 run; an approval lets the same tool with the same arguments through once
-(--approval-ttl, default 10m).
+(--approval-ttl, default 10m). 'aegis approve' finds this process through a
+0600 credentials file in $XDG_RUNTIME_DIR/aegis, or, with XDG_RUNTIME_DIR
+unset, in run/ inside the state directory: then give it the same
+--state-dir.
 
 --confine runs the server under Landlock and seccomp (deny by default; the
 --allow-* flags grant paths and TCP ports) and signs what was enforced into
@@ -254,14 +260,11 @@ func (m *Main) confineProfile(c *confineFlags, keyPath, audit, stateDirFlag stri
 	return p, nil
 }
 
-// runtimeDirPath is where aegis keeps per-run credentials (approvals):
-// $XDG_RUNTIME_DIR/aegis, else a per-user directory under the temp dir. A
-// confined server may never reach it.
-func runtimeDirPath(getenv func(string) string) string {
-	if x := getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) {
-		return filepath.Join(x, "aegis")
-	}
-	return filepath.Join(os.TempDir(), "aegis-"+strconv.Itoa(os.Getuid()))
+// sameDir reports whether a and b name the same directory path.
+func sameDir(a, b string) bool {
+	aa, err1 := filepath.Abs(a)
+	bb, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && aa == bb
 }
 
 // approvalServer returns the hook that serves approval requests for a
@@ -282,15 +285,25 @@ func (m *Main) approvalServer(store *events.Store) func(string, func(proxy.Appro
 		if err != nil {
 			return nil, err
 		}
-		dir, err := events.RuntimeDir(m.Getenv)
+		stateDir, err := filepath.Abs(store.Dir())
 		if err != nil {
 			l.Close()
 			return nil, err
+		}
+		dir, err := events.RuntimeDir(m.Getenv, stateDir)
+		if err != nil {
+			l.Close()
+			return nil, withHint(fmt.Errorf("runtime directory: %w", err), runtimeDirHint(m.Getenv))
 		}
 		path, err := events.WriteApprovalCreds(dir, l.Creds())
 		if err != nil {
 			l.Close()
 			return nil, err
+		}
+		if m.Getenv("XDG_RUNTIME_DIR") == "" {
+			if def, err := defaultStateDir(m.Getenv); err != nil || !sameDir(def, stateDir) {
+				fmt.Fprintf(m.Stderr, "aegis: note: XDG_RUNTIME_DIR is unset, so the approval channel is found through --state-dir; run aegis approve, deny and approvals with --state-dir %s\n", stateDir)
+			}
 		}
 		return func() {
 			l.Close()
@@ -338,10 +351,19 @@ func (m *Main) protect(p *sandbox.Profile, keyPath, audit, stateDirFlag string) 
 		}
 		p.Protect = append(p.Protect, a)
 	}
-	if rd, err := events.RuntimeDir(m.Getenv); err == nil {
-		p.Protect = append(p.Protect, rd)
-	} else {
-		p.Protect = append(p.Protect, runtimeDirPath(m.Getenv))
+	// The runtime directory holds the approver credentials of this and
+	// other sessions: with them a server could approve its own calls.
+	if x := m.Getenv("XDG_RUNTIME_DIR"); x != "" {
+		if filepath.IsAbs(x) {
+			p.Protect = append(p.Protect, filepath.Join(x, "aegis"))
+		}
+	} else if def, err := defaultStateDir(m.Getenv); err == nil {
+		// Without it, each state directory has its own (inside it, so
+		// protected above); the default one serves every wrap run
+		// without --state-dir.
+		if a, err := filepath.Abs(def); err == nil && a != p.Protect[len(p.Protect)-1] {
+			p.Protect = append(p.Protect, a)
+		}
 	}
 	return nil
 }
@@ -354,6 +376,10 @@ func openSessionError(err error, audit string) error {
 		return withHint(fmt.Errorf("will not append to %s: %w", audit, err), "keep that file as evidence and check it with 'aegis verify'; use a new --audit path, or rebuild the record with 'aegis export'")
 	case errors.Is(err, projector.ErrTornTail):
 		return withHint(fmt.Errorf("will not append to %s: %w", audit, err), "the last write to it was cut short; check it with 'aegis verify' and use a new --audit path")
+	case errors.Is(err, projector.ErrRecordLocked):
+		return withHint(fmt.Errorf("will not append to %s: %w", audit, err), "a record file has one writer at a time, or its chains interleave; wait for that process to end, or give this one its own --audit path. The server was not started")
+	case errors.Is(err, projector.ErrNoRecordDir):
+		return withHint(err, "create the directory first, or give --audit a path in an existing directory. The server was not started and nothing was recorded")
 	}
 	return fmt.Errorf("open audit session: %w", err)
 }
