@@ -275,7 +275,8 @@ func (m *Main) approvalServer(store *events.Store) func(string, func(proxy.Appro
 			out := events.ApprovalReply{OK: r.OK, Error: r.Error, Message: r.Message}
 			for _, p := range r.Pending {
 				out.Pending = append(out.Pending, events.PendingApproval{ApprovalID: p.ApprovalID, ToolID: p.ToolID,
-					RequestDigest: p.RequestDigest, ArgsDigest: p.ArgsDigest, RequestedAt: p.RequestedAt, ExpiresAt: p.ExpiresAt})
+					RequestDigest: p.RequestDigest, ArgsDigest: p.ArgsDigest, RequestedAt: p.RequestedAt, ExpiresAt: p.ExpiresAt,
+					Arguments: p.Args, ArgumentsBytes: p.ArgsBytes})
 			}
 			return out
 		})
