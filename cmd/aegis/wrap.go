@@ -43,9 +43,11 @@ everything after it is the server's argv, --help included.
 --policy FILE decides every tools/call before it may reach the server: a
 refused call (deny, rate_limit over budget, pending_approval) is answered
 with JSON-RPC error -32042 and never relayed; a batch with one refused call
-is refused whole. A pending call prints the 'aegis approve ID' command to
-run; an approval lets the same tool with the same arguments through once
-(--approval-ttl, default 10m).
+is refused whole; the error's data.aegis says why (reason) and what to do
+(hint). A pending call prints its arguments and the 'aegis approve ID'
+command to run; an approval lets the same tool with the same arguments
+through once, until the approval expires (--approval-ttl, default 10m,
+from the refusal). See 'aegis help approve'.
 
 --confine runs the server under Landlock and seccomp (deny by default; the
 --allow-* flags grant paths and TCP ports) and signs what was enforced into
