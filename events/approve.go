@@ -120,6 +120,12 @@ type PendingApproval struct {
 	ArgsDigest    string    `json:"args_digest,omitempty"`
 	RequestedAt   time.Time `json:"requested_at"`
 	ExpiresAt     time.Time `json:"expires_at,omitzero"`
+	// Arguments is the canonical JSON of the call's arguments, the text
+	// ArgsDigest digests, cut by the proxy to a bounded preview at a
+	// character boundary; ArgumentsBytes is the whole length. They are
+	// host-chosen: escape them before printing.
+	Arguments      string `json:"arguments,omitempty"`
+	ArgumentsBytes int    `json:"arguments_bytes,omitempty"`
 }
 
 // ApprovalConfig is the server side of the approval channel for one store:

@@ -51,10 +51,39 @@
 // be read as a call ([Call.Unreadable]) is refused, since no rule can
 // decide it; a refused frame never reaches the server and
 // the host gets the -32042 refusal frame once the outcomes are durable (a
-// batch is refused whole). Approvals resolve through [ApprovalOp]s from
-// another process; each decision is a signed decision line, and an approved
-// call goes through exactly once. Without a policy every well-formed call is
-// allowed and recorded with the pass-through policy_set_hash.
+// batch is refused whole). The frame keeps upstream's members and order;
+// data.aegis holds, keys sorted and in RFC 8785 form, approval_id (for
+// PENDING_APPROVAL only), code, hint (what to do, e.g. "run: aegis approve
+// apr-…"), layer and reason (why). Without a policy every well-formed call
+// is allowed and recorded with the pass-through policy_set_hash.
+//
+// # Approvals
+//
+// Approvals resolve through [ApprovalOp]s from another process; each
+// decision is a signed decision line. An approval grants one allowance: one
+// call of its tool with the same canonical arguments, before the approval's
+// expiry. Invariants, in wrap and in the gateway alike:
+//
+//   - One approval, one execution. The allowance is taken in the step that
+//     decides the call, under the gate's lock, so calls decided together
+//     (the calls of one batch, concurrent calls in the gateway) never share
+//     one; the others are pending again, each with its own approval id.
+//     When the frame of a call that took an allowance is then refused
+//     whole (a sibling was refused), the call did not run, so the allowance
+//     is given back, unchanged, for the next try. Hence an outcome cites an
+//     approval (decision_axes.approval_ref) only for a call that was
+//     relayed, and at most one outcome cites each approval.
+//   - An allowance expires with its approval, judged by the injected clock
+//     where it is used: at or after ExpiresAt the call is pending again
+//     under a new approval id, and the lapse is recorded once, as an
+//     approval.expired event with reason "approved, but not used before it
+//     expired" (by whichever of the use and the expiry timer drops it).
+//   - The approver sees what they approve: the stderr prompt and `aegis
+//     approvals` show the tool, and the canonical JSON of the arguments cut
+//     to [ArgsPreviewBytes] with their length and digest ([ShowArgs]).
+//     Every host-chosen text shown to the operator (tool, approval id,
+//     arguments) goes through [Printable], so no control or format
+//     character reaches the terminal raw.
 //
 // With Confine set, the server runs through the sandbox helper, and its
 // enforcement fact is signed into the open line before it may exec.

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/aegis-dev/aegis/policy"
+	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -24,16 +26,73 @@ const (
 	RefusalMessage = "aegis wrap refused this tools/call"
 )
 
-// refusalFrame returns the error frame for a refused request with the given
-// raw id, keys in the order the upstream emitter writes them.
+// refusal is what a -32042 refusal frame says of one refused call, in
+// data.aegis beside layer: the code, why (reason), what to do (hint), and
+// for PENDING_APPROVAL the approval to act on.
+type refusal struct {
+	code       string
+	reason     string
+	hint       string
+	approvalID string
+}
+
+// refusalFrame returns the refusal frame of a call refused with code, with
+// the code's generic reason and hint.
 func refusalFrame(id json.RawMessage, code string) []byte {
-	b := make([]byte, 0, 160+len(id))
-	b = append(b, `{"error":{"code":-32042,"data":{"aegis":{"code":"`...)
-	b = append(b, code...)
-	b = append(b, `","layer":"wrap"}},"message":"aegis wrap refused this tools/call"},"id":`...)
+	return refusalFrameOf(id, refusal{code: code})
+}
+
+// refusalFrameOf returns the error frame for a refused request with the
+// given raw id: upstream's frame, keys sorted as its emitter writes them,
+// with data.aegis holding approval_id (PENDING_APPROVAL only), code, hint,
+// layer and reason, in that (sorted) order and RFC 8785 form. An empty
+// reason or hint is filled in from the code.
+func refusalFrameOf(id json.RawMessage, r refusal) []byte {
+	if r.reason == "" || r.hint == "" {
+		reason, hint := refusalText(r.code, r.approvalID)
+		if r.reason == "" {
+			r.reason = reason
+		}
+		if r.hint == "" {
+			r.hint = hint
+		}
+	}
+	data := map[string]any{"code": r.code, "hint": r.hint, "layer": "wrap", "reason": r.reason}
+	if r.approvalID != "" {
+		data["approval_id"] = r.approvalID
+	}
+	for k, v := range data {
+		data[k] = strings.ToValidUTF8(v.(string), "\uFFFD")
+	}
+	aegis, err := schemas.EncodeValue(data)
+	if err != nil {
+		// Only strings, made valid above: cannot happen.
+		aegis = []byte(`{"code":"` + policy.CodeHostDenied + `","layer":"wrap"}`)
+	}
+	b := make([]byte, 0, 128+len(aegis)+len(id))
+	b = append(b, `{"error":{"code":-32042,"data":{"aegis":`...)
+	b = append(b, aegis...)
+	b = append(b, `},"message":"aegis wrap refused this tools/call"},"id":`...)
 	b = append(b, id...)
 	b = append(b, `,"jsonrpc":"2.0"}`...)
 	return b
+}
+
+// refusalText is the generic reason and hint of a refusal code.
+func refusalText(code, approvalID string) (reason, hint string) {
+	switch code {
+	case policy.CodePolicyDenied:
+		return "the policy denies this tool", "do not retry; the policy must change for this call to run"
+	case policy.CodeRateLimited:
+		return "the rule's rate limit is spent", "retry once the rate window has passed"
+	case policy.CodePendingApproval:
+		if approvalID == "" {
+			return "a human must approve this call", "ask the operator to approve it, then send the same call again"
+		}
+		return "a human must approve this call",
+			"run: aegis approve " + approvalID + " (or: aegis deny " + approvalID + "), then send the same call again: the approval lets it through once"
+	}
+	return "aegis refused this call before it reached the server", "see aegis's stderr and the record for why"
 }
 
 // ApprovalOp is a request from `aegis approve`, `aegis deny` or `aegis
@@ -62,6 +121,12 @@ type PendingApproval struct {
 	Session       string    `json:"session"`
 	RequestedAt   time.Time `json:"requested_at"`
 	ExpiresAt     time.Time `json:"expires_at"`
+	// Args is the canonical JSON of the call's arguments (as digested in
+	// ArgsDigest), cut to at most ArgsPreviewBytes at a character
+	// boundary; ArgsBytes is its whole length. They are shown to the
+	// approver, not recorded: the frame event holds the arguments.
+	Args      string `json:"-"`
+	ArgsBytes int    `json:"-"`
 }
 
 // gate holds the policy engine and the approval state of one session.
@@ -72,8 +137,15 @@ type gate struct {
 
 	mu       sync.Mutex
 	pending  map[string]*PendingApproval
-	resolved map[string]string   // approval id -> what became of it
-	allow    map[string][]string // tool+args key -> approval ids granting one call each
+	resolved map[string]string      // approval id -> what became of it
+	allow    map[string][]allowance // tool+args key -> single-use allowances
+}
+
+// allowance is what an approval grants: one call of its tool with its
+// arguments, before the approval's expiry.
+type allowance struct {
+	id      string
+	expires time.Time
 }
 
 func newGate(set *policy.Set, ttl time.Duration) *gate {
@@ -81,7 +153,7 @@ func newGate(set *policy.Set, ttl time.Duration) *gate {
 		ttl = DefaultApprovalTTL
 	}
 	return &gate{engine: policy.NewEngine(set), hash: set.Hash(), ttl: ttl,
-		pending: map[string]*PendingApproval{}, resolved: map[string]string{}, allow: map[string][]string{}}
+		pending: map[string]*PendingApproval{}, resolved: map[string]string{}, allow: map[string][]allowance{}}
 }
 
 func allowKey(tool, argsDigest string) string { return tool + "\x00" + argsDigest }
@@ -90,12 +162,21 @@ func allowKey(tool, argsDigest string) string { return tool + "\x00" + argsDiges
 type gated struct {
 	decision   policy.Decision
 	argsDigest string
-	approval   string // the approval a pending call's allowance comes from
+	// approval is the approval whose allowance this call took (its
+	// verdict is then Allow); the allowance is spent unless given back
+	// with giveBack.
+	approval string
+	granted  allowance
+	// lapsed are allowances of this tool and arguments found expired
+	// unused, and dropped, while deciding; the caller records them.
+	lapsed []string
 }
 
 // decide evaluates a call. A pending_approval verdict is turned into Allow
-// when an approval for the same tool and arguments is waiting to be used;
-// the allowance is taken only by take, once the frame is relayed.
+// when an approval for the same tool and arguments is waiting to be used,
+// and that approval is spent in the same step, under the gate's lock: two
+// calls decided at once (in one batch, or concurrently in the gateway)
+// never ride on one approval.
 func (g *gate) decide(tool string, args json.RawMessage, now time.Time) gated {
 	return g.decideRequest(policy.Request{Tool: tool}, args, now)
 }
@@ -104,61 +185,96 @@ func (g *gate) decide(tool string, args json.RawMessage, now time.Time) gated {
 // capability and the active profile as role too); req.Tool keys the
 // approvals.
 func (g *gate) decideRequest(req policy.Request, args json.RawMessage, now time.Time) gated {
-	tool := req.Tool
 	d := g.engine.Evaluate(req, now)
 	gd := gated{decision: d, argsDigest: argsDigest(args)}
 	if d.Verdict == policy.PendingApproval {
-		g.mu.Lock()
-		if ids := g.allow[allowKey(tool, gd.argsDigest)]; len(ids) > 0 {
-			gd.approval = ids[0]
+		if a, ok := g.use(req.Tool, gd.argsDigest, now, &gd.lapsed); ok {
+			gd.approval, gd.granted = a.id, a
 			gd.decision.Verdict = policy.Allow
+			gd.decision.ApprovalID = ""
 		}
-		g.mu.Unlock()
 	}
 	return gd
 }
 
-// take uses up the allowance a decision relied on.
-func (g *gate) take(tool string, gd gated) {
+// use takes the allowance for tool and digest that expires first, among
+// those still valid at now; the expired ones it meets are dropped and
+// appended to lapsed.
+func (g *gate) use(tool, digest string, now time.Time, lapsed *[]string) (allowance, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k := allowKey(tool, digest)
+	as := g.allow[k]
+	if len(as) == 0 {
+		return allowance{}, false
+	}
+	kept := as[:0]
+	best := -1
+	for _, a := range as {
+		if !now.Before(a.expires) {
+			g.resolved[a.id] = "approved, but expired unused"
+			*lapsed = append(*lapsed, a.id)
+			continue
+		}
+		kept = append(kept, a)
+		if best < 0 || a.expires.Before(kept[best].expires) {
+			best = len(kept) - 1
+		}
+	}
+	if best < 0 {
+		delete(g.allow, k)
+		return allowance{}, false
+	}
+	a := kept[best]
+	kept = append(kept[:best], kept[best+1:]...)
+	if len(kept) == 0 {
+		delete(g.allow, k)
+	} else {
+		g.allow[k] = kept
+	}
+	g.resolved[a.id] = "approved and used"
+	return a, true
+}
+
+// giveBack returns the allowance a call took when its frame is refused for
+// another reason after all: the call did not run, so its approval is not
+// spent. Whether it is still valid is checked when it is next used.
+func (g *gate) giveBack(tool string, gd gated) {
 	if gd.approval == "" {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	k := allowKey(tool, gd.argsDigest)
-	ids := g.allow[k]
-	for i, id := range ids {
-		if id == gd.approval {
-			g.allow[k] = append(ids[:i:i], ids[i+1:]...)
-			break
-		}
-	}
-	if len(g.allow[k]) == 0 {
-		delete(g.allow, k)
-	}
-	g.resolved[gd.approval] = "approved and used"
+	g.allow[k] = append(g.allow[k], gd.granted)
+	g.resolved[gd.approval] = "approved"
 }
 
-// argsDigest is SHA-256 over the canonical JSON of a call's arguments: RFC
-// 8785 when they are in the audit value space, else the same form with
-// numbers kept as written (JCS would reformat floats; a retry by the same
-// client writes them the same). Absent arguments digest as {}.
-func argsDigest(args json.RawMessage) string {
+// argsDigest is SHA-256 over the canonical JSON of a call's arguments
+// ([canonicalArgs]).
+func argsDigest(args json.RawMessage) string { return sha(canonicalArgs(args)) }
+
+// canonicalArgs is the canonical JSON of a call's arguments: RFC 8785 when
+// they are in the audit value space, else the same form with numbers kept
+// as written (JCS would reformat floats; a retry by the same client writes
+// them the same); arguments that are not JSON stay as they are. Absent
+// arguments are {}.
+func canonicalArgs(args json.RawMessage) []byte {
 	if len(args) == 0 || bytes.Equal(args, []byte("null")) {
 		args = json.RawMessage("{}")
 	}
 	if c, err := schemas.Canonicalize(args); err == nil {
-		return sha(c)
+		return c
 	}
 	dec := json.NewDecoder(bytes.NewReader(args))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return sha(args)
+		return args
 	}
 	var b bytes.Buffer
 	writeSorted(&b, v)
-	return sha(b.Bytes())
+	return b.Bytes()
 }
 
 func writeSorted(b *bytes.Buffer, v any) {
@@ -243,12 +359,13 @@ func (g *gate) resolve(id string, now time.Time) (*PendingApproval, string) {
 	return p, ""
 }
 
-// grant records an approval's single-use allowance.
+// grant records an approval's single-use allowance; it lapses at the
+// approval's expiry.
 func (g *gate) grant(p *PendingApproval) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	k := allowKey(p.ToolID, p.ArgsDigest)
-	g.allow[k] = append(g.allow[k], p.ApprovalID)
+	g.allow[k] = append(g.allow[k], allowance{id: p.ApprovalID, expires: p.ExpiresAt})
 	g.resolved[p.ApprovalID] = "approved"
 }
 
@@ -271,3 +388,43 @@ func (g *gate) expire(id string) (*PendingApproval, bool) {
 	g.resolved[id] = "expired"
 	return p, true
 }
+
+// lapse drops the unused allowance of approval id if now is at or after
+// its expiry; it reports whether it did.
+func (g *gate) lapse(id string, now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, as := range g.allow {
+		for i, a := range as {
+			if a.id != id {
+				continue
+			}
+			if now.Before(a.expires) {
+				return false
+			}
+			if as = append(as[:i:i], as[i+1:]...); len(as) == 0 {
+				delete(g.allow, k)
+			} else {
+				g.allow[k] = as
+			}
+			g.resolved[id] = "approved, but expired unused"
+			return true
+		}
+	}
+	return false
+}
+
+// recordLapsed records that the allowances of approvals ids expired
+// unused (an approval.expired event each, with the reason).
+func recordLapsed(sess *projector.Session, ids []string) error {
+	for _, id := range ids {
+		if _, err := sess.Fact(schemas.KindApprovalExpired, map[string]string{"approval_id": id, "reason": reasonLapsed}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reasonLapsed is the reason of an approval.expired event for an approval
+// that was granted but not used in time.
+const reasonLapsed = "approved, but not used before it expired"

@@ -163,7 +163,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	if cfg.Rules != nil {
 		g.gate = newGate(cfg.Rules, cfg.ApprovalTTL)
 	} else {
-		g.gate = &gate{ttl: cfg.ApprovalTTL, pending: map[string]*PendingApproval{}, resolved: map[string]string{}, allow: map[string][]string{}}
+		g.gate = &gate{ttl: cfg.ApprovalTTL, pending: map[string]*PendingApproval{}, resolved: map[string]string{}, allow: map[string][]allowance{}}
 		if g.gate.ttl <= 0 {
 			g.gate.ttl = DefaultApprovalTTL
 		}
@@ -548,7 +548,12 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 		return finish(o, textResult(g.capDenied(e.server, e.tool, profile), true))
 	}
 	if g.cfg.Rules != nil {
+		// Decided and, when an approval lets it through, that approval
+		// spent, in one step: concurrent calls never share one.
 		gd := g.gate.decideRequest(g.cfg.Policy.RuleRequest(profile, e.server, e.tool, g.sess.ID()), args, start)
+		if err := recordLapsed(g.sess, gd.lapsed); err != nil {
+			g.log.Error("record approval expiry", "err", err)
+		}
 		if gd.decision.Verdict != policy.Allow {
 			o := wc.Refused(gd.decision.Record(), gd.decision.MatchedRule)
 			axes.MatchedRule = gd.decision.MatchedRule
@@ -556,14 +561,18 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 			if gd.decision.Verdict == policy.PendingApproval {
 				p := PendingApproval{ApprovalID: gd.decision.ApprovalID, ToolID: name, RequestDigest: dg, ArgsDigest: gd.argsDigest,
 					Session: g.sess.ID(), RequestedAt: start.UTC(), ExpiresAt: start.Add(g.gate.ttl).UTC()}
+				p.Args, p.ArgsBytes = argsPreview(canonicalArgs(args))
 				g.sess.Fact(schemas.KindApprovalRequested, p)
 				g.gate.request(p)
-				fmt.Fprintf(g.cfg.Stderr, "aegis: approval needed: tools/call %q (approval %s); run: aegis approve %s\n", name, p.ApprovalID, p.ApprovalID)
+				fmt.Fprint(g.cfg.Stderr, approvalPrompt(p))
 			}
-			b, _ := json.Marshal(map[string]string{"code": policy.RefusalCode(gd.decision), "capability": axes.Capability, "active_profile": profile, "reason": gd.decision.Reason, "approval_id": gd.decision.ApprovalID})
+			refusal := map[string]string{"code": policy.RefusalCode(gd.decision), "capability": axes.Capability, "active_profile": profile, "reason": gd.decision.Reason, "approval_id": gd.decision.ApprovalID}
+			if id := gd.decision.ApprovalID; id != "" {
+				refusal["hint"] = "run: aegis approve " + id + " (or: aegis deny " + id + "), then call the tool again with the same arguments: the approval lets it through once"
+			}
+			b, _ := json.Marshal(refusal)
 			return finish(o, textResult(string(b), true))
 		}
-		g.gate.take(name, gd)
 		axes.ApprovalRef = gd.approval
 		if gd.decision.MatchedRule != "" {
 			axes.MatchedRule = gd.decision.MatchedRule

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -38,8 +39,36 @@ func loadPolicy(t *testing.T, text string) *policy.Set {
 	return set
 }
 
-func refusal(id, code string) string {
-	return `{"error":{"code":-32042,"data":{"aegis":{"code":"` + code + `","layer":"wrap"}},"message":"aegis wrap refused this tools/call"},"id":` + id + `,"jsonrpc":"2.0"}`
+// The words of the refusal frames, as a host reads them.
+const (
+	hintDenied     = "do not retry; the policy must change for this call to run"
+	hintRate       = "retry once the rate window has passed"
+	reasonSibling  = "another call in this batch was refused, and a batch is refused whole"
+	hintSibling    = "send this call again without the refused ones"
+	hintUnreadable = "send it as one JSON-RPC object on one line"
+	hintAmbiguous  = "send each member once, with its name in lower case"
+)
+
+// refusal is the -32042 frame that refuses the call with id (raw JSON):
+// data.aegis holds its code, hint, layer and reason, keys sorted.
+func refusal(id, code, reason, hint string) string {
+	return `{"error":{"code":-32042,"data":{"aegis":{"code":` + jsonString(code) + `,"hint":` + jsonString(hint) + `,"layer":"wrap","reason":` +
+		jsonString(reason) + `}},"message":"aegis wrap refused this tools/call"},"id":` + id + `,"jsonrpc":"2.0"}`
+}
+
+// pendingRefusal is the refusal of a call pending approval.
+func pendingRefusal(id, approvalID, reason string) string {
+	hint := "run: aegis approve " + approvalID + " (or: aegis deny " + approvalID + "), then send the same call again: the approval lets it through once"
+	return `{"error":{"code":-32042,"data":{"aegis":{"approval_id":` + jsonString(approvalID) + `,"code":"PENDING_APPROVAL","hint":` + jsonString(hint) +
+		`,"layer":"wrap","reason":` + jsonString(reason) + `}},"message":"aegis wrap refused this tools/call"},"id":` + id + `,"jsonrpc":"2.0"}`
+}
+
+func jsonString(s string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(s)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // Refused calls never reach the server, the host gets exactly the refusal
@@ -69,8 +98,10 @@ func TestPolicyRefusedCallsNeverReachServer(t *testing.T) {
 		t.Fatalf("the server received:\n%s\nwant only:\n%s", got, want)
 	}
 	out := string(run.out)
-	for _, r := range []string{refusal("2", "POLICY_DENIED"), refusal(`"d"`, "PENDING_APPROVAL"), refusal("5", "RATE_LIMITED"),
-		"[" + refusal("6", "HOST_DENIED") + "," + refusal("7", "POLICY_DENIED") + "]"} {
+	for _, r := range []string{refusal("2", "POLICY_DENIED", "rm is not allowed here", hintDenied),
+		pendingRefusal(`"d"`, "apr-gate-deploy-deploy-1", "a human must approve this call (rule gate-deploy)"),
+		refusal("5", "RATE_LIMITED", "rate limit exceeded for `rate-search` (1 per 3600s)", hintRate),
+		"[" + refusal("6", "HOST_DENIED", reasonSibling, hintSibling) + "," + refusal("7", "POLICY_DENIED", "rm is not allowed here", hintDenied) + "]"} {
 		if !strings.Contains(out, r+"\n") {
 			t.Errorf("host did not get %s\nhost got:\n%s", r, out)
 		}
@@ -168,10 +199,18 @@ func TestPolicyRefusesCallsItCannotRead(t *testing.T) {
 		t.Fatalf("the server received:\n%s\nwant only:\n%s", got, joinLines(unnamed, allowed))
 	}
 	out := string(run.out)
-	if n := strings.Count(out, refusal("null", "HOST_DENIED")+"\n"); n != len(hidden) {
-		t.Errorf("%d refusals with a null id, want one for each unreadable frame (%d)\nhost got:\n%s", n, len(hidden), out)
+	nullID := 0
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if d, ok := aegisData(t, line)["null"]; ok && len(aegisData(t, line)) == 1 && d["code"] == "HOST_DENIED" && d["hint"] == hintUnreadable && d["reason"] != "" {
+			nullID++
+		}
 	}
-	for _, r := range []string{"[" + refusal("5", "HOST_DENIED") + "," + refusal("null", "HOST_DENIED") + "]", refusal("6", "POLICY_DENIED")} {
+	if nullID != len(hidden) {
+		t.Errorf("%d refusals with a null id, want one for each unreadable frame (%d)\nhost got:\n%s", nullID, len(hidden), out)
+	}
+	for _, r := range []string{"[" + refusal("5", "HOST_DENIED", reasonSibling, hintSibling) + "," +
+		refusal("null", "HOST_DENIED", "batch element is not an object but mentions tools/call", hintUnreadable) + "]",
+		refusal("6", "POLICY_DENIED", "denied by rule `no-unknown`", hintDenied)} {
 		if !strings.Contains(out, r+"\n") {
 			t.Errorf("host did not get %s\nhost got:\n%s", r, out)
 		}

@@ -671,6 +671,10 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 				continue
 			}
 			verdicts[i] = r.gate.decide(c.Tool, c.Args, now)
+			if err := recordLapsed(r.sess, verdicts[i].lapsed); err != nil {
+				r.fail(err)
+				return nil, false, false
+			}
 			if verdicts[i].decision.Verdict != policy.Allow {
 				refused = true
 			}
@@ -709,8 +713,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 			wc.PolicySetHash = schemas.WrapPassthroughPolicySetHash // no rule was asked
 		} else if verdicts != nil {
 			axes.MatchedRule = verdicts[i].decision.MatchedRule
-			axes.ApprovalRef = verdicts[i].approval
-			r.gate.take(c.Tool, verdicts[i])
+			axes.ApprovalRef = verdicts[i].approval // spent by decide
 		}
 		if last, err = r.sess.Intent(wc.Intent(), with...); err != nil {
 			r.fail(err)
@@ -873,13 +876,19 @@ func (r *relay) refusesItself(c Call) bool {
 // the refusal frame once the outcomes are durable. The frame never reaches
 // the server.
 func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event, verdicts []gated, policyHash string, now time.Time) (*events.Receipt, bool, bool) {
+	// No call of the frame runs, so an approval a call took is not spent.
+	for i, c := range cls.Calls {
+		if verdicts[i].approval != "" {
+			r.gate.giveBack(c.Tool, verdicts[i])
+		}
+	}
 	with := []schemas.Event{fev}
 	var last *events.Receipt
 	var err error
 	dg := digest(frame)
 	type answer struct {
-		id   json.RawMessage
-		code string
+		id  json.RawMessage
+		why refusal
 	}
 	var answers []answer
 	for i, c := range cls.Calls {
@@ -915,6 +924,7 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 		if d.Verdict == policy.PendingApproval {
 			p := PendingApproval{ApprovalID: d.ApprovalID, ToolID: c.Tool, RequestDigest: dg, ArgsDigest: verdicts[i].argsDigest,
 				Session: r.sess.ID(), RequestedAt: now.UTC(), ExpiresAt: now.Add(r.gate.ttl).UTC()}
+			p.Args, p.ArgsBytes = argsPreview(canonicalArgs(c.Args))
 			if _, err = r.sess.Fact(schemas.KindApprovalRequested, p); err != nil {
 				r.fail(err)
 				return nil, false, false
@@ -939,17 +949,41 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 			id = json.RawMessage("null")
 		}
 		if len(id) > 0 && (r.refusesItself(c) || !bytes.Equal(id, []byte("null"))) {
-			code := policy.RefusalCode(d)
-			if !c.Named || r.refusesItself(c) {
-				code = policy.CodeHostDenied
+			why := refusal{code: policy.RefusalCode(d), reason: d.Reason}
+			switch {
+			case r.refusesItself(c):
+				why.code, why.reason, why.hint = policy.CodeHostDenied, c.Malformed, "send it as one JSON-RPC object on one line"
+				switch {
+				case c.Reused:
+					why.hint = "give each request an id of its own until it is answered"
+				case c.Ambiguous:
+					why.hint = "send each member once, with its name in lower case"
+				}
+			case !c.Named || d.Verdict == policy.Allow:
+				why.code = policy.CodeHostDenied
+				why.reason = "another call in this batch was refused, and a batch is refused whole"
+				why.hint = "send this call again without the refused ones"
+				if verdicts[i].approval != "" {
+					why.hint += "; approval " + verdicts[i].approval + " is kept for it"
+				}
+			case d.Verdict == policy.PendingApproval:
+				why.approvalID = d.ApprovalID
+				if why.reason == "" {
+					why.reason = "a human must approve this call (rule " + d.MatchedRule + ")"
+				}
 			}
-			answers = append(answers, answer{id, code})
+			answers = append(answers, answer{id, why})
 		}
 	}
 	// Every other request of the frame is refused with it: it never
 	// reaches the server, so only aegis can answer it.
 	for _, q := range cls.Requests {
-		answers = append(answers, answer{q.ID, policy.CodeHostDenied})
+		why := refusal{code: policy.CodeHostDenied, reason: "another request in this frame was refused, and a frame is refused whole",
+			hint: "send this request again without the refused ones"}
+		if cls.reused {
+			why.reason, why.hint = "a request in this frame reuses the id of a tools/call in flight", "give each request an id of its own until it is answered"
+		}
+		answers = append(answers, answer{q.ID, why})
 	}
 	if cls.reused {
 		r.log.Warn("refused a request that reuses the id of a tools/call in flight; give each request an id of its own until it is answered")
@@ -964,11 +998,11 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 			if i > 0 {
 				reply = append(reply, ',')
 			}
-			reply = append(reply, refusalFrame(a.id, a.code)...)
+			reply = append(reply, refusalFrameOf(a.id, a.why)...)
 		}
 		reply = append(reply, ']')
 	default:
-		reply = refusalFrame(answers[0].id, answers[0].code)
+		reply = refusalFrameOf(answers[0].id, answers[0].why)
 	}
 	if reply != nil {
 		rev, err := r.sess.FrameEvent(schemas.KindFrameRefusal, reply)
@@ -984,22 +1018,40 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 	return last, false, true
 }
 
-// prompt tells the operator how to act on a pending approval.
+// prompt tells the operator how to act on a pending approval, and what
+// they would approve: the tool and its arguments, escaped (Printable) so
+// that host-chosen text cannot act on the terminal.
 func (r *relay) prompt(p PendingApproval) {
 	if r.cfg.Prompt == nil {
 		return
 	}
-	fmt.Fprintf(r.cfg.Prompt, "aegis: approval needed: tools/call %q was refused pending approval %s (expires %s)\naegis: hint: to let it through once, run: aegis approve %s   (or: aegis deny %s)\n",
-		p.ToolID, p.ApprovalID, p.ExpiresAt.Local().Format(time.Kitchen), p.ApprovalID, p.ApprovalID)
+	fmt.Fprint(r.cfg.Prompt, approvalPrompt(p))
 }
 
-// armExpiry records the approval's expiry when its time runs out.
+// approvalPrompt is the stderr prompt of a pending tool call approval.
+func approvalPrompt(p PendingApproval) string {
+	id := Printable(p.ApprovalID)
+	return fmt.Sprintf("aegis: approval needed: tools/call %q was refused pending approval %s (expires %s)\n"+
+		"aegis:   arguments: %s\n"+
+		"aegis: hint: to let it through once, run: aegis approve %s   (or: aegis deny %s)\n",
+		p.ToolID, id, p.ExpiresAt.Local().Format(time.Kitchen), ShowArgs(p.Args, p.ArgsBytes, p.ArgsDigest), id, id)
+}
+
+// armExpiry records the approval's expiry when its time runs out: of the
+// pending approval, or of the allowance it granted if that went unused.
 func (r *relay) armExpiry(p PendingApproval) {
 	time.AfterFunc(p.ExpiresAt.Sub(r.cfg.Now()), func() {
-		if _, ok := r.gate.expire(p.ApprovalID); !ok || r.isStopped() {
+		if r.isStopped() {
 			return
 		}
-		if _, err := r.sess.Fact(schemas.KindApprovalExpired, map[string]string{"approval_id": p.ApprovalID}); err != nil {
+		ev := map[string]string{"approval_id": p.ApprovalID}
+		if _, ok := r.gate.expire(p.ApprovalID); !ok {
+			if !r.gate.lapse(p.ApprovalID, r.cfg.Now()) {
+				return
+			}
+			ev["reason"] = reasonLapsed
+		}
+		if _, err := r.sess.Fact(schemas.KindApprovalExpired, ev); err != nil {
 			r.log.Warn("record approval expiry", "err", err)
 		}
 	})
@@ -1183,7 +1235,8 @@ func decideApproval(sess *projector.Session, g *gate, op ApprovalOp, now time.Ti
 	msg := ""
 	if op.Op == "approve" {
 		d.Verdict = schemas.Approved(schemas.ApprovalScope{ToolID: p.ToolID})
-		msg = fmt.Sprintf("approved %s: the next tools/call %q with the same arguments goes through once", p.ApprovalID, p.ToolID)
+		msg = fmt.Sprintf("approved %s: the next tools/call %q with the same arguments goes through once, until %s (when the approval expires)",
+			p.ApprovalID, p.ToolID, p.ExpiresAt.Local().Format("15:04:05"))
 	} else {
 		reason := op.Reason
 		if reason == "" {

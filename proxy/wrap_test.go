@@ -245,11 +245,12 @@ func TestWrapRefusesAmbiguousCalls(t *testing.T) {
 	}
 	out := string(run.out)
 	for _, a := range attacks {
-		if !strings.Contains(out, refusal(a.answer, "HOST_DENIED")+"\n") {
+		if !strings.Contains(out, refusal(a.answer, "HOST_DENIED", "ambiguous tools/call: "+a.reason, hintAmbiguous)+"\n") {
 			t.Errorf("%s: host did not get the refusal for id %s\nhost got:\n%s", a.name, a.answer, out)
 		}
 	}
-	if r := "[" + refusal("9", "HOST_DENIED") + "," + refusal("10", "HOST_DENIED") + "]\n"; !strings.Contains(out, r) {
+	if r := "[" + refusal("9", "HOST_DENIED", reasonSibling, hintSibling) + "," +
+		refusal("10", "HOST_DENIED", `ambiguous tools/call: member "METHOD", which differs from "method" only in case`, hintAmbiguous) + "]\n"; !strings.Contains(out, r) {
 		t.Errorf("an ambiguous call in a batch: host did not get %s\nhost got:\n%s", r, out)
 	}
 	outcomes := ofType(h.lines(), "outcome")

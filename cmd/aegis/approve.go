@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,8 +16,10 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf16"
 
 	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/proxy"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -25,10 +28,17 @@ const approvalsUsage = `Usage:
 
 Lists the tools/calls that wait for a human decision in every running
 aegis process of this user, oldest first:
-  APPROVAL  TOOL  SESSION  PID  REQUESTED  EXPIRES
+  APPROVAL  TOOL  SESSION  PID  REQUESTED  EXPIRES  ARGUMENTS
+ARGUMENTS is what an approval would let through: the canonical JSON of
+the call's arguments (RFC 8785, keys sorted), cut after 512 bytes with
+"…", then its whole length and the start of its SHA-256 (args_digest).
+An approval covers exactly those arguments. Characters that could act on
+a terminal (control characters, bidi overrides and the like) are shown
+escaped as \uXXXX, in every column.
+
 With --json it prints one JSON array of objects with session, pid,
-approval_id, tool_id, request_digest, args_digest, requested_at and
-expires_at.
+approval_id, tool_id, request_digest, args_digest, requested_at,
+expires_at, arguments (the same preview, unescaped) and arguments_bytes.
 
 Running processes are found through their credentials files in the
 runtime directory: $XDG_RUNTIME_DIR/aegis when XDG_RUNTIME_DIR is set
@@ -41,8 +51,8 @@ exited are removed.
 
 Example:
   $ aegis approvals
-  APPROVAL          TOOL   SESSION                     PID   REQUESTED            EXPIRES
-  apr-gate-dream-1  dream  01KAQ3T5PS0C6ZJ5X1JQZ4Q1RM  4242  2026-09-01 10:02:03  in 4m12s
+  APPROVAL          TOOL   SESSION                     PID   REQUESTED            EXPIRES   ARGUMENTS
+  apr-gate-dream-1  dream  01KAQ3T5PS0C6ZJ5X1JQZ4Q1RM  4242  2026-09-01 10:02:03  in 4m12s  {"sleep":3} (11 bytes, sha256 9a1f0c2b7d3e5a64…)
 `
 
 const approveUsage = `Usage:
@@ -51,6 +61,15 @@ const approveUsage = `Usage:
 Approves one pending tools/call: the aegis process that holds it checks the
 request (known id, still pending, not expired, its own session), records a
 signed decision and lets the call through. Its answer is printed.
+
+An approval lets exactly one call through: the same tool with the same
+arguments (as 'aegis approvals' shows them), sent again by the host before
+the approval expires (--approval-ttl of the aegis process, 10 minutes by
+default, counted from the request). Identical calls beyond the first are
+pending again, each with its own approval id. A batch is refused whole
+while any call in it is refused; an approval a refused batch would have
+used is kept for the next try. An approval not used before it expires
+lapses, and the call is pending again under a new id.
 
 Without --session, every running aegis process of this user is asked which
 one holds APPROVAL_ID as pending, and only that one gets the approval. Pass
@@ -121,7 +140,7 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 			continue
 		}
 		if !r.rep.OK {
-			m.warnf("session %s (pid %d) refused to list its approvals: %s", r.creds.Session, r.creds.PID, r.rep.Error)
+			m.warnf("session %s (pid %d) refused to list its approvals: %s", r.creds.Session, r.creds.PID, proxy.Printable(r.rep.Error))
 			failed++
 			continue
 		}
@@ -147,7 +166,7 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(m.Stdout, "%s\n", b)
+		fmt.Fprintf(m.Stdout, "%s\n", escapeJSONText(b))
 	} else if len(rows) == 0 {
 		switch {
 		case len(procs) == 0:
@@ -161,10 +180,16 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 	} else {
 		now := time.Now()
 		tw := tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "APPROVAL\tTOOL\tSESSION\tPID\tREQUESTED\tEXPIRES")
+		fmt.Fprintln(tw, "APPROVAL\tTOOL\tSESSION\tPID\tREQUESTED\tEXPIRES\tARGUMENTS")
 		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ApprovalID, r.ToolID, r.Session, r.PID,
-				r.RequestedAt.Local().Format("2006-01-02 15:04:05"), expiresIn(r.ExpiresAt, now))
+			// Every field is escaped: ids and tools are chosen by the
+			// host, and must not act on the terminal.
+			args := "-"
+			if r.ArgumentsBytes > 0 {
+				args = proxy.ShowArgs(r.Arguments, r.ArgumentsBytes, r.ArgsDigest)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", proxy.Printable(r.ApprovalID), proxy.Printable(r.ToolID), proxy.Printable(r.Session), r.PID,
+				r.RequestedAt.Local().Format("2006-01-02 15:04:05"), expiresIn(r.ExpiresAt, now), args)
 		}
 		tw.Flush()
 	}
@@ -173,6 +198,30 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 			hint: "the warnings above say why; a process that has just exited is listed until its credentials file is gone"}
 	}
 	return nil
+}
+
+// escapeJSONText writes as \uXXXX escapes the characters of JSON text
+// that proxy.Printable would escape (encoding/json leaves C1 controls, DEL
+// and format characters such as bidi overrides as they are), so that
+// printing it cannot act on a terminal. The text means the same JSON.
+func escapeJSONText(b []byte) []byte {
+	s := string(b)
+	if proxy.Printable(s) == s {
+		return b
+	}
+	var out bytes.Buffer
+	for _, r := range s {
+		switch {
+		case r == ' ' || r == '\n' || unicode.IsPrint(r):
+			out.WriteRune(r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&out, `\u%04x\u%04x`, r1, r2)
+		default:
+			fmt.Fprintf(&out, `\u%04x`, r)
+		}
+	}
+	return out.Bytes()
 }
 
 func expiresIn(t, now time.Time) string {
@@ -253,7 +302,7 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 				if r.err != nil {
 					m.warnf("%v", r.err)
 				} else {
-					m.warnf("session %s (pid %d) refused to list its approvals: %s", r.creds.Session, r.creds.PID, r.rep.Error)
+					m.warnf("session %s (pid %d) refused to list its approvals: %s", r.creds.Session, r.creds.PID, proxy.Printable(r.rep.Error))
 				}
 				continue
 			}
@@ -290,14 +339,14 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 		return withHint(err, approverHint(err))
 	}
 	if !rep.OK {
-		return &exitError{code: 1, err: fmt.Errorf("session %s refused to %s %s: %s", target.Session, op, id, rep.Error),
+		return &exitError{code: 1, err: fmt.Errorf("session %s refused to %s %s: %s", target.Session, op, id, proxy.Printable(rep.Error)),
 			hint: "run 'aegis approvals' to see what is pending; an approval is used once, before it expires"}
 	}
 	msg := rep.Message
 	if msg == "" {
 		msg = fmt.Sprintf("%s %s in session %s", map[string]string{events.OpApprove: "approved", events.OpDeny: "denied"}[op], id, target.Session)
 	}
-	fmt.Fprintln(m.Stdout, msg)
+	fmt.Fprintln(m.Stdout, proxy.Printable(msg))
 	return nil
 }
 

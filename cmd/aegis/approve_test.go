@@ -170,7 +170,7 @@ func TestApprovalsListsEveryProcess(t *testing.T) {
 	}
 	for i, want := range []struct{ id, session string }{{"apr-a-1", a.session}, {"apr-b-1", b.session}, {"apr-a-2", a.session}} {
 		f := strings.Fields(lines[i+1])
-		if f[0] != want.id || f[1] != "fs.write" || f[2] != want.session || !strings.HasPrefix(f[len(f)-2], "in") {
+		if f[0] != want.id || f[1] != "fs.write" || f[2] != want.session || !strings.HasPrefix(f[len(f)-3], "in") || f[len(f)-1] != "-" {
 			t.Errorf("line %d = %q, want %s of %s", i+1, lines[i+1], want.id, want.session)
 		}
 	}

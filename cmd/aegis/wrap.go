@@ -46,12 +46,14 @@ everything after it is the server's argv, --help included.
 --policy FILE decides every tools/call before it may reach the server: a
 refused call (deny, rate_limit over budget, pending_approval) is answered
 with JSON-RPC error -32042 and never relayed; a batch with one refused call
-is refused whole. A pending call prints the 'aegis approve ID' command to
-run; an approval lets the same tool with the same arguments through once
-(--approval-ttl, default 10m). 'aegis approve' finds this process through a
-0600 credentials file in $XDG_RUNTIME_DIR/aegis, or, with XDG_RUNTIME_DIR
-unset, in run/ inside the state directory: then give it the same
---state-dir.
+is refused whole; the error's data.aegis says why (reason) and what to do
+(hint). A pending call prints its arguments and the 'aegis approve ID'
+command to run; an approval lets the same tool with the same arguments
+through once, until the approval expires (--approval-ttl, default 10m,
+from the refusal). See 'aegis help approve'. 'aegis approve' finds this
+process through a 0600 credentials file in $XDG_RUNTIME_DIR/aegis, or, with
+XDG_RUNTIME_DIR unset, in run/ inside the state directory: then give it the
+same --state-dir.
 
 --confine runs the server under Landlock and seccomp (deny by default; the
 --allow-* flags grant paths and TCP ports) and signs what was enforced into
@@ -278,7 +280,8 @@ func (m *Main) approvalServer(store *events.Store) func(string, func(proxy.Appro
 			out := events.ApprovalReply{OK: r.OK, Error: r.Error, Message: r.Message}
 			for _, p := range r.Pending {
 				out.Pending = append(out.Pending, events.PendingApproval{ApprovalID: p.ApprovalID, ToolID: p.ToolID,
-					RequestDigest: p.RequestDigest, ArgsDigest: p.ArgsDigest, RequestedAt: p.RequestedAt, ExpiresAt: p.ExpiresAt})
+					RequestDigest: p.RequestDigest, ArgsDigest: p.ArgsDigest, RequestedAt: p.RequestedAt, ExpiresAt: p.ExpiresAt,
+					Arguments: p.Args, ArgumentsBytes: p.ArgsBytes})
 			}
 			return out
 		})

@@ -1,0 +1,204 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aegis-dev/aegis/policy"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+func pendingGate(t *testing.T) *gate {
+	t.Helper()
+	set, err := policy.Parse("policy.yaml", []byte("version: 1\nrules:\n  - id: gate\n    action: pending_approval\n    tool: deploy\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newGate(set, time.Minute)
+}
+
+// approveNext makes the next deploy call pending, and approves it.
+func approveNext(t *testing.T, g *gate, args json.RawMessage, now time.Time) string {
+	t.Helper()
+	gd := g.decide("deploy", args, now)
+	if gd.decision.Verdict != policy.PendingApproval {
+		t.Fatalf("deploy: %v", gd.decision.Verdict)
+	}
+	g.request(PendingApproval{ApprovalID: gd.decision.ApprovalID, ToolID: "deploy", ArgsDigest: gd.argsDigest, RequestedAt: now, ExpiresAt: now.Add(g.ttl)})
+	p, why := g.resolve(gd.decision.ApprovalID, now)
+	if p == nil {
+		t.Fatal(why)
+	}
+	g.grant(p)
+	return p.ApprovalID
+}
+
+// Two calls decided before either runs (two calls of one batch, or two
+// concurrent calls in the gateway) cannot both ride on one approval: the
+// approval is spent where the first is decided.
+func TestOneApprovalIsSpentWhereTheCallIsDecided(t *testing.T) {
+	g := pendingGate(t)
+	now := time.Date(2026, 9, 1, 10, 0, 0, 0, time.UTC)
+	args := json.RawMessage(`{"v":1}`)
+	id := approveNext(t, g, args, now)
+	first := g.decide("deploy", args, now)
+	second := g.decide("deploy", args, now)
+	if first.decision.Verdict != policy.Allow || first.approval != id {
+		t.Fatalf("the approved call: %v approval %q", first.decision.Verdict, first.approval)
+	}
+	if second.decision.Verdict != policy.PendingApproval || second.approval != "" {
+		t.Fatalf("a second call decided before the first ran: %v approval %q, want pending_approval", second.decision.Verdict, second.approval)
+	}
+}
+
+// An allowance a refused frame took is given back; one that outlives its
+// approval lapses, and is reported once.
+func TestApprovalGivenBackAndLapsed(t *testing.T) {
+	g := pendingGate(t)
+	now := time.Date(2026, 9, 1, 10, 0, 0, 0, time.UTC)
+	args := json.RawMessage(`{"v":1}`)
+	id := approveNext(t, g, args, now)
+	gd := g.decide("deploy", args, now)
+	g.giveBack("deploy", gd)
+	if again := g.decide("deploy", args, now); again.approval != id {
+		t.Fatalf("the approval given back was not usable again: %+v", again)
+	} else {
+		g.giveBack("deploy", again)
+	}
+	if _, why := g.resolve(id, now); !strings.Contains(why, "already approved") {
+		t.Errorf("resolve an approval given back: %q", why)
+	}
+	late := g.decide("deploy", args, now.Add(time.Minute))
+	if late.decision.Verdict != policy.PendingApproval || len(late.lapsed) != 1 || late.lapsed[0] != id {
+		t.Fatalf("at the approval's expiry: %v lapsed %v, want pending_approval and %s lapsed", late.decision.Verdict, late.lapsed, id)
+	}
+	if g.lapse(id, now.Add(time.Hour)) {
+		t.Error("a lapsed allowance lapsed twice")
+	}
+	if _, why := g.resolve(id, now); !strings.Contains(why, "expired unused") {
+		t.Errorf("resolve a lapsed approval: %q", why)
+	}
+	// The expiry timer's path.
+	id2 := approveNext(t, g, args, now)
+	if g.lapse(id2, now.Add(time.Minute-time.Nanosecond)) {
+		t.Error("an allowance lapsed before its approval expired")
+	}
+	if !g.lapse(id2, now.Add(time.Minute)) {
+		t.Error("an allowance did not lapse at its approval's expiry")
+	}
+	if gd := g.decide("deploy", args, now); gd.approval != "" || len(gd.lapsed) != 0 {
+		t.Errorf("after the timer's lapse: %+v", gd)
+	}
+}
+
+// Every refusal frame is canonical JSON (RFC 8785), keeps upstream's
+// members and order, and says why and what to do; the golden file holds
+// one of each kind.
+func TestRefusalFramesSayWhyAndWhatToDo(t *testing.T) {
+	cases := []struct {
+		id string
+		r  refusal
+	}{
+		{`1`, refusal{code: policy.CodePolicyDenied, reason: "rm is not allowed here"}},
+		{`"a"`, refusal{code: policy.CodeRateLimited, reason: "rate limit exceeded for `rate-search` (1 per 3600s)"}},
+		{`2`, refusal{code: policy.CodePendingApproval, reason: "a human must approve this call (rule gate)", approvalID: "apr-gate-deploy-1"}},
+		{`3`, refusal{code: policy.CodeHostDenied}},
+		{`null`, refusal{code: policy.CodeHostDenied, reason: "ambiguous tools/call: duplicate member \"method\"", hint: "send each member once, with its name in lower case"}},
+		{`4`, refusal{code: policy.CodePendingApproval, reason: "quotes \" and \\ and \u001b and \u2028 and <html>", approvalID: "apr-gate-x\u001by-2"}},
+	}
+	var b bytes.Buffer
+	for _, c := range cases {
+		f := refusalFrameOf(json.RawMessage(c.id), c.r)
+		// Upstream's frame around data.aegis, which is canonical JSON (the
+		// frame as a whole is not in the audit value space: -32042, null).
+		head, tail := `{"error":{"code":-32042,"data":{"aegis":`, `},"message":"aegis wrap refused this tools/call"},"id":`+c.id+`,"jsonrpc":"2.0"}`
+		if !bytes.HasPrefix(f, []byte(head)) || !bytes.HasSuffix(f, []byte(tail)) {
+			t.Errorf("refusal frame %s is not upstream's", f)
+		} else if inner := f[len(head) : len(f)-len(tail)]; true {
+			if canon, err := schemas.Canonicalize(inner); err != nil || !bytes.Equal(canon, inner) {
+				t.Errorf("data.aegis is not canonical JSON (%v):\n%s\n%s", err, inner, canon)
+			}
+		}
+		var v struct {
+			Error struct {
+				Code    int
+				Message string
+				Data    struct{ Aegis map[string]string }
+			}
+			ID json.RawMessage
+		}
+		if err := json.Unmarshal(f, &v); err != nil {
+			t.Fatal(err)
+		}
+		a := v.Error.Data.Aegis
+		if v.Error.Code != RefusalCode || v.Error.Message != RefusalMessage || string(v.ID) != c.id || a["layer"] != "wrap" || a["code"] != c.r.code ||
+			a["reason"] == "" || a["hint"] == "" || a["approval_id"] != c.r.approvalID {
+			t.Errorf("refusal frame %s", f)
+		}
+		if c.r.approvalID != "" && !strings.Contains(a["hint"], "run: aegis approve "+c.r.approvalID) {
+			t.Errorf("a pending refusal without the command to approve it: %s", f)
+		}
+		b.Write(f)
+		b.WriteByte('\n')
+	}
+	if refusalFrame(json.RawMessage("5"), policy.CodeHostDenied) == nil {
+		t.Error("refusalFrame")
+	}
+	path := filepath.Join("testdata", "refusal-frames.golden")
+	if *updateGolden {
+		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test -run %s -update writes it)", err, t.Name())
+	}
+	if !bytes.Equal(b.Bytes(), want) {
+		t.Errorf("refusal frames differ from %s (go test -run %s -update rewrites it)\n--- got\n%s--- want\n%s", path, t.Name(), b.Bytes(), want)
+	}
+}
+
+// What an approver is shown cannot act on a terminal, and says how much
+// was cut.
+func TestPrintableEscapesWhatCouldActOnATerminal(t *testing.T) {
+	for _, c := range []struct{ name, in, want string }{
+		{"plain text stays", `{"a":"héllo wörld ✓"}`, `{"a":"héllo wörld ✓"}`},
+		{"an escape sequence clears the screen", "\x1b[2J", `\u001b[2J`},
+		{"an OSC sets the title, ended by a bell", "\x1b]0;owned\a", `\u001b]0;owned\u0007`},
+		{"a C1 CSI", "\u009b31m", `\u009b31m`},
+		{"DEL", "a\x7fb", `a\u007fb`},
+		{"a bidi override reverses what follows", "abc\u202edef", `abc\u202edef`},
+		{"a zero-width space hides a difference", "a\u200bb", `a\u200bb`},
+		{"a newline or carriage return forges a line", "a\nb\rc", `a\u000ab\u000dc`},
+		{"a line separator", "a\u2028b", `a\u2028b`},
+		{"bytes that are not UTF-8", "a\xff\xc3b", `a\xff\xc3b`},
+		{"a private-use character above the BMP", "\U000F0000", `\U000f0000`},
+	} {
+		if got := Printable(c.in); got != c.want {
+			t.Errorf("%s: Printable(%q) = %q, want %q", c.name, c.in, got, c.want)
+		}
+	}
+	canon := []byte(`{"text":"` + strings.Repeat("é", 400) + `"}`)
+	preview, total := argsPreview(canon)
+	if len(preview) > ArgsPreviewBytes || !strings.HasPrefix(string(canon), preview) || total != len(canon) || !utf8Valid(preview) {
+		t.Errorf("preview of %d bytes: %d bytes, total %d", len(canon), len(preview), total)
+	}
+	if s := ShowArgs(preview, total, sha(canon)); !strings.HasSuffix(s, fmt.Sprintf("é…(%d bytes, sha256 %s…)", len(canon), sha(canon)[:16])) {
+		t.Errorf("ShowArgs = %q", s)
+	}
+	if s := ShowArgs(`{"a":1}`, 7, sha([]byte(`{"a":1}`))); s != `{"a":1} (7 bytes, sha256 `+sha([]byte(`{"a":1}`))[:16]+`…)` {
+		t.Errorf("ShowArgs = %q", s)
+	}
+}
+
+func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
