@@ -283,12 +283,24 @@ func (s *Session) commitLine(l schemas.Line, kind schemas.Kind, payload func(lin
 // resolved plus the line. The caller waits on the receipt before acting on
 // the decision.
 func (s *Session) Decision(d schemas.Decision, resolved map[string]string) (*events.Receipt, error) {
+	payload := make(map[string]any, len(resolved))
+	for k, v := range resolved {
+		payload[k] = v
+	}
+	return s.DecisionWith(d, payload)
+}
+
+// DecisionWith is [Session.Decision] with any JSON values in the payload
+// (the gateway adds the profile event the decision resolves). One decision
+// is one approval.resolved event: the projections read a second one for the
+// same approval as a duplicate.
+func (s *Session) DecisionWith(d schemas.Decision, resolved map[string]any) (*events.Receipt, error) {
 	l, err := d.Line()
 	if err != nil {
 		return nil, err
 	}
 	return s.commitLine(l, schemas.KindApprovalResolved, func(line string) any {
-		payload := map[string]string{"line": line}
+		payload := map[string]any{"line": line}
 		for k, v := range resolved {
 			if k != "line" {
 				payload[k] = v
