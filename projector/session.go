@@ -29,6 +29,9 @@ type SessionOpened struct {
 	PID         int      `json:"pid"`
 	Argv        []string `json:"argv"`
 	Version     string   `json:"version"`
+	// Profile is the profile a gateway session starts in (its default
+	// profile); empty for a session that has no profiles (aegis wrap).
+	Profile string `json:"profile,omitempty"`
 }
 
 // LinePayload is the part of any event payload that carries an audit line:
@@ -54,6 +57,10 @@ type SessionConfig struct {
 	// Argv and Version are recorded in session.opened.
 	Argv    []string
 	Version string
+	// Profile, for a gateway, is the profile the session starts in; it is
+	// recorded in session.opened, so that projections know the active
+	// profile before the first switch.
+	Profile string
 	// Confinement, when set, is the enforcement fact of the server's
 	// confinement: it becomes the "confinement" member of the signed open
 	// line and the payload of a confinement.applied event committed with
@@ -128,7 +135,7 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	entry, err := chain.OpenExtraFunc(tail, extra, func(e Entry) error {
 		ev, err := cfg.Store.NewEvent(id, schemas.KindSessionOpened, SessionOpened{
 			Line: string(e.Bytes), AuditPath: path, AuditOffset: offset,
-			KeyID: chain.KeyID(), PID: os.Getpid(), Argv: cfg.Argv, Version: cfg.Version,
+			KeyID: chain.KeyID(), PID: os.Getpid(), Argv: cfg.Argv, Version: cfg.Version, Profile: cfg.Profile,
 		})
 		if err != nil {
 			return err
