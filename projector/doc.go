@@ -58,6 +58,21 @@
 // locked is refused before session.opened, so no session is left in the
 // stream that never ran, and no later CatchUp writes its open line.
 //
+// # Folds
+//
+// The transcript ([Timeline]), the session index ([SessionIndex]), the
+// approvals, the profiles and [Recheck] are pure folds over the stream.
+// They keep to what was recorded:
+//   - an approval is resolved once; a later denial of an approved approval
+//     revokes it, and any other later resolution (older gateways recorded
+//     every escalation decision twice) is a duplicate that neither flips
+//     nor counts as a decision;
+//   - a gateway session's active profile is the default profile its
+//     session.opened names, then that of each profile.switched event;
+//   - recheck asks the policy what the proxy asked: the tool for a wrap
+//     session; for a gateway session the wire name, the capability and the
+//     active profile as role, and nothing for its meta-tools.
+//
 // # Keys
 //
 // A key file is one line of 64 lowercase hex characters (the Ed25519 seed),

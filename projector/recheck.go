@@ -2,6 +2,7 @@ package projector
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/aegis-dev/aegis/events"
@@ -19,13 +20,25 @@ type Verdict struct {
 	ApprovalRef string `json:"approval_ref,omitempty"`
 }
 
+// CallRequest is what the proxy asked its policy about one recorded call.
+// Tool is the tool's name as the call gave it. In a gateway session
+// Capability is "<server>.<tool>" and Role the profile active at the
+// call's intent, as the gateway asked its rules; in a wrap session both are
+// empty (wrap asks with the tool only).
+type CallRequest struct {
+	Session    string
+	Tool       string
+	Capability string
+	Role       string
+}
+
 // Evaluator decides one recorded tools/call under the policy being
-// checked: the call's session, its tool and the time its intent was
+// checked: what the proxy asked about it, and the time its intent was
 // recorded, which is the clock (so rate windows replay as they ran).
 // [Recheck] calls it once per call, in stream order, so a stateful
 // evaluator sees the calls in the order the proxy did. The recheck fold
 // stays pure; the caller brings the policy engine ([PolicyEvaluator]).
-type Evaluator func(session, tool string, at time.Time) Verdict
+type Evaluator func(req CallRequest, at time.Time) Verdict
 
 // Changes a recheck reports.
 const (
@@ -81,13 +94,16 @@ type Recheck struct {
 	only     map[string]bool
 	open     map[[2]string]*CallCheck
 	sessions map[string]bool
+	// profiles is the active profile of each gateway session (one whose
+	// session.opened names its default profile).
+	profiles map[string]string
 	sum      RecheckSummary
 }
 
 // NewRecheck returns a recheck of the given sessions (every session when
 // none are given).
 func NewRecheck(eval Evaluator, sessions ...string) *Recheck {
-	r := &Recheck{eval: eval, open: map[[2]string]*CallCheck{}, sessions: map[string]bool{}}
+	r := &Recheck{eval: eval, open: map[[2]string]*CallCheck{}, sessions: map[string]bool{}, profiles: map[string]string{}}
 	if len(sessions) > 0 {
 		r.only = map[string]bool{}
 		for _, s := range sessions {
@@ -107,15 +123,34 @@ func (r *Recheck) Fold(rec events.Record) (CallCheck, bool) {
 	switch e.Kind {
 	case schemas.KindSessionOpened:
 		r.sessions[e.Session] = true
+		if p := profileOf(e.Payload); p != "" {
+			r.profiles[e.Session] = p
+		}
+	case schemas.KindProfileSwitched:
+		if _, gw := r.profiles[e.Session]; gw {
+			if p := profileOf(e.Payload); p != "" {
+				r.profiles[e.Session] = p
+			}
+		}
 	case schemas.KindCallIntent:
 		cp := callPayload(e.Payload)
 		r.sum.Calls++
-		if cp.ToolID == schemas.UnknownToolID {
+		req := CallRequest{Session: e.Session, Tool: cp.ToolID}
+		evaluated := cp.ToolID != schemas.UnknownToolID
+		if profile, gw := r.profiles[e.Session]; gw && evaluated {
+			// The gateway asks its rules about "<server>__<tool>" with
+			// the capability and the active profile as role; its
+			// meta-tools (no "__") are never asked. A server name holds
+			// no "__", so the first one splits.
+			server, tool, ok := strings.Cut(cp.ToolID, gatewaySeparator)
+			req.Capability, req.Role, evaluated = server+"."+tool, profile, ok
+		}
+		if !evaluated {
 			r.sum.NotEvaluated++
 			return CallCheck{}, false
 		}
 		c := &CallCheck{Session: e.Session, CallID: cp.CallID, Tool: cp.ToolID, Time: e.Time, Pos: rec.Pos}
-		c.Now = r.eval(e.Session, cp.ToolID, e.Time)
+		c.Now = r.eval(req, e.Time)
 		r.open[[2]string{e.Session, cp.CallID}] = c
 	case schemas.KindCallOutcome:
 		cp := callPayload(e.Payload)
@@ -133,6 +168,10 @@ func (r *Recheck) Fold(rec events.Record) (CallCheck, bool) {
 	}
 	return CallCheck{}, false
 }
+
+// gatewaySeparator joins a gateway's server and tool names in a wire name:
+// policy.NameSeparator, which this pure fold does not import.
+const gatewaySeparator = "__"
 
 func (r *Recheck) count(change string) {
 	switch change {

@@ -29,6 +29,9 @@ type SessionOpened struct {
 	PID         int      `json:"pid"`
 	Argv        []string `json:"argv"`
 	Version     string   `json:"version"`
+	// Profile is the profile a gateway session starts in (its default
+	// profile); empty for a session that has no profiles (aegis wrap).
+	Profile string `json:"profile,omitempty"`
 }
 
 // LinePayload is the part of any event payload that carries an audit line:
@@ -54,6 +57,10 @@ type SessionConfig struct {
 	// Argv and Version are recorded in session.opened.
 	Argv    []string
 	Version string
+	// Profile, for a gateway, is the profile the session starts in; it is
+	// recorded in session.opened, so that projections know the active
+	// profile before the first switch.
+	Profile string
 	// Confinement, when set, is the enforcement fact of the server's
 	// confinement: it becomes the "confinement" member of the signed open
 	// line and the payload of a confinement.applied event committed with
@@ -145,7 +152,7 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 	entry, err := chain.OpenExtraFunc(tail, extra, func(e Entry) error {
 		ev, err := cfg.Store.NewEvent(id, schemas.KindSessionOpened, SessionOpened{
 			Line: string(e.Bytes), AuditPath: path, AuditOffset: offset,
-			KeyID: chain.KeyID(), PID: os.Getpid(), Argv: cfg.Argv, Version: cfg.Version,
+			KeyID: chain.KeyID(), PID: os.Getpid(), Argv: cfg.Argv, Version: cfg.Version, Profile: cfg.Profile,
 		})
 		if err != nil {
 			return err
@@ -296,12 +303,24 @@ func (s *Session) commitLine(l schemas.Line, kind schemas.Kind, payload func(lin
 // resolved plus the line. The caller waits on the receipt before acting on
 // the decision.
 func (s *Session) Decision(d schemas.Decision, resolved map[string]string) (*events.Receipt, error) {
+	payload := make(map[string]any, len(resolved))
+	for k, v := range resolved {
+		payload[k] = v
+	}
+	return s.DecisionWith(d, payload)
+}
+
+// DecisionWith is [Session.Decision] with any JSON values in the payload
+// (the gateway adds the profile event the decision resolves). One decision
+// is one approval.resolved event: the projections read a second one for the
+// same approval as a duplicate.
+func (s *Session) DecisionWith(d schemas.Decision, resolved map[string]any) (*events.Receipt, error) {
 	l, err := d.Line()
 	if err != nil {
 		return nil, err
 	}
 	return s.commitLine(l, schemas.KindApprovalResolved, func(line string) any {
-		payload := map[string]string{"line": line}
+		payload := map[string]any{"line": line}
 		for k, v := range resolved {
 			if k != "line" {
 				payload[k] = v

@@ -36,7 +36,9 @@ type SessionSummary struct {
 	InFlight  int            `json:"in_flight"`
 	Approvals ApprovalCounts `json:"approvals"`
 	Confined  bool           `json:"confined"`
-	// Profile is the profile active at the session's last event.
+	// Profile is the profile active at the session's last event: the one
+	// session.opened names (a gateway's default profile) until a
+	// profile.switched event; NoProfile when the session records none.
 	Profile string     `json:"profile"`
 	Exit    *ChildInfo `json:"child_exit,omitempty"`
 	// First and Last are the positions of the session's first and last
@@ -45,7 +47,11 @@ type SessionSummary struct {
 	Last  events.Position `json:"last"`
 }
 
-// ApprovalCounts counts a session's approval events.
+// ApprovalCounts counts a session's approval events. Approved and Denied
+// count approvals by how they stand: an approval revoked by a later denial
+// counts as denied. A resolution that changes nothing (see [ApprovalInfo];
+// older gateways wrote two approval.resolved events for one decision)
+// counts as Duplicate only.
 type ApprovalCounts struct {
 	Requested int `json:"requested"`
 	Approved  int `json:"approved"`
@@ -53,6 +59,7 @@ type ApprovalCounts struct {
 	Expired   int `json:"expired"`
 	Used      int `json:"used"`
 	Refused   int `json:"refused"`
+	Duplicate int `json:"duplicate"`
 }
 
 // SessionIndex is the fold behind aegis sessions: one summary per session
@@ -66,6 +73,7 @@ type SessionIndex struct {
 type indexEntry struct {
 	sum      *SessionSummary
 	inflight map[string]bool
+	resolved resolutions
 }
 
 // Fold folds one event into the index.
@@ -83,7 +91,10 @@ func (ix *SessionIndex) Fold(rec events.Record) {
 		json.Unmarshal(e.Payload, &so)
 		s := &SessionSummary{ID: e.Session, Started: e.Time, PID: so.PID, Argv: so.Argv, Config: so.Config,
 			AuditPath: so.AuditPath, KeyID: so.KeyID, Profile: NoProfile, First: rec.Pos}
-		en = &indexEntry{sum: s, inflight: map[string]bool{}}
+		if so.Profile != "" {
+			s.Profile = so.Profile
+		}
+		en = &indexEntry{sum: s, inflight: map[string]bool{}, resolved: resolutions{}}
 		ix.byID[e.Session] = en
 		ix.list = append(ix.list, s)
 	}
@@ -113,10 +124,17 @@ func (ix *SessionIndex) Fold(rec events.Record) {
 	case schemas.KindApprovalRequested:
 		s.Approvals.Requested++
 	case schemas.KindApprovalResolved:
-		if a, _ := decodeApproval(e); a.Event == "approved" {
+		a, _ := decodeApproval(e)
+		switch a = en.resolved.fold(a); {
+		case a.Event == ApprovalEventApproved:
 			s.Approvals.Approved++
-		} else {
+		case a.Event == ApprovalEventDenied:
 			s.Approvals.Denied++
+			if a.Revoked {
+				s.Approvals.Approved--
+			}
+		default:
+			s.Approvals.Duplicate++
 		}
 	case schemas.KindApprovalExpired:
 		s.Approvals.Expired++
@@ -237,8 +255,11 @@ func (a *Approvals) Fold(rec events.Record) {
 		a.byKey[[2]string{e.Session, p.ApprovalID}] = ap
 		a.list = append(a.list, ap)
 	case schemas.KindApprovalResolved:
+		// The first resolution stands, or a denial revokes an approval
+		// not yet used; a duplicate (see [ApprovalInfo]) changes nothing.
 		info, _ := decodeApproval(e)
-		if ap := a.byKey[[2]string{e.Session, info.ApprovalID}]; ap != nil {
+		ap := a.byKey[[2]string{e.Session, info.ApprovalID}]
+		if ap != nil && (ap.State == ApprovalPending || (ap.State == ApprovalApproved && info.Event == ApprovalEventDenied)) {
 			ap.State, ap.By, ap.Reason = info.Event, info.By, info.Reason
 		}
 	case schemas.KindApprovalExpired:
@@ -282,15 +303,16 @@ func (a *Approvals) Pending(now time.Time) []Approval {
 	return out
 }
 
-// Profiles folds profile.switched events ({"profile": NAME}) into each
-// session's active profile.
+// Profiles folds each session's active profile: the profile its
+// session.opened names (a gateway's default), then that of each
+// profile.switched event ({"profile": NAME}).
 type Profiles struct {
 	active map[string]string
 }
 
 // Fold folds one event.
 func (p *Profiles) Fold(rec events.Record) {
-	if rec.Event.Kind != schemas.KindProfileSwitched {
+	if rec.Event.Kind != schemas.KindProfileSwitched && rec.Event.Kind != schemas.KindSessionOpened {
 		return
 	}
 	if p.active == nil {
@@ -309,8 +331,8 @@ func (p *Profiles) Active(session string) string {
 	return NoProfile
 }
 
-// All returns every session's active profile (sessions that never
-// switched are absent).
+// All returns every session's active profile (sessions that record none
+// are absent).
 func (p *Profiles) All() map[string]string {
 	out := make(map[string]string, len(p.active))
 	for k, v := range p.active {

@@ -28,7 +28,9 @@ const (
 	StepEnd      = "end"       // how the session ended
 )
 
-// NoProfile is the profile shown before any profile.switched event.
+// NoProfile is the profile shown for a session that records none: a wrap,
+// or a gateway session recorded before session.opened carried the default
+// profile, until its first profile.switched event.
 const NoProfile = "-"
 
 // Step is one entry of a session transcript: one event, summarised, or a
@@ -42,8 +44,9 @@ type Step struct {
 	OffsetMS int64 `json:"offset_ms"`
 	// Kind is the event kind, or StepInFlight or StepEnd.
 	Kind string `json:"kind"`
-	// Profile is the profile active at this step (NoProfile before any
-	// profile.switched event of the session).
+	// Profile is the profile active at this step: the one session.opened
+	// names (a gateway's default profile), then that of each
+	// profile.switched event; NoProfile when the session records none.
 	Profile string `json:"profile"`
 	// Seq is the audit line's seq when the event carries one.
 	Seq *uint64 `json:"seq,omitempty"`
@@ -68,6 +71,8 @@ type OpenedInfo struct {
 	AuditPath string   `json:"audit_path,omitempty"`
 	KeyID     string   `json:"key_id,omitempty"`
 	Version   string   `json:"version,omitempty"`
+	// Profile is the profile a gateway session starts in.
+	Profile string `json:"profile,omitempty"`
 }
 
 // CallInfo is one tools/call at its intent, its outcome, or in flight.
@@ -104,19 +109,40 @@ type CallInfo struct {
 }
 
 // ApprovalInfo is one approval event: requested, approved, denied,
-// expired, or refused (a request that could not be honoured).
+// expired, refused (a request that could not be honoured) or duplicate (a
+// resolution that changes nothing: the same verdict again, as streams of
+// older gateways hold for every escalation decision, or an approval after
+// a denial). A denial after an approval is a revocation (Revoked), which
+// the gateway allows until the switch is applied.
 type ApprovalInfo struct {
-	ApprovalID string     `json:"approval_id"`
-	Event      string     `json:"event"`
+	ApprovalID string `json:"approval_id"`
+	Event      string `json:"event"`
+	// Tool is what a call's approval is for; From and To the profiles of
+	// a gateway's profile switch (an escalation).
 	Tool       string     `json:"tool,omitempty"`
+	From       string     `json:"from,omitempty"`
+	To         string     `json:"to,omitempty"`
 	ArgsDigest string     `json:"args_digest,omitempty"`
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	// By is who asked: aegis approve's "user@host, pid N".
 	By string `json:"by,omitempty"`
-	// Op is the refused request's operation (approve or deny).
+	// Op is the operation (approve or deny) of a refused request or of a
+	// duplicate resolution.
 	Op     string `json:"op,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Revoked marks a denial of an approval that was approved.
+	Revoked bool `json:"revoked,omitempty"`
 }
+
+// Approval events as [ApprovalInfo].Event names them.
+const (
+	ApprovalEventRequested = "requested"
+	ApprovalEventApproved  = "approved"
+	ApprovalEventDenied    = "denied"
+	ApprovalEventExpired   = "expired"
+	ApprovalEventRefused   = "refused"
+	ApprovalEventDuplicate = "duplicate"
+)
 
 // ConfinementInfo summarises a confinement.applied fact; Fact is the fact
 // as recorded.
@@ -169,6 +195,7 @@ type timelineSession struct {
 	profile  string
 	closed   bool
 	inflight map[string]*CallInfo
+	resolved resolutions
 }
 
 // NewTimeline returns a timeline of one session, or of every session when
@@ -189,7 +216,7 @@ func (t *Timeline) Fold(rec events.Record) (Step, bool) {
 		if e.Kind != schemas.KindSessionOpened {
 			return Step{}, false
 		}
-		s = &timelineSession{opened: e.Time, profile: NoProfile, inflight: map[string]*CallInfo{}}
+		s = &timelineSession{opened: e.Time, profile: NoProfile, inflight: map[string]*CallInfo{}, resolved: resolutions{}}
 		t.sessions[e.Session] = s
 	}
 	st := Step{Session: e.Session, Pos: rec.Pos, Time: e.Time, OffsetMS: e.Time.Sub(s.opened).Milliseconds(), Kind: string(e.Kind)}
@@ -198,7 +225,10 @@ func (t *Timeline) Fold(rec events.Record) (Step, bool) {
 		var so openedPayload
 		json.Unmarshal(e.Payload, &so)
 		s.pid = so.PID
-		st.Opened = &OpenedInfo{PID: so.PID, Argv: so.Argv, Config: so.Config, AuditPath: so.AuditPath, KeyID: so.KeyID, Version: so.Version}
+		if so.Profile != "" {
+			s.profile = so.Profile
+		}
+		st.Opened = &OpenedInfo{PID: so.PID, Argv: so.Argv, Config: so.Config, AuditPath: so.AuditPath, KeyID: so.KeyID, Version: so.Version, Profile: so.Profile}
 		st.Seq = lineSeq(so.Line)
 	case schemas.KindFrameC2S, schemas.KindFrameS2C, schemas.KindFrameRefusal:
 		f := SummarizeFrame(e.Kind, framePayloadBytes(e.Payload))
@@ -216,6 +246,9 @@ func (t *Timeline) Fold(rec events.Record) (Step, bool) {
 		}
 	case schemas.KindApprovalRequested, schemas.KindApprovalResolved, schemas.KindApprovalExpired, schemas.KindApprovalRefused:
 		a, seq := decodeApproval(e)
+		if e.Kind == schemas.KindApprovalResolved {
+			a = s.resolved.fold(a)
+		}
 		st.Approval, st.Seq = &a, seq
 	case schemas.KindConfinementApplied:
 		c := decodeConfinement(e.Payload)
@@ -385,7 +418,9 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-// approvalPayload is the union of the approval events' payloads.
+// approvalPayload is the union of the approval events' payloads. A
+// gateway's escalation events carry From and To and the profile event
+// (profile_event) they record.
 type approvalPayload struct {
 	Line          string     `json:"line"`
 	ApprovalID    string     `json:"approval_id"`
@@ -397,38 +432,88 @@ type approvalPayload struct {
 	Op            string     `json:"op"`
 	By            string     `json:"by"`
 	Reason        string     `json:"reason"`
+	From          string     `json:"from"`
+	To            string     `json:"to"`
+	ProfileEvent  *struct {
+		Kind string `json:"kind"`
+		From string `json:"from"`
+		To   string `json:"to"`
+	} `json:"profile_event"`
 }
 
 func decodeApproval(e schemas.Event) (ApprovalInfo, *uint64) {
 	var p approvalPayload
 	json.Unmarshal(e.Payload, &p)
-	a := ApprovalInfo{ApprovalID: p.ApprovalID, Tool: p.ToolID, By: p.By}
+	a := ApprovalInfo{ApprovalID: p.ApprovalID, Tool: p.ToolID, From: p.From, To: p.To, By: p.By}
+	if pe := p.ProfileEvent; pe != nil && a.From == "" && a.To == "" {
+		a.From, a.To = pe.From, pe.To
+	}
 	var seq *uint64
 	switch e.Kind {
 	case schemas.KindApprovalRequested:
-		a.Event, a.ArgsDigest, a.ExpiresAt = "requested", p.ArgsDigest, p.ExpiresAt
+		a.Event, a.ArgsDigest, a.ExpiresAt = ApprovalEventRequested, p.ArgsDigest, p.ExpiresAt
 	case schemas.KindApprovalExpired:
-		a.Event = "expired"
+		a.Event = ApprovalEventExpired
 	case schemas.KindApprovalRefused:
-		a.Event, a.Op, a.Reason = "refused", p.Op, p.Reason
+		a.Event, a.Op, a.Reason = ApprovalEventRefused, p.Op, p.Reason
 	case schemas.KindApprovalResolved:
 		l := parseAuditLine(p.Line)
 		seq = l.Seq
 		if a.ApprovalID == "" {
 			a.ApprovalID = l.ApprovalID
 		}
+		// The signed verdict first, then what the request asked, then
+		// the profile event (the only member of the second
+		// approval.resolved event that older gateways wrote). Anything
+		// else grants nothing: denied.
+		pe := ""
+		if p.ProfileEvent != nil {
+			pe = p.ProfileEvent.Kind
+		}
 		switch {
 		case l.Verdict.Verdict == schemas.VerdictApproved:
-			a.Event = "approved"
+			a.Event = ApprovalEventApproved
 		case l.Verdict.Verdict == schemas.VerdictDenied:
-			a.Event, a.Reason = "denied", l.Verdict.Reason
+			a.Event, a.Reason = ApprovalEventDenied, l.Verdict.Reason
 		case p.Op == "approve":
-			a.Event = "approved"
+			a.Event = ApprovalEventApproved
+		case p.Op == "deny":
+			a.Event = ApprovalEventDenied
+		case pe == "switch.approved":
+			a.Event = ApprovalEventApproved
 		default:
-			a.Event = "denied"
+			a.Event = ApprovalEventDenied
 		}
 	}
 	return a, seq
+}
+
+// resolutions is how each approval of one session stands (approval id ->
+// approved or denied).
+type resolutions map[string]string
+
+// fold takes one approval.resolved event of the session and returns it as
+// it counts. The first resolution of an approval stands; a denial of an
+// approved approval revokes it; any other resolution (the same verdict
+// again, or an approval after a denial) is a duplicate that changes
+// nothing, its Op saying what it asked.
+func (r resolutions) fold(a ApprovalInfo) ApprovalInfo {
+	cur, seen := r[a.ApprovalID]
+	switch {
+	case !seen:
+		r[a.ApprovalID] = a.Event
+		return a
+	case cur == ApprovalEventApproved && a.Event == ApprovalEventDenied:
+		r[a.ApprovalID] = a.Event
+		a.Revoked = true
+		return a
+	}
+	a.Op = "deny"
+	if a.Event == ApprovalEventApproved {
+		a.Op = "approve"
+	}
+	a.Event, a.Reason = ApprovalEventDuplicate, "already "+cur
+	return a
 }
 
 func decodeConfinement(p json.RawMessage) ConfinementInfo {

@@ -242,13 +242,16 @@ func callText(kind string, c *CallInfo) string {
 
 func approvalText(a *ApprovalInfo) string {
 	switch a.Event {
-	case "requested":
-		s := "requested " + a.ApprovalID + " for " + a.Tool
+	case ApprovalEventRequested:
+		s := "requested " + a.ApprovalID
+		if t := approvalTarget(a); t != "" {
+			s += " for " + t
+		}
 		if a.ExpiresAt != nil {
 			s += " · expires " + a.ExpiresAt.UTC().Format(time.RFC3339)
 		}
 		return s
-	case "approved", "denied":
+	case ApprovalEventApproved, ApprovalEventDenied:
 		s := a.ApprovalID + " " + a.Event
 		if a.By != "" {
 			s += " by " + a.By
@@ -256,8 +259,20 @@ func approvalText(a *ApprovalInfo) string {
 		if a.Reason != "" {
 			s += " " + strconv.Quote(a.Reason)
 		}
+		if a.Revoked {
+			s += " · revokes its approval"
+		}
+		if a.Tool == "" && (a.From != "" || a.To != "") {
+			s += " · " + approvalTarget(a)
+		}
 		return s
-	case "refused":
+	case ApprovalEventDuplicate:
+		s := a.Op + " " + a.ApprovalID
+		if a.By != "" {
+			s += " by " + a.By
+		}
+		return s + " · duplicate resolution, ignored: " + a.Reason
+	case ApprovalEventRefused:
 		s := a.Op + " " + a.ApprovalID
 		if a.By != "" {
 			s += " by " + a.By
@@ -265,6 +280,25 @@ func approvalText(a *ApprovalInfo) string {
 		return s + " refused: " + a.Reason
 	}
 	return a.ApprovalID + " " + a.Event
+}
+
+// approvalTarget says what an approval is for: the tool of a call's
+// approval, or "profile FROM -> TO" for a gateway's profile switch.
+func approvalTarget(a *ApprovalInfo) string {
+	switch {
+	case a.Tool != "":
+		return a.Tool
+	case a.From != "" || a.To != "":
+		return "profile " + orUnknown(a.From) + " -> " + orUnknown(a.To)
+	}
+	return ""
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "?"
+	}
+	return s
 }
 
 func confinementText(c *ConfinementInfo) string {

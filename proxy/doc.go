@@ -99,5 +99,11 @@
 // there is SHA-256 over {"name","arguments"} as decoded, since the SDK owns
 // the framing. The active profile and the escalations are a fold
 // (policy.ProfileState) of the profile events the gateway records; each
-// change is checked, made durable, then applied.
+// change is checked, made durable, then applied, one at a time. A human's
+// decision on an escalation is one approval.resolved event that carries
+// both the signed decision line and the profile event; a second approval
+// of it is refused (approval.refused), while a denial of an approved
+// escalation not yet applied revokes it. The default profile is recorded
+// in session.opened, so the record names the active profile from the
+// start.
 package proxy

@@ -17,6 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/sandbox"
@@ -106,9 +107,28 @@ func (g *gateway) active() string {
 	return g.state.Active()
 }
 
-// profileEvent records ev and folds it into the profile state, only if the
-// state accepts it: the live state is always the fold of what is on disk.
+// profileEvent records ev as an event of kind and folds it into the
+// profile state, only if the state accepts it: the live state is always the
+// fold of what is on disk.
 func (g *gateway) profileEvent(ev policy.ProfileEvent, kind schemas.Kind, extra map[string]any) error {
+	return g.recordProfileEvent(ev, extra, func(payload map[string]any) (*events.Receipt, error) {
+		return g.sess.Fact(kind, payload)
+	})
+}
+
+// recordError is a profile event the state accepted but that could not be
+// recorded.
+type recordError struct{ err error }
+
+func (e *recordError) Error() string { return "record profile event: " + e.err.Error() }
+func (e *recordError) Unwrap() error { return e.err }
+
+// recordProfileEvent checks ev against the state, has record write the one
+// event that carries it (payload: ev and extra), waits until it is durable
+// and folds ev into the state, all under pmu, so that two requests can
+// never both pass the check. An error from the state comes back as it is;
+// a failure to record as a *recordError.
+func (g *gateway) recordProfileEvent(ev policy.ProfileEvent, extra map[string]any, record func(payload map[string]any) (*events.Receipt, error)) error {
 	g.pmu.Lock()
 	defer g.pmu.Unlock()
 	g.mu.Lock()
@@ -124,12 +144,12 @@ func (g *gateway) profileEvent(ev policy.ProfileEvent, kind schemas.Kind, extra 
 	for k, v := range extra {
 		payload[k] = v
 	}
-	rc, err := g.sess.Fact(kind, payload)
+	rc, err := record(payload)
 	if err == nil {
 		_, err = rc.Wait(context.Background())
 	}
 	if err != nil {
-		return fmt.Errorf("record profile event: %w", err)
+		return &recordError{err}
 	}
 	g.mu.Lock()
 	err = g.state.Apply(ev)
@@ -742,13 +762,6 @@ func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 		kind = policy.EventSwitchDenied
 	}
 	ev := policy.ProfileEvent{Kind: kind, ID: op.ApprovalID, Source: policy.SourceHuman, At: now}
-	// The state must accept the verdict before anything is signed.
-	g.mu.Lock()
-	test := g.state.Clone()
-	g.mu.Unlock()
-	if err := test.Apply(ev); err != nil {
-		return refuse(err.Error())
-	}
 	d := schemas.Decision{ApprovalID: e.ID}
 	msg := fmt.Sprintf("approved %s: the switch from %s to %s applies when the agent asks aegis.approval_status", e.ID, e.From, e.To)
 	if op.Op == "approve" {
@@ -761,15 +774,18 @@ func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 		d.Verdict = schemas.Rejected(reason)
 		msg = "denied " + e.ID
 	}
-	rc, err := g.sess.Decision(d, map[string]string{"approval_id": e.ID, "op": op.Op, "by": op.By, "from": e.From, "to": e.To})
-	if err == nil {
-		_, err = rc.Wait(context.Background())
-	}
-	if err == nil {
-		err = g.profileEvent(ev, schemas.KindApprovalResolved, map[string]any{"approval_id": e.ID, "from": e.From, "to": e.To})
-	}
-	if err != nil {
-		return ApprovalReply{Error: "could not record the decision: " + err.Error()}
+	// One event says it all: the signed decision line and the profile
+	// event it resolves. The state must accept the verdict before anything
+	// is signed, and the check and the record are one step, so a second
+	// approve or deny of the same escalation is refused, never recorded.
+	err := g.recordProfileEvent(ev, map[string]any{"approval_id": e.ID, "op": op.Op, "by": op.By, "from": e.From, "to": e.To},
+		func(payload map[string]any) (*events.Receipt, error) { return g.sess.DecisionWith(d, payload) })
+	var re *recordError
+	switch {
+	case errors.As(err, &re):
+		return ApprovalReply{Error: "could not record the decision: " + re.err.Error()}
+	case err != nil:
+		return refuse(err.Error())
 	}
 	return ApprovalReply{OK: true, Message: msg}
 }

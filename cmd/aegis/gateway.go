@@ -117,7 +117,8 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	log := m.logger()
 	abs, _ := filepath.Abs(config)
 	open := func(facts map[string]sandbox.Fact) (*projector.Session, error) {
-		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version, Logger: log}
+		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
+			Profile: gw.DefaultProfile(), Logger: log}
 		if len(facts) > 0 {
 			cfg.Confinement = facts
 		}

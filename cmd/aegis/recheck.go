@@ -29,10 +29,16 @@ executes nothing: it reads the event stream and asks the policy.
 
 Each call is evaluated at the time its intent was recorded, in the order
 the proxy saw the calls, with one policy engine per session as each aegis
-wrap had, so rate-limit windows replay as they would have run. A call
-that went through on an approval counts as pending_approval before. Calls
-without a tool name were never evaluated and are skipped; calls still in
-flight (no outcome) have no recorded verdict and are only counted.
+process had, so rate-limit windows replay as they would have run. It is
+asked what the proxy asked: aegis wrap asks about the tool; aegis gateway
+asks its rules about "<server>__<tool>" with the capability
+"<server>.<tool>" and the active profile as role. A call that went
+through on an approval counts as pending_approval before, so under the
+same policy it is unchanged. Calls without a tool name, and a gateway's
+meta-tools (aegis.*), were never evaluated by a rule and are skipped;
+calls still in flight (no outcome) have no recorded verdict and are only
+counted. To recheck a gateway session under its own rules, copy the
+gateway file's rules into a policy file ("version: 1" and "rules:").
 
 SESSION (an id, a unique prefix, or "last"; repeatable) limits the check
 to those sessions; without it, every session is checked. --json prints one

@@ -26,12 +26,17 @@ Prints a session as a transcript, one line per event in stream order (the
 order aegis made them durable):
   +OFFSET  PROFILE  WHAT  DETAIL
 each frame summarised (method, tool, id, size), each intent and each
-verdict with its reason and rule, each approval and who resolved it, the
-confinement fact, the child's start and exit, and the close. PROFILE is
-the profile active at that step ("-" until a profile.switched event). A
-call with an intent and no outcome is listed as in-flight at the end; a
-session with no close line ends with how it ended: killed (its process is
-gone) or running.
+verdict with its reason and rule, each approval with what it is for (the
+tool, or a gateway's profile switch "profile FROM -> TO") and who resolved
+it, the confinement fact, the child's start and exit, and the close.
+PROFILE is the profile active at that step: a gateway session's default
+profile from its start, then each switch ("-" for aegis wrap, which has
+no profiles). An approval is resolved once: a denial after an approval is
+shown as revoking it, and any other second resolution (older gateways
+recorded each escalation decision twice) as a duplicate that changed
+nothing. A call with an intent and no outcome is listed as in-flight at
+the end; a session with no close line ends with how it ended: killed (its
+process is gone) or running.
 
 SESSION is a session id as 'aegis sessions' prints it, a unique prefix of
 one, or "last". The transcript is built only from the event stream.

@@ -40,11 +40,17 @@ recording failed). ENDED is the close time; for a session that did not
 close, ~ marks the time of its last event. EXIT is the wrapped server's
 exit status. CALLS counts recorded tools/calls, REFUSED the ones aegis kept
 from the server, APPROVALS the approvals requested (and what became of
-them). COMMAND is the wrapped command (or a gateway's configuration).
+them: one revoked after its approval counts as denied). COMMAND is the
+wrapped command (or a gateway's configuration).
 
 --json prints a JSON array with one object per session (id, started,
 ended, last_event, state, pid, argv, audit_path, key_id, events, frames,
 calls, refusals, in_flight, approvals, confined, profile, child_exit).
+profile is the profile active at the session's last event (a gateway's
+default profile until it switches; "-" for aegis wrap). approvals counts
+requested, approved, denied, expired, used, refused (requests aegis
+refused) and duplicate (resolutions that changed nothing, such as the
+second record older gateways wrote of each escalation decision).
 
 Every listing is a projection of the stream. A running aegis wrap holds
 its state directory exclusively, so no other process can open the stream
