@@ -34,14 +34,33 @@
 //     frame is relayed (it is the server's to answer). A call whose
 //     deciding members appear twice or in another case is ambiguous: no
 //     reading can say which call the server would run, so the relay
-//     refuses its frame, in every mode, instead of relaying it. The
-//     relay skips Classify only where it cannot matter: a host frame that
-//     does not name tools/call in any spelling (FuzzClassify holds that such
-//     a frame never yields a call), and a server frame read while no call
-//     is pending (there is nothing for it to answer).
-//   - Every call gets exactly one outcome: answered; superseded by a reused
-//     id; "child exited before responding"; or, when the host left and the
-//     server stayed silent through the grace, "client closed stdin; …".
+//     refuses its frame, in every mode, instead of relaying it.
+//   - Frames are read as streams too. A server may decode its stdin as one
+//     continuous JSON stream (the go-sdk's stdio transport does), joining a
+//     value across '\n'. The relay follows each direction's relayed bytes
+//     (jsonStream): under a policy a host frame that leaves a value
+//     unfinished is refused as unreadable, so nothing unfinished ever
+//     reaches the server; without one, a value that a later frame completes
+//     is read whole, and its calls are recorded before that frame is
+//     relayed. FuzzHostStream holds this to a stream reader over frame
+//     sequences. Server answers split across lines are read the same way.
+//   - Answers are matched as hosts match them. Every host request in flight
+//     is tracked, whatever its method, by its exact id and by the number a
+//     host that looks answers up by Number(id) takes it for ([LooseID]). An
+//     answer closes every call that any reading of it matches, outcome
+//     first; an answer that matches no request in flight (to a refused or
+//     unsent id, or a second answer) is recorded, with a frame.dropped
+//     event, and never relayed. A request that reuses the id of a
+//     tools/call in flight, or a tools/call that reuses any id in flight,
+//     under either reading, is refused ([Call.Reused]): its answer could not
+//     be told from the other's.
+//   - Every call gets exactly one outcome: answered; "child exited before
+//     responding"; when the host left and the server stayed silent through
+//     the grace, "client closed stdin; …"; or, for a call the host
+//     cancelled (recorded as call.cancelled) and the server never answered,
+//     a trap saying so. "not executed" is said only of a call whose frame
+//     never reached the server, and of a malformed call relayed without a
+//     policy, as the record format's wrap table fixes it.
 //   - Fail closed. If the store stops acknowledging, or a frame exceeds
 //     [MaxFrame] (it could not be one event), the server is killed and
 //     nothing further is relayed.
