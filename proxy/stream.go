@@ -237,7 +237,10 @@ func (s jsonStream) scan(line []byte) streamScan {
 	if depth > 0 {
 		out.inside = true
 		if start < 0 {
-			out.next.carry = append(append([]byte(nil), s.carry...), line...)
+			// Appending in place is safe: s keeps its length, so a line
+			// that is not relayed leaves s as it was, and the next scan
+			// overwrites what this one appended.
+			out.next.carry = append(s.carry, line...)
 		} else {
 			out.next.carry = append([]byte(nil), line[start:]...)
 		}

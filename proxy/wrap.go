@@ -1090,7 +1090,9 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 				}
 			}
 			if o := r.otherWithLocked(id); o != nil {
-				others = append(others, o)
+				if !slices.Contains(others, o) {
+					others = append(others, o)
+				}
 				matched[a.Elem] = true
 			}
 		}
