@@ -7,7 +7,6 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -511,33 +510,49 @@ func ambiguousMember(obj []byte, names ...string) string {
 	}
 	var seen [8]string // names is short; no allocation on the common path
 	n := 0
-	for _, key := range topLevelKeys(obj) {
+	why := ""
+	eachTopLevelKey(obj, func(key []byte) bool {
 		for _, name := range names {
-			if key != name {
-				if strings.EqualFold(key, name) {
-					return fmt.Sprintf("member %q, which differs from %q only in case", key, name)
+			if string(key) != name {
+				if bytes.EqualFold(key, []byte(name)) {
+					why = fmt.Sprintf("member %q, which differs from %q only in case", key, name)
+					return false
 				}
 				continue
 			}
 			for i := 0; i < n; i++ {
-				if seen[i] == key {
-					return "duplicate member " + strconv.Quote(key)
+				if seen[i] == name {
+					why = "duplicate member " + strconv.Quote(name)
+					return false
 				}
 			}
 			if n < len(seen) {
-				seen[n] = key
+				seen[n] = name
 				n++
 			}
 		}
-	}
-	return ""
+		return true
+	})
+	return why
 }
 
 // topLevelKeys returns the decoded member names of a JSON object that is
-// known to be valid (json.Valid), in order, by scanning its bytes: cheaper
-// than a token decoder on the hot path. Names with escapes are decoded.
+// known to be valid (json.Valid), in order.
 func topLevelKeys(obj []byte) []string {
 	var keys []string
+	eachTopLevelKey(obj, func(k []byte) bool {
+		keys = append(keys, string(k))
+		return true
+	})
+	return keys
+}
+
+// eachTopLevelKey calls f with the decoded name of each top-level member
+// of a JSON object that is known to be valid (json.Valid), in order, until
+// f returns false. It scans the bytes: cheaper than a token decoder on the
+// hot path, and it allocates only for names with escapes or non-ASCII
+// bytes, which it decodes. f must not keep the slice.
+func eachTopLevelKey(obj []byte, f func([]byte) bool) {
 	depth := 0
 	expectKey := false
 	for i := 0; i < len(obj); i++ {
@@ -566,20 +581,19 @@ func topLevelKeys(obj []byte) []string {
 				}
 			}
 			if depth == 1 && expectKey {
-				raw := obj[start : i+1]
+				raw := obj[start:min(i+1, len(obj))]
+				expectKey = false
 				if esc {
 					var k string
-					if json.Unmarshal(raw, &k) == nil {
-						keys = append(keys, k)
+					if json.Unmarshal(raw, &k) == nil && !f([]byte(k)) {
+						return
 					}
-				} else {
-					keys = append(keys, string(raw[1:len(raw)-1]))
+				} else if len(raw) >= 2 && !f(raw[1:len(raw)-1]) {
+					return
 				}
-				expectKey = false
 			}
 		}
 	}
-	return keys
 }
 
 // mentionsToolsCall reports whether b names tools/call in any spelling a
