@@ -366,3 +366,21 @@ func TestTranscriptEscapesControlCharacters(t *testing.T) {
 		t.Error("Printable changed printable text")
 	}
 }
+
+// A cancellation and a dropped frame read as what happened, not as raw
+// JSON.
+func TestStepTextOfCancelledCallsAndDroppedFrames(t *testing.T) {
+	for _, tc := range []struct {
+		step projector.Step
+		want string
+	}{
+		{projector.Step{Kind: string(schemas.KindCallCancelled), Payload: []byte(`{"after_ms":8000,"call_id":"call-2","request_id":"2","tool_id":"slow"}`)},
+			"cancelled call-2 slow cancelled by the host 8000 ms after its intent"},
+		{projector.Step{Kind: string(schemas.KindFrameDropped), Payload: []byte(`{"direction":"s2c","frame_digest":"ab","reason":"it answers id 7, which no request of the host's in flight has"}`)},
+			"dropped   the s2c frame above was not relayed: it answers id 7, which no request of the host's in flight has"},
+	} {
+		if got := tc.step.Line(); !strings.HasSuffix(got, tc.want) {
+			t.Errorf("Line() = %q, want it to end in %q", got, tc.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -37,6 +38,10 @@ func (s Step) Label() string {
 		return "exited"
 	case string(schemas.KindProfileSwitched):
 		return "profile"
+	case string(schemas.KindCallCancelled):
+		return "cancelled"
+	case string(schemas.KindFrameDropped):
+		return "dropped"
 	case StepInFlight:
 		return "in-flight"
 	}
@@ -149,6 +154,21 @@ func (s Step) text() string {
 		b.WriteString("switched to " + s.Profile)
 	case s.Kind == string(schemas.KindSessionClosed):
 		b.WriteString("close line")
+	case s.Kind == string(schemas.KindCallCancelled):
+		var c struct {
+			CallID  string `json:"call_id"`
+			ToolID  string `json:"tool_id"`
+			AfterMS int64  `json:"after_ms"`
+		}
+		json.Unmarshal(s.Payload, &c)
+		fmt.Fprintf(&b, "%s %s cancelled by the host %d ms after its intent", c.CallID, c.ToolID, c.AfterMS)
+	case s.Kind == string(schemas.KindFrameDropped):
+		var d struct {
+			Direction string `json:"direction"`
+			Reason    string `json:"reason"`
+		}
+		json.Unmarshal(s.Payload, &d)
+		fmt.Fprintf(&b, "the %s frame above was not relayed: %s", d.Direction, d.Reason)
 	case len(s.Payload) > 0:
 		b.WriteString(short(string(s.Payload), 160))
 	}
