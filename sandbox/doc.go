@@ -25,6 +25,19 @@
 //   - The profile never appears in argv or the environment, and the server
 //     inherits no descriptor but stdio: neither protocol pipe, nor any
 //     descriptor the proxy itself inherited without close-on-exec.
+//   - The server's whole process tree ends with the session. [StartTree]
+//     starts the server (or the helper that becomes it) as the leader of
+//     its own process group and makes this process a child subreaper, so
+//     an orphan of the tree is reparented here, not to init. A tree is the
+//     group, every process this process has as a child that is not the
+//     registered leader of another tree (orphans, including those that
+//     left the group with setsid or setpgid), and every descendant of
+//     those. [Tree.Stop] sends them all SIGTERM, then SIGKILL after the
+//     grace; [Tree.Kill] repeats SIGKILL until none is left; both reap the
+//     orphans and return only when no process of the tree, zombies
+//     included, is left (the leader's status is kept for [Tree.Wait]).
+//     Hence a process that runs trees starts every child through
+//     StartTree: any other child would be taken for an orphan.
 //   - This package imports nothing from the rest of aegis.
 //
 // # Wire format

@@ -53,8 +53,12 @@ the record before the server starts. Grants that would expose the signing
 key, the record or aegis's directories, missing grant paths and anything the
 kernel cannot enforce are refused unless --best-effort.
 
-The server's stderr passes through to aegis's stderr. SIGINT and SIGTERM
-are forwarded to it (a second one kills it). aegis exits with the server's
+The server's stderr passes through to aegis's stderr. The server runs in
+its own process group, and aegis is the subreaper of everything it starts:
+SIGINT and SIGTERM are forwarded to all of it (a second one kills it all).
+When the server exits, whatever it left running, even in a new session,
+gets SIGTERM and, --grace later (default 5s), SIGKILL; aegis returns only
+once every process the server started is gone. aegis exits with the server's
 exit status (128+N if a signal N ended it), 1 if recording failed, 127 if
 the server could not be started.
 
