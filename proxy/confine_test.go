@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
@@ -89,6 +91,17 @@ func TestWrapConfineStopsEscapes(t *testing.T) {
 			t.Fatalf("build probe32: %v\n%s", err, out)
 		}
 	}
+	// A key in the user keyring, readable by the uid (the Kerberos-cache
+	// case): the confined server must not read it.
+	keyDesc := "aegis-wrap-escape-test-" + strconv.Itoa(os.Getpid())
+	keyID, err := unix.AddKey("user", keyDesc, []byte("secret"), unix.KEY_SPEC_USER_KEYRING)
+	if err != nil {
+		t.Fatalf("add a key to the user keyring: %v", err)
+	}
+	defer unix.KeyctlInt(unix.KEYCTL_INVALIDATE, keyID, 0, 0, 0)
+	if err := unix.KeyctlSetperm(keyID, 0x3f0b0000); err != nil { // possessor all; user view, read, search
+		t.Fatal(err)
+	}
 	netGrant := append(append([]string{}, grants...), "--allow-net", "127.0.0.1:"+strconv.Itoa(open))
 	cases := []struct {
 		name   string
@@ -99,6 +112,8 @@ func TestWrapConfineStopsEscapes(t *testing.T) {
 		{"control: read inside a read grant", grants, []string{"read", filepath.Join(ro, "f")}, true},
 		{"control: write inside a write grant", grants, []string{"write", filepath.Join(rw, "new")}, true},
 		{"read outside the grants", grants, []string{"read", outside}, false},
+		{"read a key in the user keyring", grants, []string{"key-search", "user", keyDesc}, false},
+		{"reach the persistent keyring", grants, []string{"keyring-persistent"}, false},
 		{"write to a read-only grant", grants, []string{"write", filepath.Join(ro, "f")}, false},
 		{"TCP connect with no --allow-net", grants, []string{"connect", "127.0.0.1:" + strconv.Itoa(open)}, false},
 		{"UDP send with no --allow-net", grants, []string{"udp-send", "127.0.0.1:" + strconv.Itoa(open)}, false},

@@ -71,6 +71,7 @@ type downstream struct {
 	name string
 	cs   *mcp.ClientSession
 	cmd  *exec.Cmd
+	tree *sandbox.Tree // the server's process group and every process it starts
 }
 
 type toolEntry struct {
@@ -193,6 +194,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	type starting struct {
 		srv   GatewayServer
 		cmd   *exec.Cmd
+		tree  *sandbox.Tree
 		child *sandbox.Child
 		inW   *os.File
 		outR  *os.File
@@ -248,9 +250,9 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	for _, st := range starts {
 		if st.err == nil {
 			if st.child != nil {
-				st.err = st.child.Go()
+				st.err, st.tree = st.child.Go(), st.child.Tree()
 			} else {
-				st.err = st.cmd.Start()
+				st.tree, st.err = sandbox.StartTree(st.cmd)
 			}
 		}
 		if st.err != nil {
@@ -263,12 +265,12 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		cs, err := client.Connect(cctx, &mcp.IOTransport{Reader: st.outR, Writer: st.inW}, nil)
 		cancel()
 		if err != nil {
-			st.cmd.Process.Kill()
-			go st.cmd.Wait()
+			st.tree.Kill()
+			go st.tree.Wait()
 			g.skip(st.srv.Name, "connect", err)
 			continue
 		}
-		g.downs[st.srv.Name] = &downstream{name: st.srv.Name, cs: cs, cmd: st.cmd}
+		g.downs[st.srv.Name] = &downstream{name: st.srv.Name, cs: cs, cmd: st.cmd, tree: st.tree}
 	}
 	defer g.shutdown()
 
@@ -313,12 +315,15 @@ func (g *gateway) shutdown() {
 	for _, d := range g.downs {
 		d.cs.Close()
 		done := make(chan struct{})
-		go func() { d.cmd.Wait(); close(done) }()
+		go func() { d.tree.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(3 * time.Second):
-			d.cmd.Process.Kill()
+			d.tree.Kill()
 			<-done
+		}
+		if err := d.tree.Stop(3 * time.Second); err != nil { // what the server left running
+			g.log.Error("end the server's processes", "server", d.name, "err", err)
 		}
 		code := exitCode(d.cmd.ProcessState)
 		if rc, err := g.sess.Fact(schemas.KindChildExited, map[string]any{"server": d.name, "code": code}); err == nil {

@@ -59,10 +59,12 @@ type WrapConfig struct {
 	// Argv is the server command; Env its environment (nil: aegis's).
 	Argv []string
 	Env  []string
-	// Signals are forwarded to the server; a second SIGINT or SIGTERM
-	// kills it.
+	// Signals are forwarded to the server's process tree; a second SIGINT
+	// or SIGTERM kills the tree.
 	Signals <-chan os.Signal
-	// Grace is the shutdown grace after the host closes stdin (default 5s).
+	// Grace is the shutdown grace after the host closes stdin (default 5s),
+	// and how long what the server leaves running has between SIGTERM and
+	// SIGKILL once it exited.
 	Grace  time.Duration
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -219,6 +221,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 		outW.Close()
 	}
 	var cmd *exec.Cmd
+	var tree *sandbox.Tree // the server's process group and every process it starts
 	var res WrapResult
 	if cfg.Confine != nil {
 		// The helper starts now but runs nothing of the server's until the
@@ -249,6 +252,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 			res.ExitCode = 127
 			return res, &StartError{Argv: cfg.Argv, Err: err}
 		}
+		tree = child.Tree()
 	} else {
 		sess, err := cfg.Open(nil)
 		if err != nil {
@@ -258,7 +262,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 		r.sess, res.Session = sess, sess
 		cmd = exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = inR, outW, cfg.Stderr, cfg.Env
-		if err := cmd.Start(); err != nil {
+		if tree, err = sandbox.StartTree(cmd); err != nil {
 			closePipes()
 			res.ExitCode = 127
 			return res, &StartError{Argv: cfg.Argv, Err: err}
@@ -266,7 +270,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	}
 	inR.Close()
 	outW.Close()
-	r.kill = func() { cmd.Process.Kill() }
+	r.kill = func() { tree.Kill() }
 	if _, err := r.sess.Fact(schemas.KindChildStarted, map[string]any{"pid": cmd.Process.Pid, "argv": cfg.Argv}); err != nil {
 		r.fail(err)
 	}
@@ -313,7 +317,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 
 	exited := make(chan struct{})
 	go func() {
-		cmd.Wait()
+		tree.Wait()
 		close(exited)
 	}()
 
@@ -332,9 +336,9 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 				}
 				n++
 				if n > 1 {
-					cmd.Process.Kill()
+					tree.Kill()
 				} else {
-					cmd.Process.Signal(sig)
+					tree.Signal(sig)
 				}
 			}
 		}
@@ -360,11 +364,11 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 				t.Reset(cfg.Grace)
 			case <-t.C:
 				r.settlePending(schemas.WrapCall.ClientClosed)
-				cmd.Process.Signal(syscall.SIGTERM)
+				tree.Signal(syscall.SIGTERM)
 				select {
 				case <-exited:
 				case <-time.After(2 * time.Second):
-					cmd.Process.Kill()
+					tree.Kill()
 				}
 				return
 			}
@@ -372,6 +376,15 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	}()
 
 	<-exited
+	// The session ends with the server: what it left running gets SIGTERM,
+	// and SIGKILL after the grace.
+	treeDone := make(chan struct{})
+	go func() {
+		defer close(treeDone)
+		if err := tree.Stop(cfg.Grace); err != nil {
+			r.log.Error("end the server's processes", "err", err)
+		}
+	}()
 	// The server is gone. Read what it wrote until EOF; a grandchild may
 	// hold the pipe open, so stop once the reader has been idle (blocked,
 	// with no new frame) for two seconds. A reader busy recording a large
@@ -393,6 +406,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	}
 	outR.Close()
 	<-graceDone
+	<-treeDone
 
 	r.mu.Lock()
 	hostWasOpen := !r.hostClosed

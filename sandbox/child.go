@@ -19,8 +19,12 @@ type Child struct {
 	// Cmd runs the helper. Set Stdin, Stdout, Stderr, Env and Dir before
 	// Start; they pass through to the server. Do not set ExtraFiles:
 	// descriptors 3 and 4 belong to the helper protocol, and the server
-	// inherits neither. After Go, wait for the server with Cmd.Wait.
+	// inherits neither. The helper, and then the server, leads its own
+	// process group ([StartTree]); after Go, wait for the server with
+	// [Child.Tree]'s Wait and end what it left running with Stop or Kill.
 	Cmd *exec.Cmd
+
+	tree *Tree
 
 	profile []byte
 	control *os.File // write end of the helper's ControlFD
@@ -84,7 +88,7 @@ func (c *Child) Start() (Fact, error) {
 		return Fact{}, fmt.Errorf("sandbox: start: report pipe: %w", err)
 	}
 	c.Cmd.ExtraFiles = []*os.File{cr, rw} // ControlFD, ReportFD
-	err = c.Cmd.Start()
+	c.tree, err = StartTree(c.Cmd)
 	cr.Close()
 	rw.Close()
 	if err != nil {
@@ -118,13 +122,17 @@ func (c *Child) Start() (Fact, error) {
 func (c *Child) fail(err error) error {
 	c.control.Close()
 	c.report.Close()
-	werr := c.Cmd.Wait()
+	werr := c.tree.Wait()
 	c.state = stateDone
 	if err != nil && werr != nil {
 		return fmt.Errorf("%w (helper: %v)", err, werr)
 	}
 	return err
 }
+
+// Tree returns the process tree of the helper and then the server; nil
+// before [Child.Start] started the helper.
+func (c *Child) Tree() *Tree { return c.tree }
 
 // Go sends the go-ahead: the helper execs the server. It returns once the
 // exec happened (the report pipe closed on exec) or failed (the helper

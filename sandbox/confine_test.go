@@ -70,6 +70,9 @@ func TestAllowedAccessAndTheFact(t *testing.T) {
 		{"seccomp_applied", f.SeccompApplied},
 		{"seccomp_network_denied", f.SeccompNetworkDenied},
 		{"io_uring_denied", f.IOURingDenied},
+		{"keyrings_denied", f.KeyringsDenied && slices.Contains(f.DeniedSyscalls, "keyctl") &&
+			slices.Contains(f.DeniedSyscalls, "add_key") && slices.Contains(f.DeniedSyscalls, "request_key")},
+		{"session_keyring_fresh", f.SessionKeyringFresh},
 		{"no_new_privs", f.NoNewPrivs},
 		{"protected_verified", f.ProtectedVerified},
 		{"no degradations", len(f.Degradations) == 0},

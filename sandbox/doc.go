@@ -25,6 +25,19 @@
 //   - The profile never appears in argv or the environment, and the server
 //     inherits no descriptor but stdio: neither protocol pipe, nor any
 //     descriptor the proxy itself inherited without close-on-exec.
+//   - The server's whole process tree ends with the session. [StartTree]
+//     starts the server (or the helper that becomes it) as the leader of
+//     its own process group and makes this process a child subreaper, so
+//     an orphan of the tree is reparented here, not to init. A tree is the
+//     group, every process this process has as a child that is not the
+//     registered leader of another tree (orphans, including those that
+//     left the group with setsid or setpgid), and every descendant of
+//     those. [Tree.Stop] sends them all SIGTERM, then SIGKILL after the
+//     grace; [Tree.Kill] repeats SIGKILL until none is left; both reap the
+//     orphans and return only when no process of the tree, zombies
+//     included, is left (the leader's status is kept for [Tree.Wait]).
+//     Hence a process that runs trees starts every child through
+//     StartTree: any other child would be taken for an orphan.
 //   - This package imports nothing from the rest of aegis.
 //
 // # Wire format
@@ -66,8 +79,11 @@
 // bind, listen, accept and sendto-with-address are denied; with net grants
 // only AF_INET/AF_INET6 TCP sockets may be created (UDP and MPTCP only if
 // allowed), so landlock's port rules see every connection, and
-// MSG_FASTOPEN is denied. io_uring, pidfd_getfd and datagram socketpairs
-// are denied in both. A second filter refuses every system call made
+// MSG_FASTOPEN is denied. io_uring, pidfd_getfd, the kernel keyrings
+// (keyctl, add_key, request_key) and datagram socketpairs are denied in
+// both. Before the filter is loaded, the helper joins a new, empty session
+// keyring on the thread that execs and reads it back, so the server does
+// not share aegis's. A second filter refuses every system call made
 // through a foreign ABI (i386 int 0x80, x32), which go-seccomp-bpf would
 // otherwise send to its allow default.
 //
@@ -96,4 +112,29 @@
 //     pass pipes, not sockets.
 //   - Path protection is by path: a bind mount of a protected path
 //     elsewhere is not detected (a second hard link is refused).
+//
+// Not covered at all, by landlock (ABI 7) or the filter (a deny-list whose
+// default is allow); docs/CONFINEMENT.md says the same to users:
+//
+//   - File metadata outside the grants: stat (existence, size, owner,
+//     times) of any path, and chmod, chown, utimes and xattr changes on
+//     it. Landlock has no access right for them: a root server (it keeps
+//     cap_chown and cap_fowner) can chmod or chown the signing key or the
+//     record, though not read or write them.
+//   - Every system call the filter does not name (kernel attack surface),
+//     System V IPC and POSIX message queues of the same user, and user
+//     namespaces (the landlock domain, the filters and no_new_privs hold
+//     inside them).
+//   - Resources: no CPU, memory, process-count or disk-space limit.
+//   - The environment: the server gets aegis's, secrets included.
+//   - Under exec support, /proc: every process's cmdline and status, the
+//     descriptions of the uid's keys in /proc/keys, the host's network
+//     tables. Landlock's ptrace rules keep other processes' memory and
+//     environ (ptrace access checks) out of reach.
+//
+// Covered beyond the grants: ptrace of and signals to processes outside the
+// domain, and abstract unix sockets (landlock scoping, ABI 6 and up; the
+// filter also denies AF_UNIX socket(2)); mount (landlock denies it to any
+// confined process); the keyrings; the server's background processes (they
+// end with the session, see [Tree]).
 package sandbox

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
 )
 
 // escape is one attack a confined server might try. The control runs the
@@ -96,6 +98,7 @@ func TestEscapesWithoutNetGrant(t *testing.T) {
 	a := listenTCP(t)
 	u := listenUDP(t)
 	block := firstBlockDevice(t)
+	key := userKey(t)
 
 	cases := []escape{
 		{name: "read_outside_the_grants", argv: probe("read", l.secret), want: "EACCES"},
@@ -119,6 +122,12 @@ func TestEscapesWithoutNetGrant(t *testing.T) {
 			profile: func(p Profile) Profile { p.ExecSupport = true; return p }},
 		{name: "read_kernel_memory_under_exec_support", argv: probe("read", "/proc/kcore"), want: "EPERM", envOnly: true,
 			profile: func(p Profile) Profile { p.ExecSupport = true; return p }},
+		{name: "read_a_key_in_the_user_keyring", argv: probe("key-search", "user", key.desc), want: "EPERM"},
+		{name: "read_a_key_by_its_id", argv: probe("key-read", key.id), want: "EPERM"},
+		{name: "find_a_key_through_the_session_keyring", argv: probe("key-search", "session", key.desc), want: "EPERM", envOnly: true},
+		{name: "request_a_key", argv: probe("request-key", key.desc), want: "EPERM", envOnly: true},
+		{name: "reach_the_persistent_keyring", argv: probe("keyring-persistent"), want: "EPERM", envOnly: true},
+		{name: "add_a_key", argv: probe("add-key"), want: "EPERM"},
 	}
 	runEscapes(t, cases, l.profile(ps))
 	if a.accepted.Load() == 0 || u.received.Load() == 0 {
@@ -133,6 +142,7 @@ func TestEscapesWithNetGrant(t *testing.T) {
 	granted := listenTCP(t)
 	other := listenTCP(t)
 	u := listenUDP(t)
+	key := userKey(t)
 	base := l.profile(ps)
 	base.Net = []NetGrant{{Host: "127.0.0.1", Port: uint16(granted.port)}}
 
@@ -154,6 +164,8 @@ func TestEscapesWithNetGrant(t *testing.T) {
 		{name: "packet_socket", argv: probe("packet-socket"), want: "EPERM"},
 		{name: "io_uring_setup", argv: probe("io-uring-setup"), want: "EPERM", envOnly: true},
 		{name: "read_outside_the_grants", argv: probe("read", l.secret), want: "EACCES"},
+		{name: "read_a_key_in_the_user_keyring", argv: probe("key-search", "user", key.desc), want: "EPERM"},
+		{name: "reach_the_persistent_keyring", argv: probe("keyring-persistent"), want: "EPERM", envOnly: true},
 	}
 	runEscapes(t, cases, base)
 	if granted.accepted.Load() == 0 {
@@ -203,6 +215,26 @@ func TestMPTCPAndUDPOptIns(t *testing.T) {
 		t.Fatalf("best-effort UDP = %s, degradations %q; want ok and recorded", r.outcome(), r.fact.Degradations)
 	}
 	waitFor(t, "the datagram", func() bool { return u.received.Load() > 0 })
+}
+
+// testKey is a key the test put in the user keyring, where every process
+// of the uid can find it: the user keyring is linked from the default
+// session keyring, and readable to the uid.
+type testKey struct{ id, desc string }
+
+func userKey(t testing.TB) testKey {
+	t.Helper()
+	desc := fmt.Sprintf("aegis-escape-test-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
+	id, err := unix.AddKey("user", desc, []byte("secret"), unix.KEY_SPEC_USER_KEYRING)
+	if err != nil {
+		t.Skipf("no key can be added to the user keyring here: %v", err)
+	}
+	t.Cleanup(func() { unix.KeyctlInt(unix.KEYCTL_INVALIDATE, id, 0, 0, 0) })
+	// Possessor all, user view, read and search: readable by id too.
+	if err := unix.KeyctlSetperm(id, 0x3f000000|0x000b0000); err != nil {
+		t.Fatal(err)
+	}
+	return testKey{id: strconv.Itoa(id), desc: desc}
 }
 
 func isRefusal(err error, mentions string) bool {

@@ -61,6 +61,13 @@ type Fact struct {
 	// IOURingDenied is true when io_uring_setup, _enter and _register
 	// are denied.
 	IOURingDenied bool `json:"io_uring_denied"`
+	// KeyringsDenied is true when keyctl, add_key and request_key are
+	// denied: no keyring of the user (session, user, persistent) can be
+	// read, searched or changed.
+	KeyringsDenied bool `json:"keyrings_denied"`
+	// SessionKeyringFresh is true when the server starts in a new, empty
+	// session keyring of its own rather than aegis's.
+	SessionKeyringFresh bool `json:"session_keyring_fresh"`
 	// NoNewPrivs is read back from the kernel on the thread that execs.
 	NoNewPrivs bool `json:"no_new_privs"`
 	// CapsKept lists the capabilities the server can hold after exec

@@ -78,9 +78,12 @@ func deny(name string, sets ...seccomp.ArgumentConditions) []seccomp.NameWithCon
 // Both profiles deny io_uring (its ring issues socket and connect without a
 // system call the filter could inspect), listen/accept (listen(2) on an
 // unbound socket autobinds a port without the bind(2) landlock checks),
-// pidfd_getfd (it takes a socket from another process) and any socketpair
-// but AF_UNIX stream/seqpacket (a datagram socketpair can sendto(2) any
-// pathname socket, which landlock before ABI 9 does not check).
+// pidfd_getfd (it takes a socket from another process), the kernel
+// keyrings (keyctl, add_key, request_key: the user keyring is reachable by
+// uid from any session keyring, and the persistent keyring holds Kerberos
+// caches; landlock does not cover them) and any socketpair but AF_UNIX
+// stream/seqpacket (a datagram socketpair can sendto(2) any pathname
+// socket, which landlock before ABI 9 does not check).
 //
 // Without net grants: socket, connect, bind are denied outright, and sendto
 // with a destination address. With net grants: socket is allowed only for
@@ -91,7 +94,8 @@ func deny(name string, sets ...seccomp.ArgumentConditions) []seccomp.NameWithCon
 func buildFilter(p Profile) filterPlan {
 	pairTypes := withFlags(sockStream, sockSeqpacket)
 	socketpair := deny("socketpair", noneOf(0, afUnix), noneOf(1, pairTypes...))
-	always := []string{"listen", "accept", "accept4", "pidfd_getfd", "io_uring_setup", "io_uring_enter", "io_uring_register"}
+	always := []string{"listen", "accept", "accept4", "pidfd_getfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+		"keyctl", "add_key", "request_key"}
 	fp := filterPlan{networkDenied: len(p.Net) == 0}
 	group := seccomp.SyscallGroup{Action: seccomp.ActionErrno}
 

@@ -29,8 +29,9 @@ import (
 //
 // In order: read the profile from control; resolve the server with
 // exec.LookPath; drop capabilities a root server must not hold; enforce
-// landlock; check that no protected path opens; load the seccomp network
-// filter (no_new_privs, TSYNC) and the syscall ABI guard; write the fact
+// landlock; check that no protected path opens; join a fresh session
+// keyring; load the seccomp network filter (no_new_privs, TSYNC) and the
+// syscall ABI guard; write the fact
 // to report; wait for the go-ahead byte on control; exec the server. Every
 // descriptor above stderr is close-on-exec first, so the server inherits
 // stdio and nothing else: neither pipe, nor anything the proxy inherited.
@@ -185,6 +186,18 @@ func confine(p Profile, argv []string) (Fact, string, error) {
 	}
 	f.ProtectedVerified = landlocked && reachable == 0
 
+	// A session keyring of its own, before the filter denies keyctl: the
+	// keyring links of aegis's session are not the server's to follow.
+	if err := freshSessionKeyring(); err == nil {
+		f.SessionKeyringFresh = true
+	} else if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EPERM) {
+		// ENOSYS: no keyrings in this kernel. EPERM: an outer filter
+		// (a container's) already denies keyctl to this process and the
+		// server. Either way there is no keyring to reach.
+		if err := degrade("session keyring not replaced: %v", err); err != nil {
+			return Fact{}, "", err
+		}
+	}
 	if err := loadFilters(p, &f); err != nil {
 		if err := degrade("%v", err); err != nil {
 			return Fact{}, "", err
@@ -198,6 +211,26 @@ func confine(p Profile, argv []string) (Fact, string, error) {
 		}
 	}
 	return f, path, nil
+}
+
+// freshSessionKeyring makes the calling thread join a new, anonymous
+// session keyring (KEYCTL_JOIN_SESSION_KEYRING with a NULL name) and reads
+// back that it did; the thread that execs passes it to the server.
+// Credentials are per thread: this must run on the thread that execs.
+func freshSessionKeyring() error {
+	before, _ := unix.KeyctlGetKeyringID(unix.KEY_SPEC_SESSION_KEYRING, false)
+	id, err := unix.KeyctlInt(unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0, 0, 0)
+	if err != nil {
+		return err
+	}
+	after, err := unix.KeyctlGetKeyringID(unix.KEY_SPEC_SESSION_KEYRING, false)
+	if err != nil {
+		return fmt.Errorf("read back the session keyring: %w", err)
+	}
+	if after != id || after == before {
+		return fmt.Errorf("the session keyring is %d after joining %d (was %d)", after, id, before)
+	}
+	return nil
 }
 
 // restrictThread enforces the plan's landlock ruleset on the calling
@@ -250,6 +283,7 @@ func loadFilters(p Profile, f *Fact) error {
 	f.AllowedSockets = fp.allowedSockets
 	f.DeniedSockets = fp.deniedSockets
 	f.IOURingDenied = true
+	f.KeyringsDenied = true
 	if err := loadRaw(guard); err != nil {
 		f.SyscallABIs = map[string]string{"native": "filtered", "foreign": "not refused: bypasses the filter"}
 		return fmt.Errorf("seccomp syscall ABI guard: %w", err)

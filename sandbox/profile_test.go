@@ -94,7 +94,8 @@ func TestProfileAndFactJSON(t *testing.T) {
 	}
 	const want = `{"refused":"no","landlock_abi":0,"kernel_landlock_abi":7,"landlock_fully_enforced":false,` +
 		`"landlock_tcp_restricted":false,"net_hosts_enforced":false,"exec_support":false,"seccomp_applied":false,` +
-		`"seccomp_network_denied":false,"io_uring_denied":false,"no_new_privs":false,"protected_verified":false}`
+		`"seccomp_network_denied":false,"io_uring_denied":false,"keyrings_denied":false,"session_keyring_fresh":false,` +
+		`"no_new_privs":false,"protected_verified":false}`
 	if string(refused) != want {
 		t.Fatalf("refusal fact\n got %s\nwant %s", refused, want)
 	}

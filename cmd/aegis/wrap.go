@@ -59,10 +59,26 @@ same --state-dir.
 --allow-* flags grant paths and TCP ports) and signs what was enforced into
 the record before the server starts. Grants that would expose the signing
 key, the record or aegis's directories, missing grant paths and anything the
-kernel cannot enforce are refused unless --best-effort.
+kernel cannot enforce are refused unless --best-effort. The filter also
+denies the kernel keyrings (keyctl, add_key, request_key), and the server
+starts in a new, empty session keyring.
 
-The server's stderr passes through to aegis's stderr. SIGINT and SIGTERM
-are forwarded to it (a second one kills it). aegis exits with the server's
+Not covered by --confine: file metadata outside the grants (stat, and
+chmod/chown/utimes/xattrs: a root server can chmod the signing key, though
+not read it); system calls the filter does not name, System V IPC and POSIX
+message queues; CPU, memory, process and disk limits; the environment
+(the server inherits aegis's); the stdio descriptors; under
+--allow-exec-support, /proc (every process's cmdline, key descriptions in
+/proc/keys) and /etc; hosts of --allow-net (ports only). Covered: ptrace of
+and signals to processes outside the sandbox, abstract unix sockets, mount.
+The full list is in docs/CONFINEMENT.md of the source.
+
+The server's stderr passes through to aegis's stderr. The server runs in
+its own process group, and aegis is the subreaper of everything it starts:
+SIGINT and SIGTERM are forwarded to all of it (a second one kills it all).
+When the server exits, whatever it left running, even in a new session,
+gets SIGTERM and, --grace later (default 5s), SIGKILL; aegis returns only
+once every process the server started is gone. aegis exits with the server's
 exit status (128+N if a signal N ended it), 1 if recording failed, 127 if
 the server could not be started.
 

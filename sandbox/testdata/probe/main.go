@@ -49,6 +49,8 @@ func usage() {
        probe mptcp-hibits HOST:PORT | udp-send HOST:PORT | listen
        probe unix-connect PATH | socketpair-dgram-send PATH
        probe raw-socket | packet-socket | io-uring-setup | mknod-block PATH
+       probe key-search user|session DESC | key-read ID | request-key DESC
+       probe add-key | keyring-persistent | chmod PATH OCTAL
        probe fds | nnp | caps | true`)
 	os.Exit(2)
 }
@@ -136,6 +138,52 @@ func run(cmd string, args []string) error {
 		return socketOnly(unix.AF_PACKET, unix.SOCK_RAW, 0)
 	case "io-uring-setup":
 		return ioUringSetup()
+	case "key-search":
+		if len(args) != 2 {
+			usage()
+		}
+		ring := unix.KEY_SPEC_USER_KEYRING
+		if args[0] == "session" {
+			ring = unix.KEY_SPEC_SESSION_KEYRING
+		}
+		id, err := unix.KeyctlSearch(ring, "user", args[1], 0)
+		if err != nil {
+			return fail("keyctl_search", err)
+		}
+		return readKey(id)
+	case "key-read":
+		id, err := strconv.Atoi(arg(args, 1))
+		if err != nil {
+			return err
+		}
+		return readKey(id)
+	case "request-key":
+		return requestKey(arg(args, 1))
+	case "add-key":
+		if _, err := unix.AddKey("user", "aegis-probe", []byte("probe"), unix.KEY_SPEC_PROCESS_KEYRING); err != nil {
+			return fail("add_key", err)
+		}
+		return ok("")
+	case "keyring-persistent":
+		// The uid's persistent keyring (where Kerberos caches live),
+		// linked into the probe's own process keyring.
+		id, err := unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, -1, unix.KEY_SPEC_PROCESS_KEYRING, 0, 0)
+		if err != nil {
+			return fail("keyctl_get_persistent", err)
+		}
+		return ok("keyring %d", id)
+	case "chmod":
+		if len(args) != 2 {
+			usage()
+		}
+		mode, err := strconv.ParseUint(args[1], 8, 32)
+		if err != nil {
+			return err
+		}
+		if err := unix.Chmod(args[0], uint32(mode)); err != nil {
+			return fail("chmod", err)
+		}
+		return ok("")
 	case "fds":
 		return openFDs()
 	case "nnp":
@@ -293,4 +341,31 @@ func openFDs() error {
 		}
 	}
 	return ok("%s", strings.Join(open, ","))
+}
+
+func readKey(id int) error {
+	buf := make([]byte, 4096)
+	n, err := unix.KeyctlBuffer(unix.KEYCTL_READ, id, buf, 0)
+	if err != nil {
+		return fail("keyctl_read", err)
+	}
+	return ok("%d bytes", n)
+}
+
+// requestKey finds a user key by description through the thread, process
+// and session keyrings, with no callout (a NULL callout_info), and reads it.
+func requestKey(desc string) error {
+	typ, err := unix.BytePtrFromString("user")
+	if err != nil {
+		return err
+	}
+	d, err := unix.BytePtrFromString(desc)
+	if err != nil {
+		return err
+	}
+	id, _, e := unix.Syscall6(unix.SYS_REQUEST_KEY, uintptr(unsafe.Pointer(typ)), uintptr(unsafe.Pointer(d)), 0, 0, 0, 0)
+	if e != 0 {
+		return fail("request_key", e)
+	}
+	return readKey(int(id))
 }
