@@ -70,7 +70,7 @@
 //     Open): no limit ever deletes an old message. With Config.MaxBytes set,
 //     a commit that would take the stream past it is refused and fails the
 //     store with a [*FullError] (ErrFull, ErrFailed); every acknowledged
-//     event stays. Open refuses a stream already at the cap, and each Open
+//     event stays. Open refuses a stream within 1 MiB of the cap, and each Open
 //     sets the cap anew (or lifts it).
 //   - Fail closed. If a commit fails or is not acknowledged within
 //     Config.AckTimeout, every event in it and every later append fails

@@ -72,7 +72,7 @@ type Config struct {
 	// it is refused and fails the store like any failed commit, with an
 	// error that wraps [ErrFull]: nothing is dropped or deleted, old events
 	// are never discarded to make room, and every acknowledged event stays.
-	// Open refuses a stream already at the cap. The cap is this process's:
+	// Open refuses a stream within 1 MiB of the cap. The cap is this process's:
 	// each Open sets it (or lifts it) on the stream.
 	MaxBytes int64
 	// MaxQueueBytes bounds the events queued and not yet taken by a commit
@@ -100,9 +100,11 @@ var (
 	ErrFull = errors.New("state directory reached its size cap")
 )
 
-// openRoom is the least room under Config.MaxBytes that Open accepts: a
-// session's first events fit in it.
-const openRoom = 64 << 10
+// openRoom is the least room under Config.MaxBytes that Open accepts. A
+// stream that stopped at its cap usually has some room left, less than the
+// event it refused; a session started in it would stop again at its first
+// sizeable frame, so Open says at once that the directory is full.
+const openRoom = 1 << 20
 
 // FullError says that the event stream reached the state directory's cap
 // (Config.MaxBytes) and what it holds: every acknowledged event, nothing
@@ -346,8 +348,8 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	s.stream = stream
 	if cfg.MaxBytes > 0 {
 		st := stream.CachedInfo().State
-		// A stream at the cap could take no session's open line; say so
-		// now, not at the first append.
+		// A stream at (or next to) the cap: say so now, not at the first
+		// append.
 		if st.Bytes+openRoom > uint64(cfg.MaxBytes) {
 			return nil, fmt.Errorf("open event store: %w", &FullError{Dir: dir, Cap: cfg.MaxBytes, Bytes: st.Bytes, Msgs: st.Msgs})
 		}
