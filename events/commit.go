@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -186,8 +187,8 @@ func (it *item) build(rand io.Reader) error {
 	if err != nil {
 		return err
 	}
-	e := schemas.Event{V: schemas.EnvelopeVersion, ID: id, Session: it.session, Kind: it.kind, Time: it.at, Payload: schemas.AppendFramePayload(nil, it.frame)}
-	data, err := e.Encode()
+	e := schemas.Event{V: schemas.EnvelopeVersion, ID: id, Session: it.session, Kind: it.kind, Time: it.at}
+	data, err := schemas.EncodeFrameEvent(e, it.frame)
 	if err != nil {
 		return fmt.Errorf("build %s event: %w", it.kind, err)
 	}
@@ -214,16 +215,31 @@ func (s *Store) enqueue(lazy bool, evs []schemas.Event) ([]*Receipt, error) {
 }
 
 // queueItems appends items to the queue and returns their receipts (none
-// for deferred frames).
+// for deferred frames). While the queue holds events and the items would
+// take it past Config.MaxQueueBytes, it makes room first: it commits from
+// the head of the queue itself when no commit is in flight, else it waits
+// for the one in flight to end. The caller therefore stops (and stops
+// reading whatever it records) until the disk has taken what came before.
 func (s *Store) queueItems(lazy bool, items []*item) ([]*Receipt, error) {
+	size := 0
+	for _, it := range items {
+		size += it.size
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.failed != nil {
-		return nil, s.failed
+	for {
+		if s.failed != nil {
+			return nil, s.failed
+		}
+		if s.closing {
+			return nil, ErrClosed
+		}
+		if s.queued == 0 || s.queued+size <= s.cfg.MaxQueueBytes {
+			break
+		}
+		s.makeRoomLocked()
 	}
-	if s.closing {
-		return nil, ErrClosed
-	}
+	s.queued += size
 	s.queue = append(s.queue, items...)
 	if lazy {
 		if !s.flushArmed {
@@ -242,6 +258,24 @@ func (s *Store) queueItems(lazy bool, items []*item) ([]*Receipt, error) {
 		rs[i] = &Receipt{it: it}
 	}
 	return rs, nil
+}
+
+// makeRoomLocked lets one commit end: it runs the next one from the head
+// of the queue when none is in flight, else waits for the one in flight.
+// s.mu is held on entry and on return, released in between; the queue is
+// not empty.
+func (s *Store) makeRoomLocked() {
+	if s.committing {
+		end := s.commitEnd
+		s.mu.Unlock()
+		<-end // a commit always ends: acknowledged, failed or timed out
+		s.mu.Lock()
+		return
+	}
+	batch, err := s.takeLocked()
+	s.mu.Unlock()
+	s.commit(batch, err)
+	s.mu.Lock()
 }
 
 // commitLoop is the committer goroutine. It commits what nobody waits for
@@ -280,6 +314,7 @@ func (s *Store) takeLocked() ([]*item, error) {
 	if s.failed != nil {
 		rest := s.queue
 		s.queue = nil
+		s.queued = 0
 		s.eager = 0
 		s.flushDue = false
 		return rest, s.failed
@@ -295,6 +330,7 @@ func (s *Store) takeLocked() ([]*item, error) {
 	}
 	batch := s.queue[:n:n]
 	s.queue = s.queue[n:]
+	s.queued -= size - n // size counted a separator per event
 	for _, it := range batch {
 		if !it.lazy {
 			s.eager--
@@ -303,6 +339,7 @@ func (s *Store) takeLocked() ([]*item, error) {
 	if len(s.queue) == 0 {
 		s.flushDue = false
 		s.queue = nil
+		s.queued = 0
 	}
 	return batch, nil
 }
@@ -322,8 +359,12 @@ func (s *Store) commit(batch []*item, err error) {
 		if perr == nil {
 			seq, perr = s.publish(batch)
 		}
-		if perr != nil {
+		if errors.Is(perr, errStreamFull) {
+			err = fmt.Errorf("%w: %w", ErrFailed, s.fullError())
+		} else if perr != nil {
 			err = fmt.Errorf("%w: %v (restart aegis; acknowledged events are safe on disk)", ErrFailed, perr)
+		}
+		if perr != nil {
 			s.mu.Lock()
 			if s.failed == nil {
 				s.failed = err
@@ -342,8 +383,11 @@ func (s *Store) commit(batch []*item, err error) {
 	s.mu.Unlock()
 }
 
+// resolve settles a batch's receipts and lets go of its bytes: a receipt
+// still held, or the queue's backing array, must not keep them alive.
 func resolve(batch []*item, seq uint64, err error) {
 	for i, it := range batch {
+		it.data, it.frame = nil, nil
 		if err != nil {
 			it.err = err
 		} else {
@@ -355,9 +399,15 @@ func resolve(batch []*item, seq uint64, err error) {
 	}
 }
 
+// publish sends a batch as one message and waits for its acknowledgement.
+// The items let go of their bytes as soon as they are handed on: once the
+// server has read a message it holds its own copies, and during the fsync
+// this one would be a third.
 func (s *Store) publish(batch []*item) (uint64, error) {
 	if len(batch) == 1 {
-		return s.cc.publish(batch[0].subject, nil, batch[0].data)
+		data := batch[0].data
+		batch[0].data = nil
+		return s.cc.publish(batch[0].subject, nil, data)
 	}
 	buf := &s.batchBuf // only the one commit in flight uses it
 	buf.Reset()
@@ -366,9 +416,21 @@ func (s *Store) publish(batch []*item) (uint64, error) {
 			buf.WriteByte('\n')
 		}
 		buf.Write(it.data)
+		it.data = nil
 	}
 	hdr := fmt.Appendf(nil, "NATS/1.0\r\n%s: %d\r\n\r\n", batchHeader, len(batch))
 	return s.cc.publish("aegis."+batch[0].session+".batch", hdr, buf.Bytes())
+}
+
+// fullError describes the stream that refused a commit at Config.MaxBytes.
+func (s *Store) fullError() *FullError {
+	e := &FullError{Dir: s.dir, Cap: s.cfg.MaxBytes}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if info, err := s.stream.Info(ctx); err == nil {
+		e.Bytes, e.Msgs = info.State.Bytes, info.State.Msgs
+	}
+	return e
 }
 
 // kick makes the committer commit whatever is queued, lazy or not.

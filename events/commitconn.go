@@ -48,6 +48,18 @@ func (c *commitConn) interrupt() {
 	c.conn.SetDeadline(time.Unix(1, 0))
 }
 
+// A message refused at the stream's MaxBytes (DiscardNew) is answered
+// with the JetStream error JSStreamStoreFailedF (err_code 10077) and the
+// store's error text.
+const jsStoreFailed = 10077
+
+// errStreamFull marks a message the stream refused at its MaxBytes.
+var errStreamFull = errors.New("stream at its byte limit")
+
+// bigPublish is the message size above which publish writes the message
+// apart from its protocol line instead of copying it behind the line.
+const bigPublish = 256 << 10
+
 // commitInbox is the reply subject of the committer's acknowledgements. It
 // is outside the stream's subjects, and the connection is the only
 // subscriber on it.
@@ -135,14 +147,28 @@ func (c *commitConn) publish(subject string, hdr, data []byte) (uint64, error) {
 	b = strconv.AppendInt(b, int64(len(hdr)+len(data)), 10)
 	b = append(b, "\r\n"...)
 	b = append(b, hdr...)
-	b = append(b, data...)
-	b = append(b, "\r\n"...)
-	c.out = b
+	if len(data) <= bigPublish {
+		// One write: each write on the in-process pipe is a hand-off to
+		// the server's reader.
+		b = append(b, data...)
+		b = append(b, "\r\n"...)
+		c.out = b
+		if _, err := c.conn.Write(b); err != nil {
+			return 0, err
+		}
+	} else {
+		// A large message is written where it lies, not copied behind
+		// the protocol line first: three writes, no second copy of up to
+		// MaxEventBytes in memory.
+		c.out = b
+		for _, p := range [][]byte{b, data, []byte("\r\n")} {
+			if _, err := c.conn.Write(p); err != nil {
+				return 0, err
+			}
+		}
+	}
 	if cap(c.out) > 1<<20 {
 		c.out = nil // do not keep a batch-sized buffer between commits
-	}
-	if _, err := c.conn.Write(b); err != nil {
-		return 0, err
 	}
 	for {
 		line, err := c.readLine()
@@ -216,7 +242,11 @@ func (c *commitConn) readAck(line []byte) (uint64, error) {
 		return 0, fmt.Errorf("bad acknowledgement %q: %w", trunc(payload), err)
 	}
 	if ack.Error != nil {
-		return 0, fmt.Errorf("stream refused the message: %s (code %d, err_code %d)", ack.Error.Description, ack.Error.Code, ack.Error.ErrCode)
+		err := fmt.Errorf("stream refused the message: %s (code %d, err_code %d)", ack.Error.Description, ack.Error.Code, ack.Error.ErrCode)
+		if ack.Error.ErrCode == jsStoreFailed && ack.Error.Description == "maximum bytes exceeded" {
+			err = fmt.Errorf("%w: %w", errStreamFull, err)
+		}
+		return 0, err
 	}
 	if ack.Stream != StreamName {
 		return 0, fmt.Errorf("acknowledged by stream %q, not %q", ack.Stream, StreamName)

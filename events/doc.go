@@ -57,6 +57,21 @@
 //     [schemas.FrameEventBound], never less than its real size. Building
 //     cannot fail for a valid session and kind, which EnqueueFrame checks; if
 //     it did, the commit would fail like any other (fail closed).
+//   - Bounded queue. The events queued and not yet taken by a commit stay
+//     under Config.MaxQueueBytes (32 MiB; an event that finds the queue
+//     empty is always queued). An enqueue that would pass it first commits
+//     from the head of the queue itself, or waits for the commit in flight
+//     to end: backpressure on whoever records, so a flood of frames costs
+//     disk time, not memory. It never deadlocks: a commit always ends
+//     (acknowledged, failed or timed out), and the waiting enqueuer holds
+//     no lock of the store meanwhile. A commit in flight holds one copy of
+//     its message; the embedded server holds its own while it stores it.
+//   - Capped, never trimmed. The stream always uses DiscardNew (set on every
+//     Open): no limit ever deletes an old message. With Config.MaxBytes set,
+//     a commit that would take the stream past it is refused and fails the
+//     store with a [*FullError] (ErrFull, ErrFailed); every acknowledged
+//     event stays. Open refuses a stream within 1 MiB of the cap, and each Open
+//     sets the cap anew (or lifts it).
 //   - Fail closed. If a commit fails or is not acknowledged within
 //     Config.AckTimeout, every event in it and every later append fails
 //     with [ErrFailed]; the store never drops an event silently and never

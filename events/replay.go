@@ -62,7 +62,7 @@ func (s *Store) ReplaySubject(ctx context.Context, subject string, fn func(Recor
 	if err != nil {
 		return fmt.Errorf("replay %s: create consumer: %w", subject, err)
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages(s.replayWindow())
 	if err != nil {
 		return fmt.Errorf("replay %s: consume: %w", subject, err)
 	}
@@ -112,7 +112,7 @@ func (s *Store) consume(ctx context.Context, from Position, last uint64, fn func
 	if err != nil {
 		return fmt.Errorf("replay: create consumer: %w", err)
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages(s.replayWindow())
 	if err != nil {
 		return fmt.Errorf("replay: consume: %w", err)
 	}
@@ -149,4 +149,14 @@ func (s *Store) consume(ctx context.Context, from Position, last uint64, fn func
 			return nil
 		}
 	}
+}
+
+// replayWindow bounds what a replay asks the server for at once by bytes,
+// not by messages: 500 messages (the client's default) of frames of up to
+// MaxEventBytes overrun the subscription's 64 MiB pending limit, and the
+// ordered consumer then stalls and starts over, again and again (a minute
+// for 32 frames of 16 MiB). The window holds at least one message of the
+// largest size.
+func (s *Store) replayWindow() jetstream.PullMaxBytes {
+	return jetstream.PullMaxBytes(max(48<<20, max(s.cfg.MaxEventBytes, s.cfg.MaxBatchBytes)+64<<10))
 }

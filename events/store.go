@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +32,7 @@ const (
 	DefaultMaxBatchBytes  = 1 << 20
 	DefaultMaxBatchEvents = 1024
 	DefaultLazyFlush      = 25 * time.Millisecond
+	DefaultMaxQueueBytes  = 32 << 20 // more than one event of MaxEventBytes
 )
 
 // Config opens a [Store]. Only Dir is required.
@@ -64,6 +67,21 @@ type Config struct {
 	// MaxBatchBytes and MaxBatchEvents bound one group commit.
 	MaxBatchBytes  int
 	MaxBatchEvents int
+	// MaxBytes caps the event stream, nearly all of what the state
+	// directory holds (0: no cap). A commit that would take the stream past
+	// it is refused and fails the store like any failed commit, with an
+	// error that wraps [ErrFull]: nothing is dropped or deleted, old events
+	// are never discarded to make room, and every acknowledged event stays.
+	// Open refuses a stream within 1 MiB of the cap. The cap is this process's:
+	// each Open sets it (or lifts it) on the stream.
+	MaxBytes int64
+	// MaxQueueBytes bounds the events queued and not yet taken by a commit
+	// (default 32 MiB): an enqueue that would take the queue past it waits,
+	// committing from the head of the queue itself when no commit is in
+	// flight, until the events fit. That is the backpressure that keeps a
+	// relay from reading faster than the disk takes its frames. An event
+	// that finds the queue empty is always queued, whatever its size.
+	MaxQueueBytes int
 }
 
 // Errors callers branch on.
@@ -77,7 +95,52 @@ var (
 	ErrFailed = errors.New("event store stopped acknowledging writes")
 	// ErrTooLarge is returned for an event larger than MaxEventBytes.
 	ErrTooLarge = errors.New("event too large")
+	// ErrFull is wrapped (by a [*FullError]) when the stream has reached
+	// Config.MaxBytes.
+	ErrFull = errors.New("state directory reached its size cap")
 )
+
+// openRoom is the least room under Config.MaxBytes that Open accepts. A
+// stream that stopped at its cap usually has some room left, less than the
+// event it refused; a session started in it would stop again at its first
+// sizeable frame, so Open says at once that the directory is full.
+const openRoom = 1 << 20
+
+// FullError says that the event stream reached the state directory's cap
+// (Config.MaxBytes) and what it holds: every acknowledged event, nothing
+// dropped or deleted.
+type FullError struct {
+	Dir   string
+	Cap   int64  // Config.MaxBytes
+	Bytes uint64 // the stream's bytes when the cap was hit (0: unknown)
+	Msgs  uint64 // its messages
+}
+
+func (e *FullError) Error() string {
+	held := ""
+	if e.Bytes > 0 {
+		held = fmt.Sprintf(" (it holds %s of events)", FormatBytes(int64(e.Bytes)))
+	}
+	return fmt.Sprintf("the state directory %s reached its size cap of %s%s; every acknowledged event is kept, nothing was dropped or deleted", e.Dir, FormatBytes(e.Cap), held)
+}
+
+func (e *FullError) Is(target error) bool { return target == ErrFull }
+
+// FormatBytes writes n as a power-of-1024 size, such as 10 GiB or 1.5 MiB.
+func FormatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f, i := float64(n), -1
+	for f >= unit && i < 4 {
+		f /= unit
+		i++
+	}
+	s := strconv.FormatFloat(f, 'f', 1, 64)
+	s = strings.TrimSuffix(s, ".0")
+	return s + " " + []string{"KiB", "MiB", "GiB", "TiB", "PiB"}[i]
+}
 
 // Position is where an event sits in the stream: the JetStream message
 // sequence and the event's index inside that message (always 0 unless the
@@ -117,7 +180,10 @@ type Store struct {
 	mu    sync.Mutex
 	cond  *sync.Cond
 	queue []*item
-	eager int // queued items someone waits for: they start a commit
+	// queued is the bytes of the events in queue (their size, see item),
+	// held under Config.MaxQueueBytes.
+	queued int
+	eager  int // queued items someone waits for: they start a commit
 	// flushDue is set when lazy items must be committed (their timer fired
 	// or someone waits for one); flushArmed while their timer runs.
 	flushDue   bool
@@ -169,6 +235,9 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	if cfg.MaxBatchEvents <= 0 {
 		cfg.MaxBatchEvents = DefaultMaxBatchEvents
 	}
+	if cfg.MaxQueueBytes <= 0 {
+		cfg.MaxQueueBytes = DefaultMaxQueueBytes
+	}
 	if err := prepareDir(dir); err != nil {
 		return nil, err
 	}
@@ -206,6 +275,13 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		// first PING it otherwise sends every client after about 2 s.
 		PingInterval:          100 * 365 * 24 * time.Hour,
 		DisableShortFirstPing: true,
+	}
+	if cfg.MaxBytes > 0 {
+		// The server refuses a stream whose cap exceeds what it thinks it
+		// may store (by default 75% of the free disk). The cap is the
+		// user's; a disk that really fills up fails a commit like any
+		// I/O error.
+		opts.JetStreamMaxStore = cfg.MaxBytes + 64<<20
 	}
 	if cfg.Approvals {
 		if s.approvals, err = ApprovalOptions(""); err != nil {
@@ -245,6 +321,10 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		return nil, fmt.Errorf("open JetStream: %w", err)
 	}
 	s.js = js
+	maxBytes := int64(-1)
+	if cfg.MaxBytes > 0 {
+		maxBytes = cfg.MaxBytes
+	}
 	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        StreamName,
 		Description: "aegis events: every frame, verdict, approval and enforcement fact",
@@ -253,14 +333,27 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		Retention:   jetstream.LimitsPolicy,
 		MaxMsgSize:  maxMsg,
 		MaxMsgs:     -1,
-		MaxBytes:    -1,
-		DenyDelete:  true,
-		DenyPurge:   true,
+		MaxBytes:    maxBytes,
+		// At a limit the stream refuses the new message; it never
+		// discards old ones to make room (DiscardOld would, silently).
+		// An existing stream is updated to this on every Open, so no
+		// earlier setting survives that could delete events.
+		Discard:    jetstream.DiscardNew,
+		DenyDelete: true,
+		DenyPurge:  true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s in %s: %w", StreamName, opts.StoreDir, err)
 	}
 	s.stream = stream
+	if cfg.MaxBytes > 0 {
+		st := stream.CachedInfo().State
+		// A stream at (or next to) the cap: say so now, not at the first
+		// append.
+		if st.Bytes+openRoom > uint64(cfg.MaxBytes) {
+			return nil, fmt.Errorf("open event store: %w", &FullError{Dir: dir, Cap: cfg.MaxBytes, Bytes: st.Bytes, Msgs: st.Msgs})
+		}
+	}
 	if s.cc, err = dialCommit(ns, user, pass, cfg.AckTimeout); err != nil {
 		return nil, err
 	}

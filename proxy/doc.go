@@ -61,6 +61,14 @@
 //     a trap saying so. "not executed" is said only of a call whose frame
 //     never reached the server, and of a malformed call relayed without a
 //     policy, as the record format's wrap table fixes it.
+//   - Bounded memory. A reader stops reading its side while what it read is
+//     not yet on its way: the events store bounds the frames queued for a
+//     commit (events.Config.MaxQueueBytes), and each direction bounds the
+//     bytes of the frames waiting for their writer (maxQueuedBytes). Each
+//     bound admits at least one frame of [MaxFrame], so a frame of any
+//     size passes; the small frames of a normal session never reach them,
+//     and checking costs a counter under a lock the path already holds.
+//     A line is read into a slice of exactly its size.
 //   - Fail closed. If the store stops acknowledging, or a frame exceeds
 //     [MaxFrame] (it could not be one event), the server is killed and
 //     nothing further is relayed.

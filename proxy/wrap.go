@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -275,7 +276,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 		r.fail(err)
 	}
 
-	s2c := &outPath{ch: make(chan outFrame, 64), dst: cfg.Stdout}
+	s2c := newOutPath(cfg.Stdout, false)
 	r.toHost = s2c
 	if r.gate != nil && cfg.Approvals != nil {
 		stop, err := cfg.Approvals(r.sess.ID(), r.handleApproval)
@@ -287,7 +288,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	}
 
 	// Host -> server.
-	c2s := &outPath{ch: make(chan outFrame, 64), dst: inW, toServer: true}
+	c2s := newOutPath(inW, true)
 	hostDone := make(chan struct{})
 	go func() {
 		r.readFrames(cfg.Stdin, schemas.KindFrameC2S, r.onHostFrame, c2s)
@@ -420,10 +421,12 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	failed := r.failed
 	r.mu.Unlock()
 	exit := map[string]any{"code": res.ExitCode, "server_exited_first": hostWasOpen}
+	// Once recording failed, the store refuses the exit fact with the same
+	// failure: it is said once.
 	if rc, err := r.sess.Fact(schemas.KindChildExited, exit); err != nil {
-		failed = errors.Join(failed, err)
+		failed = cmp.Or(failed, err)
 	} else if _, err := rc.Wait(ctx); err != nil {
-		failed = errors.Join(failed, err)
+		failed = cmp.Or(failed, err)
 	}
 	if failed != nil {
 		return res, fmt.Errorf("recording failed; the server was stopped: %w", failed)
@@ -517,25 +520,31 @@ func (r *relay) readFrames(src io.Reader, kind schemas.Kind, on func([]byte) (*e
 	}
 }
 
-// readLine returns the next line including its '\n' (absent at EOF).
+// readLine returns the next line including its '\n' (absent at EOF), in a
+// slice of its own of exactly its length. A line longer than the reader's
+// buffer is gathered in pieces and copied once into place: growing one
+// slice by appending would allocate about four times the line on the way
+// and hold up to a quarter more than it, for as long as the line is queued.
 func readLine(br *bufio.Reader) ([]byte, error) {
-	var buf []byte
+	var pieces [][]byte
+	n := 0
 	for {
 		chunk, err := br.ReadSlice('\n')
-		if len(buf)+len(chunk) > MaxFrame+2 {
+		if n+len(chunk) > MaxFrame+2 {
 			return nil, ErrFrameTooLarge
 		}
 		if err == bufio.ErrBufferFull {
-			buf = append(buf, chunk...)
+			pieces = append(pieces, bytes.Clone(chunk))
+			n += len(chunk)
 			continue
 		}
-		if buf == nil {
-			buf = make([]byte, len(chunk))
-			copy(buf, chunk)
-		} else {
-			buf = append(buf, chunk...)
+		buf := make([]byte, n+len(chunk))
+		at := 0
+		for _, p := range pieces {
+			at += copy(buf[at:], p)
 		}
-		if n := len(buf); n > 0 && buf[n-1] == '\n' && n-1 > MaxFrame {
+		copy(buf[at:], chunk)
+		if l := len(buf); l > 0 && buf[l-1] == '\n' && l-1 > MaxFrame {
 			return nil, ErrFrameTooLarge
 		}
 		return buf, err
@@ -561,14 +570,35 @@ func digest(b []byte) string {
 // saves goroutine hand-offs on the path of a lone call; handing off lets a
 // reader with more frames buffered go on reading them while a commit is in
 // flight, so that they share the next one.
+//
+// Backpressure: the bytes of the frames in ch, and the one the writer
+// holds, stay under maxQueuedBytes (a frame that finds nothing queued is
+// always taken): a sender over it waits for the writer, so its reader stops
+// reading its side until the frames ahead of it are committed and written.
+// The events store bounds the frames queued for a commit the same way (see
+// events.Config.MaxQueueBytes), so what one direction holds in memory is
+// bounded whether its frames wait for a commit or not.
 type outPath struct {
 	ch       chan outFrame
 	dst      io.Writer
 	toServer bool
 
 	mu     sync.Mutex
-	queued int  // frames in ch or being written by the writer
-	broken bool // dst failed; later frames are dropped
+	room   sync.Cond // on mu; signalled when the writer has written a frame
+	queued int       // frames in ch or being written by the writer
+	bytes  int       // their bytes
+	broken bool      // dst failed; later frames are dropped
+}
+
+// maxQueuedBytes bounds the bytes of the frames an outPath holds for its
+// writer. It is at least one frame of MaxFrame and its terminator, so that
+// a frame of any size passes.
+const maxQueuedBytes = 2 * (MaxFrame + 2)
+
+func newOutPath(dst io.Writer, toServer bool) *outPath {
+	p := &outPath{ch: make(chan outFrame, 64), dst: dst, toServer: toServer}
+	p.room.L = &p.mu
+	return p
 }
 
 // send hands f to its direction, in order. more says that the sender has
@@ -587,7 +617,11 @@ func (r *relay) send(p *outPath, f outFrame, more bool) {
 		p.mu.Unlock()
 		return
 	}
+	for p.queued > 0 && p.bytes+len(f.data) > maxQueuedBytes {
+		p.room.Wait()
+	}
 	p.queued++
+	p.bytes += len(f.data)
 	p.mu.Unlock()
 	p.ch <- f
 }
@@ -617,6 +651,8 @@ func (r *relay) writeFrames(ctx context.Context, p *outPath) {
 		p.mu.Lock()
 		r.write(p, f.data)
 		p.queued--
+		p.bytes -= len(f.data)
+		p.room.Broadcast()
 		p.mu.Unlock()
 	}
 }

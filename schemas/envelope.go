@@ -179,7 +179,14 @@ func (e *Event) Encode() ([]byte, error) {
 		}
 		payload = c.Bytes()
 	}
-	b := make([]byte, 0, 112+len(payload))
+	b := e.appendHead(make([]byte, 0, 112+len(payload)))
+	b = append(b, payload...)
+	b = append(b, '}')
+	return b, nil
+}
+
+// appendHead appends the envelope up to its payload.
+func (e *Event) appendHead(b []byte) []byte {
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, int64(e.V), 10)
 	b = append(b, `,"id":"`...)
@@ -190,10 +197,27 @@ func (e *Event) Encode() ([]byte, error) {
 	b = append(b, e.Kind...)
 	b = append(b, `","time":"`...)
 	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","payload":`...)
-	b = append(b, payload...)
-	b = append(b, '}')
-	return b, nil
+	return append(b, `","payload":`...)
+}
+
+// EncodeFrameEvent returns the envelope of e with a frame payload holding
+// frame: the bytes [Event.Encode] gives for e with the payload
+// AppendFramePayload(nil, frame), built in one allocation of the exact
+// size, with the base64 written straight into it. For a 16 MiB frame that
+// spares the 22 MiB payload that Encode would copy. e.Payload is ignored.
+func EncodeFrameEvent(e Event, frame []byte) ([]byte, error) {
+	if e.Kind != KindFrameC2S && e.Kind != KindFrameS2C && e.Kind != KindFrameRefusal {
+		return nil, &ValidationError{"kind", fmt.Sprintf("%q is not a frame kind", string(e.Kind))}
+	}
+	e.Payload = json.RawMessage(framePre + frameSuf) // the fields, checked without the bytes
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	b := e.appendHead(make([]byte, 0, FrameEventBound(e.Kind, len(frame))))
+	b = append(b, framePre...)
+	b = base64.StdEncoding.AppendEncode(b, frame)
+	b = append(b, frameSuf...)
+	return append(b, '}'), nil
 }
 
 // DecodeEvent parses one envelope strictly: unknown members, trailing data

@@ -69,15 +69,24 @@ func (m *Main) openStore(ctx context.Context, dirFlag string) (*events.Store, er
 // openStoreWith opens the store, with the approval channel when approvals
 // is set.
 func (m *Main) openStoreWith(ctx context.Context, dirFlag string, approvals bool) (*events.Store, error) {
+	return m.openStoreCapped(ctx, dirFlag, approvals, 0)
+}
+
+// openStoreCapped opens the store with the state directory capped at
+// maxBytes (0: no cap, see events.Config.MaxBytes).
+func (m *Main) openStoreCapped(ctx context.Context, dirFlag string, approvals bool, maxBytes int64) (*events.Store, error) {
 	dir, err := m.stateDir(dirFlag)
 	if err != nil {
 		return nil, err
 	}
-	s, err := events.Open(ctx, events.Config{Dir: dir, Logger: m.logger(), Approvals: approvals})
+	s, err := events.Open(ctx, events.Config{Dir: dir, Logger: m.logger(), Approvals: approvals, MaxBytes: maxBytes})
 	if err != nil {
 		var le *events.LockedError
 		if errors.As(err, &le) {
 			return nil, withHint(err, "wait for that process to finish, or give this one its own --state-dir")
+		}
+		if errors.Is(err, events.ErrFull) {
+			return nil, withHint(fmt.Errorf("will not start: %w", errors.Unwrap(err)), fullHint(dir))
 		}
 		return nil, withHint(fmt.Errorf("open event store: %w", err), "check --state-dir: it must be a private (0700) directory you own, on a writable disk")
 	}

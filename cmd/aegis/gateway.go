@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
@@ -18,7 +19,9 @@ import (
 
 const gatewayUsage = `Usage:
   aegis gateway --config FILE --audit PATH --signing-key PATH [--state-dir DIR] [--approval-ttl D]
-  aegis            (with AEGIS_CONFIG, default ./aegis.yaml, AEGIS_AUDIT and AEGIS_SIGNING_KEY)
+                [--max-state-size SIZE]
+  aegis            (with AEGIS_CONFIG, default ./aegis.yaml, AEGIS_AUDIT and AEGIS_SIGNING_KEY;
+                    AEGIS_STATE_DIR and AEGIS_MAX_STATE_SIZE are optional)
 
 Runs one MCP server for the host that fronts every server in FILE. Their
 tools appear as <server>__<tool>, and only those the active profile allows;
@@ -35,6 +38,12 @@ error_disclosure, optional rules); see proxy/testdata/aegis.yaml. An invalid
 file, a missing key or an unusable store refuse to start; a server that
 fails to start is skipped, said on stderr and recorded.
 
+--max-state-size SIZE (such as 10GiB) caps the state directory's event
+stream, as for aegis wrap. At the cap the gateway fails closed: nothing more
+can be recorded, so every call is refused and not run, with an error saying
+the directory reached its cap. Nothing is dropped or deleted. Recording
+applies backpressure as in wrap, so memory stays bounded under a flood.
+
 Example (Claude Desktop / Cursor "mcpServers" entry):
   "aegis": {"command": "aegis", "args": ["gateway", "--config", "/etc/aegis/aegis.yaml",
             "--audit", "/var/log/aegis/calls.aarl", "--signing-key", "/etc/aegis/signing.key"]}
@@ -47,7 +56,13 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	keyPath := fs.String("signing-key", "", "signing key file")
 	stateDir := fs.String("state-dir", "", "state directory")
 	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
+	var maxState sizeFlag
+	fs.Var(&maxState, "max-state-size", "cap on the state directory's event stream, such as 10GiB")
 	if err := m.parseFlags(fs, gatewayUsage, args); err != nil {
+		return err
+	}
+	maxBytes, err := stateSizeCap(maxState)
+	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -56,7 +71,7 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	if *config == "" || *audit == "" || *keyPath == "" {
 		return usagef("aegis gateway --config aegis.yaml --audit calls.aarl --signing-key KEY", "gateway needs --config, --audit and --signing-key")
 	}
-	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL)
+	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes)
 }
 
 // runBareGateway is the seed's bare 'aegis': the gateway from AEGIS_CONFIG
@@ -74,12 +89,22 @@ func (m *Main) runBareGateway(ctx context.Context) error {
 	if audit == "" || key == "" {
 		return withHint(fmt.Errorf("gateway %s: AEGIS_AUDIT and AEGIS_SIGNING_KEY must name the record file and the signing key", config), "or run: aegis gateway --config "+config+" --audit PATH --signing-key KEY")
 	}
-	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL)
+	var maxState sizeFlag
+	if v := m.Getenv("AEGIS_MAX_STATE_SIZE"); v != "" {
+		if err := maxState.Set(v); err != nil {
+			return usagef("for example AEGIS_MAX_STATE_SIZE=10GiB", "AEGIS_MAX_STATE_SIZE: %v", err)
+		}
+	}
+	maxBytes, err := stateSizeCap(maxState)
+	if err != nil {
+		return err
+	}
+	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes)
 }
 
 var errNoGateway = errors.New("no gateway configured")
 
-func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration) error {
+func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64) error {
 	data, err := os.ReadFile(config)
 	if err != nil {
 		return withHint(fmt.Errorf("could not read gateway file: %w", err), "--config (or AEGIS_CONFIG) names the YAML file")
@@ -109,7 +134,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		}
 		servers = append(servers, gs)
 	}
-	store, err := m.openStoreWith(ctx, stateDirFlag, true)
+	store, err := m.openStoreCapped(ctx, stateDirFlag, true, maxBytes)
 	if err != nil {
 		return err
 	}
@@ -135,6 +160,9 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	var oe *proxy.OpenError
 	if errors.As(err, &oe) {
 		return openSessionError(oe.Err, audit)
+	}
+	if errors.Is(err, events.ErrFull) {
+		err = withHint(err, fullHint(store.Dir()))
 	}
 	if sess != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ func main() {
 		os.Exit(sandbox.HelperMain(os.Args[2:], os.NewFile(sandbox.ControlFD, "control"), os.NewFile(sandbox.ReportFD, "report")))
 	}
 	m := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	limitMemory(os.Args[1:], os.Getenv)
 	// AEGIS_CPUPROFILE=FILE writes a CPU profile of this run (for make bench
 	// investigations; %p becomes the PID); it is read once here.
 	if p := strings.ReplaceAll(os.Getenv("AEGIS_CPUPROFILE"), "%p", strconv.Itoa(os.Getpid())); p != "" {
@@ -29,4 +31,24 @@ func main() {
 		}
 	}
 	os.Exit(m.Run(context.Background(), os.Args[1:]))
+}
+
+// relayMemoryLimit is the soft memory limit of a relaying aegis (wrap,
+// gateway) unless GOMEMLIMIT sets another. What a relay holds is bounded
+// by backpressure (the events store's queue bound and the relay's own per
+// direction, each at least one 16 MiB frame) and by the embedded server's
+// copies of the one commit in flight: about 100 MiB in a flood of 16 MiB
+// frames. Without a limit the garbage collector lets the heap grow to twice
+// that before it collects; with it, it collects sooner. The limit is soft:
+// a heap that needs more gets more.
+const relayMemoryLimit = 192 << 20
+
+// limitMemory sets relayMemoryLimit for the commands that relay.
+func limitMemory(args []string, getenv func(string) string) {
+	if getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	if len(args) == 0 || args[0] == "wrap" || args[0] == "gateway" {
+		debug.SetMemoryLimit(relayMemoryLimit)
+	}
 }

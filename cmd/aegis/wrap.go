@@ -20,7 +20,7 @@ import (
 )
 
 const wrapUsage = `Usage:
-  aegis wrap --audit PATH --signing-key PATH [--state-dir DIR]
+  aegis wrap --audit PATH --signing-key PATH [--state-dir DIR] [--max-state-size SIZE]
              [--policy FILE [--approval-ttl D]]
              [--confine [--allow-read P]… [--allow-write P]… [--allow-net HOST:PORT]…
                         [--allow-exec-support] [--allow-udp] [--allow-mptcp] [--best-effort]]
@@ -63,6 +63,19 @@ kernel cannot enforce are refused unless --best-effort. The filter also
 denies the kernel keyrings (keyctl, add_key, request_key), and the server
 starts in a new, empty session keyring.
 
+Memory stays bounded whatever the server or the host writes: while the
+frames read from one side and not yet on disk and written on pass a bound
+(a few dozen MiB, at least one 16 MiB frame), aegis stops reading that side
+until they are. A flood of large frames slows to the disk's pace.
+
+--max-state-size SIZE (such as 10GiB or 500MiB) caps the state directory's
+event stream. At the cap aegis fails closed: the event that does not fit is
+refused, the server is stopped, and aegis exits 1 saying the directory
+reached its cap. Nothing is ever dropped or deleted to make room; every
+acknowledged event stays. Raise the cap, or export the record and start a
+new --state-dir. Without it the stream grows until the disk is full, which
+fails the same way.
+
 Not covered by --confine: file metadata outside the grants (stat, and
 chmod/chown/utimes/xattrs: a root server can chmod the signing key, though
 not read it); system calls the filter does not name, System V IPC and POSIX
@@ -103,6 +116,8 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	audit := fs.String("audit", "", "record file")
 	keyPath := fs.String("signing-key", "", "signing key file")
 	stateDir := fs.String("state-dir", "", "state directory")
+	var maxState sizeFlag
+	fs.Var(&maxState, "max-state-size", "cap on the state directory's event stream, such as 10GiB")
 	grace := fs.Duration("grace", proxy.DefaultGrace, "how long the server may answer after the host closed stdin")
 	policyPath := fs.String("policy", "", "policy file deciding every tools/call")
 	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
@@ -129,6 +144,10 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		return usagef("make a key with 'aegis keygen --out KEY', then: aegis wrap --audit calls.aarl --signing-key KEY -- CMD", "wrap needs both --audit and --signing-key")
 	}
 
+	maxBytes, err := stateSizeCap(maxState)
+	if err != nil {
+		return err
+	}
 	key, err := m.loadKey(*keyPath)
 	if err != nil {
 		return err
@@ -158,7 +177,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	} else if cf.any() {
 		return usagef("add --confine to confine the server; the --allow-* flags only shape its profile", "--allow-read, --allow-write, --allow-net, --allow-exec-support, --allow-udp, --allow-mptcp and --best-effort need --confine")
 	}
-	store, err := m.openStoreWith(ctx, *stateDir, set != nil)
+	store, err := m.openStoreCapped(ctx, *stateDir, set != nil, maxBytes)
 	if err != nil {
 		return err
 	}
@@ -200,7 +219,11 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	sess := res.Session
 	if werr != nil && !errors.As(werr, &se) {
 		sess.Abandon()
-		return &exitError{code: 1, err: werr, hint: "the record holds everything acknowledged before the failure; 'aegis verify' will report the session as unfinished"}
+		hint := "the record holds everything acknowledged before the failure; 'aegis verify' will report the session as unfinished"
+		if errors.Is(werr, events.ErrFull) {
+			hint = fullHint(store.Dir())
+		}
+		return &exitError{code: 1, err: werr, hint: hint}
 	}
 	if res.Confinement != nil {
 		for _, d := range res.Confinement.Degradations {
