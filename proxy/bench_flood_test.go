@@ -13,7 +13,7 @@ const (
 	floodFrame = 16 << 20         // bytes per frame: MaxFrame
 )
 
-// BenchmarkWrapFloodRSS (P7) floods aegis wrap with 16 MiB notifications
+// BenchmarkWrapFloodRSS (M1) floods aegis wrap with 16 MiB notifications
 // for 60 s, from a server that writes them as fast as aegis reads, to a
 // host that reads them as fast as aegis writes, and reports the peak
 // resident memory (VmHWM) of the aegis process: backpressure keeps it
