@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -48,38 +47,7 @@ func (l *live) gateway(config string) *wrapProc {
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		l.t.Fatal(err)
 	}
-	c := exec.Command(filepath.Join(l.bin, "aegis"), "gateway", "--config", path, "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state)
-	c.Env = l.env
-	w := &wrapProc{l: l, c: c, prompts: make(chan string, 64), done: make(chan error, 1)}
-	var err error
-	if w.in, err = c.StdinPipe(); err != nil {
-		l.t.Fatal(err)
-	}
-	out, err := c.StdoutPipe()
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	w.out = bufio.NewReader(out)
-	stderr, err := c.StderrPipe()
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		l.t.Fatal(err)
-	}
-	l.t.Cleanup(func() { c.Process.Kill(); <-w.done })
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			select {
-			case w.prompts <- sc.Text():
-			default:
-			}
-		}
-		w.done <- c.Wait()
-		close(w.prompts)
-	}()
-	return w
+	return l.start(exec.Command(filepath.Join(l.bin, "aegis"), "gateway", "--config", path, "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state))
 }
 
 // gatewaySession runs the scripted gateway session: an allowed call, a call

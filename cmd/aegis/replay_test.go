@@ -197,7 +197,13 @@ func (l *live) wrap(confine bool) *wrapProc {
 		args = append(args, "--confine", "--allow-exec-support", "--allow-read", l.bin)
 	}
 	args = append(args, "--", filepath.Join(l.bin, "aegis-example-server"))
-	c := exec.Command(filepath.Join(l.bin, "aegis"), args...)
+	return l.start(exec.Command(filepath.Join(l.bin, "aegis"), args...))
+}
+
+// start runs c with the live environment, its stdin and stdout piped, and
+// its stderr lines sent to the process's prompts channel.
+func (l *live) start(c *exec.Cmd) *wrapProc {
+	l.t.Helper()
 	c.Env = l.env
 	w := &wrapProc{l: l, c: c, prompts: make(chan string, 64), done: make(chan error, 1)}
 	var err error
