@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,8 +35,17 @@ type fakeProxy struct {
 	got     []events.ApprovalRequest
 }
 
+// fakeProxies counts the fake proxies started, so that their approvals'
+// request times interleave in the order they were started, whatever the
+// clock does between two starts.
+var fakeProxies atomic.Int64
+
+// requestEpoch is the fixed time the fake approvals were requested after.
+var requestEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
 func startFakeProxy(t *testing.T, runtimeDir string, ids ...string) *fakeProxy {
 	t.Helper()
+	n := fakeProxies.Add(1)
 	st, err := events.Open(context.Background(), events.Config{Dir: filepath.Join(t.TempDir(), "state"), Approvals: true})
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +58,9 @@ func startFakeProxy(t *testing.T, runtimeDir string, ids ...string) *fakeProxy {
 	for i, id := range ids {
 		f.pending[id] = events.PendingApproval{
 			ApprovalID: id, ToolID: "fs.write", RequestDigest: "sha256:" + strings.Repeat("a", 64),
-			RequestedAt: time.Now().UTC().Add(time.Duration(i) * time.Second).Truncate(time.Second),
+			// The i-th approval of the n-th proxy: a proxy started later
+			// has its first approval between the first two of the one before.
+			RequestedAt: requestEpoch.Add(time.Duration(2*i)*time.Hour + time.Duration(n)*time.Second),
 			ExpiresAt:   time.Now().UTC().Add(5 * time.Minute),
 		}
 	}
