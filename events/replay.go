@@ -151,12 +151,14 @@ func (s *Store) consume(ctx context.Context, from Position, last uint64, fn func
 	}
 }
 
-// replayWindow bounds what a replay asks the server for at once by bytes,
-// not by messages: 500 messages (the client's default) of frames of up to
+// replayWindow bounds what a replay asks the server for at once: 500
+// messages, as the client does by default, but never more bytes than one
+// message of the largest size. Without the byte bound, 500 frames of up to
 // MaxEventBytes overrun the subscription's 64 MiB pending limit, and the
 // ordered consumer then stalls and starts over, again and again (a minute
-// for 32 frames of 16 MiB). The window holds at least one message of the
-// largest size.
-func (s *Store) replayWindow() jetstream.PullMaxBytes {
-	return jetstream.PullMaxBytes(max(48<<20, max(s.cfg.MaxEventBytes, s.cfg.MaxBatchBytes)+64<<10))
+// for 32 frames of 16 MiB). A bound by bytes alone makes every replay pay
+// for it: small events, such as the session.opened events a session reads
+// at start, then come in many more, smaller fetches.
+func (s *Store) replayWindow() jetstream.PullMessagesOpt {
+	return jetstream.PullMaxMessagesWithBytesLimit(500, max(s.cfg.MaxEventBytes, s.cfg.MaxBatchBytes)+64<<10)
 }
