@@ -124,9 +124,21 @@ type member struct {
 // Classify reads one frame (without its line terminator). It never fails:
 // anything it cannot read is Opaque. It is pure and safe on any input.
 func Classify(frame []byte) Classification {
+	return classify(frame, true)
+}
+
+// classify is Classify, with the quick reading of plain envelopes
+// (quickEnvelope) when quick is set; FuzzClassify holds the two to the
+// same result.
+func classify(frame []byte, quick bool) Classification {
 	t := bytes.TrimSpace(frame)
 	if len(t) == 0 {
 		return Classification{Shape: Opaque}
+	}
+	if quick {
+		if c, ok := quickEnvelope(t); ok {
+			return c
+		}
 	}
 	// Decoding an object into member, or an array into raw elements,
 	// validates the whole frame (both take any value), so a frame that
@@ -135,7 +147,7 @@ func Classify(frame []byte) Classification {
 	switch t[0] {
 	case '{':
 		var m member
-		if json.Unmarshal(t, &m) != nil {
+		if !decodeMember(t, &m) && json.Unmarshal(t, &m) != nil {
 			return classifyOpaque(frame)
 		}
 		c := Classification{Shape: Single}
@@ -320,6 +332,201 @@ func readingRequests(obj []byte, m *member) []Request {
 	return out
 }
 
+// quickEnvelope classifies the most common frame, a plain JSON-RPC object
+// that is no tools/call and no cancellation (a ping, a list request, an
+// answer, a notification), by one scan of its top-level members: no
+// decoding, no copies. t is the frame without surrounding white space. It
+// reports false for anything else (escapes anywhere, a member name that is
+// not plain ASCII, a duplicate or case-varied deciding member, a method
+// that is not a plain string or names tools/call or
+// notifications/cancelled), which the caller then reads the slow way.
+func quickEnvelope(t []byte) (Classification, bool) {
+	if t[0] != '{' || t[len(t)-1] != '}' || bytes.IndexByte(t, '\\') >= 0 || bytes.Contains(t, []byte("tools/call")) || !json.Valid(t) {
+		return Classification{}, false
+	}
+	var id, method []byte
+	var n [5]int // id, method, params, result, error: how often each is named
+	ok := true
+	eachTopLevelMember(t, func(key, val []byte, plain bool) bool {
+		if !plain {
+			ok = false
+			return false
+		}
+		for i, name := range [...]string{"id", "method", "params", "result", "error"} {
+			if string(key) == name {
+				if n[i]++; n[i] > 1 {
+					ok = false // a duplicate
+					return false
+				}
+				switch i {
+				case 0:
+					id = val
+				case 1:
+					method = val
+				}
+				return true
+			}
+			if len(key) == len(name) && bytes.EqualFold(key, []byte(name)) {
+				ok = false // another case of a deciding member
+				return false
+			}
+		}
+		return true
+	})
+	result, errm := n[3] > 0, n[4] > 0
+	if !ok {
+		return Classification{}, false
+	}
+	c := Classification{Shape: Single, elems: 1}
+	if method != nil {
+		if !plainString(method) {
+			return Classification{}, false
+		}
+		if m := string(method[1 : len(method)-1]); m == "tools/call" || m == "notifications/cancelled" {
+			return Classification{}, false
+		}
+		if key, ok, _ := idKey(id); ok {
+			c.Requests = []Request{{Key: key, ID: id}}
+		}
+		return c, true
+	}
+	if result || errm {
+		key, _, _ := idKey(id)
+		c.Answers = []Answer{{Key: key, ID: compactRaw(id)}}
+	}
+	return c, true
+}
+
+// decodeMember fills m as json.Unmarshal(obj, m) would, for the common
+// frame, without reflection: obj must be one valid JSON object whose
+// top-level member names are plain ASCII without escapes, none of them a
+// duplicate of a member of m or one that differs from it only in case
+// (encoding/json would match those; see ambiguousMember). It reports
+// false, having changed nothing, for any other obj; the caller then
+// decodes it the slow way. FuzzClassify holds the two to the same result.
+func decodeMember(obj []byte, m *member) bool {
+	if !json.Valid(obj) {
+		return false
+	}
+	var got member
+	ok := true
+	eachTopLevelMember(obj, func(key, val []byte, plain bool) bool {
+		var dst *json.RawMessage
+		for i, name := range [...]string{"id", "method", "params", "result", "error"} {
+			if !plain || len(key) == len(name) && string(key) != name && bytes.EqualFold(key, []byte(name)) {
+				ok = false
+				return false
+			}
+			if string(key) == name {
+				dst = [...]*json.RawMessage{&got.ID, &got.Method, &got.Params, &got.Result, &got.Error}[i]
+			}
+		}
+		if dst == nil {
+			// encoding/json folds "ſ" (U+017F) to "s" and "K" (U+212A)
+			// to "k"; a plain ASCII name can differ from ours only in
+			// ASCII case, checked above.
+			return true
+		}
+		if *dst != nil {
+			ok = false // a duplicate: encoding/json keeps the last
+			return false
+		}
+		*dst = append(json.RawMessage{}, val...)
+		return true
+	})
+	if !ok {
+		return false
+	}
+	*m = got
+	return true
+}
+
+// eachTopLevelMember calls f with each top-level member of obj, a valid
+// JSON object: its raw name (between the quotes), its value without the
+// white space around it, and whether the name is plain (ASCII, no
+// escapes), until f returns false.
+func eachTopLevelMember(obj []byte, f func(key, val []byte, plain bool) bool) {
+	i := 1
+	skipWS := func() {
+		for i < len(obj) && (obj[i] == ' ' || obj[i] == '\t' || obj[i] == '\n' || obj[i] == '\r') {
+			i++
+		}
+	}
+	for {
+		skipWS()
+		if i >= len(obj) || obj[i] != '"' {
+			return
+		}
+		start := i + 1
+		plain := true
+		for i++; i < len(obj) && obj[i] != '"'; i++ {
+			if obj[i] == '\\' || obj[i] >= 0x80 {
+				plain = false
+				if obj[i] == '\\' {
+					i++
+				}
+			}
+		}
+		key := obj[start:min(i, len(obj))]
+		i++ // the closing quote
+		skipWS()
+		i++ // ':'
+		skipWS()
+		vstart := i
+		depth, inStr := 0, false
+	value:
+		for ; i < len(obj); i++ {
+			c := obj[i]
+			if inStr {
+				switch c {
+				case '\\':
+					i++
+				case '"':
+					inStr = false
+				}
+				continue
+			}
+			switch c {
+			case '"':
+				inStr = true
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth == 0 {
+					break value
+				}
+				depth--
+			case ',':
+				if depth == 0 {
+					break value
+				}
+			}
+		}
+		val := bytes.TrimRight(obj[vstart:min(i, len(obj))], " \t\n\r")
+		if !f(key, val, plain) {
+			return
+		}
+		if i >= len(obj) || obj[i] != ',' {
+			return
+		}
+		i++
+	}
+}
+
+// plainString reports whether r, a JSON string token, holds only printable
+// ASCII without escapes, so that its contents are its value.
+func plainString(r []byte) bool {
+	if len(r) < 2 || r[0] != '"' || r[len(r)-1] != '"' {
+		return false
+	}
+	for _, c := range r[1 : len(r)-1] {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
 // readingAnswers returns the answers found by any of three readings of an
 // ambiguous obj: encoding/json's (m), and the exact-name readings that keep
 // the first and the last of duplicate members (JSON.parse keeps the last).
@@ -429,6 +636,9 @@ func jsonString(raw json.RawMessage) (string, bool) {
 	r := bytes.TrimSpace(raw)
 	if len(r) == 0 || r[0] != '"' {
 		return "", false
+	}
+	if plainString(r) {
+		return string(r[1 : len(r)-1]), true
 	}
 	var s string
 	if json.Unmarshal(r, &s) != nil {

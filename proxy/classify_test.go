@@ -246,6 +246,25 @@ func FuzzClassify(f *testing.F) {
 		if tr := bytes.TrimSpace(b); len(tr) > 0 && tr[0] == '{' && json.Valid(tr) {
 			checkExactReadings(t, tr, c)
 		}
+		// The quick reading of plain envelopes changes nothing.
+		if slow := classify(b, false); !reflect.DeepEqual(c, slow) {
+			t.Fatalf("frame %q: quick reading %+v, slow reading %+v", b, c, slow)
+		}
+		// The fast decoding of a plain object gives what encoding/json
+		// gives, member for member.
+		if tr := bytes.TrimSpace(b); len(tr) > 0 && tr[0] == '{' {
+			var fast, slow member
+			if decodeMember(tr, &fast) {
+				if err := json.Unmarshal(tr, &slow); err != nil {
+					t.Fatalf("decodeMember took %q, which encoding/json refuses: %v", tr, err)
+				}
+				for i, pair := range [][2]json.RawMessage{{fast.ID, slow.ID}, {fast.Method, slow.Method}, {fast.Params, slow.Params}, {fast.Result, slow.Result}, {fast.Error, slow.Error}} {
+					if !bytes.Equal(pair[0], pair[1]) || (pair[0] == nil) != (pair[1] == nil) {
+						t.Fatalf("member %d of %q: fast %q, encoding/json %q", i, tr, pair[0], pair[1])
+					}
+				}
+			}
+		}
 		// Classify lets decoding validate objects and arrays instead of
 		// scanning them with json.Valid first: what is not one JSON value
 		// must still be read as an opaque frame.
