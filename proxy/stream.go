@@ -264,6 +264,9 @@ func (s jsonStream) scan(line []byte) streamScan {
 // reaches the server.
 func readHostFrame(s jsonStream, line []byte, strict bool) (Classification, streamScan) {
 	frame := frameOf(line)
+	if c, ok := quickLine(s, frame); ok {
+		return c, streamScan{}
+	}
 	sc := s.scan(line)
 	var cls Classification
 	// A frame that names tools/call in no spelling carries no call of its
@@ -293,6 +296,9 @@ func readHostFrame(s jsonStream, line []byte, strict bool) (Classification, stre
 // stream, would find.
 func readServerFrame(s jsonStream, line []byte) (Classification, streamScan) {
 	frame := frameOf(line)
+	if c, ok := quickLine(s, frame); ok {
+		return c, streamScan{}
+	}
 	sc := s.scan(line)
 	var cls Classification
 	if bytes.IndexByte(frame, '{') >= 0 {
@@ -303,6 +309,21 @@ func readServerFrame(s jsonStream, line []byte) (Classification, streamScan) {
 		mergeReading(&cls, Classify(frameOf(sc.rest)))
 	}
 	return cls, sc
+}
+
+// quickLine reads the common line at once: one plain JSON-RPC envelope
+// (quickEnvelope) after a stream that is between values. Every reading then
+// agrees: the line is that one value, and the stream is between values
+// after it, so there is nothing to scan or join.
+func quickLine(s jsonStream, frame []byte) (Classification, bool) {
+	if s.depth != 0 {
+		return Classification{}, false
+	}
+	t := bytes.TrimSpace(frame)
+	if len(t) == 0 {
+		return Classification{}, false
+	}
+	return quickEnvelope(t)
 }
 
 // mergeReading adds to c what another reading found that c has not.

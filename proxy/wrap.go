@@ -1129,9 +1129,19 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 	var answered []*pendingCall
 	if len(cls.Answers) > 0 {
 		r.mu.Lock()
-		matched := map[int]bool{}
-		var others []*otherRequest
+		var matchedBuf [8]bool
+		matched := matchedBuf[:0]
+		if cls.elems > len(matchedBuf) {
+			matched = make([]bool, cls.elems)
+		} else {
+			matched = matchedBuf[:cls.elems]
+		}
+		var othersBuf [2]*otherRequest
+		others := othersBuf[:0]
 		for _, a := range cls.Answers {
+			for a.Elem >= len(matched) {
+				matched = append(matched, false) // never: Elem < elems
+			}
 			id := newReqID(a.Key, a.ID)
 			for _, pc := range r.pending {
 				if pc.id.same(id) && !slices.Contains(answered, pc) {
