@@ -178,7 +178,7 @@ func TestProjectionsAreDeterministic(t *testing.T) {
 func TestFoldsArePure(t *testing.T) {
 	allowed := map[string]bool{
 		"bytes": true, "encoding/base64": true, "encoding/json": true, "fmt": true, "sort": true, "strconv": true,
-		"strings": true, "time": true, "unicode/utf8": true,
+		"strings": true, "time": true, "unicode": true, "unicode/utf8": true,
 		"github.com/aegis-dev/aegis/events": true, "github.com/aegis-dev/aegis/schemas": true,
 	}
 	files, _ := filepath.Glob("*.go")

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -62,34 +64,43 @@ func (s Step) Text() string {
 	return Printable(s.text())
 }
 
-// Printable escapes the control characters of s (C0, DEL and C1) as \xNN
-// or \uNNNN; everything else is left as it is.
+// Printable returns s safe to write to a terminal: every character that
+// could act on it or hide what follows (C0 and C1 controls, DEL, format
+// characters such as bidi overrides and zero-width ones, line and
+// paragraph separators, and any other non-printing character) is written
+// as \uXXXX (\UXXXXXXXX above the BMP), except C0 controls and DEL, which
+// are written as \xXX, like a byte that is not UTF-8. Printable
+// characters, the ASCII space included, stay as they are. Host-chosen text (tool names, approval ids, arguments, and every
+// transcript line) goes through it before it reaches the operator.
 func Printable(s string) string {
-	clean := true
-	for _, r := range s {
-		if isControl(r) {
-			clean = false
-			break
-		}
+	i := 0
+	for i < len(s) && s[i] >= 0x20 && s[i] < 0x7f {
+		i++
 	}
-	if clean {
+	if i == len(s) {
 		return s
 	}
 	var b strings.Builder
-	for _, r := range s {
+	b.Grow(len(s) + 16)
+	b.WriteString(s[:i])
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
-		case r < 0x80 && isControl(r):
-			fmt.Fprintf(&b, "\\x%02x", r)
-		case isControl(r):
-			fmt.Fprintf(&b, "\\u%04x", r)
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == ' ' || unicode.IsPrint(r):
+			b.WriteString(s[i : i+n])
+		case r < 0x80:
+			fmt.Fprintf(&b, `\x%02x`, r) // C0 and DEL
+		case r <= 0xffff:
+			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
-			b.WriteRune(r)
+			fmt.Fprintf(&b, `\U%08x`, r)
 		}
+		i += n
 	}
 	return b.String()
 }
-
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) }
 
 func (s Step) text() string {
 	var b strings.Builder

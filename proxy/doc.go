@@ -109,7 +109,7 @@
 //     approvals` show the tool, and the canonical JSON of the arguments cut
 //     to [ArgsPreviewBytes] with their length and digest ([ShowArgs]).
 //     Every host-chosen text shown to the operator (tool, approval id,
-//     arguments) goes through [Printable], so no control or format
+//     arguments) goes through [projector.Printable], so no control or format
 //     character reaches the terminal raw.
 //
 // With Confine set, the server runs through the sandbox helper, and its

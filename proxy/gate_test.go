@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aegis-dev/aegis/policy"
+	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -173,19 +174,19 @@ func TestRefusalFramesSayWhyAndWhatToDo(t *testing.T) {
 func TestPrintableEscapesWhatCouldActOnATerminal(t *testing.T) {
 	for _, c := range []struct{ name, in, want string }{
 		{"plain text stays", `{"a":"héllo wörld ✓"}`, `{"a":"héllo wörld ✓"}`},
-		{"an escape sequence clears the screen", "\x1b[2J", `\u001b[2J`},
-		{"an OSC sets the title, ended by a bell", "\x1b]0;owned\a", `\u001b]0;owned\u0007`},
+		{"an escape sequence clears the screen", "\x1b[2J", `\x1b[2J`},
+		{"an OSC sets the title, ended by a bell", "\x1b]0;owned\a", `\x1b]0;owned\x07`},
 		{"a C1 CSI", "\u009b31m", `\u009b31m`},
-		{"DEL", "a\x7fb", `a\u007fb`},
+		{"DEL", "a\x7fb", `a\x7fb`},
 		{"a bidi override reverses what follows", "abc\u202edef", `abc\u202edef`},
 		{"a zero-width space hides a difference", "a\u200bb", `a\u200bb`},
-		{"a newline or carriage return forges a line", "a\nb\rc", `a\u000ab\u000dc`},
+		{"a newline or carriage return forges a line", "a\nb\rc", `a\x0ab\x0dc`},
 		{"a line separator", "a\u2028b", `a\u2028b`},
 		{"bytes that are not UTF-8", "a\xff\xc3b", `a\xff\xc3b`},
 		{"a private-use character above the BMP", "\U000F0000", `\U000f0000`},
 	} {
-		if got := Printable(c.in); got != c.want {
-			t.Errorf("%s: Printable(%q) = %q, want %q", c.name, c.in, got, c.want)
+		if got := projector.Printable(c.in); got != c.want {
+			t.Errorf("%s: projector.Printable(%q) = %q, want %q", c.name, c.in, got, c.want)
 		}
 	}
 	canon := []byte(`{"text":"` + strings.Repeat("é", 400) + `"}`)

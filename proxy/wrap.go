@@ -1069,7 +1069,7 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 }
 
 // prompt tells the operator how to act on a pending approval, and what
-// they would approve: the tool and its arguments, escaped (Printable) so
+// they would approve: the tool and its arguments, escaped (projector.Printable) so
 // that host-chosen text cannot act on the terminal.
 func (r *relay) prompt(p PendingApproval) {
 	if r.cfg.Prompt == nil {
@@ -1080,7 +1080,7 @@ func (r *relay) prompt(p PendingApproval) {
 
 // approvalPrompt is the stderr prompt of a pending tool call approval.
 func approvalPrompt(p PendingApproval) string {
-	id := Printable(p.ApprovalID)
+	id := projector.Printable(p.ApprovalID)
 	return fmt.Sprintf("aegis: approval needed: tools/call %q was refused pending approval %s (expires %s)\n"+
 		"aegis:   arguments: %s\n"+
 		"aegis: hint: to let it through once, run: aegis approve %s   (or: aegis deny %s)\n",

@@ -19,6 +19,7 @@ import (
 	"unicode/utf16"
 
 	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -140,7 +141,7 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 			continue
 		}
 		if !r.rep.OK {
-			m.warnf("session %s (pid %d) refused to list its approvals: %s", r.creds.Session, r.creds.PID, proxy.Printable(r.rep.Error))
+			m.warnf("session %s (pid %d) refused to list its approvals: %s", r.creds.Session, r.creds.PID, projector.Printable(r.rep.Error))
 			failed++
 			continue
 		}
@@ -188,7 +189,7 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 			if r.ArgumentsBytes > 0 {
 				args = proxy.ShowArgs(r.Arguments, r.ArgumentsBytes, r.ArgsDigest)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", proxy.Printable(r.ApprovalID), proxy.Printable(r.ToolID), proxy.Printable(r.Session), r.PID,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", projector.Printable(r.ApprovalID), projector.Printable(r.ToolID), projector.Printable(r.Session), r.PID,
 				r.RequestedAt.Local().Format("2006-01-02 15:04:05"), expiresIn(r.ExpiresAt, now), args)
 		}
 		tw.Flush()
@@ -201,12 +202,12 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 }
 
 // escapeJSONText writes as \uXXXX escapes the characters of JSON text
-// that proxy.Printable would escape (encoding/json leaves C1 controls, DEL
+// that projector.Printable would escape (encoding/json leaves C1 controls, DEL
 // and format characters such as bidi overrides as they are), so that
 // printing it cannot act on a terminal. The text means the same JSON.
 func escapeJSONText(b []byte) []byte {
 	s := string(b)
-	if proxy.Printable(s) == s {
+	if projector.Printable(s) == s {
 		return b
 	}
 	var out bytes.Buffer
@@ -302,7 +303,7 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 				if r.err != nil {
 					m.warnf("%v", r.err)
 				} else {
-					m.warnf("session %s (pid %d) refused to list its approvals: %s", r.creds.Session, r.creds.PID, proxy.Printable(r.rep.Error))
+					m.warnf("session %s (pid %d) refused to list its approvals: %s", r.creds.Session, r.creds.PID, projector.Printable(r.rep.Error))
 				}
 				continue
 			}
@@ -339,14 +340,14 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 		return withHint(err, approverHint(err))
 	}
 	if !rep.OK {
-		return &exitError{code: 1, err: fmt.Errorf("session %s refused to %s %s: %s", target.Session, op, id, proxy.Printable(rep.Error)),
+		return &exitError{code: 1, err: fmt.Errorf("session %s refused to %s %s: %s", target.Session, op, id, projector.Printable(rep.Error)),
 			hint: "run 'aegis approvals' to see what is pending; an approval is used once, before it expires"}
 	}
 	msg := rep.Message
 	if msg == "" {
 		msg = fmt.Sprintf("%s %s in session %s", map[string]string{events.OpApprove: "approved", events.OpDeny: "denied"}[op], id, target.Session)
 	}
-	fmt.Fprintln(m.Stdout, proxy.Printable(msg))
+	fmt.Fprintln(m.Stdout, projector.Printable(msg))
 	return nil
 }
 
