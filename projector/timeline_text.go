@@ -70,8 +70,9 @@ func (s Step) Text() string {
 // paragraph separators, and any other non-printing character) is written
 // as \uXXXX (\UXXXXXXXX above the BMP), except C0 controls and DEL, which
 // are written as \xXX, like a byte that is not UTF-8. Printable
-// characters, the ASCII space included, stay as they are. Host-chosen text (tool names, approval ids, arguments, and every
-// transcript line) goes through it before it reaches the operator.
+// characters, the ASCII space included, stay as they are. Host-chosen
+// text (tool names, approval ids, arguments, and every transcript line)
+// goes through it before it reaches the operator.
 func Printable(s string) string {
 	i := 0
 	for i < len(s) && s[i] >= 0x20 && s[i] < 0x7f {
