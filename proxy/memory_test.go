@@ -83,6 +83,28 @@ func eventKinds(t *testing.T, c *cli) map[string]int {
 	return kinds
 }
 
+// startMeasured starts argv with pipes to its stdin and from its stdout,
+// its stderr kept, and samples its peak resident memory until stop is
+// closed; peak then yields it, in MiB.
+func startMeasured(t *testing.T, argv []string) (cmd *exec.Cmd, stdin io.WriteCloser, stdout io.ReadCloser, stderr *syncBuffer, stop chan struct{}, peak <-chan float64) {
+	t.Helper()
+	cmd = exec.Command(argv[0], argv[1:]...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stdout, err = cmd.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stderr = new(syncBuffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stop = make(chan struct{})
+	return cmd, stdin, stdout, stderr, stop, peakRSS(cmd.Process.Pid, stop)
+}
+
 // The memory a relay may hold, in MiB: far below what the floods below
 // drove aegis to before it applied backpressure (well over a GiB), and
 // well above what it needs (about 250 MiB, see BenchmarkWrapFloodRSS).
@@ -97,23 +119,8 @@ func TestWrapServerFloodOfLargeFramesKeepsMemoryBounded(t *testing.T) {
 	c := newCLI(t)
 	const frames, size = 32, 16 << 20
 	argv := c.wrapArgv(floodServer(t), "-size", fmt.Sprint(size), "-count", fmt.Sprint(frames))
-	cmd := exec.Command(argv[0], argv[1:]...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, stderr, stop, peak := startMeasured(t, argv)
 	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	peak := peakRSS(cmd.Process.Pid, stop)
 	var got, lines int64
 	br := bufio.NewReaderSize(stdout, 1<<20)
 	for {
@@ -154,22 +161,7 @@ func TestWrapSlowHostOfLargeAnswersKeepsMemoryBounded(t *testing.T) {
 	c := newCLI(t)
 	const calls, size = 32, 16 << 20
 	argv := c.wrapArgv(floodServer(t), "-answers", "-size", fmt.Sprint(size))
-	cmd := exec.Command(argv[0], argv[1:]...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	peak := peakRSS(cmd.Process.Pid, stop)
+	cmd, stdin, stdout, stderr, stop, peak := startMeasured(t, argv)
 	var reqs bytes.Buffer
 	for i := range calls {
 		fmt.Fprintf(&reqs, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"big","arguments":{}}}`+"\n", i+1)
