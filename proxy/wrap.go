@@ -1225,7 +1225,7 @@ func (r *relay) dropServerFrame(frame []byte, why string) (*events.Receipt, bool
 		r.fail(err)
 		return nil, false, false
 	}
-	r.log.Warn("dropped a server frame instead of relaying it to the host: "+why, "frame_digest", digest(frame))
+	r.log.Warn("dropped a server frame instead of relaying it to the host: "+why+"; the host never asked for it, so the server is answering calls it was not sent (check the server, and the frame.dropped event in aegis replay)", "frame_digest", digest(frame))
 	return nil, false, true
 }
 
