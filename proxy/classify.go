@@ -136,8 +136,8 @@ func classify(frame []byte, quick bool) Classification {
 		return Classification{Shape: Opaque}
 	}
 	if quick {
-		if c, ok := quickEnvelope(t); ok {
-			return c
+		if e, ok := quickEnvelope(t); ok {
+			return e.classification()
 		}
 	}
 	// Decoding an object into member, or an array into raw elements,
@@ -332,69 +332,251 @@ func readingRequests(obj []byte, m *member) []Request {
 	return out
 }
 
-// quickEnvelope classifies the most common frame, a plain JSON-RPC object
-// that is no tools/call and no cancellation (a ping, a list request, an
-// answer, a notification), by one scan of its top-level members: no
-// decoding, no copies. t is the frame without surrounding white space. It
-// reports false for anything else (escapes anywhere, a member name that is
-// not plain ASCII, a duplicate or case-varied deciding member, a method
+// envelope is what quickEnvelope reads of a plain JSON-RPC object.
+type envelope struct {
+	// id is the id member as sent (nil: none).
+	id []byte
+	// request is set when the object has a method (a request, or a
+	// notification without an id); answer when it has result or error and
+	// no method.
+	request, answer bool
+}
+
+// classification is e as Classify reports it.
+func (e envelope) classification() Classification {
+	c := Classification{Shape: Single, elems: 1}
+	switch {
+	case e.request:
+		if key, ok, _ := idKey(e.id); ok {
+			c.Requests = []Request{{Key: key, ID: e.id}}
+		}
+	case e.answer:
+		key, _, _ := idKey(e.id)
+		c.Answers = []Answer{{Key: key, ID: compactRaw(e.id)}}
+	}
+	return c
+}
+
+// quickEnvelope reads the most common frame, a plain JSON-RPC object that
+// is no tools/call and no cancellation (a ping, a list request, an answer,
+// a notification), by one scan of its top-level members: no decoding, no
+// copies, no allocation. t is the frame without surrounding white space.
+// It reports false for anything else (escapes anywhere, a member name that
+// is not plain ASCII, a duplicate or case-varied deciding member, a method
 // that is not a plain string or names tools/call or
 // notifications/cancelled), which the caller then reads the slow way.
-func quickEnvelope(t []byte) (Classification, bool) {
-	if t[0] != '{' || t[len(t)-1] != '}' || bytes.IndexByte(t, '\\') >= 0 || bytes.Contains(t, []byte("tools/call")) || !json.Valid(t) {
-		return Classification{}, false
+func quickEnvelope(t []byte) (envelope, bool) {
+	if len(t) < 2 || t[0] != '{' || bytes.IndexByte(t, '\\') >= 0 || bytes.Contains(t, []byte("tools/call")) {
+		return envelope{}, false
 	}
 	var id, method []byte
 	var n [5]int // id, method, params, result, error: how often each is named
-	ok := true
-	eachTopLevelMember(t, func(key, val []byte, plain bool) bool {
-		if !plain {
-			ok = false
-			return false
-		}
-		for i, name := range [...]string{"id", "method", "params", "result", "error"} {
-			if string(key) == name {
-				if n[i]++; n[i] > 1 {
-					ok = false // a duplicate
-					return false
-				}
-				switch i {
-				case 0:
-					id = val
-				case 1:
-					method = val
-				}
-				return true
-			}
-			if len(key) == len(name) && bytes.EqualFold(key, []byte(name)) {
-				ok = false // another case of a deciding member
-				return false
-			}
-		}
-		return true
-	})
-	result, errm := n[3] > 0, n[4] > 0
-	if !ok {
-		return Classification{}, false
+	// One pass reads the members and checks that t is one valid JSON
+	// object, as json.Valid would, taking less: no escapes (checked
+	// above), member names of plain ASCII, nesting at most
+	// quickMaxDepth deep. Anything else is left to the slow path.
+	i := skipJSONSpace(t, 1)
+	if i >= len(t) {
+		return envelope{}, false
 	}
-	c := Classification{Shape: Single, elems: 1}
+	if t[i] == '}' {
+		i++
+	} else {
+		for {
+			if t[i] != '"' {
+				return envelope{}, false
+			}
+			start := i + 1
+			for i = start; i < len(t) && t[i] != '"'; i++ {
+				if t[i] < 0x20 || t[i] >= 0x80 {
+					return envelope{}, false
+				}
+			}
+			if i >= len(t) {
+				return envelope{}, false
+			}
+			key := t[start:i]
+			i = skipJSONSpace(t, i+1)
+			if i >= len(t) || t[i] != ':' {
+				return envelope{}, false
+			}
+			vstart := skipJSONSpace(t, i+1)
+			vend, ok := skipPlainValue(t, vstart, 0)
+			if !ok {
+				return envelope{}, false
+			}
+			for j, name := range [...]string{"id", "method", "params", "result", "error"} {
+				if string(key) == name {
+					if n[j]++; n[j] > 1 {
+						return envelope{}, false // a duplicate
+					}
+					switch j {
+					case 0:
+						id = t[vstart:vend]
+					case 1:
+						method = t[vstart:vend]
+					}
+					break
+				}
+				if len(key) == len(name) && bytes.EqualFold(key, []byte(name)) {
+					return envelope{}, false // another case of a deciding member
+				}
+			}
+			i = skipJSONSpace(t, vend)
+			if i >= len(t) {
+				return envelope{}, false
+			}
+			if t[i] == '}' {
+				i++
+				break
+			}
+			if t[i] != ',' {
+				return envelope{}, false
+			}
+			i = skipJSONSpace(t, i+1)
+			if i >= len(t) {
+				return envelope{}, false
+			}
+		}
+	}
+	if i != len(t) {
+		return envelope{}, false
+	}
 	if method != nil {
 		if !plainString(method) {
-			return Classification{}, false
+			return envelope{}, false
 		}
 		if m := string(method[1 : len(method)-1]); m == "tools/call" || m == "notifications/cancelled" {
-			return Classification{}, false
+			return envelope{}, false
 		}
-		if key, ok, _ := idKey(id); ok {
-			c.Requests = []Request{{Key: key, ID: id}}
+		return envelope{id: id, request: true}, true
+	}
+	return envelope{id: id, answer: n[3] > 0 || n[4] > 0}, true
+}
+
+// quickMaxDepth is how deeply quickEnvelope follows nested values; deeper
+// ones go the slow way.
+const quickMaxDepth = 32
+
+// skipJSONSpace returns the index of the first byte at or after i in b that
+// is not JSON white space.
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipPlainValue returns the end of the JSON value that starts at b[i], and
+// whether it is one that json.Valid accepts, without escapes in its strings
+// and nested at most quickMaxDepth deep beyond depth. It reports false for
+// anything else, including valid values it does not follow.
+func skipPlainValue(b []byte, i, depth int) (int, bool) {
+	if i >= len(b) {
+		return i, false
+	}
+	switch c := b[i]; {
+	case c == '"':
+		for i++; i < len(b); i++ {
+			switch {
+			case b[i] == '"':
+				return i + 1, true
+			case b[i] < 0x20 || b[i] == '\\':
+				return i, false
+			}
 		}
-		return c, true
+		return i, false
+	case c == '{' || c == '[':
+		if depth >= quickMaxDepth {
+			return i, false
+		}
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		i = skipJSONSpace(b, i+1)
+		if i < len(b) && b[i] == closer {
+			return i + 1, true
+		}
+		for {
+			if c == '{' {
+				if i >= len(b) || b[i] != '"' {
+					return i, false
+				}
+				var ok bool
+				if i, ok = skipPlainValue(b, i, depth+1); !ok {
+					return i, false
+				}
+				i = skipJSONSpace(b, i)
+				if i >= len(b) || b[i] != ':' {
+					return i, false
+				}
+				i = skipJSONSpace(b, i+1)
+			}
+			var ok bool
+			if i, ok = skipPlainValue(b, i, depth+1); !ok {
+				return i, false
+			}
+			i = skipJSONSpace(b, i)
+			if i >= len(b) {
+				return i, false
+			}
+			if b[i] == closer {
+				return i + 1, true
+			}
+			if b[i] != ',' {
+				return i, false
+			}
+			i = skipJSONSpace(b, i+1)
+		}
+	case c == '-' || c >= '0' && c <= '9':
+		return skipJSONNumber(b, i)
+	case c == 't':
+		return i + 4, bytes.HasPrefix(b[i:], []byte("true"))
+	case c == 'f':
+		return i + 5, bytes.HasPrefix(b[i:], []byte("false"))
+	case c == 'n':
+		return i + 4, bytes.HasPrefix(b[i:], []byte("null"))
 	}
-	if result || errm {
-		key, _, _ := idKey(id)
-		c.Answers = []Answer{{Key: key, ID: compactRaw(id)}}
+	return i, false
+}
+
+// skipJSONNumber returns the end of the JSON number that starts at b[i]:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func skipJSONNumber(b []byte, i int) (int, bool) {
+	digits := func() int {
+		n := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
 	}
-	return c, true
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case digits() == 0:
+		return i, false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return i, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return i, false
+		}
+	}
+	return i, true
 }
 
 // decodeMember fills m as json.Unmarshal(obj, m) would, for the common
@@ -686,6 +868,20 @@ func idKey(raw json.RawMessage) (key string, ok bool, why string) {
 		return "n:" + q.RatString(), true, ""
 	}
 	return "", false, "tools/call with an id that is not a string or number"
+}
+
+// appendPlainIDKey appends to dst the key idKey gives raw, without
+// allocating, when raw is a plain integer other than -0 or a plain string
+// (see plainString); it reports false for any other id, which the caller
+// then keys with idKey. raw has no white space around it.
+func appendPlainIDKey(dst, raw []byte) ([]byte, bool) {
+	switch {
+	case isPlainInteger(raw) && !bytes.Equal(raw, []byte("-0")):
+		return append(append(dst, "n:"...), raw...), true
+	case plainString(raw):
+		return append(append(dst, "s:"...), raw[1:len(raw)-1]...), true
+	}
+	return dst, false
 }
 
 func isPlainInteger(r []byte) bool {

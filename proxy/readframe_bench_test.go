@@ -12,6 +12,7 @@ func BenchmarkReadFrame(b *testing.B) {
 	}{
 		{"host-ping", `{"jsonrpc":"2.0","id":17,"method":"ping"}` + "\n", true},
 		{"host-call", `{"jsonrpc":"2.0","id":18,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hello"}}}` + "\n", true},
+		{"server-ping-answer", `{"jsonrpc":"2.0","id":17,"result":{}}` + "\n", false},
 		{"server-answer", `{"jsonrpc":"2.0","id":18,"result":{"content":[{"type":"text","text":"hello"}]}}` + "\n", false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

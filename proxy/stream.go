@@ -264,8 +264,8 @@ func (s jsonStream) scan(line []byte) streamScan {
 // reaches the server.
 func readHostFrame(s jsonStream, line []byte, strict bool) (Classification, streamScan) {
 	frame := frameOf(line)
-	if c, ok := quickLine(s, frame); ok {
-		return c, streamScan{}
+	if e, ok := quickLine(s, frame); ok {
+		return e.classification(), streamScan{}
 	}
 	sc := s.scan(line)
 	var cls Classification
@@ -296,8 +296,8 @@ func readHostFrame(s jsonStream, line []byte, strict bool) (Classification, stre
 // stream, would find.
 func readServerFrame(s jsonStream, line []byte) (Classification, streamScan) {
 	frame := frameOf(line)
-	if c, ok := quickLine(s, frame); ok {
-		return c, streamScan{}
+	if e, ok := quickLine(s, frame); ok {
+		return e.classification(), streamScan{}
 	}
 	sc := s.scan(line)
 	var cls Classification
@@ -315,13 +315,13 @@ func readServerFrame(s jsonStream, line []byte) (Classification, streamScan) {
 // (quickEnvelope) after a stream that is between values. Every reading then
 // agrees: the line is that one value, and the stream is between values
 // after it, so there is nothing to scan or join.
-func quickLine(s jsonStream, frame []byte) (Classification, bool) {
+func quickLine(s jsonStream, frame []byte) (envelope, bool) {
 	if s.depth != 0 {
-		return Classification{}, false
+		return envelope{}, false
 	}
 	t := bytes.TrimSpace(frame)
 	if len(t) == 0 {
-		return Classification{}, false
+		return envelope{}, false
 	}
 	return quickEnvelope(t)
 }
