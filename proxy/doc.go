@@ -54,6 +54,16 @@
 //     tools/call in flight, or a tools/call that reuses any id in flight,
 //     under either reading, is refused ([Call.Reused]): its answer could not
 //     be told from the other's.
+//   - What is read after relaying. Without a policy, a host frame that names
+//     tools/call in no spelling, after a stream between values and with no
+//     call in flight, holds no call (FuzzClassify) and can reuse no call's
+//     id, so nothing its reading finds can change whether or how it is
+//     relayed: it is recorded, relayed, and then read, so that a relayed
+//     ping costs what it did before the relay read every frame. Its
+//     requests are registered by whichever reader comes first, the host's
+//     right after relaying it or the server's before it matches an answer,
+//     so an answer that overtakes the reading is still matched. Everything
+//     else, and every frame under a policy, is read before it is relayed.
 //   - Every call gets exactly one outcome: answered; "child exited before
 //     responding"; when the host left and the server stayed silent through
 //     the grace, "client closed stdin; …"; or, for a call the host

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -373,5 +375,64 @@ func TestWrapRecordsAnAnswerSplitAcrossLines(t *testing.T) {
 	}
 	if want := `{"jsonrpc":"2.0","id":1,"result":` + "\n" + `{"method":"tools/call"}}` + "\n"; string(run.out) != want {
 		t.Fatalf("host got %q, want the answer byte for byte", run.out)
+	}
+}
+
+// Without a policy, a host frame that names no tools/call is relayed
+// before the relay reads its requests, and read right after. An answer can
+// overtake that reading (the server runs as soon as the frame reaches it):
+// it must still be matched and relayed, and an answer to an id never sent
+// must still be dropped. Thousands of pings in one burst make the race
+// common (under the race detector, as make test runs it, every run has
+// some); each is answered exactly once.
+func TestWrapMatchesAnswersThatOvertakeTheReadingOfTheirRequest(t *testing.T) {
+	h := newHarness(t)
+	const n = 3000
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `{"jsonrpc":"2.0","id":%d,"method":"ping"}`+"\n", i)
+		if i == n/2 {
+			b.WriteString(`{"jsonrpc":"2.0","id":"f","method":"tools/call","params":{"name":"forge","arguments":{"id":999999}}}` + "\n")
+		}
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		io.WriteString(pw, b.String())
+		time.Sleep(time.Second)
+		pw.Close()
+	}()
+	run := h.run([]string{bin(t, "rawserver")}, pr, 2*time.Second, nil)
+	if run.err != nil {
+		t.Fatal(run.err)
+	}
+	seen := map[string]int{}
+	for l := range strings.Lines(string(run.out)) {
+		var m struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("host line %q: %v", l, err)
+		}
+		seen[string(m.ID)]++
+	}
+	for i := range n {
+		if c := seen[strconv.Itoa(i)]; c != 1 {
+			t.Fatalf("ping %d answered %d times, want once (%d lines in all)", i, c, len(seen))
+		}
+	}
+	if seen["999999"] != 0 || seen[`"f"`] != 1 {
+		t.Fatalf("answers to the forged id: %d, to the call: %d; want 0 and 1", seen["999999"], seen[`"f"`])
+	}
+	dropped := 0
+	for _, e := range h.events() {
+		if e.Event.Kind == schemas.KindFrameDropped {
+			dropped++
+		}
+	}
+	if dropped != 1 {
+		t.Fatalf("%d frame.dropped events, want 1 (the answer to the id never sent)", dropped)
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("verify: %s", verifier.Render(r))
 	}
 }

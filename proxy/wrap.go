@@ -179,6 +179,14 @@ type relay struct {
 
 	hs jsonStream // the host's bytes as relayed; the host reader's alone
 	ss jsonStream // the server's bytes as relayed; the server reader's alone
+
+	// unread is a host line relayed before its requests were read (see
+	// onHostFrame), on mu; nil when there is none. Whichever reader comes
+	// first reads and registers them: the host reader once the line is
+	// written (readLater is its own note of the line), or the server
+	// reader when it matches an answer.
+	unread    []byte
+	readLater []byte
 }
 
 // Wrap starts the server and relays between it and the host until the
@@ -506,6 +514,9 @@ func (r *relay) readFrames(src io.Reader, kind schemas.Kind, on func([]byte) (*e
 				// commit and write it itself (see send).
 				r.send(out, outFrame{data: line, wait: wait}, br.Buffered() > 0)
 			}
+			if kind == schemas.KindFrameC2S && r.readLater != nil {
+				r.readDeferred() // the host reader's alone: see onHostFrame
+			}
 			if kind == schemas.KindFrameS2C {
 				r.s2cFrames.Add(1)
 				r.s2cBusy.Store(false)
@@ -679,9 +690,35 @@ func (r *relay) failedNow() bool {
 // told from the other's.
 func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 	frame := frameOf(line)
+	if r.gate == nil && r.hs.depth == 0 && len(line) <= maxUnreadLine && !mentionsToolsCall(frame) && r.deferRead(line) {
+		// Not a call (FuzzClassify holds Classify to finding none in a
+		// frame that names tools/call in no spelling), no value begun
+		// before it, and no call in flight whose id a request of it could
+		// reuse: it is relayed before it is read, and read right after
+		// (readDeferred). Nothing that reading finds can change whether
+		// or how it is relayed, and the record keeps its place in the
+		// stream; only its requests must be known before their answers
+		// are matched, which unread sees to. A relayed frame then costs
+		// what it did before the relay read every frame.
+		if err := r.sess.LazyFrame(schemas.KindFrameC2S, frame); err != nil {
+			r.fail(err)
+			return nil, false, false
+		}
+		r.readLater = line
+		return nil, true, true
+	}
+	if e, ok := quickLine(r.hs, frame); ok && r.admitPlain(e) {
+		// Not a call: durable with the next commit, relayed without
+		// waiting (as below).
+		if err := r.sess.LazyFrame(schemas.KindFrameC2S, frame); err != nil {
+			r.fail(err)
+			return nil, false, false
+		}
+		return nil, true, true
+	}
 	cls, sc := readHostFrame(r.hs, line, r.gate != nil)
 	now := r.cfg.Now()
-	r.markReuse(&cls)
+	registered := r.markReuse(&cls)
 	if len(cls.Calls) == 0 {
 		if cls.reused {
 			fev, err := r.sess.FrameEvent(schemas.KindFrameC2S, frame)
@@ -699,7 +736,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 			return nil, false, false
 		}
 		r.hs = sc.next
-		r.track(cls, now)
+		r.track(cls, now, registered)
 		return nil, true, true
 	}
 	fev, err := r.sess.FrameEvent(schemas.KindFrameC2S, frame)
@@ -790,16 +827,96 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 		}
 	}
 	r.hs = sc.next
-	r.track(cls, now)
+	r.track(cls, now, false)
 	return last, true, true
+}
+
+// maxUnreadLine bounds the lines that onHostFrame relays before reading
+// them: small enough that reading one later is cheap and can never
+// overflow the stream reader.
+const maxUnreadLine = 64 << 10
+
+// deferRead makes line the unread line when no call is in flight, and
+// reports whether it did.
+func (r *relay) deferRead(line []byte) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.pending) > 0 {
+		return false
+	}
+	r.unread = line
+	return true
+}
+
+// readDeferred reads the line onHostFrame relayed unread, in the host
+// reader once it is written, and registers its requests unless the server
+// reader has.
+func (r *relay) readDeferred() {
+	line := r.readLater
+	r.readLater = nil
+	cls, sc := readHostFrame(r.hs, line, false)
+	r.hs = sc.next
+	r.mu.Lock()
+	if r.unread != nil {
+		r.registerLocked(cls.Requests)
+		r.unread = nil
+	}
+	r.mu.Unlock()
+}
+
+// readUnreadLocked reads and registers the requests of the unread line, if
+// there is one, in the server reader: an answer may overtake the host
+// reader's reading of the request it answers. r.mu is held.
+func (r *relay) readUnreadLocked() {
+	if r.unread == nil {
+		return
+	}
+	cls, _ := readHostFrame(jsonStream{}, r.unread, false)
+	r.registerLocked(cls.Requests)
+	r.unread = nil
+}
+
+// admitPlain registers the request of a plain host envelope (quickLine),
+// which is no tools/call and no cancellation, and reports whether it did:
+// the frame is then relayed as it is. That is the common frame (a ping, a
+// list request, a notification, an answer to the server), so it takes the
+// lock once and allocates only what it keeps. It reports false, having
+// changed nothing, when the frame needs the general reading: an id that is
+// not a plain integer or string, or one that a call in flight uses under
+// some reading (markReuse refuses it).
+func (r *relay) admitPlain(e envelope) bool {
+	if !e.request || e.id == nil {
+		return true // nothing to answer: an answer or a notification
+	}
+	var buf [64]byte
+	k, ok := appendPlainIDKey(buf[:0], e.id)
+	if !ok {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if o := r.others[string(k)]; o != nil && len(r.pending) == 0 {
+		o.n++
+		return true
+	}
+	key := string(k)
+	id := newReqID(key, e.id)
+	if len(r.pending) > 0 && r.callWithLocked(id) != nil {
+		return false
+	}
+	r.registerLocked([]Request{{Key: key, ID: e.id}})
+	return true
 }
 
 // markReuse marks every call of cls whose id is already in flight, or
 // given twice in cls, under the exact or the loose reading (Call.Reused),
-// and cls.reused when a request of another method reuses a call's id.
-func (r *relay) markReuse(cls *Classification) {
+// and cls.reused when a request of another method reuses a call's id. A
+// frame without calls that reuses no id is relayed as it is, so its
+// requests are registered at once, under the same lock (the common frame
+// then takes it once); markReuse reports whether it did.
+func (r *relay) markReuse(cls *Classification) (registered bool) {
 	if len(cls.Calls) == 0 && len(cls.Requests) == 0 {
-		return
+		return false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -828,6 +945,9 @@ func (r *relay) markReuse(cls *Classification) {
 		}
 	}
 	for _, q := range cls.Requests {
+		if len(r.pending) == 0 && len(seen) == 0 {
+			break // no call in flight or in this frame to reuse
+		}
 		id := newReqID(q.Key, q.ID)
 		if r.callWithLocked(id) != nil {
 			cls.reused = true
@@ -836,6 +956,22 @@ func (r *relay) markReuse(cls *Classification) {
 			if s.same(id) {
 				cls.reused = true
 			}
+		}
+	}
+	if len(cls.Calls) > 0 || cls.reused {
+		return false
+	}
+	r.registerLocked(cls.Requests)
+	return true
+}
+
+// registerLocked registers requests as in flight; r.mu is held.
+func (r *relay) registerLocked(requests []Request) {
+	for _, q := range requests {
+		if o := r.others[q.Key]; o != nil {
+			o.n++
+		} else {
+			r.others[q.Key] = &otherRequest{id: newReqID(q.Key, q.ID), n: 1}
 		}
 	}
 }
@@ -872,19 +1008,16 @@ func (r *relay) otherWithLocked(id reqID) *otherRequest {
 	return nil
 }
 
-// track registers the requests of a relayed host frame and records the
-// host's cancellations of calls in flight.
-func (r *relay) track(cls Classification, now time.Time) {
-	if len(cls.Requests) == 0 && len(cls.Cancels) == 0 {
+// track registers the requests of a relayed host frame, unless markReuse
+// has (registered), and records the host's cancellations of calls in
+// flight.
+func (r *relay) track(cls Classification, now time.Time, registered bool) {
+	if (registered || len(cls.Requests) == 0) && len(cls.Cancels) == 0 {
 		return
 	}
 	r.mu.Lock()
-	for _, q := range cls.Requests {
-		if o := r.others[q.Key]; o != nil {
-			o.n++
-		} else {
-			r.others[q.Key] = &otherRequest{id: newReqID(q.Key, q.ID), n: 1}
-		}
+	if !registered {
+		r.registerLocked(cls.Requests)
 	}
 	type cancel struct {
 		pc    *pendingCall
@@ -1121,6 +1254,15 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 	default:
 	}
 	frame := frameOf(line)
+	if e, ok := quickLine(r.ss, frame); ok && r.answerPlain(e) {
+		// It answers no call in flight (as below): relayed without
+		// waiting for its own commit.
+		if err := r.sess.LazyFrame(schemas.KindFrameS2C, frame); err != nil {
+			r.fail(err)
+			return nil, false, false
+		}
+		return nil, true, true
+	}
 	cls, sc := readServerFrame(r.ss, line)
 	if sc.overflow {
 		r.log.Warn("the server left a JSON value unfinished for more than 16 MiB; aegis no longer follows it")
@@ -1129,6 +1271,7 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 	var answered []*pendingCall
 	if len(cls.Answers) > 0 {
 		r.mu.Lock()
+		r.readUnreadLocked()
 		var matchedBuf [8]bool
 		matched := matchedBuf[:0]
 		if cls.elems > len(matchedBuf) {
@@ -1142,7 +1285,15 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 			for a.Elem >= len(matched) {
 				matched = append(matched, false) // never: Elem < elems
 			}
-			id := newReqID(a.Key, a.ID)
+			// The loose reading is parsed only when something in flight
+			// is left for it to match: the common answer names a request
+			// by its exact id, with no call in flight.
+			var id reqID
+			if len(r.pending) > 0 || r.others[a.Key] == nil {
+				id = newReqID(a.Key, a.ID)
+			} else {
+				id = reqID{key: a.Key}
+			}
 			for _, pc := range r.pending {
 				if pc.id.same(id) && !slices.Contains(answered, pc) {
 					answered = append(answered, pc)
@@ -1212,6 +1363,36 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 		with = nil
 	}
 	return last, true, true
+}
+
+// answerPlain closes the host request that a plain server envelope
+// (quickLine) answers and reports whether the frame is then relayed
+// without waiting: it is a request or notification of the server's, or
+// the answer to a request of the host's other than a tools/call, named by
+// its exact id while no call is in flight. That is the common frame, so it
+// takes the lock once and allocates nothing. It reports false for any
+// other frame, which the general reading then matches (having read the
+// unread host line, if any, as that reading would).
+func (r *relay) answerPlain(e envelope) bool {
+	if !e.answer {
+		return true
+	}
+	var buf [64]byte
+	k, ok := appendPlainIDKey(buf[:0], e.id)
+	if !ok {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.readUnreadLocked()
+	o := r.others[string(k)]
+	if o == nil || len(r.pending) > 0 {
+		return false
+	}
+	if o.n--; o.n <= 0 {
+		delete(r.others, o.id.key)
+	}
+	return true
 }
 
 // dropServerFrame records a server frame that is not relayed, and why, and
