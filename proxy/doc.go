@@ -42,8 +42,14 @@
 //     unfinished is refused as unreadable, so nothing unfinished ever
 //     reaches the server; without one, a value that a later frame completes
 //     is read whole, and its calls are recorded before that frame is
-//     relayed. FuzzHostStream holds this to a stream reader over frame
-//     sequences. Server answers split across lines are read the same way.
+//     relayed. jsonStream follows structure, not every rule of the
+//     grammar, so a lenient reader may give up on a value where it does
+//     not and start again at a later line; without a policy, every frame
+//     that continues, without completing, a value naming tools/call is
+//     therefore read as holding an unreadable call. FuzzHostStream holds
+//     this to a stream reader that starts again after the line where a
+//     value failed, over frame sequences. Server answers split across
+//     lines are read the same way.
 //   - Answers are matched as hosts match them. Every host request in flight
 //     is tracked, whatever its method, by its exact id and by the number a
 //     host that looks answers up by Number(id) takes it for ([LooseID]). An

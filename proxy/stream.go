@@ -169,6 +169,13 @@ func isJSSpace(r rune) bool {
 type jsonStream struct {
 	carry []byte // the unfinished value's bytes so far, from its first byte
 	depth int    // its nesting depth (0: between values)
+	// mention is set when the unfinished value names tools/call (in any
+	// spelling). A reader that gave up on the value where aegis did not
+	// (jsonStream follows structure, not every rule of the grammar) and
+	// started again at a later line may complete that call in a frame
+	// that does not name it: readHostFrame reads such frames as holding
+	// an unreadable call.
+	mention bool
 }
 
 // streamScan is what one line does to a jsonStream.
@@ -241,8 +248,10 @@ func (s jsonStream) scan(line []byte) streamScan {
 			// that is not relayed leaves s as it was, and the next scan
 			// overwrites what this one appended.
 			out.next.carry = append(s.carry, line...)
+			out.next.mention = s.mention || mentionsToolsCall(line)
 		} else {
 			out.next.carry = append([]byte(nil), line[start:]...)
+			out.next.mention = mentionsToolsCall(line[start:])
 		}
 		out.next.depth = depth
 		if len(out.next.carry) > MaxFrame {
@@ -281,6 +290,11 @@ func readHostFrame(s jsonStream, line []byte, strict bool) (Classification, stre
 		mergeReading(&cls, Classify(frameOf(sc.rest)))
 	}
 	switch {
+	case !strict && s.depth > 0 && s.mention && sc.joined == nil:
+		// Only without a policy: under one, no frame is relayed inside
+		// a value.
+		cls.Calls = append(cls.Calls, Call{Tool: UnknownTool, Unreadable: true,
+			Malformed: "frame continues a JSON value that names tools/call without completing it as aegis reads it; a server that reads stdin as one stream and gave up on that value earlier may complete the call here"})
 	case sc.inside && strict:
 		cls.Calls = append(cls.Calls, Call{Tool: UnknownTool, Unreadable: true,
 			Malformed: "frame ends inside an unfinished JSON value, which a server that reads stdin as one stream joins with the next frame"})
