@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -24,12 +26,21 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // Replay calls fn for every event at or after from, in stream order, and
 // returns once it has delivered the last event that was in the stream when
 // Replay began. An error from fn stops the replay and is returned as is.
+//
+// A damaged stream never passes for a shorter history: if the store lost
+// messages ([Store.Check]), or a message does not load while it is read
+// (it is skipped over, or the stream stops delivering before the last
+// one), Replay returns a [*DamageError] naming the sequences that are
+// gone. It never waits forever for a message that is gone.
 func (s *Store) Replay(ctx context.Context, from Position, fn func(Record) error) error {
-	info, err := s.stream.Info(ctx)
+	st, err := s.state(ctx)
 	if err != nil {
-		return fmt.Errorf("replay: stream info: %w", err)
+		return fmt.Errorf("replay: %w", err)
 	}
-	last := info.State.LastSeq
+	if err := s.damage(st, ""); err != nil {
+		return err
+	}
+	last := st.State.LastSeq
 	if last == 0 || from.Seq > last {
 		return nil
 	}
@@ -43,7 +54,17 @@ func (s *Store) Replay(ctx context.Context, from Position, fn func(Record) error
 // A message that carries a group commit matches by its batch subject,
 // aegis.<session>.batch, so filter on the session, not on the kind, unless
 // the kind's events are always committed alone (session.opened is).
+//
+// Like Replay, it returns a [*DamageError] instead of a shorter history
+// when messages of the stream are gone, and never waits forever.
 func (s *Store) ReplaySubject(ctx context.Context, subject string, fn func(Record) error) error {
+	st, err := s.state(ctx)
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", subject, err)
+	}
+	if err := s.damage(st, ""); err != nil {
+		return err
+	}
 	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
 		return fmt.Errorf("replay %s: stream info: %w", subject, err)
@@ -67,11 +88,33 @@ func (s *Store) ReplaySubject(ctx context.Context, subject string, fn func(Recor
 		return fmt.Errorf("replay %s: consume: %w", subject, err)
 	}
 	defer it.Stop()
+	var w stallWatch
+	after := uint64(0) // the last sequence delivered
+	gone := func(ctx context.Context) bool {
+		// The next message of the subject after the last one delivered.
+		_, err := s.stream.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(subject))
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}
 	for seen := uint64(0); seen < n; seen++ {
-		m, err := it.Next(jetstream.NextContext(ctx))
+		m, err := s.next(ctx, it, &w, gone)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if errors.Is(err, errStalled) {
+				// The filtered count promises more than arrives: some
+				// message of the subject does not load. A filtered read
+				// cannot tell which, so the whole stream is read for its
+				// gaps: slow, but only on a stream that is damaged.
+				detail := fmt.Sprintf("%d of %d messages of %s were delivered", seen, n, subject)
+				if err := s.consume(ctx, Position{}, st.State.LastSeq, func(Record) error { return nil }); err != nil {
+					var de *DamageError
+					if errors.As(err, &de) {
+						de.Detail = detail + "; " + de.Detail
+					}
+					return err
+				}
+				return s.stalled(ctx, after+1, st.State.LastSeq, detail)
 			}
 			return fmt.Errorf("replay %s: next message: %w", subject, err)
 		}
@@ -79,6 +122,7 @@ func (s *Store) ReplaySubject(ctx context.Context, subject string, fn func(Recor
 		if err != nil {
 			return fmt.Errorf("replay %s: message metadata: %w", subject, err)
 		}
+		after = meta.Sequence.Stream
 		evs, err := decodeMessage(m.Data(), m.Headers())
 		if err != nil {
 			return &DecodeError{Seq: meta.Sequence.Stream, Err: err}
@@ -117,11 +161,25 @@ func (s *Store) consume(ctx context.Context, from Position, last uint64, fn func
 		return fmt.Errorf("replay: consume: %w", err)
 	}
 	defer it.Stop()
+	want := start // the next sequence; the stream has no gaps
+	var w stallWatch
+	gone := func(ctx context.Context) bool {
+		_, err := s.stream.GetMsg(ctx, want)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}
 	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
+		var m jetstream.Msg
+		if last > 0 {
+			m, err = s.next(ctx, it, &w, gone)
+		} else {
+			m, err = it.Next(jetstream.NextContext(ctx)) // following: waiting is the point
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if errors.Is(err, errStalled) {
+				return s.stalled(ctx, want, last, fmt.Sprintf("the stream stopped delivering after sequence %d of %d", want-1, last))
 			}
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return fmt.Errorf("replay: %w", err)
@@ -133,6 +191,12 @@ func (s *Store) consume(ctx context.Context, from Position, last uint64, fn func
 			return fmt.Errorf("replay: message metadata: %w", err)
 		}
 		seq := meta.Sequence.Stream
+		if seq > want {
+			first := uint64(1)
+			return &DamageError{Dir: s.dir, First: first, Last: max(last, seq), Missing: []SeqRange{{want, seq - 1}},
+				Detail: "they did not load while the stream was read (the store skipped them)"}
+		}
+		want = seq + 1
 		evs, err := decodeMessage(m.Data(), m.Headers())
 		if err != nil {
 			return &DecodeError{Seq: seq, Err: err}
@@ -161,4 +225,63 @@ func (s *Store) consume(ctx context.Context, from Position, last uint64, fn func
 // at start, then come in many more, smaller fetches.
 func (s *Store) replayWindow() jetstream.PullMessagesOpt {
 	return jetstream.PullMaxMessagesWithBytesLimit(500, max(s.cfg.MaxEventBytes, s.cfg.MaxBatchBytes)+64<<10)
+}
+
+// Reads of a damaged stream: a message that fails to load is not
+// delivered, and a consumer then waits for it forever. next gives up
+// waiting after stallProbe and says errStalled once the wait has lasted
+// stallLimit in all; stalled then finds out which messages are gone.
+const (
+	stallProbe = 2 * time.Second
+	stallLimit = 20 * time.Second
+)
+
+var errStalled = errors.New("the event stream stopped delivering")
+
+// stallWatch is how long a read has waited for its next message.
+type stallWatch struct{ waited time.Duration }
+
+// next returns the next message. While none comes it asks, every
+// stallProbe, whether the message it waits for is gone, and returns
+// errStalled at once if it is, or once it has waited stallLimit.
+func (s *Store) next(ctx context.Context, it jetstream.MessagesContext, w *stallWatch, gone func(context.Context) bool) (jetstream.Msg, error) {
+	for {
+		nctx, cancel := context.WithTimeout(ctx, stallProbe)
+		m, err := it.Next(jetstream.NextContext(nctx))
+		cancel()
+		if err == nil {
+			w.waited = 0
+			return m, nil
+		}
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			return nil, err
+		}
+		w.waited += stallProbe
+		if w.waited >= stallLimit || gone(ctx) {
+			return nil, errStalled
+		}
+	}
+}
+
+// stalled explains a read that stopped before the last message: it
+// probes the sequences from want to last and returns a *DamageError for
+// those the stream no longer holds, or, if it holds them all, an error
+// saying the read stalled.
+func (s *Store) stalled(ctx context.Context, want, last uint64, detail string) error {
+	const maxProbes = 100000
+	var gone []uint64
+	for q := want; q <= last && q-want < maxProbes; q++ {
+		_, err := s.stream.GetMsg(ctx, q)
+		switch {
+		case err == nil:
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			gone = append(gone, q)
+		default:
+			return fmt.Errorf("replay: %s, and the store could not be asked why: %w", detail, err)
+		}
+	}
+	if len(gone) == 0 {
+		return fmt.Errorf("replay: %s within %s, though the store holds every message; try again, and check the disk if it persists: %w", detail, stallLimit, errStalled)
+	}
+	return &DamageError{Dir: s.dir, First: 1, Last: last, Missing: ranges(gone), Detail: detail + "; the rest do not load"}
 }
