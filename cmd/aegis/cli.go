@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/aegis-dev/aegis/events"
 	"io"
 	"log/slog"
 	"runtime"
@@ -157,11 +158,18 @@ func (m *Main) exit(err error) int {
 		m.errorf("%v", he.err)
 		m.hintf("%s", he.hint)
 		return 1
+	case errors.Is(err, events.ErrDamaged):
+		m.errorf("%v", err)
+		m.hintf("%s", damageHint)
+		return 1
 	default:
 		m.errorf("%v", err)
 		return 1
 	}
 }
+
+// damageHint says what to do about a damaged event stream.
+const damageHint = "the event stream denies delete and purge, so those messages were lost from the state directory's files (a torn write, or a block edited, truncated or deleted); nothing was written. Restore the state directory from a backup; or keep it for inspection and start aegis with a new --state-dir, which continues the record file's chain from the file"
 
 func (m *Main) errorf(format string, args ...any) {
 	fmt.Fprintf(m.Stderr, "aegis: error: "+format+"\n", args...)

@@ -93,6 +93,21 @@ func (m *Main) openStoreCapped(ctx context.Context, dirFlag string, approvals bo
 	return s, nil
 }
 
+// openStoreToRecord opens the store for a command that records (wrap,
+// gateway). A session appended after lost messages would go on as if
+// they had never been, so it refuses a damaged stream.
+func (m *Main) openStoreToRecord(ctx context.Context, dirFlag string, approvals bool, maxBytes int64) (*events.Store, error) {
+	s, err := m.openStoreCapped(ctx, dirFlag, approvals, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Check(ctx); err != nil {
+		s.Close(context.Background())
+		return nil, withHint(fmt.Errorf("will not start; no server was started: %w", err), damageHint)
+	}
+	return s, nil
+}
+
 func (m *Main) eventsList(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("events list")
 	dir := fs.String("state-dir", "", "state directory")

@@ -134,7 +134,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		}
 		servers = append(servers, gs)
 	}
-	store, err := m.openStoreCapped(ctx, stateDirFlag, true, maxBytes)
+	store, err := m.openStoreToRecord(ctx, stateDirFlag, true, maxBytes)
 	if err != nil {
 		return err
 	}

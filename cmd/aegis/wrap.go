@@ -177,7 +177,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	} else if cf.any() {
 		return usagef("add --confine to confine the server; the --allow-* flags only shape its profile", "--allow-read, --allow-write, --allow-net, --allow-exec-support, --allow-udp, --allow-mptcp and --best-effort need --confine")
 	}
-	store, err := m.openStoreCapped(ctx, *stateDir, set != nil, maxBytes)
+	store, err := m.openStoreToRecord(ctx, *stateDir, set != nil, maxBytes)
 	if err != nil {
 		return err
 	}
@@ -420,6 +420,8 @@ func openSessionError(err error, audit string) error {
 		return withHint(fmt.Errorf("will not append to %s: %w", audit, err), "the last write to it was cut short; check it with 'aegis verify' and use a new --audit path")
 	case errors.Is(err, projector.ErrRecordLocked):
 		return withHint(fmt.Errorf("will not append to %s: %w", audit, err), "a record file has one writer at a time, or its chains interleave; wait for that process to end, or give this one its own --audit path. The server was not started")
+	case errors.Is(err, events.ErrDamaged):
+		return withHint(fmt.Errorf("will not start; no server was started: %w", err), damageHint)
 	case errors.Is(err, projector.ErrNoRecordDir):
 		return withHint(err, "create the directory first, or give --audit a path in an existing directory. The server was not started and nothing was recorded")
 	}
