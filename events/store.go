@@ -35,6 +35,10 @@ const (
 	DefaultMaxQueueBytes  = 32 << 20 // more than one event of MaxEventBytes
 )
 
+// startLimit bounds how long Open waits for the embedded server to
+// recover the stream from its files.
+const startLimit = 5 * time.Minute
+
 // Config opens a [Store]. Only Dir is required.
 type Config struct {
 	// Dir is the state directory. It is created with mode 0700 if missing;
@@ -296,8 +300,17 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	ns.SetLoggerV2(natsLogger{cfg.Logger}, false, false, false)
 	s.ns = ns
 	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return nil, fmt.Errorf("start embedded NATS server in %s: not ready after 10s", opts.StoreDir)
+	// Start-up recovers the stream from its files, which takes longer the
+	// more they hold after an unclean stop; ctx can end the wait at any
+	// moment (a signal during start-up ends aegis at once).
+	started := time.Now()
+	for !ns.ReadyForConnections(100 * time.Millisecond) {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("start embedded NATS server in %s: %w", opts.StoreDir, context.Cause(ctx))
+		}
+		if time.Since(started) > startLimit {
+			return nil, fmt.Errorf("start embedded NATS server in %s: not ready after %s", opts.StoreDir, startLimit)
+		}
 	}
 	if !ns.JetStreamEnabled() {
 		return nil, fmt.Errorf("start JetStream in %s: not enabled (is the directory writable and is there free space?)", opts.StoreDir)

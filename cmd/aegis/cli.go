@@ -52,6 +52,10 @@ type Main struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	Getenv func(string) string
+	// Exit ends the process with a code. A signal during a wrap's
+	// start-up that cannot end it otherwise (a read blocked in the
+	// kernel) ends the process with it; nil leaves it running.
+	Exit func(code int)
 }
 
 type command struct {

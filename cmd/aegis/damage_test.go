@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -70,5 +74,54 @@ func TestDamagedStateDirectoryIsNeverReadAsAShorterHistory(t *testing.T) {
 				t.Error("export wrote a record file from a damaged stream")
 			}
 		})
+	}
+}
+
+// aegis wrap ignored SIGTERM and SIGINT while it opened its state
+// directory and caught up its record, until SIGKILL. A signal during
+// start-up now ends it at once (here the record file is a FIFO that no one
+// writes, so opening it blocks in the kernel), and no server is started.
+func TestWrapEndsOnASignalWhileStarting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis wrap")
+	}
+	l := newLive(t, "")
+	fifo := filepath.Join(l.dir, "record.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(l.dir, "server-started")
+	c := exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", fifo, "--signing-key", l.key, "--state-dir", l.state,
+		"--", "sh", "-c", "touch "+marker+"; exec "+filepath.Join(l.bin, "aegis-example-server"))
+	c.Env = l.env
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	time.Sleep(time.Second) // let it reach the blocking open
+	c.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
+			t.Fatalf("wrap after SIGTERM: %v, want exit %d\n%s", err, 128+int(syscall.SIGTERM), &stderr)
+		}
+	case <-time.After(30 * time.Second):
+		c.Process.Kill()
+		t.Fatalf("wrap did not end within 30s of SIGTERM during start-up\n%s", &stderr)
+	}
+	if !strings.Contains(stderr.String(), "aegis: error: interrupted by terminated while starting; no server was started") {
+		t.Errorf("wrap's stderr does not say it was interrupted:\n%s", &stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the server was started after the signal")
 	}
 }

@@ -17,7 +17,7 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == sandbox.HelperArg {
 		os.Exit(sandbox.HelperMain(os.Args[2:], os.NewFile(sandbox.ControlFD, "control"), os.NewFile(sandbox.ReportFD, "report")))
 	}
-	m := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	m := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Exit: os.Exit}
 	limitMemory(os.Args[1:], os.Getenv)
 	// AEGIS_CPUPROFILE=FILE writes a CPU profile of this run (for make bench
 	// investigations; %p becomes the PID); it is read once here.

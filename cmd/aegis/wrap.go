@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -89,6 +90,10 @@ The full list is in docs/CONFINEMENT.md of the source.
 The server's stderr passes through to aegis's stderr. The server runs in
 its own process group, and aegis is the subreaper of everything it starts:
 SIGINT and SIGTERM are forwarded to all of it (a second one kills it all).
+Before the server starts (while aegis opens its state directory and
+catches up the record), a signal ends aegis at once, with 128+N, and no
+server is started. A state directory whose event stream lost messages is
+refused before any server runs (see docs/FILES.md).
 When the server exits, whatever it left running, even in a new session,
 gets SIGTERM and, --grace later (default 5s), SIGKILL; aegis returns only
 once every process the server started is gone. aegis exits with the server's
@@ -177,9 +182,25 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	} else if cf.any() {
 		return usagef("add --confine to confine the server; the --allow-* flags only shape its profile", "--allow-read, --allow-write, --allow-net, --allow-exec-support, --allow-udp, --allow-mptcp and --best-effort need --confine")
 	}
-	store, err := m.openStoreToRecord(ctx, *stateDir, set != nil, maxBytes)
+	// Signals work from here on: until the server starts, one ends aegis
+	// at once (opening and catching up a big state directory takes time),
+	// and no server is started; from then on Wrap forwards them to it.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	startCtx, started := watchStart(ctx, sigs, func(cause error) {
+		// Start-up did not end within startGrace of the signal: nothing
+		// of the server's has run, so ending the process loses nothing.
+		m.errorf("%v; no server was started", cause)
+		if m.Exit != nil {
+			m.Exit(exitCodeOf(cause))
+		}
+	})
+	defer started()
+
+	store, err := m.openStoreToRecord(startCtx, *stateDir, set != nil, maxBytes)
 	if err != nil {
-		return err
+		return interrupted(startCtx, err)
 	}
 	defer store.Close(context.Background())
 	log := m.logger()
@@ -189,12 +210,16 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		if fact != nil {
 			cfg.Confinement = fact
 		}
-		return projector.OpenSession(ctx, cfg)
+		sess, err := projector.OpenSession(startCtx, cfg)
+		if err != nil {
+			return nil, interrupted(startCtx, err)
+		}
+		if !started() {
+			sess.Abandon()
+			return nil, interrupted(startCtx, context.Cause(startCtx))
+		}
+		return sess, nil
 	}
-
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 
 	self, _ := os.Executable()
 	res, werr := proxy.Wrap(ctx, proxy.WrapConfig{
@@ -248,6 +273,68 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		return &exitError{code: res.ExitCode}
 	}
 	return nil
+}
+
+// startGrace is how long start-up may take to wind down after a signal
+// before the process is ended.
+const startGrace = 2 * time.Second
+
+// watchStart returns a context that the first signal on sigs cancels,
+// and started, which stops watching (so that the signals that follow
+// reach whoever reads sigs next) and reports whether no signal came. If
+// started is not called within startGrace of the signal, stuck runs.
+func watchStart(ctx context.Context, sigs <-chan os.Signal, stuck func(cause error)) (context.Context, func() bool) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case sig := <-sigs:
+			cause := &interruptError{sig: sig}
+			cancel(cause)
+			select {
+			case <-stop:
+			case <-time.After(startGrace):
+				stuck(cause)
+			}
+		case <-stop:
+		}
+	}()
+	var once sync.Once
+	return sctx, func() bool {
+		once.Do(func() { close(stop); <-done })
+		return sctx.Err() == nil
+	}
+}
+
+// interruptError is the cause of a start-up that a signal ended.
+type interruptError struct{ sig os.Signal }
+
+func (e *interruptError) Error() string {
+	return fmt.Sprintf("interrupted by %v while starting", e.sig)
+}
+
+// exitCodeOf is the conventional exit code of a process a signal ended:
+// 128 plus the signal's number.
+func exitCodeOf(cause error) int {
+	var ie *interruptError
+	if errors.As(cause, &ie) {
+		if s, ok := ie.sig.(syscall.Signal); ok {
+			return 128 + int(s)
+		}
+	}
+	return 1
+}
+
+// interrupted turns err into the error of an interrupted start-up when a
+// signal ended it.
+func interrupted(sctx context.Context, err error) error {
+	var ie *interruptError
+	if cause := context.Cause(sctx); errors.As(cause, &ie) {
+		return &exitError{code: exitCodeOf(ie), err: fmt.Errorf("%w; no server was started", ie)}
+	}
+	return err
 }
 
 // confineFlags are the --allow-* flags of wrap.
