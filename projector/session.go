@@ -100,7 +100,7 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	path, err := filepath.Abs(cfg.AuditPath)
+	path, err := resolveRecordPath(cfg.AuditPath)
 	if err != nil {
 		return nil, fmt.Errorf("audit path: %w", err)
 	}
@@ -504,4 +504,24 @@ func fastLine(p []byte) (string, bool) {
 	}
 	l, _, err := schemas.ReadString(rest)
 	return l, err == nil
+}
+
+// resolveRecordPath returns the absolute path of the record file with its
+// symbolic links resolved, so that the stream knows one file by one name:
+// a session recorded through a link is caught up and checked like one
+// recorded through the file's own path. A file that does not exist yet is
+// resolved through its directory.
+func resolveRecordPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		return r, nil
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	if err != nil {
+		return abs, nil // openRecordFile says what is wrong with it
+	}
+	return filepath.Join(dir, filepath.Base(abs)), nil
 }
