@@ -361,6 +361,8 @@ func (s *Store) commit(batch []*item, err error) {
 		}
 		if errors.Is(perr, errStreamFull) {
 			err = fmt.Errorf("%w: %w", ErrFailed, s.fullError())
+		} else if de := diskFull(s.dir); perr != nil && de != nil {
+			err = fmt.Errorf("%w: %w (the store said: %v)", ErrFailed, de, perr)
 		} else if perr != nil {
 			err = fmt.Errorf("%w: %v (restart aegis; acknowledged events are safe on disk)", ErrFailed, perr)
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,9 +53,32 @@ func TestFullDiskFailsAppendLoudly(t *testing.T) {
 		t.Fatalf("appended %d × 256 KiB to a 24 MiB disk without an error", acked)
 	}
 	t.Logf("after %d acknowledged appends: %v", acked, failed)
+	// The disk is the limit, not 75% of the space free at start, and the
+	// error says so in plain words.
+	var de *DiskFullError
+	if !errors.As(failed, &de) || !errors.Is(failed, ErrDiskFull) || !strings.Contains(failed.Error(), "is full: ") {
+		t.Fatalf("the error on a full disk does not say the disk is full: %v", failed)
+	}
+	if de.Free > de.Total/10 {
+		t.Errorf("the store stopped with %d of %d bytes free; the disk, not a share of it, is the limit", de.Free, de.Total)
+	}
 	e := newEvent(t, s, sess, schemas.KindNote, map[string]int{})
 	if _, err := s.Append(context.Background(), e); !errors.Is(err, ErrFailed) {
 		t.Fatalf("Append after a failed commit = %v, want ErrFailed", err)
+	}
+	// While the disk is still full, the state directory can be read.
+	s.Close(context.Background())
+	r, err := Open(context.Background(), Config{Dir: dir, AckTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatalf("Open on the full disk = %v; read commands need it", err)
+	}
+	defer r.Close(context.Background())
+	n := 0
+	if err := r.Replay(context.Background(), Position{}, func(Record) error { n++; return nil }); err != nil {
+		t.Fatalf("Replay on the full disk = %v", err)
+	}
+	if n < acked {
+		t.Fatalf("Replay on the full disk gave %d events, want the %d acknowledged", n, acked)
 	}
 }
 

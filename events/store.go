@@ -286,6 +286,13 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		// user's; a disk that really fills up fails a commit like any
 		// I/O error.
 		opts.JetStreamMaxStore = cfg.MaxBytes + 64<<20
+	} else if total, _, err := diskSpace(dir); err == nil && total > 0 {
+		// Left at 0, the server's limit would be 75% of the space free
+		// when it starts, and it would stop there with "insufficient
+		// resources" while a quarter of the disk is free. Without a cap
+		// the disk itself is the limit: a commit it cannot take fails
+		// with DiskFullError.
+		opts.JetStreamMaxStore = int64(total)
 	}
 	if cfg.Approvals {
 		if s.approvals, err = ApprovalOptions(""); err != nil {

@@ -163,6 +163,8 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	}
 	if errors.Is(err, events.ErrFull) {
 		err = withHint(err, fullHint(store.Dir()))
+	} else if errors.Is(err, events.ErrDiskFull) {
+		err = withHint(err, diskFullHint(store.Dir()))
 	}
 	if sess != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -76,3 +76,9 @@ func fullHint(stateDir string) string {
 	}
 	return "raise --max-state-size (each start sets the cap anew), or keep this directory as it is, export its record with 'aegis export --state-dir " + dir + " --out FILE', and start with a new --state-dir"
 }
+
+// diskFullHint says what to do when the disk under the state directory
+// filled up.
+func diskFullHint(stateDir string) string {
+	return "free space on the disk that holds " + stateDir + ", or move the state directory to a bigger disk and pass it with --state-dir; then start aegis again. Read commands (sessions, export, replay) still work meanwhile"
+}

@@ -247,6 +247,8 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		hint := "the record holds everything acknowledged before the failure; 'aegis verify' will report the session as unfinished"
 		if errors.Is(werr, events.ErrFull) {
 			hint = fullHint(store.Dir())
+		} else if errors.Is(werr, events.ErrDiskFull) {
+			hint = diskFullHint(store.Dir())
 		}
 		return &exitError{code: 1, err: werr, hint: hint}
 	}
