@@ -192,8 +192,7 @@ func (s *Store) consume(ctx context.Context, from Position, last uint64, fn func
 		}
 		seq := meta.Sequence.Stream
 		if seq > want {
-			first := uint64(1)
-			return &DamageError{Dir: s.dir, First: first, Last: max(last, seq), Missing: []SeqRange{{want, seq - 1}},
+			return &DamageError{Dir: s.dir, First: 1, Last: max(last, seq), Missing: []SeqRange{{want, seq - 1}},
 				Detail: "they did not load while the stream was read (the store skipped them)"}
 		}
 		want = seq + 1
