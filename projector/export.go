@@ -153,33 +153,54 @@ func CatchUp(ctx context.Context, s *events.Store, path string) (prevTail string
 	if err != nil {
 		return "", 0, fmt.Errorf("read audit record from stream: %w", err)
 	}
-	content, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	// The file is never read whole: only its last line, or what the last
+	// session wrote to it, is.
+	var size int64
+	f, err := os.Open(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
 		return "", 0, fmt.Errorf("read record file: %w", err)
+	default:
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return "", 0, fmt.Errorf("read record file: %w", err)
+		}
+		size = fi.Size()
 	}
 	sessions := rec.SessionsFor(path)
 	if len(sessions) == 0 {
-		t, err := TailOf(bytes.NewReader(content))
+		if size == 0 {
+			return "", 0, nil
+		}
+		t, err := tailOfFile(f, size)
 		if err != nil {
 			return "", 0, fmt.Errorf("record file %s: %w", path, err)
 		}
 		if t.NeedsNewline {
 			return "", 0, fmt.Errorf("record file %s does not end in a newline: %w", path, ErrTornTail)
 		}
-		return t.Hash, int64(len(content)), nil
+		return t.Hash, size, nil
 	}
 	last := sessions[len(sessions)-1]
 	var want bytes.Buffer
 	rec.WriteSessions(&want, []string{last.ID})
 	off := last.Opened.AuditOffset
-	if int64(len(content)) < off {
-		return "", 0, fmt.Errorf("%w: %s is %d bytes, but session %s began writing at byte %d (truncated?)", ErrRecordDiverged, path, len(content), last.ID, off)
+	if size < off {
+		return "", 0, fmt.Errorf("%w: %s is %d bytes, but session %s began writing at byte %d (truncated?)", ErrRecordDiverged, path, size, last.ID, off)
 	}
-	have := content[off:]
-	if !bytes.HasPrefix(want.Bytes(), have) {
+	same := size-off <= int64(want.Len())
+	if same && size > off {
+		same, err = sameBytes(io.NewSectionReader(f, off, size-off), want.Bytes()[:size-off])
+		if err != nil {
+			return "", 0, fmt.Errorf("read record file: %w", err)
+		}
+	}
+	if !same {
 		return "", 0, fmt.Errorf("%w: %s differs from what session %s recorded from byte %d on (changed, or written by something else?)", ErrRecordDiverged, path, last.ID, off)
 	}
-	if missing := want.Bytes()[len(have):]; len(missing) > 0 {
+	if missing := want.Bytes()[size-off:]; len(missing) > 0 {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
 			return "", 0, fmt.Errorf("complete record file: %w", err)
@@ -199,4 +220,65 @@ func CatchUp(ctx context.Context, s *events.Store, path string) (prevTail string
 	lines := rec.Lines(last.ID)
 	tail := schemas.HashHex(lines[len(lines)-1])
 	return tail, off + int64(want.Len()), nil
+}
+
+// sameBytes reports whether r holds exactly want, reading it in pieces.
+func sameBytes(r io.Reader, want []byte) (bool, error) {
+	buf := make([]byte, 64<<10)
+	for len(want) > 0 {
+		n, err := io.ReadFull(r, buf[:min(len(buf), len(want))])
+		if !bytes.Equal(buf[:n], want[:n]) {
+			return false, nil
+		}
+		want = want[n:]
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return len(want) == 0, nil
+			}
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// maxTailLine bounds the last line tailOfFile reads back.
+const maxTailLine = 64 << 20
+
+// tailOfFile is TailOf for the last line of a file of size bytes only,
+// read back from its end: start-up costs the same whatever the file holds.
+func tailOfFile(f *os.File, size int64) (Tail, error) {
+	needsNewline := false
+	if size > 0 {
+		var b [1]byte
+		if _, err := f.ReadAt(b[:], size-1); err != nil {
+			return Tail{}, fmt.Errorf("projector: read record tail: %w", err)
+		}
+		needsNewline = b[0] != '\n'
+	}
+	// Gather the file's end until it holds a newline before the last
+	// non-empty line, or the file's start.
+	var tail []byte
+	end := size
+	for end > 0 {
+		n := min(end, 64<<10)
+		chunk := make([]byte, n)
+		if _, err := f.ReadAt(chunk, end-n); err != nil {
+			return Tail{}, fmt.Errorf("projector: read record tail: %w", err)
+		}
+		tail = append(chunk, tail...)
+		end -= n
+		trimmed := bytes.TrimRight(tail, "\n")
+		if len(trimmed) > 0 && bytes.IndexByte(trimmed, '\n') >= 0 {
+			break
+		}
+		if len(tail) > maxTailLine {
+			return Tail{}, fmt.Errorf("projector: the last line of the record is longer than %d bytes: %w", maxTailLine, ErrTornTail)
+		}
+	}
+	t, err := TailOf(bytes.NewReader(tail))
+	if err != nil {
+		return Tail{}, err
+	}
+	t.NeedsNewline = needsNewline
+	return t, nil
 }
