@@ -108,11 +108,12 @@ func (s *Store) Check(ctx context.Context) error {
 }
 
 func (s *Store) state(ctx context.Context) (*streamState, error) {
-	timeout := 10 * time.Second
-	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 	}
-	msg, err := s.nc.Request("$JS.API.STREAM.INFO."+StreamName, []byte(`{"deleted_details":true}`), timeout)
+	msg, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.INFO."+StreamName, []byte(`{"deleted_details":true}`))
 	if err != nil {
 		return nil, fmt.Errorf("check the event stream: %w", err)
 	}
