@@ -78,21 +78,37 @@ func TestDamagedStateDirectoryIsNeverReadAsAShorterHistory(t *testing.T) {
 }
 
 // aegis wrap ignored SIGTERM and SIGINT while it opened its state
-// directory and caught up its record, until SIGKILL. A signal during
-// start-up now ends it at once (here the record file is a FIFO that no one
-// writes, so opening it blocks in the kernel), and no server is started.
+// directory and caught up its record, until SIGKILL, and so did the
+// gateway. A signal during start-up now ends either at once (here the
+// record file is a FIFO that no one writes, so opening it blocks in the
+// kernel), and no server is started.
 func TestWrapEndsOnASignalWhileStarting(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs aegis wrap")
+		t.Skip("runs aegis wrap and gateway")
 	}
+	for _, cmd := range []string{"wrap", "gateway"} {
+		t.Run(cmd, func(t *testing.T) { signalWhileStarting(t, cmd) })
+	}
+}
+
+func signalWhileStarting(t *testing.T, cmd string) {
 	l := newLive(t, "")
 	fifo := filepath.Join(l.dir, "record.fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	marker := filepath.Join(l.dir, "server-started")
-	c := exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", fifo, "--signing-key", l.key, "--state-dir", l.state,
-		"--", "sh", "-c", "touch "+marker+"; exec "+filepath.Join(l.bin, "aegis-example-server"))
+	server := "touch " + marker + "; exec " + filepath.Join(l.bin, "aegis-example-server")
+	args := []string{"wrap", "--audit", fifo, "--signing-key", l.key, "--state-dir", l.state, "--", "sh", "-c", server}
+	if cmd == "gateway" {
+		config := filepath.Join(l.dir, "aegis.yaml")
+		yaml := strings.Replace(gatewayConfig(l.bin), "command: "+filepath.Join(l.bin, "aegis-example-server"), "command: sh\n    args: [\"-c\", \""+server+"\"]", 1)
+		if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = []string{"gateway", "--config", config, "--audit", fifo, "--signing-key", l.key, "--state-dir", l.state}
+	}
+	c := exec.Command(filepath.Join(l.bin, "aegis"), args...)
 	c.Env = l.env
 	var stderr bytes.Buffer
 	c.Stderr = &stderr
@@ -112,14 +128,14 @@ func TestWrapEndsOnASignalWhileStarting(t *testing.T) {
 	case err := <-done:
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
-			t.Fatalf("wrap after SIGTERM: %v, want exit %d\n%s", err, 128+int(syscall.SIGTERM), &stderr)
+			t.Fatalf("%s after SIGTERM: %v, want exit %d\n%s", cmd, err, 128+int(syscall.SIGTERM), &stderr)
 		}
 	case <-time.After(30 * time.Second):
 		c.Process.Kill()
-		t.Fatalf("wrap did not end within 30s of SIGTERM during start-up\n%s", &stderr)
+		t.Fatalf("%s did not end within 30s of SIGTERM during start-up\n%s", cmd, &stderr)
 	}
 	if !strings.Contains(stderr.String(), "aegis: error: interrupted by terminated while starting; no server was started") {
-		t.Errorf("wrap's stderr does not say it was interrupted:\n%s", &stderr)
+		t.Errorf("%s's stderr does not say it was interrupted:\n%s", cmd, &stderr)
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the server was started after the signal")

@@ -36,7 +36,10 @@ aegis.approval_status.
 FILE is strict YAML (servers, profiles, activation.default_profile,
 error_disclosure, optional rules); see proxy/testdata/aegis.yaml. An invalid
 file, a missing key or an unusable store refuse to start; a server that
-fails to start is skipped, said on stderr and recorded.
+fails to start is skipped, said on stderr and recorded. A state directory
+whose event stream lost messages is refused (see docs/FILES.md). SIGINT or
+SIGTERM ends the gateway; one that comes before the servers start ends it
+at once, with 128+N, and starts none.
 
 --max-state-size SIZE (such as 10GiB) caps the state directory's event
 stream, as for aegis wrap. At the cap the gateway fails closed: nothing more
@@ -134,9 +137,24 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		}
 		servers = append(servers, gs)
 	}
-	store, err := m.openStoreToRecord(ctx, stateDirFlag, true, maxBytes)
+	// As in wrap: until the servers start, a signal ends aegis at once
+	// and none is started; from then on it ends the gateway.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	startCtx, started := watchStart(ctx, sigs, func(cause error) {
+		m.errorf("%v; no server was started", cause)
+		if m.Exit != nil {
+			m.Exit(exitCodeOf(cause))
+		}
+	})
+	defer started()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+
+	store, err := m.openStoreToRecord(startCtx, stateDirFlag, true, maxBytes)
 	if err != nil {
-		return err
+		return interrupted(startCtx, err)
 	}
 	defer store.Close(context.Background())
 	log := m.logger()
@@ -147,10 +165,23 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		if len(facts) > 0 {
 			cfg.Confinement = facts
 		}
-		return projector.OpenSession(ctx, cfg)
+		sess, err := projector.OpenSession(startCtx, cfg)
+		if err != nil {
+			return nil, interrupted(startCtx, err)
+		}
+		if !started() {
+			sess.Abandon()
+			return nil, interrupted(startCtx, context.Cause(startCtx))
+		}
+		go func() {
+			select {
+			case <-sigs:
+				stop()
+			case <-ctx.Done():
+			}
+		}()
+		return sess, nil
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	self, _ := os.Executable()
 	sess, err := proxy.Gateway(ctx, proxy.GatewayConfig{
 		Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
