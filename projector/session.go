@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aegis-dev/aegis/events"
@@ -442,15 +443,27 @@ func (p *fileProjection) write(items []projItem) {
 		}
 		p.w.Write(it.line)
 		if err := p.w.WriteByte('\n'); err != nil {
-			p.failed = fmt.Errorf("write audit file: %w", err)
+			p.writeFailed(err)
 			return
 		}
 	}
 	if len(items) > 0 && p.failed == nil {
 		if err := p.w.Flush(); err != nil {
-			p.failed = fmt.Errorf("write audit file: %w", err)
+			p.writeFailed(err)
 		}
 	}
+}
+
+// writeFailed records that the record file could not be written, and
+// says so on stderr at once: the session goes on recording to the event
+// stream, and the file is only reported at close otherwise.
+func (p *fileProjection) writeFailed(err error) {
+	p.failed = fmt.Errorf("write audit file: %w", err)
+	why := "the record file could not be written"
+	if errors.Is(err, syscall.ENOSPC) {
+		why = "the disk under the record file is full"
+	}
+	p.log.Warn(why+"; no more lines go to it in this session, and the event stream still holds every one: free space, then rebuild the file with 'aegis export'", "file", p.f.Name(), "err", err)
 }
 
 // close writes every pushed line once its event is resolved, then fsyncs
