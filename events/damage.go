@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -138,6 +141,13 @@ func (s *Store) damage(st *streamState, detail string) error {
 	gone = slices.DeleteFunc(gone, func(q uint64) bool { return q == 0 })
 	missing := ranges(gone)
 	first, last := st.State.FirstSeq, st.State.LastSeq
+	if s.mark > last {
+		// The stream held more when it was last closed: its tail went
+		// with its files (a block cut short and its index rebuilt), and
+		// the store no longer knows it had it.
+		missing = mergeRanges(append(missing, SeqRange{last + 1, s.mark}))
+		detail = strings.TrimPrefix(detail+"; the stream ended at sequence "+strconv.FormatUint(s.mark, 10)+" when it was last closed ("+markFile+")", "; ")
+	}
 	if n := len(missing); n > 0 && missing[n-1].To > last {
 		last = missing[n-1].To // the store forgot that it held them
 	}
@@ -179,4 +189,48 @@ func ranges(seqs []uint64) []SeqRange {
 		out = append(out, SeqRange{q, q})
 	}
 	return out
+}
+
+// markFile, in the state directory, holds the stream's last sequence when
+// it was last closed cleanly: the one trace of the stream's length that
+// is kept outside its files. A tail that is gone together with the
+// store's own record of it (a block cut short, its index rebuilt) shows
+// as a stream that ends before the mark. After an unclean stop the mark is
+// older, and lower, which hides nothing that was marked.
+const markFile = "stream-seq"
+
+// readMark returns the mark in dir, or 0.
+func readMark(dir string) uint64 {
+	b, err := os.ReadFile(filepath.Join(dir, markFile))
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// saveMark writes the stream's last sequence as the mark, unless the
+// stream is damaged (the mark then keeps saying how long it was). It
+// replaces the file atomically.
+func (s *Store) saveMark(ctx context.Context) {
+	st, err := s.state(ctx)
+	if err != nil || s.damage(st, "") != nil || st.State.LastSeq == 0 || st.State.LastSeq <= s.mark {
+		return
+	}
+	path := filepath.Join(s.dir, markFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(st.State.LastSeq, 10)+"\n"), 0o600); err != nil {
+		s.log.Warn("save the stream's length", "err", err)
+		return
+	}
+	if f, err := os.Open(tmp); err == nil {
+		f.Sync()
+		f.Close()
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		s.log.Warn("save the stream's length", "err", err)
+	}
 }

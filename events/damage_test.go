@@ -74,6 +74,12 @@ func TestDamagedStreamIsNeverReadAsAShorterHistory(t *testing.T) {
 		{"the block truncated to nothing", func(t *testing.T, blk string) {
 			editFile(t, blk, func([]byte) []byte { return nil })
 		}, SeqRange{1, 50}},
+		{"the block cut short and its index deleted, so the store forgets its tail", func(t *testing.T, blk string) {
+			editFile(t, blk, func(b []byte) []byte { return b[:len(b)/2] })
+			if err := os.Remove(filepath.Join(filepath.Dir(blk), "index.db")); err != nil {
+				t.Fatal(err)
+			}
+		}, SeqRange{40, 50}},
 		{"the block deleted", func(t *testing.T, blk string) {
 			if err := os.Remove(blk); err != nil {
 				t.Fatal(err)

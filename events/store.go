@@ -202,6 +202,7 @@ type Store struct {
 	done       chan struct{} // closed when the committer has exited
 
 	approvals *ApprovalConfig // nil unless Config.Approvals
+	mark      uint64          // the stream's last sequence at the last clean close (markFile)
 }
 
 // Open locks the state directory, starts the embedded server and opens (or
@@ -366,6 +367,7 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		return nil, fmt.Errorf("create stream %s in %s: %w", StreamName, opts.StoreDir, err)
 	}
 	s.stream = stream
+	s.mark = readMark(dir)
 	if cfg.MaxBytes > 0 {
 		st := stream.CachedInfo().State
 		// A stream at (or next to) the cap: say so now, not at the first
@@ -447,6 +449,7 @@ func (s *Store) Close(ctx context.Context) error {
 		s.cc.interrupt()
 		<-s.done
 	}
+	s.saveMark(ctx)
 	s.shutdown()
 	return err
 }
