@@ -80,7 +80,16 @@
 //     <dir>/lock and writes its PID there; a second Open fails at once with
 //     a [*LockedError] naming the directory and that PID. The kernel drops
 //     the lock when the holder dies, so a crash leaves no stale lock.
-//   - Immutable. The stream denies delete and purge.
+//   - Immutable. The stream denies delete and purge, so any gap in its
+//     sequence, any message the store cannot load, and a stream shorter
+//     than the length recorded at its last clean close (<dir>/stream-seq)
+//     is loss. [Store.Check] reports it, and [Store.Replay] and
+//     [Store.ReplaySubject] return a [*DamageError] naming the lost
+//     sequences instead of a shorter history; no read waits forever for a
+//     message that is gone.
+//   - The disk is the limit. Without Config.MaxBytes the store may fill
+//     its filesystem, and a commit that fails on a (nearly) full disk
+//     fails with a [*DiskFullError] that says how much space is left.
 //   - No network, except the approval channel. aegis reaches the server over
 //     an in-process connection. Only with Config.Approvals does it listen,
 //     on a random 127.0.0.1 port, and only for the approver identity (a
