@@ -142,19 +142,14 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	startCtx, started := watchStart(ctx, sigs, func(cause error) {
-		m.errorf("%v; no server was started", cause)
-		if m.Exit != nil {
-			m.Exit(exitCodeOf(cause))
-		}
-	})
-	defer started()
+	start := m.watchStart(ctx, sigs)
+	defer start.done()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 
-	store, err := m.openStoreToRecord(startCtx, stateDirFlag, true, maxBytes)
+	store, err := m.openStoreToRecord(start.ctx, stateDirFlag, true, maxBytes)
 	if err != nil {
-		return interrupted(startCtx, err)
+		return start.err(err)
 	}
 	defer store.Close(context.Background())
 	log := m.logger()
@@ -165,13 +160,9 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		if len(facts) > 0 {
 			cfg.Confinement = facts
 		}
-		sess, err := projector.OpenSession(startCtx, cfg)
+		sess, err := start.openSession(cfg)
 		if err != nil {
-			return nil, interrupted(startCtx, err)
-		}
-		if !started() {
-			sess.Abandon()
-			return nil, interrupted(startCtx, context.Cause(startCtx))
+			return nil, err
 		}
 		go func() {
 			select {

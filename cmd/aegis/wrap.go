@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -188,19 +187,12 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	startCtx, started := watchStart(ctx, sigs, func(cause error) {
-		// Start-up did not end within startGrace of the signal: nothing
-		// of the server's has run, so ending the process loses nothing.
-		m.errorf("%v; no server was started", cause)
-		if m.Exit != nil {
-			m.Exit(exitCodeOf(cause))
-		}
-	})
-	defer started()
+	start := m.watchStart(ctx, sigs)
+	defer start.done()
 
-	store, err := m.openStoreToRecord(startCtx, *stateDir, set != nil, maxBytes)
+	store, err := m.openStoreToRecord(start.ctx, *stateDir, set != nil, maxBytes)
 	if err != nil {
-		return interrupted(startCtx, err)
+		return start.err(err)
 	}
 	defer store.Close(context.Background())
 	log := m.logger()
@@ -210,15 +202,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		if fact != nil {
 			cfg.Confinement = fact
 		}
-		sess, err := projector.OpenSession(startCtx, cfg)
-		if err != nil {
-			return nil, interrupted(startCtx, err)
-		}
-		if !started() {
-			sess.Abandon()
-			return nil, interrupted(startCtx, context.Cause(startCtx))
-		}
-		return sess, nil
+		return start.openSession(cfg)
 	}
 
 	self, _ := os.Executable()
@@ -275,68 +259,6 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		return &exitError{code: res.ExitCode}
 	}
 	return nil
-}
-
-// startGrace is how long start-up may take to wind down after a signal
-// before the process is ended.
-const startGrace = 2 * time.Second
-
-// watchStart returns a context that the first signal on sigs cancels,
-// and started, which stops watching (so that the signals that follow
-// reach whoever reads sigs next) and reports whether no signal came. If
-// started is not called within startGrace of the signal, stuck runs.
-func watchStart(ctx context.Context, sigs <-chan os.Signal, stuck func(cause error)) (context.Context, func() bool) {
-	sctx, cancel := context.WithCancelCause(ctx)
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case sig := <-sigs:
-			cause := &interruptError{sig: sig}
-			cancel(cause)
-			select {
-			case <-stop:
-			case <-time.After(startGrace):
-				stuck(cause)
-			}
-		case <-stop:
-		}
-	}()
-	var once sync.Once
-	return sctx, func() bool {
-		once.Do(func() { close(stop); <-done })
-		return sctx.Err() == nil
-	}
-}
-
-// interruptError is the cause of a start-up that a signal ended.
-type interruptError struct{ sig os.Signal }
-
-func (e *interruptError) Error() string {
-	return fmt.Sprintf("interrupted by %v while starting", e.sig)
-}
-
-// exitCodeOf is the conventional exit code of a process a signal ended:
-// 128 plus the signal's number.
-func exitCodeOf(cause error) int {
-	var ie *interruptError
-	if errors.As(cause, &ie) {
-		if s, ok := ie.sig.(syscall.Signal); ok {
-			return 128 + int(s)
-		}
-	}
-	return 1
-}
-
-// interrupted turns err into the error of an interrupted start-up when a
-// signal ended it.
-func interrupted(sctx context.Context, err error) error {
-	var ie *interruptError
-	if cause := context.Cause(sctx); errors.As(cause, &ie) {
-		return &exitError{code: exitCodeOf(ie), err: fmt.Errorf("%w; no server was started", ie)}
-	}
-	return err
 }
 
 // confineFlags are the --allow-* flags of wrap.
