@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"bufio"
 	"fmt"
 	"os/exec"
 	"testing"
@@ -42,17 +41,7 @@ func BenchmarkWrapFloodRSS(b *testing.B) {
 		}
 		stop := make(chan struct{})
 		peak := peakRSS(cmd.Process.Pid, stop)
-		var bytes, frames int64
-		br := bufio.NewReaderSize(stdout, 1<<20)
-		for {
-			line, err := br.ReadSlice('\n')
-			bytes += int64(len(line))
-			if err == nil {
-				frames++
-			} else if err != bufio.ErrBufferFull {
-				break
-			}
-		}
+		bytes, frames := drainLines(stdout)
 		elapsed := time.Since(start)
 		close(stop)
 		stdin.Close()

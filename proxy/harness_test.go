@@ -215,6 +215,17 @@ func (h *harness) events() []events.Record {
 	return out
 }
 
+// count returns how many events of kind the stream holds.
+func (h *harness) count(kind schemas.Kind) int {
+	n := 0
+	for _, r := range h.events() {
+		if r.Event.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
 // frames returns the recorded frames of one direction, in order.
 func (h *harness) frames(kind schemas.Kind) [][]byte {
 	var out [][]byte

@@ -121,17 +121,7 @@ func TestWrapServerFloodOfLargeFramesKeepsMemoryBounded(t *testing.T) {
 	argv := c.wrapArgv(floodServer(t), "-size", fmt.Sprint(size), "-count", fmt.Sprint(frames))
 	cmd, stdin, stdout, stderr, stop, peak := startMeasured(t, argv)
 	defer stdin.Close()
-	var got, lines int64
-	br := bufio.NewReaderSize(stdout, 1<<20)
-	for {
-		line, err := br.ReadSlice('\n')
-		got += int64(len(line))
-		if err == nil {
-			lines++
-		} else if err != bufio.ErrBufferFull {
-			break
-		}
-	}
+	got, lines := drainLines(stdout)
 	close(stop)
 	werr := cmd.Wait()
 	rss := <-peak
@@ -244,5 +234,20 @@ func TestWrapAtStateSizeCapFailsClosed(t *testing.T) {
 	k := eventKinds(t, c)
 	if k["session.opened"] != 1 || k["child.started"] != 1 || k["frame.s2c"] < 16 {
 		t.Errorf("the stream read back %v; want the session's open, its start and the frames before the cap", k)
+	}
+}
+
+// drainLines reads r to its end, however long its lines, without holding
+// them, and returns how many bytes and whole lines it read.
+func drainLines(r io.Reader) (bytes, lines int64) {
+	br := bufio.NewReaderSize(r, 1<<20)
+	for {
+		line, err := br.ReadSlice('\n')
+		bytes += int64(len(line))
+		if err == nil {
+			lines++
+		} else if err != bufio.ErrBufferFull {
+			return bytes, lines
+		}
 	}
 }

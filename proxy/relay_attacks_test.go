@@ -235,12 +235,7 @@ func TestWrapDropsForgedAnswers(t *testing.T) {
 	if a := answersTo(got, "3"); len(a) != 1 {
 		t.Errorf("answers to id 3: %v, want one", a)
 	}
-	dropped := 0
-	for _, e := range h.events() {
-		if e.Event.Kind == schemas.KindFrameDropped {
-			dropped++
-		}
-	}
+	dropped := h.count(schemas.KindFrameDropped)
 	// The answer to "6" closes call 6 for a host that matches ids by
 	// Number(id), so the server's own answer to 6 after it is a second
 	// answer, dropped too.
@@ -339,12 +334,7 @@ func TestWrapRecordsAHostCancellationTruthfully(t *testing.T) {
 	if p := obj(outcomes[0], "policy"); p["status"] != "allowed" {
 		t.Errorf("policy %v: the call was relayed, so it was allowed", p)
 	}
-	var cancelled int
-	for _, e := range h.events() {
-		if e.Event.Kind == schemas.KindCallCancelled {
-			cancelled++
-		}
-	}
+	cancelled := h.count(schemas.KindCallCancelled)
 	if cancelled != 1 {
 		t.Errorf("%d call.cancelled events, want 1", cancelled)
 	}
@@ -423,12 +413,7 @@ func TestWrapMatchesAnswersThatOvertakeTheReadingOfTheirRequest(t *testing.T) {
 	if seen["999999"] != 0 || seen[`"f"`] != 1 {
 		t.Fatalf("answers to the forged id: %d, to the call: %d; want 0 and 1", seen["999999"], seen[`"f"`])
 	}
-	dropped := 0
-	for _, e := range h.events() {
-		if e.Event.Kind == schemas.KindFrameDropped {
-			dropped++
-		}
-	}
+	dropped := h.count(schemas.KindFrameDropped)
 	if dropped != 1 {
 		t.Fatalf("%d frame.dropped events, want 1 (the answer to the id never sent)", dropped)
 	}
