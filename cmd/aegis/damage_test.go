@@ -134,7 +134,7 @@ func signalWhileStarting(t *testing.T, cmd string) {
 		c.Process.Kill()
 		t.Fatalf("%s did not end within 30s of SIGTERM during start-up\n%s", cmd, &stderr)
 	}
-	if !strings.Contains(stderr.String(), "aegis: error: interrupted by terminated while starting; no server was started") {
+	if !strings.Contains(stderr.String(), "aegis: error: interrupted by SIGTERM while starting; no server was started") {
 		t.Errorf("%s's stderr does not say it was interrupted:\n%s", cmd, &stderr)
 	}
 	if _, err := os.Stat(marker); err == nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aegis-dev/aegis/projector"
+	"golang.org/x/sys/unix"
 )
 
 // startGrace is how long start-up may take to wind down after a signal
@@ -88,7 +89,11 @@ func (s *startup) openSession(cfg projector.SessionConfig) (*projector.Session, 
 type interruptError struct{ sig os.Signal }
 
 func (e *interruptError) Error() string {
-	return fmt.Sprintf("interrupted by %v while starting", e.sig)
+	name := e.sig.String()
+	if s, ok := e.sig.(syscall.Signal); ok && unix.SignalName(s) != "" {
+		name = unix.SignalName(s) // SIGTERM, not "terminated"
+	}
+	return "interrupted by " + name + " while starting"
 }
 
 // exitCode is the conventional exit code of a process a signal ended: 128
