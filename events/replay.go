@@ -50,14 +50,21 @@ func (s *Store) Replay(ctx context.Context, from Position, fn func(Record) error
 // ReplaySubject calls fn, in stream order, for every event of the messages
 // whose subject matches subject (a NATS subject filter such as
 // aegis.*.session.opened or aegis.<session>.>), and returns once it has
-// delivered the last such message that was in the stream when it began.
-// A message that carries a group commit matches by its batch subject,
-// aegis.<session>.batch, so filter on the session, not on the kind, unless
-// the kind's events are always committed alone (session.opened is).
+// delivered the last such message in the stream. A message that carries a
+// group commit matches by its batch subject, aegis.<session>.batch, so
+// filter on the session, not on the kind, unless the kind's events are
+// always committed alone (session.opened is).
 //
 // Like Replay, it returns a [*DamageError] instead of a shorter history
 // when messages of the stream are gone, and never waits forever.
 func (s *Store) ReplaySubject(ctx context.Context, subject string, fn func(Record) error) error {
+	return s.ReplaySubjectFrom(ctx, subject, Position{}, fn)
+}
+
+// ReplaySubjectFrom is [Store.ReplaySubject] for the events at or after
+// from: the store reads only the blocks from from.Seq on, so a read of a
+// recent part of a long session costs what that part holds.
+func (s *Store) ReplaySubjectFrom(ctx context.Context, subject string, from Position, fn func(Record) error) error {
 	st, err := s.state(ctx)
 	if err != nil {
 		return fmt.Errorf("replay %s: %w", subject, err)
@@ -65,23 +72,27 @@ func (s *Store) ReplaySubject(ctx context.Context, subject string, fn func(Recor
 	if err := s.damage(st, ""); err != nil {
 		return err
 	}
-	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		return fmt.Errorf("replay %s: stream info: %w", subject, err)
-	}
-	var n uint64
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	if n == 0 {
+	if st.State.LastSeq == 0 || from.Seq > st.State.LastSeq {
 		return nil
 	}
-	cons, err := s.js.OrderedConsumer(ctx, StreamName, jetstream.OrderedConsumerConfig{
+	cfg := jetstream.OrderedConsumerConfig{
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		FilterSubjects: []string{subject},
-	})
+	}
+	if from.Seq > 1 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = from.Seq
+	}
+	cons, err := s.js.OrderedConsumer(ctx, StreamName, cfg)
 	if err != nil {
 		return fmt.Errorf("replay %s: create consumer: %w", subject, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("replay %s: consumer info: %w", subject, err)
+	}
+	if info.NumPending == 0 {
+		return nil
 	}
 	it, err := cons.Messages(s.replayWindow())
 	if err != nil {
@@ -89,13 +100,13 @@ func (s *Store) ReplaySubject(ctx context.Context, subject string, fn func(Recor
 	}
 	defer it.Stop()
 	var w stallWatch
-	after := uint64(0) // the last sequence delivered
+	after := max(from.Seq, 1) - 1 // the last sequence delivered
 	gone := func(ctx context.Context) bool {
 		// The next message of the subject after the last one delivered.
 		_, err := s.stream.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(subject))
 		return errors.Is(err, jetstream.ErrMsgNotFound)
 	}
-	for seen := uint64(0); seen < n; seen++ {
+	for seen := uint64(0); ; seen++ {
 		m, err := s.next(ctx, it, &w, gone)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -104,10 +115,11 @@ func (s *Store) ReplaySubject(ctx context.Context, subject string, fn func(Recor
 			if errors.Is(err, errStalled) {
 				// The filtered count promises more than arrives: some
 				// message of the subject does not load. A filtered read
-				// cannot tell which, so the whole stream is read for its
-				// gaps: slow, but only on a stream that is damaged.
-				detail := fmt.Sprintf("%d of %d messages of %s were delivered", seen, n, subject)
-				if err := s.consume(ctx, Position{}, st.State.LastSeq, func(Record) error { return nil }); err != nil {
+				// cannot tell which (the read may have skipped it), so the
+				// stream is read for its gaps from where this read began:
+				// slow, but only on a stream that is damaged.
+				detail := fmt.Sprintf("%d of %d messages of %s were delivered", seen, seen+info.NumPending, subject)
+				if err := s.consume(ctx, Position{Seq: from.Seq}, st.State.LastSeq, func(Record) error { return nil }); err != nil {
 					var de *DamageError
 					if errors.As(err, &de) {
 						de.Detail = detail + "; " + de.Detail
@@ -128,12 +140,18 @@ func (s *Store) ReplaySubject(ctx context.Context, subject string, fn func(Recor
 			return &DecodeError{Seq: meta.Sequence.Stream, Err: err}
 		}
 		for i, e := range evs {
+			if after == from.Seq && i < from.Index {
+				continue
+			}
 			if err := fn(Record{Pos: Position{Seq: meta.Sequence.Stream, Index: i}, Event: e}); err != nil {
 				return err
 			}
 		}
+		if meta.NumPending == 0 {
+			return nil
+		}
+		info.NumPending = meta.NumPending
 	}
-	return nil
 }
 
 // Follow calls fn for every event at or after from, in stream order, and

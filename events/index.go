@@ -1,0 +1,153 @@
+package events
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// IndexDir is the folder of the state directory where projections keep
+// snapshots of their folds (see the projector's Index). It is a cache:
+// whatever it holds can be rebuilt from the stream, and a value that does
+// not match the stream is thrown away, never trusted. Unlike the stream,
+// its values are overwritten.
+//
+// It is a folder of files, not a JetStream key-value bucket, because a
+// bucket keeps one value per key by a per-subject limit, and the embedded
+// server's enforcement of that limit spins forever on a bucket whose
+// block was damaged: a cache must never be able to hang the store.
+const IndexDir = "index"
+
+// ErrNoIndex is returned by [Store.IndexGet] for a key the index does not
+// hold.
+var ErrNoIndex = errors.New("no such index entry")
+
+// validIndexKey keeps keys to names that are plain file names.
+func validIndexKey(key string) bool {
+	if key == "" || len(key) > 64 || key[0] == '.' {
+		return false
+	}
+	for _, c := range key {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// IndexMaxValue is the largest value [Store.IndexPut] takes.
+func (s *Store) IndexMaxValue() int { return 64 << 20 }
+
+// IndexGet returns the value of key in the index and its revision (a
+// digest of the value), or [ErrNoIndex].
+func (s *Store) IndexGet(ctx context.Context, key string) ([]byte, uint64, error) {
+	if !validIndexKey(key) {
+		return nil, 0, fmt.Errorf("index key %q", key)
+	}
+	f, err := os.Open(filepath.Join(s.dir, IndexDir, key))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, ErrNoIndex
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("index %s: %w", key, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, int64(s.IndexMaxValue())+1))
+	if err != nil {
+		return nil, 0, fmt.Errorf("index %s: %w", key, err)
+	}
+	if len(b) > s.IndexMaxValue() {
+		return nil, 0, fmt.Errorf("index %s: larger than %d bytes", key, s.IndexMaxValue())
+	}
+	return b, revision(b), nil
+}
+
+// IndexPut sets key in the index and returns the value's revision. Like an
+// append, it returns once the value is on disk; a reader sees the old
+// value or the new one, never a mix.
+func (s *Store) IndexPut(ctx context.Context, key string, val []byte) (uint64, error) {
+	if !validIndexKey(key) {
+		return 0, fmt.Errorf("index key %q", key)
+	}
+	if len(val) > s.IndexMaxValue() {
+		return 0, fmt.Errorf("index %s: %d bytes, more than %d", key, len(val), s.IndexMaxValue())
+	}
+	dir := filepath.Join(s.dir, IndexDir)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return 0, fmt.Errorf("index: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".put-*")
+	if err != nil {
+		return 0, fmt.Errorf("index %s: %w", key, err)
+	}
+	_, err = f.Write(val)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(dir, key))
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return 0, fmt.Errorf("index %s: %w", key, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return revision(val), nil
+}
+
+// revision names a value by its content.
+func revision(b []byte) uint64 {
+	h := sha256.Sum256(b)
+	return binary.BigEndian.Uint64(h[:8])
+}
+
+// MessageDigest returns a digest of the stream message at seq: its
+// subject, headers and data. An index remembers the digest of the last
+// message it folded, so that a snapshot is used only with the stream it
+// was folded from.
+func (s *Store) MessageDigest(ctx context.Context, seq uint64) (string, error) {
+	m, err := s.stream.GetMsg(ctx, seq)
+	if err != nil {
+		return "", fmt.Errorf("stream message %d: %w", seq, err)
+	}
+	h := sha256.New()
+	var n [8]byte
+	for _, part := range [][]byte{[]byte(m.Subject), m.Data} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	keys := make([]string, 0, len(m.Header))
+	for k := range m.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range m.Header[k] {
+			h.Write([]byte(k + ":" + v + "\n"))
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// LastSeq returns the sequence of the stream's last message (0: empty).
+func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
+	st, err := s.state(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return st.State.LastSeq, nil
+}
