@@ -1,8 +1,10 @@
 package projector
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,15 +42,7 @@ func (r *Record) Fold(rec events.Record) {
 	if r.lines == nil {
 		r.lines = map[string][][]byte{}
 	}
-	var line string
-	ok := false
-	switch e.Kind {
-	case schemas.KindSessionOpened, schemas.KindCallIntent, schemas.KindCallOutcome,
-		schemas.KindSessionClosed, schemas.KindApprovalResolved:
-		// The kinds whose events can carry an audit line; frames, the bulk
-		// of the stream, are not decoded.
-		line, ok = decodeLine(e)
-	}
+	line, ok := lineOf(e)
 	if e.Kind == schemas.KindSessionOpened {
 		var so SessionOpened
 		if json.Unmarshal(e.Payload, &so) != nil {
@@ -87,6 +81,64 @@ func ReadRecord(ctx context.Context, s *events.Store) (*Record, error) {
 	return r, nil
 }
 
+// Export writes to w the audit lines of the sessions named in ids, in
+// stream order, each followed by '\n': byte for byte what [Record.Fold]
+// and [Record.WriteSessions] give, without holding the record. It reads
+// the stream once, from the first chosen session's session.opened on, and
+// holds one event at a time, so its memory does not grow with the record.
+// ix must be folded to the stream's end; a session whose lines in the
+// stream are not what the index counted is an error. each, if not nil, is
+// called per event read.
+func Export(ctx context.Context, s *events.Store, ix *Index, ids []string, w io.Writer, each func()) (lines int, err error) {
+	chosen := map[string]*RecordSpan{}
+	var from events.Position
+	for _, id := range ids {
+		sp := ix.spans[id]
+		if sp == nil {
+			continue // no audit lines (its session.opened carries none)
+		}
+		if len(chosen) == 0 || sp.First.Less(from) {
+			from = sp.First
+		}
+		chosen[id] = sp
+	}
+	if len(chosen) == 0 {
+		return 0, nil
+	}
+	written := map[string]int{}
+	err = s.Replay(ctx, from, func(r events.Record) error {
+		if each != nil {
+			each()
+		}
+		sp := chosen[r.Event.Session]
+		if sp == nil || r.Pos.Less(sp.First) {
+			return nil
+		}
+		line, ok := lineOf(r.Event)
+		if !ok {
+			return nil
+		}
+		if _, err := io.WriteString(w, line); err != nil {
+			return err
+		}
+		if _, err := w.Write([]byte{'\n'}); err != nil {
+			return err
+		}
+		written[sp.Session]++
+		lines++
+		return nil
+	})
+	if err != nil {
+		return lines, err
+	}
+	for id, sp := range chosen {
+		if written[id] != sp.Lines {
+			return lines, fmt.Errorf("session %s: the stream gave %d audit lines, its index counted %d", id, written[id], sp.Lines)
+		}
+	}
+	return lines, nil
+}
+
 // WriteSessions writes the given sessions' lines, each followed by '\n', in
 // the order given.
 func (r *Record) WriteSessions(w io.Writer, ids []string) (int, error) {
@@ -122,7 +174,25 @@ var ErrRecordDiverged = errors.New("record file does not match the event stream"
 
 // CatchUp brings the record file at path (absolute) up to date with the
 // stream and returns the tail a new session links to and the file offset
-// where that session's lines will start.
+// where that session's lines will start. It is [Index.CatchUp] with the
+// store's index ([LoadIndex]).
+func CatchUp(ctx context.Context, s *events.Store, path string) (prevTail string, offset int64, err error) {
+	ix, err := LoadIndex(ctx, s, nil, nil)
+	if err != nil {
+		return "", 0, fmt.Errorf("read audit record from stream: %w", err)
+	}
+	return ix.CatchUp(ctx, s, path)
+}
+
+// syncCheckBytes bounds the record file that [Index.CatchUp] checks whole
+// before it returns; a larger file's earlier sessions are checked by
+// [Index.CheckFile], which a session runs beside the relay.
+const syncCheckBytes = 32 << 20
+
+// CatchUp brings the record file at path (absolute) up to date with the
+// stream, as the index (folded to the stream's end) says it should be, and
+// returns the tail a new session links to and the file offset where that
+// session's lines will start.
 //
 // If the stream holds a session that recorded to path, the file from that
 // session's offset on must be a prefix of its lines (a crash can stop the
@@ -131,30 +201,13 @@ var ErrRecordDiverged = errors.New("record file does not match the event stream"
 // [ErrRecordDiverged]: aegis does not append to a record it cannot account
 // for. A file the stream knows nothing about is taken as it is, unless its
 // last line is torn.
-func CatchUp(ctx context.Context, s *events.Store, path string) (prevTail string, offset int64, err error) {
-	// Only the session.opened events and the last matching session's own
-	// events are read, not the whole stream: start-up stays fast however
-	// much the state directory holds.
-	rec := &Record{}
-	var lastID string
-	err = s.ReplaySubject(ctx, "aegis.*."+string(schemas.KindSessionOpened), func(r events.Record) error {
-		var so SessionOpened
-		if json.Unmarshal(r.Event.Payload, &so) == nil && so.AuditPath == path {
-			lastID = r.Event.Session
-		}
-		return nil
-	})
-	if err == nil && lastID != "" {
-		err = s.ReplaySubject(ctx, "aegis."+lastID+".>", func(r events.Record) error {
-			rec.Fold(r)
-			return nil
-		})
-	}
-	if err != nil {
-		return "", 0, fmt.Errorf("read audit record from stream: %w", err)
-	}
-	// The file is never read whole: only its last line, or what the last
-	// session wrote to it, is.
+//
+// Neither the file nor the session is read whole: a complete file is
+// checked by its last line, a short one from the session's last mark
+// before its end ([RecordSpan]). A file of up to syncCheckBytes is also
+// checked whole against the digests of every session that wrote to it
+// ([Index.CheckFile]); a larger one is left to the caller.
+func (ix *Index) CatchUp(ctx context.Context, s *events.Store, path string) (prevTail string, offset int64, err error) {
 	var size int64
 	f, err := os.Open(path)
 	switch {
@@ -169,8 +222,8 @@ func CatchUp(ctx context.Context, s *events.Store, path string) (prevTail string
 		}
 		size = fi.Size()
 	}
-	sessions := rec.SessionsFor(path)
-	if len(sessions) == 0 {
+	spans := ix.byPath[path]
+	if len(spans) == 0 {
 		if size == 0 {
 			return "", 0, nil
 		}
@@ -183,43 +236,144 @@ func CatchUp(ctx context.Context, s *events.Store, path string) (prevTail string
 		}
 		return t.Hash, size, nil
 	}
-	last := sessions[len(sessions)-1]
-	var want bytes.Buffer
-	rec.WriteSessions(&want, []string{last.ID})
-	off := last.Opened.AuditOffset
-	if size < off {
-		return "", 0, fmt.Errorf("%w: %s is %d bytes, but session %s began writing at byte %d (truncated?)", ErrRecordDiverged, path, size, last.ID, off)
-	}
-	same := size-off <= int64(want.Len())
-	if same && size > off {
-		same, err = sameBytes(io.NewSectionReader(f, off, size-off), want.Bytes()[:size-off])
-		if err != nil {
+	last := spans[len(spans)-1]
+	off, end := last.Offset, last.Offset+last.Bytes
+	diverged := fmt.Errorf("%w: %s differs from what session %s recorded from byte %d on (changed, or written by something else?)", ErrRecordDiverged, path, last.Session, off)
+	switch {
+	case size < off:
+		return "", 0, fmt.Errorf("%w: %s is %d bytes, but session %s began writing at byte %d (truncated?)", ErrRecordDiverged, path, size, last.Session, off)
+	case size > end:
+		return "", 0, diverged
+	case size == end:
+		t, err := tailOfFile(f, size)
+		if err != nil && !errors.Is(err, ErrTornTail) {
 			return "", 0, fmt.Errorf("read record file: %w", err)
 		}
-	}
-	if !same {
-		return "", 0, fmt.Errorf("%w: %s differs from what session %s recorded from byte %d on (changed, or written by something else?)", ErrRecordDiverged, path, last.ID, off)
-	}
-	if missing := want.Bytes()[size-off:]; len(missing) > 0 {
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil || t.NeedsNewline || t.Hash != last.Tail {
+			return "", 0, diverged
+		}
+	default:
+		same, err := complete(ctx, s, f, path, last, size)
 		if err != nil {
-			return "", 0, fmt.Errorf("complete record file: %w", err)
+			return "", 0, err
 		}
-		if _, err := f.Write(missing); err != nil {
-			f.Close()
-			return "", 0, fmt.Errorf("complete record file: %w", err)
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return "", 0, fmt.Errorf("complete record file: %w", err)
-		}
-		if err := f.Close(); err != nil {
-			return "", 0, fmt.Errorf("complete record file: %w", err)
+		if !same {
+			return "", 0, diverged
 		}
 	}
-	lines := rec.Lines(last.ID)
-	tail := schemas.HashHex(lines[len(lines)-1])
-	return tail, off + int64(want.Len()), nil
+	if end <= syncCheckBytes {
+		if err := ix.CheckFile(ctx, path); err != nil {
+			return "", 0, err
+		}
+	}
+	return last.Tail, end, nil
+}
+
+// complete finishes a record file of size bytes that holds the start of
+// span's lines: it reads the session from its last mark before the file's
+// end, checks the bytes the file holds from there and appends the rest. It
+// reports false if the file holds something else.
+func complete(ctx context.Context, s *events.Store, f *os.File, path string, span *RecordSpan, size int64) (bool, error) {
+	have := size - span.Offset // bytes of the span the file holds
+	m := span.markBefore(have)
+	file := bufio.NewReader(io.NewSectionReader(f, span.Offset+m.Bytes, have-m.Bytes))
+	out, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return false, fmt.Errorf("complete record file: %w", err)
+	}
+	defer out.Close()
+	w := bufio.NewWriterSize(out, 64<<10)
+	pos := m.Bytes
+	errDiffers := errors.New("differs")
+	got := make([]byte, 0, 4096)
+	err = s.ReplaySubjectFrom(ctx, "aegis."+span.Session+".>", m.At, func(r events.Record) error {
+		line, ok := lineOf(r.Event)
+		if !ok || r.Event.Session != span.Session {
+			return nil
+		}
+		for _, part := range [][]byte{[]byte(line), {'\n'}} {
+			if n := min(int64(len(part)), max(have-pos, 0)); n > 0 {
+				got = got[:n]
+				if _, err := io.ReadFull(file, got); err != nil || !bytes.Equal(got, part[:n]) {
+					return errDiffers
+				}
+				part = part[n:]
+				pos += n
+			}
+			if len(part) > 0 {
+				if _, err := w.Write(part); err != nil {
+					return fmt.Errorf("complete record file: %w", err)
+				}
+				pos += int64(len(part))
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errDiffers) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read audit record from stream: %w", err)
+	}
+	if pos != span.Bytes {
+		return false, fmt.Errorf("read audit record from stream: session %s holds %d bytes of lines from byte %d on, its index says %d", span.Session, pos-m.Bytes, m.Bytes, span.Bytes-m.Bytes)
+	}
+	if err := w.Flush(); err != nil {
+		return false, fmt.Errorf("complete record file: %w", err)
+	}
+	if err := out.Sync(); err != nil {
+		return false, fmt.Errorf("complete record file: %w", err)
+	}
+	return true, nil
+}
+
+// lineOf returns the audit line an event carries, for the kinds that can
+// carry one; frames, the bulk of the stream, are not decoded.
+func lineOf(e schemas.Event) (string, bool) {
+	switch e.Kind {
+	case schemas.KindSessionOpened, schemas.KindCallIntent, schemas.KindCallOutcome,
+		schemas.KindSessionClosed, schemas.KindApprovalResolved:
+		return decodeLine(e)
+	}
+	return "", false
+}
+
+// CheckFile checks the record file at path against what every session
+// that recorded to it says it wrote: the SHA-256 of each session's bytes.
+// It reads the file once, in pieces. A difference is [ErrRecordDiverged],
+// naming the session and its bytes.
+func (ix *Index) CheckFile(ctx context.Context, path string) error {
+	spans := ix.SpansFor(path)
+	if len(spans) == 0 {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("check record file: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, 256<<10)
+	for _, sp := range spans {
+		h := sha256.New()
+		r := io.NewSectionReader(f, sp.Offset, sp.Bytes)
+		for {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			n, err := r.Read(buf)
+			h.Write(buf[:n])
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("check record file: %w", err)
+			}
+		}
+		if hexSum(h) != sp.Digest() {
+			return fmt.Errorf("%w: bytes %d to %d of %s are not what session %s recorded there (changed, or written by something else?)", ErrRecordDiverged, sp.Offset, sp.Offset+sp.Bytes, path, sp.Session)
+		}
+	}
+	return nil
 }
 
 // sameBytes reports whether r holds exactly want, reading it in pieces.

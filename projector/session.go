@@ -70,6 +70,13 @@ type SessionConfig struct {
 	// negative numbers).
 	Confinement any
 	Logger      *slog.Logger
+	// Index is the store's index, folded to the stream's end; nil loads it
+	// ([LoadIndex]). The session takes it over: it keeps it up to date and
+	// saves it (see IndexEvery), so the next start folds little.
+	Index *Index
+	// IndexEvery is how often the session folds the stream's new events
+	// into the index and saves it, beside the relay (0: only at Close).
+	IndexEvery time.Duration
 }
 
 // Session is one proxy run's audit chain and event writer. It is the single
@@ -86,6 +93,10 @@ type Session struct {
 	calls uint64
 
 	proj *fileProjection
+
+	index     *Index
+	indexStop context.CancelFunc
+	indexDone chan struct{}
 }
 
 // OpenSession opens the record file (creating it) and locks it against
@@ -122,7 +133,13 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 			f.Close()
 		}
 	}()
-	tail, offset, err := CatchUp(ctx, cfg.Store, path)
+	ix := cfg.Index
+	if ix == nil {
+		if ix, err = LoadIndex(ctx, cfg.Store, cfg.Logger, nil); err != nil {
+			return nil, fmt.Errorf("read audit record from stream: %w", err)
+		}
+	}
+	tail, offset, err := ix.CatchUp(ctx, cfg.Store, path)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +198,72 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 	}
 	s.proj = newFileProjection(f, cfg.Logger)
 	s.proj.push(entry.Bytes, rcpt)
+	s.startIndexer(ix, path, offset, cfg.IndexEvery)
 	return s, nil
+}
+
+// startIndexer runs the session's index beside the relay: it checks a
+// record file too large for CatchUp to check whole before the session
+// began, then folds and saves the index every `every`.
+func (s *Session) startIndexer(ix *Index, path string, offset int64, every time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.index, s.indexStop, s.indexDone = ix, cancel, make(chan struct{})
+	go func() {
+		defer close(s.indexDone)
+		if offset > syncCheckBytes {
+			if err := ix.CheckFile(ctx, path); err != nil && ctx.Err() == nil {
+				s.log.Error("the record file does not hold what the event stream says was written to it; this session appends to it all the same, so 'aegis verify' will not pass it: rebuild it with 'aegis export'", "file", path, "err", err)
+			}
+		}
+		if every <= 0 {
+			return
+		}
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := ix.Update(ctx, s.store, nil); err != nil {
+				if ctx.Err() == nil {
+					s.log.Debug("index not updated", "err", err)
+				}
+				continue
+			}
+			if err := ix.Save(ctx, s.store); err != nil && ctx.Err() == nil {
+				s.log.Debug("index not saved", "err", err)
+			}
+		}
+	}()
+}
+
+// indexCloseLimit bounds the last fold and save of the index at Close; what
+// it does not fold, the next start does.
+const indexCloseLimit = 5 * time.Second
+
+// stopIndexer stops the indexer and, if save, folds the session's last
+// events into the index and saves it.
+func (s *Session) stopIndexer(save bool) {
+	if s.indexStop == nil {
+		return
+	}
+	s.indexStop()
+	<-s.indexDone
+	s.indexStop = nil
+	if !save {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), indexCloseLimit)
+	defer cancel()
+	if err := s.index.Update(ctx, s.store, nil); err != nil {
+		s.log.Debug("index not updated", "err", err)
+		return
+	}
+	if err := s.index.Save(ctx, s.store); err != nil {
+		s.log.Debug("index not saved", "err", err)
+	}
 }
 
 // ID returns the session id.
@@ -342,13 +424,17 @@ func (s *Session) Close(ctx context.Context) error {
 		_, werr = rcpt.Wait(ctx)
 	}
 	perr := s.proj.close()
+	s.stopIndexer(err == nil && werr == nil)
 	return errors.Join(err, werr, perr)
 }
 
 // Abandon stops the file projection without a close line, as a crash
 // would; the lines already acknowledged are still written. For tests and
 // for a store that stopped acknowledging.
-func (s *Session) Abandon() error { return s.proj.close() }
+func (s *Session) Abandon() error {
+	s.stopIndexer(false)
+	return s.proj.close()
+}
 
 // fileProjection writes acknowledged lines to the record file in chain
 // order. It runs off the hot path: nothing waits for it but Close, and

@@ -71,13 +71,18 @@ type SessionIndex struct {
 }
 
 type indexEntry struct {
+	pos      int // in list
 	sum      *SessionSummary
 	inflight map[string]bool
 	resolved resolutions
 }
 
 // Fold folds one event into the index.
-func (ix *SessionIndex) Fold(rec events.Record) {
+func (ix *SessionIndex) Fold(rec events.Record) { ix.fold(rec) }
+
+// fold is Fold that returns the place of the session it changed in stream
+// order (-1: none).
+func (ix *SessionIndex) fold(rec events.Record) int {
 	e := rec.Event
 	if ix.byID == nil {
 		ix.byID = map[string]*indexEntry{}
@@ -85,7 +90,7 @@ func (ix *SessionIndex) Fold(rec events.Record) {
 	en := ix.byID[e.Session]
 	if en == nil {
 		if e.Kind != schemas.KindSessionOpened {
-			return
+			return -1
 		}
 		var so openedPayload
 		json.Unmarshal(e.Payload, &so)
@@ -94,7 +99,7 @@ func (ix *SessionIndex) Fold(rec events.Record) {
 		if so.Profile != "" {
 			s.Profile = so.Profile
 		}
-		en = &indexEntry{sum: s, inflight: map[string]bool{}, resolved: resolutions{}}
+		en = &indexEntry{pos: len(ix.list), sum: s, inflight: map[string]bool{}, resolved: resolutions{}}
 		ix.byID[e.Session] = en
 		ix.list = append(ix.list, s)
 	}
@@ -155,6 +160,7 @@ func (ix *SessionIndex) Fold(rec events.Record) {
 		s.Ended = &t
 	}
 	s.InFlight = len(en.inflight)
+	return en.pos
 }
 
 // Sessions returns the summaries in stream order with State filled in:

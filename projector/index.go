@@ -1,0 +1,179 @@
+package projector
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"hash"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// markEvery is how many bytes of a session's lines lie between two marks
+// of its [RecordSpan]: a catch-up after a crash reads at most this much of
+// the session back from the stream, whatever the session holds.
+const markEvery = 4 << 20
+
+// RecordSpan is what one session wrote, or had to write, to its record
+// file: its lines are the bytes [Offset, Offset+Bytes) of the file at
+// Path, each followed by '\n'. It is folded from the stream like the
+// export ([Record.Fold]): a session counts from a session.opened whose
+// payload decodes and carries a line.
+type RecordSpan struct {
+	Session string `json:"session"`
+	Path    string `json:"path"`
+	Offset  int64  `json:"offset"`
+	Lines   int    `json:"lines"`
+	Bytes   int64  `json:"bytes"`
+	// Tail is the hash of the last line (what the next session links to).
+	Tail   string `json:"tail"`
+	Closed bool   `json:"closed,omitempty"`
+	// First is the position of the session.opened event.
+	First events.Position `json:"first"`
+	// Marks are, about every markEvery bytes, the position of the line
+	// that begins there and how many lines and bytes precede it.
+	Marks []SpanMark `json:"marks,omitempty"`
+
+	digest hash.Hash // SHA-256 of the span's bytes so far
+}
+
+// SpanMark is a point inside a [RecordSpan] where a read can begin.
+type SpanMark struct {
+	At    events.Position `json:"at"`
+	Lines int             `json:"lines"`
+	Bytes int64           `json:"bytes"`
+}
+
+// Digest returns the SHA-256 (hex) of the span's bytes.
+func (s *RecordSpan) Digest() string {
+	if s.digest == nil {
+		return schemas.HashHex(nil)
+	}
+	return hexSum(s.digest)
+}
+
+// markBefore returns the last mark at or before n bytes of the span (the
+// zero mark, at the span's start, if none).
+func (s *RecordSpan) markBefore(n int64) SpanMark {
+	m := SpanMark{At: s.First}
+	for _, k := range s.Marks {
+		if k.Bytes > n {
+			break
+		}
+		m = k
+	}
+	return m
+}
+
+func (s *RecordSpan) add(line string, at events.Position) {
+	if s.digest == nil {
+		s.digest = sha256.New()
+	}
+	if s.Bytes >= int64(len(s.Marks)+1)*markEvery {
+		s.Marks = append(s.Marks, SpanMark{At: at, Lines: s.Lines, Bytes: s.Bytes})
+	}
+	s.digest.Write([]byte(line))
+	s.digest.Write([]byte{'\n'})
+	s.Lines++
+	s.Bytes += int64(len(line)) + 1
+	s.Tail = schemas.HashHex([]byte(line))
+}
+
+// Index is the fold that start-up, aegis sessions and aegis export read
+// instead of the whole stream: the session index ([SessionIndex]) and,
+// per session, its [RecordSpan]. It is pure; [LoadIndex] and [Index.Save]
+// keep it as a snapshot in the store's index bucket, so that a new process
+// folds only the events after the snapshot.
+type Index struct {
+	sessions SessionIndex
+	spans    map[string]*RecordSpan
+	byPath   map[string][]*RecordSpan // in stream order
+	// At is the position of the last event folded; Folded is false until
+	// one was.
+	At     events.Position
+	Folded bool
+	// dirty is the first session (in stream order) that changed since the
+	// index was loaded or saved; saved is how many were saved.
+	dirty int
+	saved snapshotState
+}
+
+// Fold folds one event.
+func (ix *Index) Fold(rec events.Record) {
+	if ix.spans == nil {
+		ix.spans = map[string]*RecordSpan{}
+		ix.byPath = map[string][]*RecordSpan{}
+	}
+	if i := ix.sessions.fold(rec); i >= 0 && i < ix.dirty {
+		ix.dirty = i
+	}
+	ix.foldSpan(rec)
+	ix.At, ix.Folded = rec.Pos, true
+}
+
+// foldSpan is [Record.Fold] reduced to sizes and digests: the same
+// sessions and the same lines, none of them kept.
+func (ix *Index) foldSpan(rec events.Record) {
+	e := rec.Event
+	line, ok := lineOf(e)
+	if !ok && e.Kind != schemas.KindSessionOpened {
+		return
+	}
+	sp := ix.spans[e.Session]
+	if sp == nil {
+		if e.Kind != schemas.KindSessionOpened || !ok {
+			return
+		}
+		var so SessionOpened
+		if json.Unmarshal(e.Payload, &so) != nil {
+			return
+		}
+		sp = &RecordSpan{Session: e.Session, Path: so.AuditPath, Offset: so.AuditOffset, First: rec.Pos}
+		ix.spans[e.Session] = sp
+		ix.byPath[sp.Path] = append(ix.byPath[sp.Path], sp)
+	}
+	if !ok {
+		return
+	}
+	sp.add(line, rec.Pos)
+	if e.Kind == schemas.KindSessionClosed {
+		sp.Closed = true
+	}
+}
+
+// Sessions is [SessionIndex.Sessions].
+func (ix *Index) Sessions(holderPID int) []SessionSummary { return ix.sessions.Sessions(holderPID) }
+
+// Span returns a session's span.
+func (ix *Index) Span(session string) (RecordSpan, bool) {
+	sp := ix.spans[session]
+	if sp == nil {
+		return RecordSpan{}, false
+	}
+	return *sp, true
+}
+
+// SpansFor returns, in stream order, the spans of the sessions that
+// recorded to path.
+func (ix *Index) SpansFor(path string) []RecordSpan {
+	out := make([]RecordSpan, 0, len(ix.byPath[path]))
+	for _, sp := range ix.byPath[path] {
+		out = append(out, *sp)
+	}
+	return out
+}
+
+// Spans returns every span, in stream order.
+func (ix *Index) Spans() []RecordSpan {
+	var out []RecordSpan
+	for _, s := range ix.sessions.list {
+		if sp := ix.spans[s.ID]; sp != nil {
+			out = append(out, *sp)
+		}
+	}
+	return out
+}
+
+// hexSum is the hex SHA-256 so far; Sum leaves the running digest as it is.
+func hexSum(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }

@@ -1,0 +1,243 @@
+package projector
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"github.com/aegis-dev/aegis/events"
+)
+
+// The snapshot of an [Index] in the store's index bucket: a head and the
+// sessions in chunks of indexChunk, in stream order. Only the last session
+// of a state directory still changes (one writer per directory), so a save
+// rewrites the last chunk or two and the head, whatever the history holds.
+//
+// The head is written last and names the revision of every chunk it was
+// saved with and a digest of the stream message it was folded to. A
+// snapshot whose chunks are not those revisions (a save cut short), or
+// whose message is not in the stream (a state directory put back from an
+// older copy), is thrown away and the index is folded from the stream.
+const (
+	indexVersion = 1
+	indexChunk   = 64
+	indexHeadKey = "index.v1.head"
+)
+
+func chunkKey(k int) string { return "index.v1.chunk." + strconv.Itoa(k) }
+
+type indexHead struct {
+	Version  int             `json:"version"`
+	At       events.Position `json:"at"`
+	Digest   string          `json:"digest"`
+	Sessions int             `json:"sessions"`
+	Chunks   []uint64        `json:"chunks"`
+}
+
+type sessionSnap struct {
+	Summary  SessionSummary    `json:"summary"`
+	InFlight []string          `json:"in_flight,omitempty"`
+	Resolved map[string]string `json:"resolved,omitempty"`
+	Span     *spanSnap         `json:"span,omitempty"`
+}
+
+type spanSnap struct {
+	RecordSpan
+	DigestState []byte `json:"digest_state,omitempty"`
+}
+
+// snapshotState is what the index knows of its last save.
+type snapshotState struct {
+	revs []uint64 // the revision of each chunk saved
+}
+
+// LoadIndex returns the index of the store's stream: its snapshot from the
+// index bucket, if there is a sound one, with every later event folded in.
+// A snapshot that cannot be used is logged and the whole stream folded;
+// the index is a cache, never a source. each, if not nil, is called per
+// event folded. Damage is returned as [Store.Replay] returns it.
+func LoadIndex(ctx context.Context, st *events.Store, log *slog.Logger, each func()) (*Index, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ix, err := loadSnapshot(ctx, st)
+	if err != nil {
+		if !errors.Is(err, events.ErrNoIndex) {
+			log.Info("index snapshot not used; folding the stream", "reason", err)
+		}
+		ix = &Index{}
+	}
+	if err := ix.Update(ctx, st, each); err != nil {
+		return nil, err
+	}
+	return ix, nil
+}
+
+// Update folds the events after the last one folded.
+func (ix *Index) Update(ctx context.Context, st *events.Store, each func()) error {
+	from := events.Position{}
+	if ix.Folded {
+		from = events.Position{Seq: ix.At.Seq, Index: ix.At.Index + 1}
+	}
+	err := st.Replay(ctx, from, func(r events.Record) error {
+		ix.Fold(r)
+		if each != nil {
+			each()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("fold the event stream: %w", err)
+	}
+	return nil
+}
+
+func loadSnapshot(ctx context.Context, st *events.Store) (*Index, error) {
+	b, _, err := st.IndexGet(ctx, indexHeadKey)
+	if err != nil {
+		return nil, err
+	}
+	var h indexHead
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("index head: %w", err)
+	}
+	if h.Version != indexVersion {
+		return nil, fmt.Errorf("index version %d, want %d", h.Version, indexVersion)
+	}
+	if h.At.Seq == 0 || len(h.Chunks) != (h.Sessions+indexChunk-1)/indexChunk {
+		return nil, fmt.Errorf("index head is inconsistent")
+	}
+	d, err := st.MessageDigest(ctx, h.At.Seq)
+	if err != nil {
+		return nil, fmt.Errorf("index was folded to a message the stream does not hold: %w", err)
+	}
+	if d != h.Digest {
+		return nil, fmt.Errorf("index was folded from another stream (message %d differs)", h.At.Seq)
+	}
+	ix := &Index{At: h.At, Folded: true, spans: map[string]*RecordSpan{}, byPath: map[string][]*RecordSpan{},
+		sessions: SessionIndex{byID: map[string]*indexEntry{}}}
+	for k, rev := range h.Chunks {
+		b, got, err := st.IndexGet(ctx, chunkKey(k))
+		if err != nil {
+			return nil, fmt.Errorf("index chunk %d: %w", k, err)
+		}
+		if got != rev {
+			return nil, fmt.Errorf("index chunk %d is revision %d, the head names %d (a save was cut short)", k, got, rev)
+		}
+		var c []sessionSnap
+		if err := json.Unmarshal(b, &c); err != nil {
+			return nil, fmt.Errorf("index chunk %d: %w", k, err)
+		}
+		for _, s := range c {
+			if err := ix.restore(s); err != nil {
+				return nil, fmt.Errorf("index chunk %d: %w", k, err)
+			}
+		}
+	}
+	if len(ix.sessions.list) != h.Sessions {
+		return nil, fmt.Errorf("index holds %d sessions, the head says %d", len(ix.sessions.list), h.Sessions)
+	}
+	ix.dirty = h.Sessions
+	ix.saved.revs = h.Chunks
+	return ix, nil
+}
+
+func (ix *Index) restore(s sessionSnap) error {
+	sum := s.Summary
+	if sum.ID == "" || ix.sessions.byID[sum.ID] != nil {
+		return fmt.Errorf("session %q twice or without id", sum.ID)
+	}
+	en := &indexEntry{pos: len(ix.sessions.list), sum: &sum, inflight: map[string]bool{}, resolved: resolutions{}}
+	for _, id := range s.InFlight {
+		en.inflight[id] = true
+	}
+	for k, v := range s.Resolved {
+		en.resolved[k] = v
+	}
+	ix.sessions.byID[sum.ID] = en
+	ix.sessions.list = append(ix.sessions.list, &sum)
+	if s.Span != nil {
+		sp := s.Span.RecordSpan
+		if sp.Session != sum.ID {
+			return fmt.Errorf("span of %q filed under %q", sp.Session, sum.ID)
+		}
+		if len(s.Span.DigestState) > 0 {
+			h := sha256.New()
+			if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(s.Span.DigestState); err != nil {
+				return fmt.Errorf("span digest of %s: %w", sp.Session, err)
+			}
+			sp.digest = h
+		}
+		ix.spans[sp.Session] = &sp
+		ix.byPath[sp.Path] = append(ix.byPath[sp.Path], &sp)
+	}
+	return nil
+}
+
+// Save writes the index to the store's index bucket: the chunks that
+// changed since the last save, then the head. A snapshot cut short by a
+// crash is detected and thrown away by the next [LoadIndex].
+func (ix *Index) Save(ctx context.Context, st *events.Store) error {
+	if !ix.Folded {
+		return nil
+	}
+	digest, err := st.MessageDigest(ctx, ix.At.Seq)
+	if err != nil {
+		return fmt.Errorf("save index: %w", err)
+	}
+	n := len(ix.sessions.list)
+	from := min(ix.dirty, n) / indexChunk
+	revs := append([]uint64(nil), ix.saved.revs[:min(from, len(ix.saved.revs))]...)
+	for k := len(revs); k*indexChunk < n; k++ {
+		var c []sessionSnap
+		for _, s := range ix.sessions.list[k*indexChunk : min(n, (k+1)*indexChunk)] {
+			c = append(c, ix.snap(s.ID))
+		}
+		b, err := json.Marshal(c)
+		if err != nil {
+			return fmt.Errorf("save index: %w", err)
+		}
+		if len(b) > st.IndexMaxValue() {
+			return fmt.Errorf("save index: chunk %d is %d bytes, more than the bucket takes", k, len(b))
+		}
+		rev, err := st.IndexPut(ctx, chunkKey(k), b)
+		if err != nil {
+			return fmt.Errorf("save index: %w", err)
+		}
+		revs = append(revs, rev)
+	}
+	b, err := json.Marshal(indexHead{Version: indexVersion, At: ix.At, Digest: digest, Sessions: n, Chunks: revs})
+	if err != nil {
+		return fmt.Errorf("save index: %w", err)
+	}
+	if _, err := st.IndexPut(ctx, indexHeadKey, b); err != nil {
+		return fmt.Errorf("save index: %w", err)
+	}
+	ix.saved.revs = revs
+	ix.dirty = n
+	return nil
+}
+
+func (ix *Index) snap(id string) sessionSnap {
+	en := ix.sessions.byID[id]
+	s := sessionSnap{Summary: *en.sum}
+	s.Summary.State = ""
+	for c := range en.inflight {
+		s.InFlight = append(s.InFlight, c)
+	}
+	if len(en.resolved) > 0 {
+		s.Resolved = en.resolved
+	}
+	if sp := ix.spans[id]; sp != nil {
+		s.Span = &spanSnap{RecordSpan: *sp}
+		if sp.digest != nil {
+			s.Span.DigestState, _ = sp.digest.(encoding.BinaryMarshaler).MarshalBinary()
+		}
+	}
+	return s
+}
