@@ -39,7 +39,7 @@ func TestDamagedStateDirectoryIsNeverReadAsAShorterHistory(t *testing.T) {
 				}
 			}
 			w.finish()
-			blks, _ := filepath.Glob(filepath.Join(l.state, "jetstream", "jetstream", "*", "streams", "*", "msgs", "*.blk"))
+			blks, _ := filepath.Glob(filepath.Join(l.state, "jetstream", "jetstream", "*", "streams", "AEGIS", "msgs", "*.blk"))
 			if len(blks) == 0 {
 				t.Fatal("no message block in the state directory")
 			}

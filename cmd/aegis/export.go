@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -14,8 +15,10 @@ const exportUsage = `Usage:
   aegis export [--state-dir DIR] [--session ID]… [--audit PATH] --out FILE
 
 Rebuilds an audit record from the event stream: the canonical lines of the
-chosen sessions, in stream order, byte for byte as 'aegis wrap' projected
-them to its --audit file. With --session (repeatable) only those sessions;
+chosen sessions, in stream order (whatever the order of --session), byte
+for byte as 'aegis wrap' projected them to its --audit file. It reads the
+stream once and holds one event at a time, so a record of any size
+exports in the same memory. With --session (repeatable) only those sessions;
 with --audit only the sessions that recorded to that path; with neither,
 every session in the stream. --out - writes to stdout. A file is written
 to FILE.tmp, fsynced, then renamed.
@@ -60,43 +63,52 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 		return err
 	}
 	defer store.Close(context.Background())
-	rec, err := m.readRecord(ctx, store)
+	ix, err := sessionIndex(ctx, store, m.newProgress("index"))
 	if err != nil {
 		return err
 	}
 	var ids []string
 	switch {
 	case len(sessions) > 0:
-		known := map[string]bool{}
-		for _, s := range rec.Sessions {
-			known[s.ID] = true
-		}
+		seen := map[string]bool{}
 		for _, s := range sessions {
-			if !known[s] {
-				return withHint(fmt.Errorf("export: no session %s in the stream", s), "list sessions with: aegis events list --state-dir DIR | grep session.opened")
+			if _, ok := ix.Span(s); !ok {
+				return withHint(fmt.Errorf("export: no session %s in the stream", s), "list sessions with: aegis sessions --state-dir DIR")
 			}
-			ids = append(ids, s)
+			if !seen[s] {
+				seen[s] = true
+				ids = append(ids, s)
+			}
 		}
 	case *audit != "":
 		abs, err := filepath.Abs(*audit)
 		if err != nil {
 			return err
 		}
-		for _, s := range rec.SessionsFor(abs) {
-			ids = append(ids, s.ID)
+		spans := ix.SpansFor(abs)
+		if len(spans) == 0 {
+			if r, err := filepath.EvalSymlinks(abs); err == nil {
+				spans = ix.SpansFor(r)
+			}
+		}
+		for _, s := range spans {
+			ids = append(ids, s.Session)
 		}
 		if len(ids) == 0 {
 			return withHint(fmt.Errorf("export: no session in the stream recorded to %s", abs), "give the --audit path exactly as wrap got it, or use --session")
 		}
 	default:
-		for _, s := range rec.Sessions {
-			ids = append(ids, s.ID)
+		for _, s := range ix.Spans() {
+			ids = append(ids, s.Session)
 		}
 	}
+	prog := m.newProgress("export")
 	if *out == "-" {
-		w := bufio.NewWriter(m.Stdout)
-		if _, err := rec.WriteSessions(w, ids); err != nil {
-			return err
+		w := bufio.NewWriter(prog.clearing(m.Stdout))
+		_, err := projector.Export(ctx, store, ix, ids, w, prog.add)
+		prog.done()
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
 		}
 		return w.Flush()
 	}
@@ -105,8 +117,9 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	w := bufio.NewWriter(f)
-	n, err := rec.WriteSessions(w, ids)
+	w := bufio.NewWriterSize(f, 256<<10)
+	n, err := projector.Export(ctx, store, ix, ids, w, prog.add)
+	prog.done()
 	if err == nil {
 		err = w.Flush()
 	}

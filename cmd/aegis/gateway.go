@@ -156,7 +156,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	abs, _ := filepath.Abs(config)
 	open := func(facts map[string]sandbox.Fact) (*projector.Session, error) {
 		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
-			Profile: gw.DefaultProfile(), Logger: log}
+			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery}
 		if len(facts) > 0 {
 			cfg.Confinement = facts
 		}

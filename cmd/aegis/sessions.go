@@ -77,16 +77,9 @@ func (m *Main) runSessions(ctx context.Context, args []string) error {
 		return err
 	}
 	defer rd.Close()
-	var ix projector.SessionIndex
-	prog := m.newProgress("sessions")
-	err = rd.store.Replay(ctx, events.Position{}, func(r events.Record) error {
-		ix.Fold(r)
-		prog.add()
-		return nil
-	})
-	prog.done()
+	ix, err := sessionIndex(ctx, rd.store, m.newProgress("sessions"))
 	if err != nil {
-		return fmt.Errorf("read the event stream: %w", err)
+		return err
 	}
 	list := ix.Sessions(rd.holder)
 	w := bufio.NewWriter(m.Stdout)
@@ -219,8 +212,9 @@ func hasStream(dir string) error {
 	return nil
 }
 
-// snapshot is a private copy of a state directory's JetStream files under
-// DIR/readers/<pid>-<random>, opened with an embedded server of its own.
+// snapshot is a private copy of a state directory's JetStream files (and
+// its index, events.IndexDir) under DIR/readers/<pid>-<random>, opened
+// with an embedded server of its own.
 // It never takes the state directory's lock, so it never stops an aegis
 // wrap from starting. Files are copied again only when their size or
 // modification time changed, so refreshing a snapshot of a large stream
@@ -230,7 +224,7 @@ func hasStream(dir string) error {
 // embedded server's recovery drops it, so a snapshot holds a prefix of the
 // stream: every event that was durable when its block was copied.
 type snapshot struct {
-	src    string // DIR/jetstream
+	src    string // DIR
 	root   string // the copy's state directory
 	stamps map[string]stamp
 }
@@ -252,7 +246,7 @@ func newSnapshot(stateDir string) (*snapshot, error) {
 	if err := os.Mkdir(root, 0o700); err != nil {
 		return nil, err
 	}
-	return &snapshot{src: filepath.Join(stateDir, "jetstream"), root: root, stamps: map[string]stamp{}}, nil
+	return &snapshot{src: stateDir, root: root, stamps: map[string]stamp{}}, nil
 }
 
 // cleanReaders removes snapshots left by readers that are gone.
@@ -279,52 +273,54 @@ func cleanReaders(readers string) {
 func (s *snapshot) refresh() (bool, error) {
 	changed := false
 	seen := map[string]bool{}
-	err := filepath.WalkDir(s.src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil // removed while we walked
+	for _, sub := range []string{events.IndexDir, "jetstream"} {
+		err := filepath.WalkDir(filepath.Join(s.src, sub), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					return nil // removed while we walked, or no index yet
+				}
+				return err
 			}
-			return err
-		}
-		rel, err := filepath.Rel(s.src, p)
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(s.root, "jetstream", rel)
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o700)
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
+			rel, err := filepath.Rel(s.src, p)
+			if err != nil {
+				return err
+			}
+			dst := filepath.Join(s.root, rel)
+			if d.IsDir() {
+				return os.MkdirAll(dst, 0o700)
+			}
+			if !d.Type().IsRegular() {
 				return nil
 			}
-			return err
-		}
-		seen[rel] = true
-		st := stamp{fi.Size(), fi.ModTime()}
-		if old, ok := s.stamps[rel]; ok && old == st {
-			return nil
-		}
-		if err := copyFile(p, dst); err != nil {
-			if errors.Is(err, os.ErrNotExist) {
+			fi, err := d.Info()
+			if err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			seen[rel] = true
+			st := stamp{fi.Size(), fi.ModTime()}
+			if old, ok := s.stamps[rel]; ok && old == st {
 				return nil
 			}
-			return err
+			if err := copyFile(p, dst); err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			s.stamps[rel] = st
+			changed = true
+			return nil
+		})
+		if err != nil {
+			return false, err
 		}
-		s.stamps[rel] = st
-		changed = true
-		return nil
-	})
-	if err != nil {
-		return false, err
 	}
 	for rel := range s.stamps {
 		if !seen[rel] {
-			os.Remove(filepath.Join(s.root, "jetstream", rel))
+			os.Remove(filepath.Join(s.root, rel))
 			delete(s.stamps, rel)
 			changed = true
 		}
@@ -438,17 +434,17 @@ func resolveSession(list []projector.SessionSummary, arg string) (projector.Sess
 	return projector.SessionSummary{}, withHint(fmt.Errorf("%q names %d sessions", arg, len(found)), "give more of the id; list them with: aegis sessions")
 }
 
-// sessionIndex replays the stream into the session index.
-func sessionIndex(ctx context.Context, st *events.Store, prog *progress) (*projector.SessionIndex, error) {
-	ix := &projector.SessionIndex{}
-	err := st.Replay(ctx, events.Position{}, func(r events.Record) error {
-		ix.Fold(r)
-		prog.add()
-		return nil
-	})
+// sessionIndex returns the store's index ([projector.LoadIndex]): its
+// snapshot with the events after it folded in, which it saves again so
+// that the next reader folds less. A snapshot that cannot be saved (a full
+// disk, say) costs the next reader time, nothing else.
+func sessionIndex(ctx context.Context, st *events.Store, prog *progress) (*projector.Index, error) {
+	ix, err := projector.LoadIndex(ctx, st, nil, prog.add)
+	prog.done()
 	if err != nil {
 		return nil, fmt.Errorf("read the event stream: %w", err)
 	}
+	ix.Save(ctx, st)
 	return ix, nil
 }
 
@@ -535,23 +531,6 @@ func groupDigits(n int64) string {
 		s = s[:i] + " " + s[i:]
 	}
 	return s
-}
-
-// readRecord is projector.ReadRecord with progress on a terminal, for
-// aegis export.
-func (m *Main) readRecord(ctx context.Context, st *events.Store) (*projector.Record, error) {
-	rec := &projector.Record{}
-	prog := m.newProgress("export")
-	err := st.Replay(ctx, events.Position{}, func(r events.Record) error {
-		rec.Fold(r)
-		prog.add()
-		return nil
-	})
-	prog.done()
-	if err != nil {
-		return nil, fmt.Errorf("read audit record from stream: %w", err)
-	}
-	return rec, nil
 }
 
 // validSessionArg checks a SESSION argument's shape before any I/O.

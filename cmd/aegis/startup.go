@@ -104,3 +104,8 @@ func (e *interruptError) exitCode() int {
 	}
 	return 1
 }
+
+// indexEvery is how often a recording session saves the store's index
+// beside the relay (projector.SessionConfig.IndexEvery): the next start
+// and every reader fold at most this long a stretch of events.
+const indexEvery = 5 * time.Second

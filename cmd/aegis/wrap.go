@@ -198,7 +198,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	log := m.logger()
 
 	open := func(fact *sandbox.Fact) (*projector.Session, error) {
-		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: *audit, Argv: argv, Version: Version, Logger: log}
+		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: *audit, Argv: argv, Version: Version, Logger: log, IndexEvery: indexEvery}
 		if fact != nil {
 			cfg.Confinement = fact
 		}
