@@ -44,8 +44,11 @@ const (
 	scaleCallsEnv   = "AEGIS_SCALE_CALLS"
 
 	// The store is recorded by scaleSessions aegis wrap runs on the same
-	// record file; the last is SIGKILLed, so the next start is one after an
-	// unclean stop and has a whole session to catch up.
+	// record file, about as many calls in each. The ones before the last
+	// end cleanly, and a timed start without calls follows them: it checks
+	// a whole closed session against the record. The last is SIGKILLed, so
+	// the next start is one after an unclean stop and has a whole session
+	// to catch up.
 	scaleSessions = 3
 	scaleBatch    = 500 // tools/call per JSON-RPC batch
 	scaleInFlight = 4   // batches written and not yet answered
@@ -384,7 +387,7 @@ func (s *scaleStore) record(calls, sessions int, killLast bool) (float64, error)
 			return 0, err
 		}
 		rss = max(rss, r)
-		s.tb.Logf("session %d of %d: %d calls in %.1f s, %.0f calls/s; aegis wrap peak RSS %.1f MiB", i+1, sessions, n, d.Seconds(), float64(n)/d.Seconds(), r)
+		s.tb.Logf("session %d of the store: %d calls in %.1f s, %.0f calls/s; aegis wrap peak RSS %.1f MiB", s.sessions, n, d.Seconds(), float64(n)/d.Seconds(), r)
 	}
 	return rss, nil
 }
@@ -553,10 +556,11 @@ type scaleFigures struct {
 	recordBytes int64
 	recordLines int
 
-	// The first start after the unclean stop, on the same record: it
-	// catches up the killed session.
-	afterKill    time.Duration
-	afterKillRSS float64
+	// The first start continuing the record after the clean sessions, and
+	// the first after the unclean stop: each has a whole session to read
+	// back, the second one to catch up.
+	afterClean, afterKill       time.Duration
+	afterCleanRSS, afterKillRSS float64
 
 	// Start-ups to the initialize answer, interleaved: on a new record
 	// file and continuing the store's own, on the big and the small store.
@@ -584,11 +588,23 @@ func scaleMeasure(tb testing.TB, calls, reps, sessionsReps int) *scaleFigures {
 	f := &scaleFigures{calls: calls}
 
 	t0 := time.Now()
-	var err error
-	if f.fillRSS, err = big.record(calls, scaleSessions, true); err != nil {
+	clean := calls * (scaleSessions - 1) / scaleSessions
+	rss, err := big.record(clean, scaleSessions-1, false)
+	if err != nil {
 		tb.Fatal(err)
 	}
 	f.fill = time.Since(t0)
+	if f.afterClean, f.afterCleanRSS, err = big.timedStart(big.audit); err != nil {
+		tb.Fatalf("first start after the clean sessions: %v", err)
+	}
+	tb.Logf("first start continuing the record after %d clean sessions: initialize answered after %.1f ms; peak RSS %.1f MiB",
+		scaleSessions-1, ms(f.afterClean), f.afterCleanRSS)
+	t0 = time.Now()
+	if f.fillRSS, err = big.record(calls-clean, 1, true); err != nil {
+		tb.Fatal(err)
+	}
+	f.fill += time.Since(t0)
+	f.fillRSS = max(f.fillRSS, rss)
 	if f.stateBytes, err = dirBytes(big.state); err != nil {
 		tb.Fatal(err)
 	}
@@ -712,6 +728,7 @@ func TestScaleStoreStaysWithinMemoryAndAnswers(t *testing.T) {
 		what string
 		rss  float64
 	}{
+		{"the first start after the clean sessions (catch-up)", f.afterCleanRSS},
 		{"the first start after an unclean stop (catch-up)", f.afterKillRSS},
 		{"a start continuing the record (catch-up)", f.contBigRSS},
 		{"aegis export", f.export.rssMiB},
@@ -730,8 +747,9 @@ func TestScaleStoreStaysWithinMemoryAndAnswers(t *testing.T) {
 //   - S1: start to the first initialize answer of aegis wrap on a new
 //     record file, on the big store − on a small one (medians);
 //   - S2: the same continuing the store's record (which catches it up),
-//     and for the first start after the unclean stop, which has a whole
-//     session to catch up, against the small store's median;
+//     and for the first start after the clean sessions and the first
+//     after the unclean stop, each of which reads a whole session back,
+//     against the small store's median;
 //   - S3: the peak RSS of catch-up (the starts continuing the record),
 //     aegis export, aegis verify and aegis sessions;
 //   - S4: the wall time of aegis sessions (median).
@@ -753,31 +771,34 @@ func BenchmarkScale(b *testing.B) {
 	}
 	newSmall, contSmall := ms(scaleMedian(f.newSmall)), ms(scaleMedian(f.contSmall))
 	fig := map[string]float64{
-		"calls":                      float64(f.calls),
-		"record-lines":               float64(f.recordLines),
-		"record-MiB":                 float64(f.recordBytes) / (1 << 20),
-		"state-MiB":                  float64(f.stateBytes) / (1 << 20),
-		"fill-calls/s":               float64(f.calls) / f.fill.Seconds(),
-		"fill-wrap-rss-MiB":          f.fillRSS,
-		"startup-new-big-ms":         ms(scaleMedian(f.newBig)),
-		"startup-new-small-ms":       newSmall,
-		"startup-new-diff-ms":        ms(scaleMedian(f.newBig)) - newSmall,
-		"startup-cont-big-ms":        ms(scaleMedian(f.contBig)),
-		"startup-cont-small-ms":      contSmall,
-		"startup-cont-diff-ms":       ms(scaleMedian(f.contBig)) - contSmall,
-		"startup-after-kill-ms":      ms(f.afterKill),
-		"startup-after-kill-diff-ms": ms(f.afterKill) - contSmall,
-		"startup-new-rss-MiB":        f.newBigRSS,
-		"catchup-rss-MiB":            max(f.afterKillRSS, f.contBigRSS),
-		"catchup-after-kill-rss-MiB": f.afterKillRSS,
-		"export-rss-MiB":             f.export.rssMiB,
-		"verify-rss-MiB":             f.verify.rssMiB,
-		"sessions-rss-MiB":           f.sessionsRSS,
-		"max-rss-MiB":                max(f.afterKillRSS, f.contBigRSS, f.export.rssMiB, f.verify.rssMiB, f.sessionsRSS),
-		"export-s":                   f.export.wall.Seconds(),
-		"verify-s":                   f.verify.wall.Seconds(),
-		"sessions-s":                 scaleMedian(f.sessions).Seconds(),
-		"rss-floor-MiB":              f.selfPeak,
+		"calls":                       float64(f.calls),
+		"record-lines":                float64(f.recordLines),
+		"record-MiB":                  float64(f.recordBytes) / (1 << 20),
+		"state-MiB":                   float64(f.stateBytes) / (1 << 20),
+		"fill-calls/s":                float64(f.calls) / f.fill.Seconds(),
+		"fill-wrap-rss-MiB":           f.fillRSS,
+		"startup-new-big-ms":          ms(scaleMedian(f.newBig)),
+		"startup-new-small-ms":        newSmall,
+		"startup-new-diff-ms":         ms(scaleMedian(f.newBig)) - newSmall,
+		"startup-cont-big-ms":         ms(scaleMedian(f.contBig)),
+		"startup-cont-small-ms":       contSmall,
+		"startup-cont-diff-ms":        ms(scaleMedian(f.contBig)) - contSmall,
+		"startup-after-kill-ms":       ms(f.afterKill),
+		"startup-after-kill-diff-ms":  ms(f.afterKill) - contSmall,
+		"startup-after-clean-ms":      ms(f.afterClean),
+		"startup-after-clean-diff-ms": ms(f.afterClean) - contSmall,
+		"startup-new-rss-MiB":         f.newBigRSS,
+		"catchup-rss-MiB":             max(f.afterCleanRSS, f.afterKillRSS, f.contBigRSS),
+		"catchup-after-clean-rss-MiB": f.afterCleanRSS,
+		"catchup-after-kill-rss-MiB":  f.afterKillRSS,
+		"export-rss-MiB":              f.export.rssMiB,
+		"verify-rss-MiB":              f.verify.rssMiB,
+		"sessions-rss-MiB":            f.sessionsRSS,
+		"max-rss-MiB":                 max(f.afterCleanRSS, f.afterKillRSS, f.contBigRSS, f.export.rssMiB, f.verify.rssMiB, f.sessionsRSS),
+		"export-s":                    f.export.wall.Seconds(),
+		"verify-s":                    f.verify.wall.Seconds(),
+		"sessions-s":                  scaleMedian(f.sessions).Seconds(),
+		"rss-floor-MiB":               f.selfPeak,
 	}
 	keys := make([]string, 0, len(fig))
 	for k := range fig {
