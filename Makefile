@@ -42,7 +42,7 @@ $(NODEDIR)/.installed: Makefile
 
 # bench: ratios measured within one run (see docs/BENCHMARKS.md): every
 # benchmark of ./events and ./proxy once, then the scale benchmark (a store
-# of 300 000 recorded calls, about 1 GB in the temp dir; AEGIS_SCALE_CALLS
+# of 300 000 recorded calls, about 1.4 GB in the temp dir; AEGIS_SCALE_CALLS
 # changes the number), each merging its figures into BENCH_JSON, then the
 # table of goals from cmd/aegis-benchreport.
 BENCH_JSON ?= .cache/bench/bench.json
