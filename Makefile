@@ -41,12 +41,15 @@ $(NODEDIR)/.installed: Makefile
 	touch $@
 
 # bench: ratios measured within one run (see docs/BENCHMARKS.md): every
-# benchmark of ./events and ./proxy once, each merging its figures into
-# BENCH_JSON, then the P1-P6 table with goals from cmd/aegis-benchreport.
+# benchmark of ./events and ./proxy once, then the scale benchmark (a store
+# of 300 000 recorded calls, about 1.4 GB in the temp dir; AEGIS_SCALE_CALLS
+# changes the number), each merging its figures into BENCH_JSON, then the
+# table of goals from cmd/aegis-benchreport.
 BENCH_JSON ?= .cache/bench/bench.json
 bench:
 	mkdir -p $(dir $(BENCH_JSON)) && rm -f $(BENCH_JSON)
 	AEGIS_BENCH_JSON=$(abspath $(BENCH_JSON)) $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./events/ ./proxy/
+	AEGIS_BENCH_JSON=$(abspath $(BENCH_JSON)) $(GO) test -run '^$$' -bench 'BenchmarkScale' -benchtime 1x -count 1 -timeout 60m ./cmd/aegis/
 	$(GO) run ./cmd/aegis-benchreport $(BENCH_JSON)
 	@echo "== policy evaluation per call, the confine helper's start cost, replay and recheck of 1M events"
 	$(GO) test -run '^$$' -bench 'BenchmarkEvaluate' -benchmem -count 1 ./policy/

@@ -1,7 +1,7 @@
 // Command aegis-benchreport reads the JSON that make bench writes (the
-// benchmarks of ./events and ./proxy merge their figures into the file named
-// by AEGIS_BENCH_JSON) and prints the performance goals P1–P6 and M1 with each
-// figure, its goal, and whether it is met.
+// benchmarks of ./events, ./proxy and ./cmd/aegis merge their figures into
+// the file named by AEGIS_BENCH_JSON) and prints the performance goals P1–P6,
+// M1 and S1–S4 with each figure, its goal, and whether it is met.
 //
 // Usage:
 //
@@ -190,6 +190,15 @@ var goalSpecs = []figure{
 	{ID: "P6", What: "aegis export (rebuild), record lines/s", Unit: "lines/s", Bench: "BenchmarkExportVerify", Key: "export-lines/s", Cmp: ">=", Limit: 50000},
 	{ID: "P6", What: "aegis verify, record lines/s", Unit: "lines/s", Bench: "BenchmarkExportVerify", Key: "verify-lines/s", Cmp: ">=", Limit: 50000},
 	{ID: "M1", What: "peak VmRSS of aegis wrap under a 60 s flood of 16 MiB frames", Unit: "MiB", Bench: "BenchmarkWrapFloodRSS", Key: "flood-peak-rss-MiB", Cmp: "<=", Limit: 256},
+	{ID: "S1", What: "start to first initialize answer, new record: big store − small store", Unit: "ms", Bench: "BenchmarkScale", Key: "startup-new-diff-ms", Cmp: "<=", Limit: 50},
+	{ID: "S2", What: "the same, continuing the store's record (catch-up)", Unit: "ms", Bench: "BenchmarkScale", Key: "startup-cont-diff-ms", Cmp: "<=", Limit: 50},
+	{ID: "S2", What: "the same, first start after a clean session of a third of the calls", Unit: "ms", Bench: "BenchmarkScale", Key: "startup-after-clean-diff-ms", Cmp: "<=", Limit: 50},
+	{ID: "S2", What: "the same, first start after an unclean stop (catches up the killed session)", Unit: "ms", Bench: "BenchmarkScale", Key: "startup-after-kill-diff-ms", Cmp: "<=", Limit: 50},
+	{ID: "S3", What: "peak RSS of catch-up (aegis wrap continuing the big store's record)", Unit: "MiB", Bench: "BenchmarkScale", Key: "catchup-rss-MiB", Cmp: "<=", Limit: 256},
+	{ID: "S3", What: "peak RSS of aegis export of the big store", Unit: "MiB", Bench: "BenchmarkScale", Key: "export-rss-MiB", Cmp: "<=", Limit: 256},
+	{ID: "S3", What: "peak RSS of aegis verify of the big store's record", Unit: "MiB", Bench: "BenchmarkScale", Key: "verify-rss-MiB", Cmp: "<=", Limit: 256},
+	{ID: "S3", What: "peak RSS of aegis sessions on the big store", Unit: "MiB", Bench: "BenchmarkScale", Key: "sessions-rss-MiB", Cmp: "<=", Limit: 256},
+	{ID: "S4", What: "aegis sessions on the big store, wall time", Unit: "s", Bench: "BenchmarkScale", Key: "sessions-s", Cmp: "<=", Limit: 1},
 }
 
 // The figures behind the goals, and the ones docs/BENCHMARKS.md compares.
@@ -230,6 +239,24 @@ var contextSpecs = []figure{
 	{What: "events: bare fsync started after a 300 µs idle wait − one back to back (p50s)", Unit: "µs", Bench: "BenchmarkAppendVsFsync", Key: "idle-fsync-minus-fsync-µs"},
 	{What: "events: durable appends/s, 64 appenders", Unit: "events/s", Bench: "BenchmarkAppendConcurrent/appenders=64", Key: "events/s"},
 	{What: "events: events per commit, 64 appenders", Unit: "", Bench: "BenchmarkAppendConcurrent/appenders=64", Key: "events/commit"},
+	{What: "scale: calls recorded in the big store (3 sessions, the last killed)", Unit: "calls", Bench: "BenchmarkScale", Key: "calls"},
+	{What: "scale: lines of its record", Unit: "lines", Bench: "BenchmarkScale", Key: "record-lines"},
+	{What: "scale: size of its record", Unit: "MiB", Bench: "BenchmarkScale", Key: "record-MiB"},
+	{What: "scale: size of its state directory", Unit: "MiB", Bench: "BenchmarkScale", Key: "state-MiB"},
+	{What: "scale: recorded calls/s while building it (batches of 500, 4 in flight)", Unit: "calls/s", Bench: "BenchmarkScale", Key: "fill-calls/s"},
+	{What: "scale: peak RSS of the aegis wrap runs that recorded it", Unit: "MiB", Bench: "BenchmarkScale", Key: "fill-wrap-rss-MiB"},
+	{What: "scale: start to initialize answer, new record, big store, p50", Unit: "ms", Bench: "BenchmarkScale", Key: "startup-new-big-ms"},
+	{What: "scale: the same, small store (one session of 10 calls), p50", Unit: "ms", Bench: "BenchmarkScale", Key: "startup-new-small-ms"},
+	{What: "scale: start to initialize answer, continuing the record, big store, p50", Unit: "ms", Bench: "BenchmarkScale", Key: "startup-cont-big-ms"},
+	{What: "scale: the same, small store, p50", Unit: "ms", Bench: "BenchmarkScale", Key: "startup-cont-small-ms"},
+	{What: "scale: first start after the clean sessions, big store", Unit: "ms", Bench: "BenchmarkScale", Key: "startup-after-clean-ms"},
+	{What: "scale: peak RSS of that start (reads back the last clean session)", Unit: "MiB", Bench: "BenchmarkScale", Key: "catchup-after-clean-rss-MiB"},
+	{What: "scale: first start after the unclean stop, big store", Unit: "ms", Bench: "BenchmarkScale", Key: "startup-after-kill-ms"},
+	{What: "scale: peak RSS of that first start (catch-up of the killed session)", Unit: "MiB", Bench: "BenchmarkScale", Key: "catchup-after-kill-rss-MiB"},
+	{What: "scale: peak RSS of aegis wrap starting on a new record, big store", Unit: "MiB", Bench: "BenchmarkScale", Key: "startup-new-rss-MiB"},
+	{What: "scale: aegis export of the big store, wall time", Unit: "s", Bench: "BenchmarkScale", Key: "export-s"},
+	{What: "scale: aegis verify of its record, wall time", Unit: "s", Bench: "BenchmarkScale", Key: "verify-s"},
+	{What: "scale: peak RSS of the benchmark process (no peak RSS above is reported lower)", Unit: "MiB", Bench: "BenchmarkScale", Key: "rss-floor-MiB"},
 }
 
 // The first seed's published figures, measured on another machine.

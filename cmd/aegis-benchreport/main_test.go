@@ -113,3 +113,46 @@ func TestUsage(t *testing.T) {
 		t.Error("a missing file is not an error")
 	}
 }
+
+// The scale goals are read from BenchmarkScale's figures and judged like
+// the others: a scale run that misses one is never reported as met.
+func TestReportJudgesScaleGoals(t *testing.T) {
+	dir := t.TempDir()
+	data, err := json.Marshal(map[string]any{"benchmarks": map[string]any{"BenchmarkScale": map[string]float64{
+		"startup-new-diff-ms": 20, "startup-cont-diff-ms": 60, "startup-after-clean-diff-ms": 50, "startup-after-kill-diff-ms": 400,
+		"catchup-rss-MiB": 100, "export-rss-MiB": 900, "verify-rss-MiB": 30, "sessions-rss-MiB": 200, "sessions-s": 1.5,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "scale.json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run([]string{"-json", path}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{
+		"startup-new-diff-ms": true, "startup-cont-diff-ms": false, "startup-after-clean-diff-ms": true, "startup-after-kill-diff-ms": false,
+		"catchup-rss-MiB": true, "export-rss-MiB": false, "verify-rss-MiB": true, "sessions-rss-MiB": true, "sessions-s": false,
+	}
+	seen := 0
+	for _, g := range rep.Goals {
+		met, ok := want[g.Key]
+		if !ok {
+			continue
+		}
+		seen++
+		if g.Bench != "BenchmarkScale" || !strings.HasPrefix(g.ID, "S") || g.Met == nil || *g.Met != met {
+			t.Errorf("%s %s: %+v, want met=%v", g.ID, g.Key, g, met)
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("%d scale goals in the report, want %d", seen, len(want))
+	}
+}
