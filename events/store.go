@@ -362,6 +362,12 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		Discard:    jetstream.DiscardNew,
 		DenyDelete: true,
 		DenyPurge:  true,
+		// aegis sets no message ids, so the server's duplicate window
+		// only costs: when it recovers the stream at start, it reads
+		// back every message of the window (by default the last two
+		// minutes) to rebuild a dedupe table that stays empty. The
+		// least window it takes is 100 ms.
+		Duplicates: 100 * time.Millisecond,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s in %s: %w", StreamName, opts.StoreDir, err)

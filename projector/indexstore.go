@@ -53,7 +53,9 @@ type spanSnap struct {
 
 // snapshotState is what the index knows of its last save.
 type snapshotState struct {
-	revs []uint64 // the revision of each chunk saved
+	revs []uint64        // the revision of each chunk saved
+	at   events.Position // the position saved (or loaded)
+	ok   bool            // at is set
 }
 
 // LoadIndex returns the index of the store's stream: its snapshot from the
@@ -143,7 +145,7 @@ func loadSnapshot(ctx context.Context, st *events.Store) (*Index, error) {
 		return nil, fmt.Errorf("index holds %d sessions, the head says %d", len(ix.sessions.list), h.Sessions)
 	}
 	ix.dirty = h.Sessions
-	ix.saved.revs = h.Chunks
+	ix.saved = snapshotState{revs: h.Chunks, at: h.At, ok: true}
 	return ix, nil
 }
 
@@ -183,8 +185,8 @@ func (ix *Index) restore(s sessionSnap) error {
 // changed since the last save, then the head. A snapshot cut short by a
 // crash is detected and thrown away by the next [LoadIndex].
 func (ix *Index) Save(ctx context.Context, st *events.Store) error {
-	if !ix.Folded {
-		return nil
+	if !ix.Folded || ix.saved.ok && ix.saved.at == ix.At {
+		return nil // nothing new since the last save
 	}
 	digest, err := st.MessageDigest(ctx, ix.At.Seq)
 	if err != nil {
@@ -218,7 +220,7 @@ func (ix *Index) Save(ctx context.Context, st *events.Store) error {
 	if _, err := st.IndexPut(ctx, indexHeadKey, b); err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}
-	ix.saved.revs = revs
+	ix.saved = snapshotState{revs: revs, at: ix.At, ok: true}
 	ix.dirty = n
 	return nil
 }

@@ -108,4 +108,4 @@ func (e *interruptError) exitCode() int {
 // indexEvery is how often a recording session saves the store's index
 // beside the relay (projector.SessionConfig.IndexEvery): the next start
 // and every reader fold at most this long a stretch of events.
-const indexEvery = 5 * time.Second
+const indexEvery = time.Second
