@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -108,6 +109,46 @@ func TestDamagedStreamIsNeverReadAsAShorterHistory(t *testing.T) {
 				}
 				t.Logf("%s: %v", name, err)
 			}
+			// A salvage reads every message that loads and names every
+			// other one as a gap: together they are the whole stream, in
+			// order, and the gaps cover what the error named.
+			next := uint64(1)
+			var gaps []SeqRange
+			err := s.ReplaySalvage(ctx, func(r Record) error {
+				if r.Pos.Seq < next {
+					return fmt.Errorf("event at %v after sequence %d", r.Pos, next-1)
+				}
+				if r.Pos.Seq > next {
+					return fmt.Errorf("event at %v, but sequence %d was neither read nor named a gap", r.Pos, next)
+				}
+				next++
+				return nil
+			}, func(g SeqRange) error {
+				if g.From != next || g.To < g.From {
+					return fmt.Errorf("gap %v, want one from %d", g, next)
+				}
+				gaps = append(gaps, g)
+				next = g.To + 1
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("ReplaySalvage: %v", err)
+			}
+			if next != 51 || len(gaps) == 0 {
+				t.Fatalf("ReplaySalvage ended at %d with gaps %v; want the 50 sequences and a gap", next-1, gaps)
+			}
+			covered := func(q uint64) bool {
+				for _, g := range gaps {
+					if q >= g.From && q <= g.To {
+						return true
+					}
+				}
+				return false
+			}
+			if tc.gone != (SeqRange{}) && (!covered(tc.gone.From) || !covered(tc.gone.To)) {
+				t.Fatalf("ReplaySalvage gaps %v do not cover %v", gaps, tc.gone)
+			}
+			t.Logf("ReplaySalvage: gaps %v", gaps)
 		})
 	}
 }

@@ -86,7 +86,12 @@
 //     is loss. [Store.Check] reports it, and [Store.Replay] and
 //     [Store.ReplaySubject] return a [*DamageError] naming the lost
 //     sequences instead of a shorter history; no read waits forever for a
-//     message that is gone.
+//     message that is gone. Only [Store.ReplaySalvage], for aegis export
+//     --salvage, reads past the loss, naming every gap as it passes it.
+//   - A cache beside the stream. The index folder (IndexDir) holds
+//     snapshots of folds, replaced whole and atomically; nothing in it is
+//     a fact, and its users check it against the stream (by
+//     [Store.MessageDigest]) before they trust it.
 //   - The disk is the limit. Without Config.MaxBytes the store may fill
 //     its filesystem, and a commit that fails on a (nearly) full disk
 //     fails with a [*DiskFullError] that says how much space is left.

@@ -302,3 +302,48 @@ func (s *Store) stalled(ctx context.Context, want, last uint64, detail string) e
 	}
 	return &DamageError{Dir: s.dir, First: 1, Last: last, Missing: ranges(gone), Detail: detail + "; the rest do not load"}
 }
+
+// ReplaySalvage reads a damaged stream as far as it loads. It calls fn for
+// every event of every message that loads, in stream order, and gap, in
+// the same order, for every range of sequences that is gone: lost from
+// the head, skipped or unloadable inside, or cut from the tail (the
+// stream-seq mark). It never waits forever. It is for salvage only;
+// every other read goes through [Store.Replay], which refuses a damaged
+// stream. A message that loads but does not hold aegis events is a gap
+// of its own.
+func (s *Store) ReplaySalvage(ctx context.Context, fn func(Record) error, gap func(SeqRange) error) error {
+	st, err := s.state(ctx)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	last := st.State.LastSeq
+	end := max(last, s.mark)
+	from := uint64(1)
+	for from <= last {
+		err := s.consume(ctx, Position{Seq: from}, last, fn)
+		if err == nil {
+			break
+		}
+		var (
+			de *DamageError
+			ce *DecodeError
+			r  SeqRange
+		)
+		switch {
+		case errors.As(err, &de) && len(de.Missing) > 0 && de.Missing[0].From >= from:
+			r = de.Missing[0]
+		case errors.As(err, &ce) && ce.Seq >= from:
+			r = SeqRange{ce.Seq, ce.Seq}
+		default:
+			return err
+		}
+		if err := gap(r); err != nil {
+			return err
+		}
+		from = r.To + 1
+	}
+	if end > last {
+		return gap(SeqRange{last + 1, end})
+	}
+	return nil
+}

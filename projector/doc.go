@@ -73,6 +73,26 @@
 //     session; for a gateway session the wire name, the capability and the
 //     active profile as role, and nothing for its meta-tools.
 //
+// # Index
+//
+// [Index] is the fold that start-up, aegis sessions and aegis export read
+// instead of the whole stream: the session index and each session's
+// [RecordSpan] (where its lines lie in its record file, their digest, and
+// a mark every 4 MiB). [LoadIndex] reads its snapshot from the store's
+// index folder, uses it only if its head names a message of this stream
+// and its chunks are the ones the head was saved with, and folds the
+// events after it; anything else folds the stream whole. A session saves
+// it as it goes ([SessionConfig.IndexEvery]) and at Close. Catch-up reads
+// from it what it checks ([Index.CatchUp]), and [Export] streams the
+// record in one pass, one event at a time.
+//
+// # Salvage
+//
+// [Salvage] writes what a damaged stream still holds of the record, with
+// a gap line ([schemas.GapLine]) wherever audit lines may be missing, and
+// reports each gap by the lines around it. It is the only reader that
+// goes past lost messages, and only when the user asks.
+//
 // # Keys
 //
 // A key file is one line of 64 lowercase hex characters (the Ed25519 seed),

@@ -32,7 +32,28 @@ const (
 	LineDecision   = "decision"
 	LineClose      = "close"
 	LineCheckpoint = "checkpoint" // reserved: never emitted, caps a verdict at Indeterminate
+	// LineGap is not a type of schema v2: aegis export --salvage writes it
+	// where lines of the record were lost from a damaged state directory.
+	// It is unsigned and carries FieldLostStreamSeqs; aegis verify caps a
+	// record that holds one at Indeterminate and goes on checking after it.
+	LineGap = "gap"
 )
+
+// FieldLostStreamSeqs names, in a gap line, the stream sequences that
+// were lost there ("25" or "25-30").
+const FieldLostStreamSeqs = "lost_stream_seqs"
+
+// GapLine returns the canonical gap line for the lost stream sequences,
+// linked to the line before it (prevHash; GenesisHash if none).
+func GapLine(prevHash, lost string) ([]byte, error) {
+	l := NewLine(LineGap)
+	for k, v := range map[string]any{FieldSeq: uint64(0), FieldPrevHash: prevHash, FieldLostStreamSeqs: lost} {
+		if err := l.Set(k, v); err != nil {
+			return nil, err
+		}
+	}
+	return l.Canonical()
+}
 
 // Member names with a meaning in the chain rule.
 const (

@@ -200,6 +200,28 @@ func corpusCases() []corpusCase {
 			return w.outcome("call-1", pre(set(schemas.FieldSeq, 3))).close().bytes()
 		}},
 		{"empty_chain", "none", EmptyChain, func(t *testing.T) []byte { return []byte("\n\n") }},
+
+		// A salvage export of a damaged state directory: lines 2-3 of a
+		// session were lost and a gap line marks where. Never Verified;
+		// the rest is still checked.
+		{"record_gap", "dev", RecordGap, func(t *testing.T) []byte {
+			return goodSession(dev(t)).salvaged(2, 4).bytes()
+		}},
+		// The gap took the end of one session and the open of the next:
+		// the next session's lines cannot be checked until its successor
+		// opens, and that open is linked to the line before it as usual.
+		{"record_gap_lost_open", "dev", RecordGap, func(t *testing.T) []byte {
+			w := goodSession(goodSession(goodSession(dev(t))))
+			return w.salvaged(5, 8).bytes()
+		}},
+		// A gap hides nothing after it: an edit past the gap is Tampered.
+		{"record_gap_then_tampered", "dev", ChainBroken, func(t *testing.T) []byte {
+			return goodSession(goodSession(dev(t))).salvaged(2, 4).edit(7, set("tool_id", "rm-rf")).bytes()
+		}},
+		// Nor before it.
+		{"record_gap_after_tampered", "dev", BadSignature, func(t *testing.T) []byte {
+			return goodSession(goodSession(dev(t))).edit(2, set("tool_id", "exfiltrate")).salvaged(4, 6).bytes()
+		}},
 	}
 }
 

@@ -47,6 +47,14 @@
 //     approval_id (MalformedLine otherwise); other payload members are not
 //     interpreted. Duplicate decisions are counted per session, because
 //     approval ids restart with every proxy process.
+//   - A gap line (line_type "gap", written by aegis export --salvage where a
+//     damaged state directory lost stream messages) caps the verdict at
+//     Indeterminate (RecordGap). The walk goes on: the first line after a
+//     gap is taken as the chain's new start (its prev_hash, or an open's
+//     prev_session_tail, cannot be checked), unless it cannot belong to the
+//     session before the gap (no session, a closed one, a lower seq): then
+//     the gap took its session's open and key, and its lines are passed over
+//     unchecked until the next open, which links to them as usual.
 //   - "Verified (pinned to <key_id>)" names the key when the trust slice holds
 //     one distinct key; with several it is "Verified (pinned)".
 //   - Values from the record that are not plain printable text (call ids,

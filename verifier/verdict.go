@@ -80,13 +80,16 @@ const (
 	MissingLine Code = "missing_line"
 	// EmptyChain: the record holds no line.
 	EmptyChain Code = "empty_chain"
+	// RecordGap: a gap line (aegis export --salvage) marks lines lost from
+	// a damaged state directory.
+	RecordGap Code = "record_gap"
 )
 
 // Codes lists every reason code, Tampered first.
 func Codes() []Code {
 	return []Code{
 		ChainBroken, SeqOutOfOrder, BadSignature, SessionBoundaryBroken, MalformedLine, UntrustedKey, DuplicateDecision,
-		UnknownLineType, ReservedCheckpoint, TornFinalLine, UnanchoredTail, MissingLine, EmptyChain,
+		UnknownLineType, ReservedCheckpoint, TornFinalLine, UnanchoredTail, MissingLine, EmptyChain, RecordGap,
 	}
 }
 
@@ -95,7 +98,7 @@ func (c Code) Verdict() Verdict {
 	switch c {
 	case ChainBroken, SeqOutOfOrder, BadSignature, SessionBoundaryBroken, MalformedLine, UntrustedKey, DuplicateDecision:
 		return Tampered
-	case UnknownLineType, ReservedCheckpoint, TornFinalLine, UnanchoredTail, MissingLine, EmptyChain:
+	case UnknownLineType, ReservedCheckpoint, TornFinalLine, UnanchoredTail, MissingLine, EmptyChain, RecordGap:
 		return Indeterminate
 	}
 	return 0

@@ -161,6 +161,10 @@ type walker struct {
 	// inline counts the signatures and keys the walk had to check itself,
 	// for want of (matching) results computed ahead.
 	inline int
+	// afterGap is set by a gap line (schemas.LineGap) until the next line;
+	// orphan while the lines after a gap belong to a session whose open
+	// was lost, until the next open.
+	afterGap, orphan bool
 }
 
 func newWalker(opts Options) *walker {
@@ -230,12 +234,24 @@ func (w *walker) line(raw *rawLine, final bool, pre *prepared) {
 		w.tamper(MalformedLine, raw.no, "line %d: %v", raw.no, err)
 		return
 	}
-	if h.LineType == schemas.LineOpen {
+	switch {
+	case h.LineType == schemas.LineGap:
+		lost, _ := l.Str(schemas.FieldLostStreamSeqs)
+		w.indet(RecordGap, raw.no, "line %d marks a gap where a salvage export found stream messages %s of a damaged state directory lost, and with them any audit lines they held; the lines around it are checked as far as they go",
+			raw.no, display(lost))
+		w.afterGap = true
+		w.lastHash = hash
+		return
+	case h.LineType == schemas.LineOpen:
 		w.open(l, h, raw.no)
-	} else {
+	default:
 		w.member(l, h, raw.no)
 	}
 	if w.tampered != nil {
+		return
+	}
+	if w.orphan {
+		w.lastHash = hash
 		return
 	}
 	w.sess.tail, w.sess.nextSeq = hash, h.Seq+1
@@ -263,7 +279,10 @@ func (w *walker) open(l lineFields, h schemas.Header, no int) {
 	}
 	pst, hasPST := l.Get(schemas.FieldPrevSessionTail)
 	pstStr, _ := pst.(string)
+	resync := w.afterGap // the line before was lost: nothing to link to
+	w.afterGap, w.orphan = false, false
 	switch {
+	case resync:
 	case w.sess == nil && hasPST:
 		w.tamper(SessionBoundaryBroken, no, "open at %s links to previous tail %s, but no earlier session is in this record",
 			pos, displayValue(pst))
@@ -307,6 +326,21 @@ func (w *walker) open(l lineFields, h schemas.Header, no int) {
 
 func (w *walker) member(l lineFields, h schemas.Header, no int) {
 	s := w.sess
+	if w.afterGap {
+		// The first line after a gap: the session before it runs on (the
+		// chain is taken up at this line), or the gap took the open of
+		// the session this line belongs to, whose lines cannot be checked
+		// until the next open.
+		w.afterGap = false
+		if s == nil || s.closed || h.Seq < s.nextSeq {
+			w.orphan = true
+		} else {
+			s.tail = h.PrevHash
+		}
+	}
+	if w.orphan {
+		return
+	}
 	if s == nil {
 		w.tamper(SessionBoundaryBroken, no, "line %d is %s line before any open; the record is missing the start of its first session",
 			no, article(h.LineType))

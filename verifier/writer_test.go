@@ -182,3 +182,20 @@ func (w *testWriter) bytes() []byte {
 	}
 	return b.Bytes()
 }
+
+// salvaged replaces lines [from, to) with a gap line, as aegis export
+// --salvage writes where stream messages were lost.
+func (w *testWriter) salvaged(from, to int) *testWriter {
+	w.t.Helper()
+	prev := schemas.GenesisHash
+	if from > 0 {
+		prev = schemas.HashHex(w.lines[from-1])
+	}
+	gl, err := schemas.GapLine(prev, "120-130")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	rest := append([][]byte{gl}, w.lines[to:]...)
+	w.lines = append(w.lines[:from:from], rest...)
+	return w
+}

@@ -173,7 +173,7 @@ func (m *Main) exit(err error) int {
 }
 
 // damageHint says what to do about a damaged event stream.
-const damageHint = "the event stream denies delete and purge, so those messages were lost from the state directory's files (a torn write, or a block edited, truncated or deleted); nothing was written. Restore the state directory from a backup; or keep it for inspection and start aegis with a new --state-dir, which continues the record file's chain from the file"
+const damageHint = "the event stream denies delete and purge, so those messages were lost from the state directory's files (a torn write, or a block edited, truncated or deleted); nothing was written. Restore the state directory from a backup; or keep it for inspection and start aegis with a new --state-dir, which continues the record file's chain from the file. 'aegis export --salvage' says which sessions and audit lines were lost, and writes what is left with the gaps marked"
 
 func (m *Main) errorf(format string, args ...any) {
 	fmt.Fprintf(m.Stderr, "aegis: error: "+format+"\n", args...)

@@ -3,16 +3,21 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"github.com/aegis-dev/aegis/events"
 
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
 const exportUsage = `Usage:
-  aegis export [--state-dir DIR] [--session ID]… [--audit PATH] --out FILE
+  aegis export [--state-dir DIR] [--session ID]… [--audit PATH] [--salvage] --out FILE
 
 Rebuilds an audit record from the event stream: the canonical lines of the
 chosen sessions, in stream order (whatever the order of --session), byte
@@ -26,6 +31,15 @@ to FILE.tmp, fsynced, then renamed.
 A session cut short by a crash exports everything that was acknowledged;
 'aegis verify' then reports it as Indeterminate (unanchored tail) and names
 the calls in flight.
+
+A damaged state directory (stream messages lost from its files) is never
+exported as if it were whole: export fails, exits 1, writes nothing, and
+says which stream messages were lost and what of the record went with
+them (which sessions, which audit lines). With --salvage it writes what
+is left, in stream order, with a gap line ("line_type":"gap") wherever
+lines may be missing; 'aegis verify' reports such a record as
+Indeterminate (record_gap) and checks every line around the gaps. A
+salvage that found gaps still exits 1, after writing FILE.
 
 Example:
   $ aegis export --state-dir ~/.local/state/aegis --audit calls.aarl --out rebuilt.aarl
@@ -44,6 +58,7 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 	fs.Var(&sessions, "session", "session id (repeatable)")
 	audit := fs.String("audit", "", "only sessions that recorded to this path")
 	out := fs.String("out", "", "output file, or - for stdout")
+	salvage := fs.Bool("salvage", false, "write what a damaged stream still holds, with its gaps marked")
 	if err := m.parseFlags(fs, exportUsage, args); err != nil {
 		return err
 	}
@@ -64,6 +79,9 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 	}
 	defer store.Close(context.Background())
 	ix, err := sessionIndex(ctx, store, m.newProgress("index"))
+	if errors.Is(err, events.ErrDamaged) || *salvage {
+		return m.salvage(ctx, store, err, sessions, *audit, *out, !*salvage)
+	}
 	if err != nil {
 		return err
 	}
@@ -103,23 +121,88 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 		}
 	}
 	prog := m.newProgress("export")
-	if *out == "-" {
-		w := bufio.NewWriter(prog.clearing(m.Stdout))
-		_, err := projector.Export(ctx, store, ix, ids, w, prog.add)
+	var n int
+	err = writeOut(*out, prog.clearing(m.Stdout), func(w io.Writer) (err error) {
+		n, err = projector.Export(ctx, store, ix, ids, w, prog.add)
 		prog.done()
-		if err != nil {
-			return fmt.Errorf("export: %w", err)
-		}
-		return w.Flush()
+		return err
+	})
+	if errors.Is(err, events.ErrDamaged) {
+		// A message that did not load while it was read.
+		return m.salvage(ctx, store, fmt.Errorf("export: %w", err), sessions, *audit, *out, true)
 	}
-	tmp := *out + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
+	fmt.Fprintf(m.Stderr, "aegis: exported %d lines of %d sessions to %s\n", n, len(ids), *out)
+	return nil
+}
+
+// salvage reads a damaged stream as far as it loads. With dry, it writes
+// nothing and returns damage (the error that showed it) with what was
+// lost; otherwise it writes the record that is left to out, with gap
+// lines, and returns an error if it found any gap.
+func (m *Main) salvage(ctx context.Context, store *events.Store, damage error, sessions []string, audit, out string, dry bool) error {
+	var keep func(string, projector.SessionOpened) bool
+	switch {
+	case len(sessions) > 0:
+		want := map[string]bool{}
+		for _, s := range sessions {
+			want[s] = true
+		}
+		keep = func(id string, _ projector.SessionOpened) bool { return want[id] }
+	case audit != "":
+		abs, err := filepath.Abs(audit)
+		if err != nil {
+			return err
+		}
+		real, _ := filepath.EvalSymlinks(abs)
+		keep = func(_ string, so projector.SessionOpened) bool { return so.AuditPath == abs || so.AuditPath == real }
+	}
+	prog := m.newProgress("salvage")
+	if dry {
+		rep, err := projector.Salvage(ctx, store, keep, io.Discard, prog.add)
+		prog.done()
+		if err != nil || len(rep.Gaps) == 0 {
+			return damage
+		}
+		return fmt.Errorf("%w\nwhat the record lost:\n%s", damage, strings.TrimRight(projector.GapsText(rep.Gaps), "\n"))
+	}
+	var rep projector.SalvageReport
+	err := writeOut(out, m.Stdout, func(w io.Writer) (err error) {
+		rep, err = projector.Salvage(ctx, store, keep, w, prog.add)
+		prog.done()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("export --salvage: %w", err)
+	}
+	if len(rep.Gaps) == 0 {
+		fmt.Fprintf(m.Stderr, "aegis: exported %d lines of %d sessions to %s; the stream lost nothing\n", rep.Lines, rep.Sessions, out)
+		return nil
+	}
+	return withHint(fmt.Errorf("the event stream in %s is damaged; wrote a salvaged record of %d lines of %d sessions to %s, with %d gaps marked:\n%s",
+		store.Dir(), rep.Lines, rep.Sessions, out, len(rep.Gaps), strings.TrimRight(projector.GapsText(rep.Gaps), "\n")),
+		"'aegis verify' reports a salvaged record as Indeterminate (record_gap) and checks every line around the gaps; restore the state directory from a backup to get the lost lines back")
+}
+
+// writeOut writes with fill to out: stdout for "-", else FILE.tmp,
+// fsynced, then renamed to FILE (removed if fill fails).
+func writeOut(out string, stdout io.Writer, fill func(io.Writer) error) error {
+	if out == "-" {
+		w := bufio.NewWriter(stdout)
+		if err := fill(w); err != nil {
+			return err
+		}
+		return w.Flush()
+	}
+	tmp := out + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
 	w := bufio.NewWriterSize(f, 256<<10)
-	n, err := projector.Export(ctx, store, ix, ids, w, prog.add)
-	prog.done()
+	err = fill(w)
 	if err == nil {
 		err = w.Flush()
 	}
@@ -130,12 +213,10 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, *out)
+		err = os.Rename(tmp, out)
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("export: %w", err)
 	}
-	fmt.Fprintf(m.Stderr, "aegis: exported %d lines of %d sessions to %s\n", n, len(ids), *out)
-	return nil
+	return err
 }
