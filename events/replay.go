@@ -83,10 +83,12 @@ func (s *Store) ReplaySubjectFrom(ctx context.Context, subject string, from Posi
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = from.Seq
 	}
+	cfg.InactiveThreshold = consumerIdle
 	cons, err := s.js.OrderedConsumer(ctx, StreamName, cfg)
 	if err != nil {
 		return fmt.Errorf("replay %s: create consumer: %w", subject, err)
 	}
+	defer s.dropConsumer(cons)
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("replay %s: consumer info: %w", subject, err)
@@ -168,12 +170,14 @@ func (s *Store) consume(ctx context.Context, from Position, last uint64, fn func
 		start = 1
 	}
 	cons, err := s.js.OrderedConsumer(ctx, StreamName, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   start,
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       start,
+		InactiveThreshold: consumerIdle,
 	})
 	if err != nil {
 		return fmt.Errorf("replay: create consumer: %w", err)
 	}
+	defer s.dropConsumer(cons)
 	it, err := cons.Messages(s.replayWindow())
 	if err != nil {
 		return fmt.Errorf("replay: consume: %w", err)
@@ -346,4 +350,23 @@ func (s *Store) ReplaySalvage(ctx context.Context, fn func(Record) error, gap fu
 		return gap(SeqRange{last + 1, end})
 	}
 	return nil
+}
+
+// consumerIdle is how long the server keeps a replay's consumer once
+// nobody pulls from it. The client does not delete an ordered consumer
+// when it stops, and by default the server keeps it five minutes: a
+// session that folds its index every second would pile up hundreds, until
+// the server refuses new ones. dropConsumer deletes it at once; this is
+// for a reader that dies first.
+const consumerIdle = 30 * time.Second
+
+// dropConsumer deletes a replay's consumer once it is done with.
+func (s *Store) dropConsumer(c jetstream.Consumer) {
+	info := c.CachedInfo()
+	if info == nil || info.Name == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.stream.DeleteConsumer(ctx, info.Name)
 }

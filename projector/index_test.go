@@ -26,7 +26,7 @@ type indexPicture struct {
 	Digests  []string
 }
 
-func pictureOf(t *testing.T, ix *projector.Index) string {
+func pictureOf(t testing.TB, ix *projector.Index) string {
 	p := indexPicture{Sessions: ix.Sessions(0)}
 	for _, sp := range ix.Spans() {
 		p.Digests = append(p.Digests, sp.Digest())
@@ -332,4 +332,57 @@ func TestCatchUpRefusesARecordItCannotAccountFor(t *testing.T) {
 	if err := ix.CheckFile(ctx, audit); !errors.Is(err, projector.ErrRecordDiverged) || !bytes.Contains([]byte(err.Error()), []byte(spans[0].Session)) {
 		t.Fatalf("CheckFile of an edited first session = %v, want ErrRecordDiverged naming %s", err, spans[0].Session)
 	}
+}
+
+// Whatever the index folder holds, loading it never panics and never
+// yields anything but the whole fold of the stream: a snapshot that does
+// not decode, or does not match, is thrown away.
+func FuzzIndexSnapshot(f *testing.F) {
+	ctx := context.Background()
+	dir := f.TempDir()
+	st, err := events.Open(ctx, events.Config{Dir: filepath.Join(dir, "state")})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer st.Close(ctx)
+	rnd := mrand.New(mrand.NewSource(3))
+	for n := 0; n < 2; n++ {
+		sess, err := projector.OpenSession(ctx, projector.SessionConfig{Store: st, Key: projector.InsecureDevKey(), AuditPath: filepath.Join(dir, "calls.aarl")})
+		if err != nil {
+			f.Fatal(err)
+		}
+		if err := crashSession(ctx, rnd, sess, []string{"dev"}); err != nil {
+			f.Fatal(err)
+		}
+	}
+	whole := &projector.Index{}
+	if err := whole.Update(ctx, st, nil); err != nil {
+		f.Fatal(err)
+	}
+	if err := whole.Save(ctx, st); err != nil {
+		f.Fatal(err)
+	}
+	head, _, err := st.IndexGet(ctx, "index.v1.head")
+	if err != nil {
+		f.Fatal(err)
+	}
+	chunk, _, err := st.IndexGet(ctx, "index.v1.chunk.0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	want := pictureOf(f, whole)
+	f.Add(head, chunk)
+	f.Add([]byte(`{"version":1,"at":{"seq":1},"sessions":0,"chunks":[]}`), []byte(`[]`))
+	f.Add(head, []byte(`[{"summary":{"id":"X"},"span":{"session":"Y"}}]`))
+	f.Fuzz(func(t *testing.T, h, c []byte) {
+		put(t, st, "index.v1.head", h)
+		put(t, st, "index.v1.chunk.0", c)
+		ix, err := projector.LoadIndex(ctx, st, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pictureOf(t, ix); got != want && !bytes.Equal(h, head) {
+			t.Fatalf("a spoiled snapshot was trusted:\n got %s\nwant %s", got, want)
+		}
+	})
 }
