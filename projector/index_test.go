@@ -172,22 +172,7 @@ func TestIndexSnapshotIsNeverTrustedOverTheStream(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			st, err := events.Open(ctx, events.Config{Dir: filepath.Join(dir, "state")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close(ctx)
-			rnd := mrand.New(mrand.NewSource(1))
-			for n := 0; n < 3; n++ {
-				sess, err := projector.OpenSession(ctx, projector.SessionConfig{Store: st, Key: projector.InsecureDevKey(), AuditPath: filepath.Join(dir, "calls.aarl")})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := crashSession(ctx, rnd, sess, []string{"dev"}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			st := sessionsStore(t, 3, 1)
 			ix, _ := loadIndex(t, st)
 			if err := ix.Save(ctx, st); err != nil {
 				t.Fatal(err)
@@ -339,22 +324,7 @@ func TestCatchUpRefusesARecordItCannotAccountFor(t *testing.T) {
 // not decode, or does not match, is thrown away.
 func FuzzIndexSnapshot(f *testing.F) {
 	ctx := context.Background()
-	dir := f.TempDir()
-	st, err := events.Open(ctx, events.Config{Dir: filepath.Join(dir, "state")})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer st.Close(ctx)
-	rnd := mrand.New(mrand.NewSource(3))
-	for n := 0; n < 2; n++ {
-		sess, err := projector.OpenSession(ctx, projector.SessionConfig{Store: st, Key: projector.InsecureDevKey(), AuditPath: filepath.Join(dir, "calls.aarl")})
-		if err != nil {
-			f.Fatal(err)
-		}
-		if err := crashSession(ctx, rnd, sess, []string{"dev"}); err != nil {
-			f.Fatal(err)
-		}
-	}
+	st := sessionsStore(f, 2, 3)
 	whole := &projector.Index{}
 	if err := whole.Update(ctx, st, nil); err != nil {
 		f.Fatal(err)
@@ -385,4 +355,29 @@ func FuzzIndexSnapshot(f *testing.F) {
 			t.Fatalf("a spoiled snapshot was trusted:\n got %s\nwant %s", got, want)
 		}
 	})
+}
+
+// sessionsStore returns a store in a temporary directory that holds n
+// sessions of every kind (crashSession), drawn from seed; it is closed at
+// the test's end.
+func sessionsStore(t testing.TB, n int, seed int64) *events.Store {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := events.Open(ctx, events.Config{Dir: filepath.Join(dir, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(ctx) })
+	rnd := mrand.New(mrand.NewSource(seed))
+	for range n {
+		sess, err := projector.OpenSession(ctx, projector.SessionConfig{Store: st, Key: projector.InsecureDevKey(), AuditPath: filepath.Join(dir, "calls.aarl")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := crashSession(ctx, rnd, sess, []string{"dev"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
 }
