@@ -99,8 +99,9 @@ type Index struct {
 	saved snapshotState
 }
 
-// Fold folds one event.
-func (ix *Index) Fold(rec events.Record) {
+// fold folds one event. Only Update calls it, with every event of a
+// message, so the index stands at a message's end between calls.
+func (ix *Index) fold(rec events.Record) {
 	if ix.spans == nil {
 		ix.spans = map[string]*RecordSpan{}
 		ix.byPath = map[string][]*RecordSpan{}

@@ -84,10 +84,14 @@ func LoadIndex(ctx context.Context, st *events.Store, log *slog.Logger, each fun
 func (ix *Index) Update(ctx context.Context, st *events.Store, each func()) error {
 	from := events.Position{}
 	if ix.Folded {
-		from = events.Position{Seq: ix.At.Seq, Index: ix.At.Index + 1}
+		// A replay hands out every event of a message before it returns,
+		// so the index always stands at the end of a message: the next
+		// one is where to go on (and a stream that did not grow is one
+		// request, not a read).
+		from = events.Position{Seq: ix.At.Seq + 1}
 	}
 	err := st.Replay(ctx, from, func(r events.Record) error {
-		ix.Fold(r)
+		ix.fold(r)
 		if each != nil {
 			each()
 		}
