@@ -42,16 +42,27 @@ func validIndexKey(key string) bool {
 	return true
 }
 
+// indexMaxValue is the largest value an index entry may hold.
+const indexMaxValue = 64 << 20
+
 // IndexMaxValue is the largest value [Store.IndexPut] takes.
-func (s *Store) IndexMaxValue() int { return 64 << 20 }
+func (s *Store) IndexMaxValue() int { return indexMaxValue }
 
 // IndexGet returns the value of key in the index and its revision (a
 // digest of the value), or [ErrNoIndex].
 func (s *Store) IndexGet(ctx context.Context, key string) ([]byte, uint64, error) {
+	return ReadIndex(s.dir, key)
+}
+
+// ReadIndex is [Store.IndexGet] for a state directory that another process
+// holds: it reads the index folder without opening the store. What it
+// returns was written whole (values are replaced atomically), but it is
+// not checked against the stream, which only the holder can read.
+func ReadIndex(dir, key string) ([]byte, uint64, error) {
 	if !validIndexKey(key) {
 		return nil, 0, fmt.Errorf("index key %q", key)
 	}
-	f, err := os.Open(filepath.Join(s.dir, IndexDir, key))
+	f, err := os.Open(filepath.Join(dir, IndexDir, key))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, 0, ErrNoIndex
 	}
@@ -59,12 +70,12 @@ func (s *Store) IndexGet(ctx context.Context, key string) ([]byte, uint64, error
 		return nil, 0, fmt.Errorf("index %s: %w", key, err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, int64(s.IndexMaxValue())+1))
+	b, err := io.ReadAll(io.LimitReader(f, indexMaxValue+1))
 	if err != nil {
 		return nil, 0, fmt.Errorf("index %s: %w", key, err)
 	}
-	if len(b) > s.IndexMaxValue() {
-		return nil, 0, fmt.Errorf("index %s: larger than %d bytes", key, s.IndexMaxValue())
+	if len(b) > indexMaxValue {
+		return nil, 0, fmt.Errorf("index %s: larger than %d bytes", key, indexMaxValue)
 	}
 	return b, revision(b), nil
 }

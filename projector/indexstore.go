@@ -104,7 +104,24 @@ func (ix *Index) Update(ctx context.Context, st *events.Store, each func()) erro
 }
 
 func loadSnapshot(ctx context.Context, st *events.Store) (*Index, error) {
-	b, _, err := st.IndexGet(ctx, indexHeadKey)
+	return decodeSnapshot(func(key string) ([]byte, uint64, error) { return st.IndexGet(ctx, key) },
+		func(seq uint64) (string, error) { return st.MessageDigest(ctx, seq) })
+}
+
+// ReadHeldIndex reads the index that the aegis process holding the state
+// directory dir keeps, without opening the stream (which that process
+// holds exclusively): what a reader can show while a session runs. The
+// holder checked it against the stream when it started and saves it every
+// second or so; this reads it whole and self-consistent, but cannot check
+// it against the stream itself.
+func ReadHeldIndex(dir string) (*Index, error) {
+	return decodeSnapshot(func(key string) ([]byte, uint64, error) { return events.ReadIndex(dir, key) }, nil)
+}
+
+// decodeSnapshot reads a snapshot through get; digest, if not nil, gives
+// the digest of a stream message to check the head against.
+func decodeSnapshot(get func(key string) ([]byte, uint64, error), digest func(seq uint64) (string, error)) (*Index, error) {
+	b, _, err := get(indexHeadKey)
 	if err != nil {
 		return nil, err
 	}
@@ -118,17 +135,19 @@ func loadSnapshot(ctx context.Context, st *events.Store) (*Index, error) {
 	if h.At.Seq == 0 || len(h.Chunks) != (h.Sessions+indexChunk-1)/indexChunk {
 		return nil, fmt.Errorf("index head is inconsistent")
 	}
-	d, err := st.MessageDigest(ctx, h.At.Seq)
-	if err != nil {
-		return nil, fmt.Errorf("index was folded to a message the stream does not hold: %w", err)
-	}
-	if d != h.Digest {
-		return nil, fmt.Errorf("index was folded from another stream (message %d differs)", h.At.Seq)
+	if digest != nil {
+		d, err := digest(h.At.Seq)
+		if err != nil {
+			return nil, fmt.Errorf("index was folded to a message the stream does not hold: %w", err)
+		}
+		if d != h.Digest {
+			return nil, fmt.Errorf("index was folded from another stream (message %d differs)", h.At.Seq)
+		}
 	}
 	ix := &Index{At: h.At, Folded: true, spans: map[string]*RecordSpan{}, byPath: map[string][]*RecordSpan{},
 		sessions: SessionIndex{byID: map[string]*indexEntry{}}}
 	for k, rev := range h.Chunks {
-		b, got, err := st.IndexGet(ctx, chunkKey(k))
+		b, got, err := get(chunkKey(k))
 		if err != nil {
 			return nil, fmt.Errorf("index chunk %d: %w", k, err)
 		}

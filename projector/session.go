@@ -202,14 +202,18 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 	return s, nil
 }
 
-// startIndexer runs the session's index beside the relay: it checks a
-// record file too large for CatchUp to check whole before the session
-// began, then folds and saves the index every `every`.
+// startIndexer runs the session's index beside the relay: it saves what
+// the start folded, checks a record file too large for CatchUp to check
+// whole before the session began, then folds and saves the index every
+// `every`.
 func (s *Session) startIndexer(ix *Index, path string, offset int64, every time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.index, s.indexStop, s.indexDone = ix, cancel, make(chan struct{})
 	go func() {
 		defer close(s.indexDone)
+		// At once: what the start folded, for the next start and for
+		// readers while this session holds the state directory.
+		s.saveIndex(ctx)
 		if offset > syncCheckBytes {
 			if err := ix.CheckFile(ctx, path); err != nil && ctx.Err() == nil {
 				s.log.Error("the record file does not hold what the event stream says was written to it; this session appends to it all the same, so 'aegis verify' will not pass it: rebuild it with 'aegis export'", "file", path, "err", err)
@@ -226,17 +230,23 @@ func (s *Session) startIndexer(ix *Index, path string, offset int64, every time.
 				return
 			case <-t.C:
 			}
-			if err := ix.Update(ctx, s.store, nil); err != nil {
-				if ctx.Err() == nil {
-					s.log.Debug("index not updated", "err", err)
-				}
-				continue
-			}
-			if err := ix.Save(ctx, s.store); err != nil && ctx.Err() == nil {
-				s.log.Debug("index not saved", "err", err)
-			}
+			s.saveIndex(ctx)
 		}
 	}()
+}
+
+// saveIndex folds the stream's new events into the session's index and
+// saves it. A failure costs the next start time, nothing else.
+func (s *Session) saveIndex(ctx context.Context) {
+	if err := s.index.Update(ctx, s.store, nil); err != nil {
+		if ctx.Err() == nil {
+			s.log.Debug("index not updated", "err", err)
+		}
+		return
+	}
+	if err := s.index.Save(ctx, s.store); err != nil && ctx.Err() == nil {
+		s.log.Debug("index not saved", "err", err)
+	}
 }
 
 // indexCloseLimit bounds the last fold and save of the index at Close; what
@@ -257,13 +267,7 @@ func (s *Session) stopIndexer(save bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), indexCloseLimit)
 	defer cancel()
-	if err := s.index.Update(ctx, s.store, nil); err != nil {
-		s.log.Debug("index not updated", "err", err)
-		return
-	}
-	if err := s.index.Save(ctx, s.store); err != nil {
-		s.log.Debug("index not saved", "err", err)
-	}
+	s.saveIndex(ctx)
 }
 
 // ID returns the session id.

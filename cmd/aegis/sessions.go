@@ -52,11 +52,14 @@ requested, approved, denied, expired, used, refused (requests aegis
 refused) and duplicate (resolutions that changed nothing, such as the
 second record older gateways wrote of each escalation decision).
 
-Every listing is a projection of the stream. A running aegis wrap holds
-its state directory exclusively, so no other process can open the stream
-while it runs; aegis then reads a private snapshot copy of the stream
-(made under DIR/readers and removed afterwards) and says so on stderr. The
-snapshot holds every event that was durable when it was taken.
+Every listing is a projection of the stream, read from the index that
+aegis keeps beside it (DIR/index) and the events after it. A running aegis
+wrap holds its state directory exclusively, so no other process can open
+the stream while it runs; aegis then lists from the index that process
+keeps and saves every second, and says so on stderr (the last second of
+the running session may be missing from its counts). A directory without
+an index (from an older aegis) is read from a private snapshot copy of the
+stream instead (made under DIR/readers and removed afterwards).
 
 Example:
   $ aegis sessions --state-dir ~/.local/state/aegis
@@ -72,16 +75,22 @@ func (m *Main) runSessions(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("run: aegis sessions [--state-dir DIR] [--json]", "sessions: unexpected argument %q", fs.Arg(0))
 	}
-	rd, err := m.openStream(ctx, *dir)
+	ix, holder, err := m.heldIndex(*dir)
 	if err != nil {
 		return err
 	}
-	defer rd.Close()
-	ix, err := sessionIndex(ctx, rd.store, m.newProgress("sessions"))
-	if err != nil {
-		return err
+	if ix == nil {
+		rd, err := m.openStream(ctx, *dir)
+		if err != nil {
+			return err
+		}
+		defer rd.Close()
+		if ix, err = sessionIndex(ctx, rd.store, m.newProgress("sessions")); err != nil {
+			return err
+		}
+		holder = rd.holder
 	}
-	list := ix.Sessions(rd.holder)
+	list := ix.Sessions(holder)
 	w := bufio.NewWriter(m.Stdout)
 	defer w.Flush()
 	if *asJSON {
@@ -97,7 +106,8 @@ func (m *Main) runSessions(ctx context.Context, args []string) error {
 		return nil
 	}
 	if len(list) == 0 {
-		fmt.Fprintf(m.Stderr, "aegis: no sessions in %s\n", rd.dir)
+		dir, _ := m.stateDir(*dir)
+		fmt.Fprintf(m.Stderr, "aegis: no sessions in %s\n", dir)
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -198,6 +208,35 @@ func (m *Main) openStream(ctx context.Context, dirFlag string) (*streamReader, e
 	}
 	fmt.Fprintf(m.Stderr, "aegis: note: %v, which holds it exclusively; reading a snapshot of its stream as of %s\n", le, time.Now().Format("15:04:05"))
 	return &streamReader{store: st, dir: dir, holder: le.PID, snap: snap}, nil
+}
+
+// heldIndex returns the index that the aegis process holding the state
+// directory keeps (and that process's PID), so that a listing costs the
+// same while a session runs, however much the stream holds, instead of a
+// copy of the whole stream. It returns nil when no process holds the
+// directory or it keeps no index (an older aegis): read the stream then.
+func (m *Main) heldIndex(dirFlag string) (*projector.Index, int, error) {
+	dir, err := m.stateDir(dirFlag)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := hasStream(dir); err != nil {
+		return nil, 0, err
+	}
+	pid := lockHolder(dir)
+	if pid <= 0 || pid == os.Getpid() {
+		return nil, 0, nil
+	}
+	ix, err := projector.ReadHeldIndex(dir)
+	if err != nil {
+		return nil, 0, nil
+	}
+	asOf := "its last save"
+	if fi, err := os.Stat(filepath.Join(dir, events.IndexDir, "index.v1.head")); err == nil {
+		asOf = fi.ModTime().Format("15:04:05")
+	}
+	fmt.Fprintf(m.Stderr, "aegis: note: %s is in use by aegis process %d; listing from the index it keeps, as of %s (it saves it every second)\n", dir, pid, asOf)
+	return ix, pid, nil
 }
 
 // hasStream refuses a state directory that holds no stream, rather than

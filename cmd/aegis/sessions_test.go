@@ -305,3 +305,39 @@ func TestSessionsReadsASnapshotWhileLocked(t *testing.T) {
 		t.Errorf("lockHolder after close = %d", holder)
 	}
 }
+
+// While aegis wrap runs, it holds the state directory, and aegis sessions
+// lists from the index the wrap keeps instead of copying the whole stream:
+// the running session is there, with its calls, within about a second.
+func TestSessionsListsARunningWrapFromItsIndex(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis wrap")
+	}
+	l := newLive(t, "")
+	w := l.wrap(false)
+	w.initialize()
+	for i := range 3 {
+		w.call(i+1, "tools/call", `{"name":"echo","arguments":{"message":"x"}}`)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		out, stderr, code := l.aegisStdout("sessions", "--state-dir", l.state, "--json")
+		if code != 0 {
+			t.Fatalf("sessions: exit %d\n%s", code, stderr)
+		}
+		var list []projector.SessionSummary
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			t.Fatal(err)
+		}
+		fromIndex := strings.Contains(stderr, "listing from the index it keeps")
+		if fromIndex && len(list) == 1 && list[0].State == projector.StateRunning && list[0].Calls == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the running session with 3 calls never showed from the index:\n%s\n%s", stderr, out)
+		}
+		os.RemoveAll(filepath.Join(l.state, "readers"))
+		time.Sleep(200 * time.Millisecond)
+	}
+	w.finish()
+}
