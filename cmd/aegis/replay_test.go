@@ -137,9 +137,14 @@ func newLive(t *testing.T, policy string) *live {
 // aegis runs the aegis binary and returns its combined output and exit code.
 func (l *live) aegis(args ...string) (string, int) {
 	l.t.Helper()
-	c := exec.Command(filepath.Join(l.bin, "aegis"), args...)
+	ctx, cancel := context.WithTimeout(context.Background(), commandLimit)
+	defer cancel()
+	c := exec.CommandContext(ctx, filepath.Join(l.bin, "aegis"), args...)
 	c.Env = l.env
 	b, err := c.CombinedOutput()
+	if ctx.Err() != nil {
+		l.t.Fatalf("aegis %v did not end within %v (killed):\n%s", args, commandLimit, b)
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return string(b), ee.ExitCode()
@@ -150,15 +155,24 @@ func (l *live) aegis(args ...string) (string, int) {
 	return string(b), 0
 }
 
+// commandLimit bounds one aegis command of a test: one that hangs fails
+// the test and is killed, rather than outliving it.
+const commandLimit = 3 * time.Minute
+
 // aegisStdout runs the aegis binary and returns its stdout, stderr and
 // exit code.
 func (l *live) aegisStdout(args ...string) (string, string, int) {
 	l.t.Helper()
-	c := exec.Command(filepath.Join(l.bin, "aegis"), args...)
+	ctx, cancel := context.WithTimeout(context.Background(), commandLimit)
+	defer cancel()
+	c := exec.CommandContext(ctx, filepath.Join(l.bin, "aegis"), args...)
 	c.Env = l.env
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
 	err := c.Run()
+	if ctx.Err() != nil {
+		l.t.Fatalf("aegis %v did not end within %v (killed):\n%s", args, commandLimit, errb.Bytes())
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return out.String(), errb.String(), ee.ExitCode()
