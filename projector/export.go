@@ -285,16 +285,17 @@ func complete(ctx context.Context, s *events.Store, f *os.File, path string, spa
 	w := bufio.NewWriterSize(out, 64<<10)
 	pos := m.Bytes
 	errDiffers := errors.New("differs")
-	got := make([]byte, 0, 4096)
+	got := make([]byte, 64<<10)
 	err = s.ReplaySubjectFrom(ctx, "aegis."+span.Session+".>", m.At, func(r events.Record) error {
 		line, ok := lineOf(r.Event)
 		if !ok || r.Event.Session != span.Session {
 			return nil
 		}
 		for _, part := range [][]byte{[]byte(line), {'\n'}} {
-			if n := min(int64(len(part)), max(have-pos, 0)); n > 0 {
-				got = got[:n]
-				if _, err := io.ReadFull(file, got); err != nil || !bytes.Equal(got, part[:n]) {
+			// The part the file holds is compared, a piece at a time.
+			for pos < have && len(part) > 0 {
+				n := min(int64(len(part)), have-pos, int64(len(got)))
+				if _, err := io.ReadFull(file, got[:n]); err != nil || !bytes.Equal(got[:n], part[:n]) {
 					return errDiffers
 				}
 				part = part[n:]

@@ -224,7 +224,11 @@ func TestCatchUpRefusesARecordItCannotAccountFor(t *testing.T) {
 		}
 		var last *events.Receipt
 		for i := 0; i < calls; i++ {
-			c := schemas.WrapCall{CallID: sess.NextCallID(), ToolID: "echo-" + strconv.Itoa(i) + string(bytes.Repeat([]byte("x"), 300)),
+			tool := "echo-" + strconv.Itoa(i) + string(bytes.Repeat([]byte("x"), 300))
+			if calls > 100 && i == calls/2 {
+				tool = "long-" + string(bytes.Repeat([]byte("y"), 150<<10)) // longer than a compare piece
+			}
+			c := schemas.WrapCall{CallID: sess.NextCallID(), ToolID: tool,
 				RequestDigest: schemas.HashHex([]byte("x")), PolicySetHash: schemas.WrapPassthroughPolicySetHash}
 			if _, err := sess.Intent(c.Intent()); err != nil {
 				t.Fatal(err)
@@ -277,6 +281,11 @@ func TestCatchUpRefusesARecordItCannotAccountFor(t *testing.T) {
 		{"cut short past the second mark, mid-line", func(b []byte) []byte { return b[:second+77] }, false},
 		{"cut short before the first mark", func(b []byte) []byte { return b[:ends[0]+1000] }, false},
 		{"cut exactly at the last session's start", func(b []byte) []byte { return b[:ends[0]] }, false},
+		{"cut short inside a line of 150 KiB", func(b []byte) []byte { return b[:bytes.Index(b, []byte("long-"))+100<<10] }, false},
+		{"a changed byte inside a line of 150 KiB, cut after it", func(b []byte) []byte {
+			i := bytes.Index(b, []byte("long-"))
+			return flip(int64(i) + 90<<10)(b[:i+140<<10])
+		}, true},
 		{"cut short with a changed byte before the cut", func(b []byte) []byte { return flip(second + 10)(b[:second+77]) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
