@@ -187,7 +187,7 @@ func CatchUp(ctx context.Context, s *events.Store, path string) (prevTail string
 // syncCheckBytes bounds the record file that [Index.CatchUp] checks whole
 // before it returns; a larger file's earlier sessions are checked by
 // [Index.CheckFile], which a session runs beside the relay.
-const syncCheckBytes = 32 << 20
+const syncCheckBytes = 16 << 20
 
 // CatchUp brings the record file at path (absolute) up to date with the
 // stream, as the index (folded to the stream's end) says it should be, and
