@@ -206,7 +206,9 @@ const syncCheckBytes = 16 << 20
 // checked by its last line, a short one from the session's last mark
 // before its end ([RecordSpan]). A file of up to syncCheckBytes is also
 // checked whole against the digests of every session that wrote to it
-// ([Index.CheckFile]); a larger one is left to the caller.
+// ([Index.CheckFile]); a larger one is left to the caller, and a file that
+// no one wrote to since a session that had it checked closed it
+// ([FileStamp]) is not read again.
 func (ix *Index) CatchUp(ctx context.Context, s *events.Store, path string) (prevTail string, offset int64, err error) {
 	var size int64
 	f, err := os.Open(path)
@@ -261,10 +263,19 @@ func (ix *Index) CatchUp(ctx context.Context, s *events.Store, path string) (pre
 			return "", 0, diverged
 		}
 	}
-	if end <= syncCheckBytes {
+	switch {
+	case size == end && ix.unchangedSince(path, f):
+		// Checked whole when its last session closed it, and no one has
+		// written to it since.
+	case end <= syncCheckBytes:
 		if err := ix.CheckFile(ctx, path); err != nil {
 			return "", 0, err
 		}
+	default:
+		if ix.unchecked == nil {
+			ix.unchecked = map[string]bool{}
+		}
+		ix.unchecked[path] = true
 	}
 	return last.Tail, end, nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"hash"
+	"os"
+	"syscall"
 
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/schemas"
@@ -97,7 +99,68 @@ type Index struct {
 	// index was loaded or saved; saved is how many were saved.
 	dirty int
 	saved snapshotState
+	// files are the record files checked whole, as they were when their
+	// session closed (see FileStamp); unchecked are the ones CatchUp left
+	// for [Index.CheckFile] beside the relay.
+	files     map[string]FileStamp
+	unchecked map[string]bool
+	filesNew  bool // files changed since the last save
 }
+
+// FileStamp is what the kernel says of a record file that aegis checked
+// whole and then closed: if its device, inode, size and change time are
+// the same at the next start, no one wrote to it since, and it need not
+// be read again. The change time is set by the kernel on every write and
+// cannot be set back by the file's owner.
+type FileStamp struct {
+	Dev   uint64 `json:"dev"`
+	Ino   uint64 `json:"ino"`
+	Size  int64  `json:"size"`
+	Ctime int64  `json:"ctime_ns"`
+}
+
+func stampOf(fi os.FileInfo) (FileStamp, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return FileStamp{}, false
+	}
+	return FileStamp{Dev: uint64(st.Dev), Ino: st.Ino, Size: fi.Size(), Ctime: st.Ctim.Nano()}, true
+}
+
+// unchangedSince reports whether the record file f is as it was when a
+// session that had it checked whole closed it.
+func (ix *Index) unchangedSince(path string, f *os.File) bool {
+	want, ok := ix.files[path]
+	if !ok || f == nil {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	got, ok := stampOf(fi)
+	return ok && got == want
+}
+
+// stampFile notes that the record file at path was checked whole and is
+// now closed, as it is now.
+func (ix *Index) stampFile(path string) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return
+	}
+	if st, ok := stampOf(fi); ok {
+		if ix.files == nil {
+			ix.files = map[string]FileStamp{}
+		}
+		ix.files[path] = st
+		ix.filesNew = true
+	}
+}
+
+// needsCheck reports whether CatchUp left the record file at path to be
+// checked whole beside the relay.
+func (ix *Index) needsCheck(path string) bool { return ix.unchecked[path] }
 
 // fold folds one event. Only Update calls it, with every event of a
 // message, so the index stands at a message's end between calls.

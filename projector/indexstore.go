@@ -32,11 +32,12 @@ const (
 func chunkKey(k int) string { return "index.v1.chunk." + strconv.Itoa(k) }
 
 type indexHead struct {
-	Version  int             `json:"version"`
-	At       events.Position `json:"at"`
-	Digest   string          `json:"digest"`
-	Sessions int             `json:"sessions"`
-	Chunks   []uint64        `json:"chunks"`
+	Version  int                  `json:"version"`
+	At       events.Position      `json:"at"`
+	Digest   string               `json:"digest"`
+	Sessions int                  `json:"sessions"`
+	Chunks   []uint64             `json:"chunks"`
+	Files    map[string]FileStamp `json:"files,omitempty"`
 }
 
 type sessionSnap struct {
@@ -169,6 +170,7 @@ func decodeSnapshot(get func(key string) ([]byte, uint64, error), digest func(se
 	}
 	ix.dirty = h.Sessions
 	ix.saved = snapshotState{revs: h.Chunks, at: h.At, ok: true}
+	ix.files = h.Files
 	return ix, nil
 }
 
@@ -208,7 +210,7 @@ func (ix *Index) restore(s sessionSnap) error {
 // changed since the last save, then the head. A snapshot cut short by a
 // crash is detected and thrown away by the next [LoadIndex].
 func (ix *Index) Save(ctx context.Context, st *events.Store) error {
-	if !ix.Folded || ix.saved.ok && ix.saved.at == ix.At {
+	if !ix.Folded || ix.saved.ok && ix.saved.at == ix.At && !ix.filesNew {
 		return nil // nothing new since the last save
 	}
 	digest, err := st.MessageDigest(ctx, ix.At.Seq)
@@ -236,7 +238,7 @@ func (ix *Index) Save(ctx context.Context, st *events.Store) error {
 		}
 		revs = append(revs, rev)
 	}
-	b, err := json.Marshal(indexHead{Version: indexVersion, At: ix.At, Digest: digest, Sessions: n, Chunks: revs})
+	b, err := json.Marshal(indexHead{Version: indexVersion, At: ix.At, Digest: digest, Sessions: n, Chunks: revs, Files: ix.files})
 	if err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}
@@ -245,6 +247,7 @@ func (ix *Index) Save(ctx context.Context, st *events.Store) error {
 	}
 	ix.saved = snapshotState{revs: revs, at: ix.At, ok: true}
 	ix.dirty = n
+	ix.filesNew = false
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -97,6 +98,8 @@ type Session struct {
 	index     *Index
 	indexStop context.CancelFunc
 	indexDone chan struct{}
+	path      string      // the record file, resolved
+	checked   atomic.Bool // the record file was checked whole (or needed not be)
 }
 
 // OpenSession opens the record file (creating it) and locks it against
@@ -198,7 +201,8 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 	}
 	s.proj = newFileProjection(f, cfg.Logger)
 	s.proj.push(entry.Bytes, rcpt)
-	s.startIndexer(ix, path, offset, cfg.IndexEvery)
+	s.path = path
+	s.startIndexer(ix, path, cfg.IndexEvery)
 	return s, nil
 }
 
@@ -206,7 +210,7 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 // the start folded, checks a record file too large for CatchUp to check
 // whole before the session began, then folds and saves the index every
 // `every`.
-func (s *Session) startIndexer(ix *Index, path string, offset int64, every time.Duration) {
+func (s *Session) startIndexer(ix *Index, path string, every time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.index, s.indexStop, s.indexDone = ix, cancel, make(chan struct{})
 	go func() {
@@ -214,10 +218,12 @@ func (s *Session) startIndexer(ix *Index, path string, offset int64, every time.
 		// At once: what the start folded, for the next start and for
 		// readers while this session holds the state directory.
 		s.saveIndex(ctx)
-		if offset > syncCheckBytes {
-			if err := ix.CheckFile(ctx, path); err != nil && ctx.Err() == nil {
-				s.log.Error("the record file does not hold what the event stream says was written to it; this session appends to it all the same, so 'aegis verify' will not pass it: rebuild it with 'aegis export'", "file", path, "err", err)
-			}
+		if !ix.needsCheck(path) {
+			s.checked.Store(true) // by CatchUp, or unchanged since it was
+		} else if err := ix.CheckFile(ctx, path); err == nil {
+			s.checked.Store(true)
+		} else if ctx.Err() == nil {
+			s.log.Error("the record file does not hold what the event stream says was written to it; this session appends to it all the same, so 'aegis verify' will not pass it: rebuild it with 'aegis export'", "file", path, "err", err)
 		}
 		if every <= 0 {
 			return
@@ -267,6 +273,11 @@ func (s *Session) stopIndexer(save bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), indexCloseLimit)
 	defer cancel()
+	if s.checked.Load() {
+		// The file was checked whole and holds since only what this
+		// session wrote: the next start need not read it again.
+		s.index.stampFile(s.path)
+	}
 	s.saveIndex(ctx)
 }
 
