@@ -86,6 +86,7 @@ func (e *DamageError) Covers(seq uint64) bool {
 type streamState struct {
 	State struct {
 		Msgs     uint64   `json:"messages"`
+		Bytes    uint64   `json:"bytes"`
 		FirstSeq uint64   `json:"first_seq"`
 		LastSeq  uint64   `json:"last_seq"`
 		Deleted  []uint64 `json:"deleted"`

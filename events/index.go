@@ -162,3 +162,12 @@ func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
 	}
 	return st.State.LastSeq, nil
 }
+
+// StoredBytes returns how many bytes the stream's messages take.
+func (s *Store) StoredBytes(ctx context.Context) (uint64, error) {
+	st, err := s.state(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return st.State.Bytes, nil
+}

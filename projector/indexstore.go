@@ -83,25 +83,53 @@ func LoadIndex(ctx context.Context, st *events.Store, log *slog.Logger, each fun
 
 // Update folds the events after the last one folded.
 func (ix *Index) Update(ctx context.Context, st *events.Store, each func()) error {
+	_, err := ix.update(ctx, st, 0, each)
+	return err
+}
+
+// UpdateSome folds the events after the last one folded, stopping at the
+// first message boundary after about budget bytes of payload, and reports
+// whether it stopped early. A session folds its own stream this way beside
+// the relay, so that a flood of large frames is read back at a bounded
+// pace instead of all at once: the embedded server keeps every block it
+// reads cached for a while, and a fold that kept up with a flood of
+// 16 MiB frames more than doubled the process's memory.
+func (ix *Index) UpdateSome(ctx context.Context, st *events.Store, budget int64) (more bool, err error) {
+	return ix.update(ctx, st, budget, nil)
+}
+
+// errBudget stops a replay at a message boundary once the budget is spent.
+var errBudget = errors.New("fold budget spent")
+
+func (ix *Index) update(ctx context.Context, st *events.Store, budget int64, each func()) (bool, error) {
 	from := events.Position{}
 	if ix.Folded {
 		// A replay hands out every event of a message before it returns,
-		// so the index always stands at the end of a message: the next
-		// one is where to go on (and a stream that did not grow is one
-		// request, not a read).
+		// and a budget stops it only between messages, so the index
+		// always stands at the end of a message: the next one is where to
+		// go on (and a stream that did not grow is one request, not a
+		// read).
 		from = events.Position{Seq: ix.At.Seq + 1}
 	}
+	var spent int64
 	err := st.Replay(ctx, from, func(r events.Record) error {
+		if budget > 0 && spent >= budget && r.Pos.Index == 0 {
+			return errBudget
+		}
 		ix.fold(r)
+		spent += int64(len(r.Event.Payload))
 		if each != nil {
 			each()
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("fold the event stream: %w", err)
+	if errors.Is(err, errBudget) {
+		return true, nil
 	}
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("fold the event stream: %w", err)
+	}
+	return false, nil
 }
 
 func loadSnapshot(ctx context.Context, st *events.Store) (*Index, error) {

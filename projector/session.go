@@ -217,7 +217,7 @@ func (s *Session) startIndexer(ix *Index, path string, every time.Duration) {
 		defer close(s.indexDone)
 		// At once: what the start folded, for the next start and for
 		// readers while this session holds the state directory.
-		s.saveIndex(ctx)
+		s.saveIndex(ctx, indexBudget)
 		if !ix.needsCheck(path) {
 			s.checked.Store(true) // by CatchUp, or unchanged since it was
 		} else if err := ix.CheckFile(ctx, path); err == nil {
@@ -230,21 +230,45 @@ func (s *Session) startIndexer(ix *Index, path string, every time.Duration) {
 		}
 		t := time.NewTicker(every)
 		defer t.Stop()
+		var grown uint64 // the stream's size at the last tick
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
-			s.saveIndex(ctx)
+			// A flood (the stream grew by more than indexPause in a tick)
+			// is not read back while it lasts: reading large frames back
+			// beside the relay that writes them costs it memory and half
+			// its throughput. The index catches up once it ebbs.
+			n, err := s.store.StoredBytes(ctx)
+			flood := err == nil && grown > 0 && n-grown > indexPause
+			grown = n
+			if !flood {
+				s.saveIndex(ctx, indexBudget)
+			}
 		}
 	}()
 }
 
-// saveIndex folds the stream's new events into the session's index and
-// saves it. A failure costs the next start time, nothing else.
-func (s *Session) saveIndex(ctx context.Context) {
-	if err := s.index.Update(ctx, s.store, nil); err != nil {
+// indexBudget is about how many bytes of events a session folds into its
+// index per tick (and indexCloseBudget at Close): a flood is read back at
+// a bounded pace, and what is left when the session ends, the next start
+// folds.
+const (
+	indexBudget      = 16 << 20
+	indexCloseBudget = 64 << 20
+	// indexPause is how much the stream may grow in a tick for the
+	// session still to fold it then: a recorded call costs about 2.2 KiB,
+	// so thousands of calls a second fold as they come.
+	indexPause = 32 << 20
+)
+
+// saveIndex folds up to budget bytes of the stream's new events into the
+// session's index and saves it. A failure costs the next start time,
+// nothing else.
+func (s *Session) saveIndex(ctx context.Context, budget int64) {
+	if _, err := s.index.UpdateSome(ctx, s.store, budget); err != nil {
 		if ctx.Err() == nil {
 			s.log.Debug("index not updated", "err", err)
 		}
@@ -278,7 +302,7 @@ func (s *Session) stopIndexer(save bool) {
 		// session wrote: the next start need not read it again.
 		s.index.stampFile(s.path)
 	}
-	s.saveIndex(ctx)
+	s.saveIndex(ctx, indexCloseBudget)
 }
 
 // ID returns the session id.
