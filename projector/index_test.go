@@ -102,12 +102,7 @@ func samePicture(t *testing.T, st *events.Store, got *projector.Index) {
 // the stream, and after a session that closed, loading it folds nothing.
 func TestIndexFromItsSnapshotEqualsTheWholeFold(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := events.Open(ctx, events.Config{Dir: filepath.Join(dir, "state")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close(ctx)
+	st, dir := tempStore(t)
 	key, err := projector.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -208,12 +203,7 @@ func put(t *testing.T, st *events.Store, key string, val []byte) {
 // reading the whole session when the cut is past a mark.
 func TestCatchUpRefusesARecordItCannotAccountFor(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := events.Open(ctx, events.Config{Dir: filepath.Join(dir, "state")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close(ctx)
+	st, dir := tempStore(t)
 	audit := filepath.Join(dir, "calls.aarl")
 	// Session 1 is short; session 2 holds more than two marks of lines
 	// (a mark every 4 MiB).
@@ -378,12 +368,7 @@ func FuzzIndexSnapshot(f *testing.F) {
 func sessionsStore(t testing.TB, n int, seed int64) *events.Store {
 	t.Helper()
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := events.Open(ctx, events.Config{Dir: filepath.Join(dir, "state")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close(ctx) })
+	st, dir := tempStore(t)
 	rnd := mrand.New(mrand.NewSource(seed))
 	for range n {
 		sess, err := projector.OpenSession(ctx, projector.SessionConfig{Store: st, Key: projector.InsecureDevKey(), AuditPath: filepath.Join(dir, "calls.aarl")})
@@ -404,12 +389,7 @@ func sessionsStore(t testing.TB, n int, seed int64) *events.Store {
 // and refuses the edit.
 func TestACheckedRecordFileIsReadAgainOnlyAfterAWrite(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := events.Open(ctx, events.Config{Dir: filepath.Join(dir, "state")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close(ctx)
+	st, dir := tempStore(t)
 	audit := filepath.Join(dir, "calls.aarl")
 	rnd := mrand.New(mrand.NewSource(5))
 	for range 2 {
@@ -443,4 +423,17 @@ func TestACheckedRecordFileIsReadAgainOnlyAfterAWrite(t *testing.T) {
 	if !errors.Is(err, projector.ErrRecordDiverged) {
 		t.Fatalf("OpenSession on a record edited after it was noted = %v, want ErrRecordDiverged", err)
 	}
+}
+
+// tempStore opens a store in a temporary directory, closed at the test's
+// end, and returns it with the directory (for record files).
+func tempStore(t testing.TB) (*events.Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := events.Open(context.Background(), events.Config{Dir: filepath.Join(dir, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(context.Background()) })
+	return st, dir
 }
