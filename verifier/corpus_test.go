@@ -22,7 +22,7 @@ const corpusDir = "testdata/corpus"
 // <name>.want the options and the expected output (see parseWant).
 type corpusCase struct {
 	name  string
-	pin   string // none | dev | other | empty | dev,other
+	pin   string // none | dev | other | empty | dev,other; +gaps: AllowGaps
 	want  Code   // "" for Verified
 	build func(t *testing.T) []byte
 }
@@ -202,24 +202,28 @@ func corpusCases() []corpusCase {
 		{"empty_chain", "none", EmptyChain, func(t *testing.T) []byte { return []byte("\n\n") }},
 
 		// A salvage export of a damaged state directory: lines 2-3 of a
-		// session were lost and a gap line marks where. Never Verified;
-		// the rest is still checked.
-		{"record_gap", "dev", RecordGap, func(t *testing.T) []byte {
+		// session were lost and a gap line marks where. Without
+		// --allow-gaps that is lines dropped: Tampered.
+		{"record_gap_not_allowed", "dev", ChainBroken, func(t *testing.T) []byte {
+			return goodSession(dev(t)).salvaged(2, 4).bytes()
+		}},
+		// With it, never Verified; the rest is still checked.
+		{"record_gap", "dev+gaps", RecordGap, func(t *testing.T) []byte {
 			return goodSession(dev(t)).salvaged(2, 4).bytes()
 		}},
 		// The gap took the end of one session and the open of the next:
 		// the next session's lines cannot be checked until its successor
 		// opens, and that open is linked to the line before it as usual.
-		{"record_gap_lost_open", "dev", RecordGap, func(t *testing.T) []byte {
+		{"record_gap_lost_open", "dev+gaps", RecordGap, func(t *testing.T) []byte {
 			w := goodSession(goodSession(goodSession(dev(t))))
 			return w.salvaged(5, 8).bytes()
 		}},
 		// A gap hides nothing after it: an edit past the gap is Tampered.
-		{"record_gap_then_tampered", "dev", ChainBroken, func(t *testing.T) []byte {
+		{"record_gap_then_tampered", "dev+gaps", ChainBroken, func(t *testing.T) []byte {
 			return goodSession(goodSession(dev(t))).salvaged(2, 4).edit(7, set("tool_id", "rm-rf")).bytes()
 		}},
 		// Nor before it.
-		{"record_gap_after_tampered", "dev", BadSignature, func(t *testing.T) []byte {
+		{"record_gap_after_tampered", "dev+gaps", BadSignature, func(t *testing.T) []byte {
 			return goodSession(goodSession(dev(t))).edit(2, set("tool_id", "exfiltrate")).salvaged(4, 6).bytes()
 		}},
 	}
@@ -231,6 +235,11 @@ func goodSessionOpenedWith(w *testWriter, opt lineOpt) *testWriter {
 }
 
 func pinOptions(t *testing.T, pin string) Options {
+	if p, ok := strings.CutSuffix(pin, "+gaps"); ok {
+		o := pinOptions(t, p)
+		o.AllowGaps = true
+		return o
+	}
 	t.Helper()
 	switch pin {
 	case "none":

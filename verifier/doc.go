@@ -48,8 +48,10 @@
 //     interpreted. Duplicate decisions are counted per session, because
 //     approval ids restart with every proxy process.
 //   - A gap line (line_type "gap", written by aegis export --salvage where a
-//     damaged state directory lost stream messages) caps the verdict at
-//     Indeterminate (RecordGap). The walk goes on: the first line after a
+//     damaged state directory lost stream messages) is Tampered
+//     (ChainBroken) unless the user says the record is a salvage
+//     (Options.AllowGaps): whoever drops lines can write one. With it, it
+//     caps the verdict at Indeterminate (RecordGap) and the walk goes on: the first line after a
 //     gap is taken as the chain's new start (its prev_hash, or an open's
 //     prev_session_tail, cannot be checked), unless it cannot belong to the
 //     session before the gap (no session, a closed one, a lower seq): then

@@ -231,6 +231,14 @@ type Options struct {
 	Keys []ed25519.PublicKey
 	// TrustStore is the parsed --trust-store file, nil when none was given.
 	TrustStore *TrustStore
+	// AllowGaps (--allow-gaps) reads gap lines, which aegis export
+	// --salvage writes where a damaged state directory lost audit lines,
+	// as marks of lines lost: Indeterminate (RecordGap), and the lines
+	// around them checked. Without it a gap line is what it proves, lines
+	// dropped from the chain: Tampered (ChainBroken). Anyone who can drop
+	// lines can also write a gap line, so only the user may say that a
+	// record is a salvage.
+	AllowGaps bool
 }
 
 func (o Options) pinned() bool { return len(o.Keys) > 0 || o.TrustStore != nil }

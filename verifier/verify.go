@@ -165,10 +165,11 @@ type walker struct {
 	// orphan while the lines after a gap belong to a session whose open
 	// was lost, until the next open.
 	afterGap, orphan bool
+	allowGaps        bool // Options.AllowGaps
 }
 
 func newWalker(opts Options) *walker {
-	w := &walker{pinned: opts.pinned(), trusted: map[string]bool{}, seenKeys: map[string]bool{}}
+	w := &walker{pinned: opts.pinned(), allowGaps: opts.AllowGaps, trusted: map[string]bool{}, seenKeys: map[string]bool{}}
 	keys := opts.Keys
 	if opts.TrustStore != nil {
 		keys = append(keys[:len(keys):len(keys)], opts.TrustStore.Keys...)
@@ -237,6 +238,11 @@ func (w *walker) line(raw *rawLine, final bool, pre *prepared) {
 	switch {
 	case h.LineType == schemas.LineGap:
 		lost, _ := l.Str(schemas.FieldLostStreamSeqs)
+		if !w.allowGaps {
+			w.tamper(ChainBroken, raw.no, "line %d is a gap line: audit lines were dropped here (stream messages %s lost, it says); aegis export --salvage writes these for a damaged state directory, and verify --allow-gaps checks the lines around them",
+				raw.no, display(lost))
+			return
+		}
 		w.indet(RecordGap, raw.no, "line %d marks a gap where a salvage export found stream messages %s of a damaged state directory lost, and with them any audit lines they held; the lines around it are checked as far as they go",
 			raw.no, display(lost))
 		w.afterGap = true

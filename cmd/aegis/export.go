@@ -37,9 +37,10 @@ exported as if it were whole: export fails, exits 1, writes nothing, and
 says which stream messages were lost and what of the record went with
 them (which sessions, which audit lines). With --salvage it writes what
 is left, in stream order, with a gap line ("line_type":"gap") wherever
-lines may be missing; 'aegis verify' reports such a record as
-Indeterminate (record_gap) and checks every line around the gaps. A
-salvage that found gaps still exits 1, after writing FILE.
+lines may be missing. 'aegis verify --allow-gaps' reports such a record
+as Indeterminate (record_gap) and checks every line around the gaps;
+without --allow-gaps a gap is lines dropped, Tampered. A salvage that
+found gaps still exits 1, after writing FILE.
 
 Example:
   $ aegis export --state-dir ~/.local/state/aegis --audit calls.aarl --out rebuilt.aarl
@@ -183,7 +184,7 @@ func (m *Main) salvage(ctx context.Context, store *events.Store, damage error, s
 	}
 	return withHint(fmt.Errorf("the event stream in %s is damaged; wrote a salvaged record of %d lines of %d sessions to %s, with %d gaps marked:\n%s",
 		store.Dir(), rep.Lines, rep.Sessions, out, len(rep.Gaps), strings.TrimRight(projector.GapsText(rep.Gaps), "\n")),
-		"'aegis verify' reports a salvaged record as Indeterminate (record_gap) and checks every line around the gaps; restore the state directory from a backup to get the lost lines back")
+		"'aegis verify --allow-gaps FILE' reports a salvaged record as Indeterminate (record_gap) and checks every line around the gaps; restore the state directory from a backup to get the lost lines back")
 }
 
 // writeOut writes with fill to out: stdout for "-", else FILE.tmp,

@@ -11,7 +11,7 @@ import (
 )
 
 const verifyUsage = `Usage:
-  aegis verify [--key HEX]… [--trust-store PATH] RECORD
+  aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] RECORD
 
 Checks an audit record offline (no state directory, no network) and prints:
 
@@ -29,6 +29,12 @@ Without them the walk is unpinned and only proves internal consistency.
 A line of a type this verifier does not know (written by a newer version)
 makes the record Indeterminate, signed or not: a signature says who wrote
 the line, not what it means. A bad signature on it is Tampered.
+
+A gap line ("line_type":"gap"), which 'aegis export --salvage' writes where
+a damaged state directory lost audit lines, is Tampered: lines were dropped
+there, and whoever drops lines can write one. --allow-gaps says the record
+is a salvage: gap lines then make it Indeterminate (record_gap), and every
+line around them is still checked.
 
 Exit codes: 0 Verified, 1 Tampered (or a usage error), 2 the record or
 trust store could not be read, 3 Indeterminate.
@@ -55,6 +61,7 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 	var keys keysFlag
 	fs.Var(&keys, "key", "trusted public key (repeatable)")
 	trust := fs.String("trust-store", "", "file of trusted public keys")
+	allowGaps := fs.Bool("allow-gaps", false, "the record is a salvage: read gap lines as lost lines, not dropped ones")
 	if err := m.parseFlags(fs, verifyUsage, args); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
@@ -63,9 +70,9 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return &exitError{code: 1, err: fmt.Errorf("verify takes exactly one RECORD path, got %d", fs.NArg()), hint: "aegis verify [--key HEX]… [--trust-store PATH] RECORD"}
+		return &exitError{code: 1, err: fmt.Errorf("verify takes exactly one RECORD path, got %d", fs.NArg()), hint: "aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] RECORD"}
 	}
-	opts := verifier.Options{Keys: keys}
+	opts := verifier.Options{Keys: keys, AllowGaps: *allowGaps}
 	if *trust != "" {
 		f, err := os.Open(*trust)
 		if err != nil {
