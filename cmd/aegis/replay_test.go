@@ -650,7 +650,9 @@ func TestReplayFollow(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(2 * followPoll)
+	// Room for a few polls: under the race detector on a busy machine a
+	// poll that copies and reopens the stream takes more than one period.
+	time.Sleep(10 * followPoll)
 	cancel()
 	select {
 	case r = <-all:
