@@ -85,9 +85,12 @@ func TestProjectionsRebuildAfterKillingWrap(t *testing.T) {
 		}
 		// The live views, once the stream holds every call sent and has
 		// stopped growing: frames that nobody waits for are committed
-		// lazily (within 25 ms), so one look can come just before them.
+		// lazily (within 25 ms), so one look can come just before them,
+		// and sessions lists a running wrap from the index it saves every
+		// second, so the listing must hold still for longer than that.
 		var liveIndex, prev []projector.SessionSummary
-		deadline := time.Now().Add(10 * time.Second)
+		var still time.Time // since when the listing has not changed
+		deadline := time.Now().Add(15 * time.Second)
 		for {
 			code, out, stderr := l.in("sessions", "--json")
 			if code != 0 {
@@ -95,7 +98,10 @@ func TestProjectionsRebuildAfterKillingWrap(t *testing.T) {
 			}
 			prev, liveIndex = liveIndex, nil
 			json.Unmarshal([]byte(out), &liveIndex)
-			if n := len(liveIndex); n == round+1 && liveIndex[n-1].Calls == calls && reflect.DeepEqual(prev, liveIndex) {
+			if !reflect.DeepEqual(prev, liveIndex) {
+				still = time.Now()
+			}
+			if n := len(liveIndex); n == round+1 && liveIndex[n-1].Calls == calls && time.Since(still) > 1500*time.Millisecond {
 				break
 			}
 			if time.Now().After(deadline) {
