@@ -289,18 +289,6 @@ type report struct {
 	Sweep   []*sweepSummary  `json:"sweep"`
 }
 
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if n := len(s); n%2 == 0 {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-	return s[len(s)/2]
-}
-
 func buildReport(runs []*benchRun) *report {
 	rep := &report{}
 	for _, r := range runs {
@@ -318,7 +306,7 @@ func buildReport(runs []*benchRun) *report {
 				}
 			}
 			if len(f.Values) > 0 {
-				f.Min, f.Max, f.Median = slices.Min(f.Values), slices.Max(f.Values), median(f.Values)
+				f.Min, f.Max, f.Median = slices.Min(f.Values), slices.Max(f.Values), benchjson.Median(f.Values)
 				if f.Cmp != "" {
 					met := f.meets(f.Median)
 					f.Met = &met
@@ -369,8 +357,8 @@ func buildReport(runs []*benchRun) *report {
 		}
 		rep.Sweep = append(rep.Sweep, &sweepSummary{
 			Config: k.config, Procs: ps[0].Procs, PerProc: ps[0].PerProc, InFlight: k.inFlight, Runs: len(ps),
-			P50: median(p50), P50Min: slices.Min(p50), P50Max: slices.Max(p50), P99: median(p99),
-			CallsPerS: median(cps), CPSMin: slices.Min(cps), CPSMax: slices.Max(cps),
+			P50: benchjson.Median(p50), P50Min: slices.Min(p50), P50Max: slices.Max(p50), P99: benchjson.Median(p99),
+			CallsPerS: benchjson.Median(cps), CPSMin: slices.Min(cps), CPSMax: slices.Max(cps),
 		})
 	}
 	return rep

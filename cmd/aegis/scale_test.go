@@ -634,7 +634,7 @@ func scaleMeasure(tb testing.TB, calls, reps, sessionsReps int) *scaleFigures {
 		f.sessions = append(f.sessions, r.wall)
 		f.sessionsRSS = max(f.sessionsRSS, r.rssMiB)
 	}
-	tb.Logf("aegis sessions: %.2f s (median), peak RSS %.1f MiB", scaleMedian(f.sessions).Seconds(), f.sessionsRSS)
+	tb.Logf("aegis sessions: %.2f s (median), peak RSS %.1f MiB", benchjson.Median(f.sessions).Seconds(), f.sessionsRSS)
 	if f.export, err = big.checkExport(); err != nil {
 		tb.Fatal(err)
 	}
@@ -686,7 +686,7 @@ func scaleMeasure(tb testing.TB, calls, reps, sessionsReps int) *scaleFigures {
 		}
 	}
 	for _, x := range series {
-		tb.Logf("start to initialize answer, %s: median %.1f ms of %d", x.name, ms(scaleMedian(*x.d)), len(*x.d))
+		tb.Logf("start to initialize answer, %s: median %.1f ms of %d", x.name, ms(benchjson.Median(*x.d)), len(*x.d))
 	}
 	tb.Logf("peak RSS of the starts continuing the big store's record (catch-up): %.1f MiB; on a new record: %.1f MiB", f.contBigRSS, f.newBigRSS)
 	// The starts added sessions without calls; the listing still counts
@@ -697,18 +697,6 @@ func scaleMeasure(tb testing.TB, calls, reps, sessionsReps int) *scaleFigures {
 	f.selfPeak = selfPeakMiB()
 	tb.Logf("peak RSS of this test process, which bounds every peak RSS above from below: %.1f MiB", f.selfPeak)
 	return f
-}
-
-func scaleMedian(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	if n := len(s); n%2 == 0 {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-	return s[len(s)/2]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -769,7 +757,7 @@ func BenchmarkScale(b *testing.B) {
 	for b.Loop() {
 		f = scaleMeasure(b, calls, scaleStartReps, scaleSessionsReps)
 	}
-	newSmall, contSmall := ms(scaleMedian(f.newSmall)), ms(scaleMedian(f.contSmall))
+	newSmall, contSmall := ms(benchjson.Median(f.newSmall)), ms(benchjson.Median(f.contSmall))
 	fig := map[string]float64{
 		"calls":                       float64(f.calls),
 		"record-lines":                float64(f.recordLines),
@@ -777,12 +765,12 @@ func BenchmarkScale(b *testing.B) {
 		"state-MiB":                   float64(f.stateBytes) / (1 << 20),
 		"fill-calls/s":                float64(f.calls) / f.fill.Seconds(),
 		"fill-wrap-rss-MiB":           f.fillRSS,
-		"startup-new-big-ms":          ms(scaleMedian(f.newBig)),
+		"startup-new-big-ms":          ms(benchjson.Median(f.newBig)),
 		"startup-new-small-ms":        newSmall,
-		"startup-new-diff-ms":         ms(scaleMedian(f.newBig)) - newSmall,
-		"startup-cont-big-ms":         ms(scaleMedian(f.contBig)),
+		"startup-new-diff-ms":         ms(benchjson.Median(f.newBig)) - newSmall,
+		"startup-cont-big-ms":         ms(benchjson.Median(f.contBig)),
 		"startup-cont-small-ms":       contSmall,
-		"startup-cont-diff-ms":        ms(scaleMedian(f.contBig)) - contSmall,
+		"startup-cont-diff-ms":        ms(benchjson.Median(f.contBig)) - contSmall,
 		"startup-after-kill-ms":       ms(f.afterKill),
 		"startup-after-kill-diff-ms":  ms(f.afterKill) - contSmall,
 		"startup-after-clean-ms":      ms(f.afterClean),
@@ -797,7 +785,7 @@ func BenchmarkScale(b *testing.B) {
 		"max-rss-MiB":                 max(f.afterCleanRSS, f.afterKillRSS, f.contBigRSS, f.export.rssMiB, f.verify.rssMiB, f.sessionsRSS),
 		"export-s":                    f.export.wall.Seconds(),
 		"verify-s":                    f.verify.wall.Seconds(),
-		"sessions-s":                  scaleMedian(f.sessions).Seconds(),
+		"sessions-s":                  benchjson.Median(f.sessions).Seconds(),
 		"rss-floor-MiB":               f.selfPeak,
 	}
 	keys := make([]string, 0, len(fig))

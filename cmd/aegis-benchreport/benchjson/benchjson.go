@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // SweepPoint is one configuration and number of calls in flight of
@@ -75,4 +76,18 @@ func Merge(path, name string, v any, env func() map[string]any) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// Median returns the median of v, the mean of the middle two for an even
+// count, and 0 for none. v is not changed.
+func Median[T ~int64 | ~float64](v []T) T {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
