@@ -45,9 +45,6 @@ func validIndexKey(key string) bool {
 // indexMaxValue is the largest value an index entry may hold.
 const indexMaxValue = 64 << 20
 
-// IndexMaxValue is the largest value [Store.IndexPut] takes.
-func (s *Store) IndexMaxValue() int { return indexMaxValue }
-
 // IndexGet returns the value of key in the index and its revision (a
 // digest of the value), or [ErrNoIndex].
 func (s *Store) IndexGet(ctx context.Context, key string) ([]byte, uint64, error) {
@@ -87,8 +84,8 @@ func (s *Store) IndexPut(ctx context.Context, key string, val []byte) (uint64, e
 	if !validIndexKey(key) {
 		return 0, fmt.Errorf("index key %q", key)
 	}
-	if len(val) > s.IndexMaxValue() {
-		return 0, fmt.Errorf("index %s: %d bytes, more than %d", key, len(val), s.IndexMaxValue())
+	if len(val) > indexMaxValue {
+		return 0, fmt.Errorf("index %s: %d bytes, more than %d", key, len(val), indexMaxValue)
 	}
 	dir := filepath.Join(s.dir, IndexDir)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
@@ -152,15 +149,6 @@ func (s *Store) MessageDigest(ctx context.Context, seq uint64) (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// LastSeq returns the sequence of the stream's last message (0: empty).
-func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
-	st, err := s.state(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return st.State.LastSeq, nil
 }
 
 // StoredBytes returns how many bytes the stream's messages take.

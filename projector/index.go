@@ -5,8 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"hash"
-	"os"
-	"syscall"
 
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/schemas"
@@ -29,12 +27,11 @@ type RecordSpan struct {
 	Lines   int    `json:"lines"`
 	Bytes   int64  `json:"bytes"`
 	// Tail is the hash of the last line (what the next session links to).
-	Tail   string `json:"tail"`
-	Closed bool   `json:"closed,omitempty"`
+	Tail string `json:"tail"`
 	// First is the position of the session.opened event.
 	First events.Position `json:"first"`
 	// Marks are, about every markEvery bytes, the position of the line
-	// that begins there and how many lines and bytes precede it.
+	// that begins there and how many bytes precede it.
 	Marks []SpanMark `json:"marks,omitempty"`
 
 	digest hash.Hash // SHA-256 of the span's bytes so far
@@ -43,7 +40,6 @@ type RecordSpan struct {
 // SpanMark is a point inside a [RecordSpan] where a read can begin.
 type SpanMark struct {
 	At    events.Position `json:"at"`
-	Lines int             `json:"lines"`
 	Bytes int64           `json:"bytes"`
 }
 
@@ -73,7 +69,7 @@ func (s *RecordSpan) add(line string, at events.Position) {
 		s.digest = sha256.New()
 	}
 	if s.Bytes >= int64(len(s.Marks)+1)*markEvery {
-		s.Marks = append(s.Marks, SpanMark{At: at, Lines: s.Lines, Bytes: s.Bytes})
+		s.Marks = append(s.Marks, SpanMark{At: at, Bytes: s.Bytes})
 	}
 	s.digest.Write([]byte(line))
 	s.digest.Write([]byte{'\n'})
@@ -84,9 +80,10 @@ func (s *RecordSpan) add(line string, at events.Position) {
 
 // Index is the fold that start-up, aegis sessions and aegis export read
 // instead of the whole stream: the session index ([SessionIndex]) and,
-// per session, its [RecordSpan]. It is pure; [LoadIndex] and [Index.Save]
-// keep it as a snapshot in the store's index bucket, so that a new process
-// folds only the events after the snapshot.
+// per session, its [RecordSpan]. Its fold is pure; [LoadIndex] and
+// [Index.Save] (indexstore.go, with the record file stamps) keep it as a
+// snapshot in the store's index folder, so that a new process folds only
+// the events after the snapshot.
 type Index struct {
 	sessions SessionIndex
 	spans    map[string]*RecordSpan
@@ -96,7 +93,7 @@ type Index struct {
 	At     events.Position
 	Folded bool
 	// dirty is the first session (in stream order) that changed since the
-	// index was loaded or saved; saved is how many were saved.
+	// index was loaded or saved; saved is what the last save wrote.
 	dirty int
 	saved snapshotState
 	// files are the record files checked whole, as they were when their
@@ -117,45 +114,6 @@ type FileStamp struct {
 	Ino   uint64 `json:"ino"`
 	Size  int64  `json:"size"`
 	Ctime int64  `json:"ctime_ns"`
-}
-
-func stampOf(fi os.FileInfo) (FileStamp, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return FileStamp{}, false
-	}
-	return FileStamp{Dev: uint64(st.Dev), Ino: st.Ino, Size: fi.Size(), Ctime: st.Ctim.Nano()}, true
-}
-
-// unchangedSince reports whether the record file f is as it was when a
-// session that had it checked whole closed it.
-func (ix *Index) unchangedSince(path string, f *os.File) bool {
-	want, ok := ix.files[path]
-	if !ok || f == nil {
-		return false
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		return false
-	}
-	got, ok := stampOf(fi)
-	return ok && got == want
-}
-
-// stampFile notes that the record file at path was checked whole and is
-// now closed, as it is now.
-func (ix *Index) stampFile(path string) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return
-	}
-	if st, ok := stampOf(fi); ok {
-		if ix.files == nil {
-			ix.files = map[string]FileStamp{}
-		}
-		ix.files[path] = st
-		ix.filesNew = true
-	}
 }
 
 // needsCheck reports whether CatchUp left the record file at path to be
@@ -201,9 +159,6 @@ func (ix *Index) foldSpan(rec events.Record) {
 		return
 	}
 	sp.add(line, rec.Pos)
-	if e.Kind == schemas.KindSessionClosed {
-		sp.Closed = true
-	}
 }
 
 // Sessions is [SessionIndex.Sessions].

@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
+	"syscall"
 
 	"github.com/aegis-dev/aegis/events"
 )
 
-// The snapshot of an [Index] in the store's index bucket: a head and the
+// The snapshot of an [Index] in the store's index folder: a head and the
 // sessions in chunks of indexChunk, in stream order. Only the last session
 // of a state directory still changes (one writer per directory), so a save
 // rewrites the last chunk or two and the head, whatever the history holds.
@@ -60,7 +62,7 @@ type snapshotState struct {
 }
 
 // LoadIndex returns the index of the store's stream: its snapshot from the
-// index bucket, if there is a sound one, with every later event folded in.
+// index folder, if there is a sound one, with every later event folded in.
 // A snapshot that cannot be used is logged and the whole stream folded;
 // the index is a cache, never a source. each, if not nil, is called per
 // event folded. Damage is returned as [Store.Replay] returns it.
@@ -234,7 +236,7 @@ func (ix *Index) restore(s sessionSnap) error {
 	return nil
 }
 
-// Save writes the index to the store's index bucket: the chunks that
+// Save writes the index to the store's index folder: the chunks that
 // changed since the last save, then the head. A snapshot cut short by a
 // crash is detected and thrown away by the next [LoadIndex].
 func (ix *Index) Save(ctx context.Context, st *events.Store) error {
@@ -256,9 +258,6 @@ func (ix *Index) Save(ctx context.Context, st *events.Store) error {
 		b, err := json.Marshal(c)
 		if err != nil {
 			return fmt.Errorf("save index: %w", err)
-		}
-		if len(b) > st.IndexMaxValue() {
-			return fmt.Errorf("save index: chunk %d is %d bytes, more than the bucket takes", k, len(b))
 		}
 		rev, err := st.IndexPut(ctx, chunkKey(k), b)
 		if err != nil {
@@ -296,4 +295,43 @@ func (ix *Index) snap(id string) sessionSnap {
 		}
 	}
 	return s
+}
+
+func stampOf(fi os.FileInfo) (FileStamp, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return FileStamp{}, false
+	}
+	return FileStamp{Dev: uint64(st.Dev), Ino: st.Ino, Size: fi.Size(), Ctime: st.Ctim.Nano()}, true
+}
+
+// unchangedSince reports whether the record file f is as it was when a
+// session that had it checked whole closed it.
+func (ix *Index) unchangedSince(path string, f *os.File) bool {
+	want, ok := ix.files[path]
+	if !ok || f == nil {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	got, ok := stampOf(fi)
+	return ok && got == want
+}
+
+// stampFile notes that the record file at path was checked whole and is
+// now closed, as it is now.
+func (ix *Index) stampFile(path string) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return
+	}
+	if st, ok := stampOf(fi); ok {
+		if ix.files == nil {
+			ix.files = map[string]FileStamp{}
+		}
+		ix.files[path] = st
+		ix.filesNew = true
+	}
 }

@@ -100,18 +100,14 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 			}
 		}
 	case *audit != "":
-		abs, err := filepath.Abs(*audit)
+		abs, names, err := recordNames(*audit)
 		if err != nil {
 			return err
 		}
-		spans := ix.SpansFor(abs)
-		if len(spans) == 0 {
-			if r, err := filepath.EvalSymlinks(abs); err == nil {
-				spans = ix.SpansFor(r)
+		for _, s := range ix.Spans() {
+			if names[s.Path] {
+				ids = append(ids, s.Session)
 			}
-		}
-		for _, s := range spans {
-			ids = append(ids, s.Session)
 		}
 		if len(ids) == 0 {
 			return withHint(fmt.Errorf("export: no session in the stream recorded to %s", abs), "give the --audit path exactly as wrap got it, or use --session")
@@ -153,12 +149,11 @@ func (m *Main) salvage(ctx context.Context, store *events.Store, damage error, s
 		}
 		keep = func(id string, _ projector.SessionOpened) bool { return want[id] }
 	case audit != "":
-		abs, err := filepath.Abs(audit)
+		_, names, err := recordNames(audit)
 		if err != nil {
 			return err
 		}
-		real, _ := filepath.EvalSymlinks(abs)
-		keep = func(_ string, so projector.SessionOpened) bool { return so.AuditPath == abs || so.AuditPath == real }
+		keep = func(_ string, so projector.SessionOpened) bool { return names[so.AuditPath] }
 	}
 	prog := m.newProgress("salvage")
 	if dry {
@@ -220,4 +215,19 @@ func writeOut(out string, stdout io.Writer, fill func(io.Writer) error) error {
 		os.Remove(tmp)
 	}
 	return err
+}
+
+// recordNames returns the absolute path of a record file and the names
+// sessions may have recorded it under: that path and, with its symbolic
+// links resolved, the one aegis records now.
+func recordNames(p string) (string, map[string]bool, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", nil, err
+	}
+	names := map[string]bool{abs: true}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		names[r] = true
+	}
+	return abs, names, nil
 }
