@@ -234,6 +234,9 @@ func (s *Store) queueItems(lazy bool, items []*item) ([]*Receipt, error) {
 		if s.closing {
 			return nil, ErrClosed
 		}
+		if s.archived {
+			return nil, ErrArchived
+		}
 		if s.queued == 0 || s.queued+size <= s.cfg.MaxQueueBytes {
 			break
 		}

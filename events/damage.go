@@ -152,10 +152,11 @@ func (s *Store) damage(st *streamState, detail string) error {
 	if n := len(missing); n > 0 && missing[n-1].To > last {
 		last = missing[n-1].To // the store forgot that it held them
 	}
-	// The stream starts at 1 and nothing may be removed from its head.
-	if last > 0 && first > 1 {
-		missing = mergeRanges(append([]SeqRange{{1, first - 1}}, missing...))
-		first = 1
+	// The stream starts at its base (1, or where a rotation began it) and
+	// nothing may be removed from its head.
+	if last > 0 && first > s.base {
+		missing = mergeRanges(append([]SeqRange{{s.base, first - 1}}, missing...))
+		first = s.base
 	}
 	if len(missing) == 0 {
 		return nil

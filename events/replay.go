@@ -165,10 +165,7 @@ func (s *Store) Follow(ctx context.Context, from Position, fn func(Record) error
 
 // consume reads from from.Seq on; last > 0 stops after that sequence.
 func (s *Store) consume(ctx context.Context, from Position, last uint64, fn func(Record) error) error {
-	start := from.Seq
-	if start == 0 {
-		start = 1
-	}
+	start := max(from.Seq, s.base)
 	cons, err := s.js.OrderedConsumer(ctx, StreamName, jetstream.OrderedConsumerConfig{
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       start,
@@ -214,7 +211,7 @@ func (s *Store) consume(ctx context.Context, from Position, last uint64, fn func
 		}
 		seq := meta.Sequence.Stream
 		if seq > want {
-			return &DamageError{Dir: s.dir, First: 1, Last: max(last, seq), Missing: []SeqRange{{want, seq - 1}},
+			return &DamageError{Dir: s.dir, First: s.base, Last: max(last, seq), Missing: []SeqRange{{want, seq - 1}},
 				Detail: "they did not load while the stream was read (the store skipped them)"}
 		}
 		want = seq + 1
@@ -304,7 +301,7 @@ func (s *Store) stalled(ctx context.Context, want, last uint64, detail string) e
 	if len(gone) == 0 {
 		return fmt.Errorf("replay: %s within %s, though the store holds every message; try again, and check the disk if it persists: %w", detail, stallLimit, errStalled)
 	}
-	return &DamageError{Dir: s.dir, First: 1, Last: last, Missing: ranges(gone), Detail: detail + "; the rest do not load"}
+	return &DamageError{Dir: s.dir, First: s.base, Last: last, Missing: ranges(gone), Detail: detail + "; the rest do not load"}
 }
 
 // ReplaySalvage reads a damaged stream as far as it loads. It calls fn for
@@ -322,7 +319,7 @@ func (s *Store) ReplaySalvage(ctx context.Context, fn func(Record) error, gap fu
 	}
 	last := st.State.LastSeq
 	end := max(last, s.mark)
-	from := uint64(1)
+	from := s.base
 	for from <= last {
 		err := s.consume(ctx, Position{Seq: from}, last, fn)
 		if err == nil {

@@ -86,6 +86,8 @@ type Config struct {
 	// relay from reading faster than the disk takes its frames. An event
 	// that finds the queue empty is always queued, whatever its size.
 	MaxQueueBytes int
+
+	finishRoll bool // set by FinishRoll only
 }
 
 // Errors callers branch on.
@@ -203,6 +205,10 @@ type Store struct {
 
 	approvals *ApprovalConfig // nil unless Config.Approvals
 	mark      uint64          // the stream's last sequence at the last clean close (markFile)
+	base      uint64          // the stream's first sequence (baseFile): 1 unless a rotation began it later
+	roll      *RollPlan       // the rotation FinishRoll is finishing
+	archive   *RollPlan       // set when the directory is a rotation's archive
+	archived  bool            // appends are refused (ErrArchived)
 }
 
 // Open locks the state directory, starts the embedded server and opens (or
@@ -257,6 +263,9 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 			s.shutdown()
 		}
 	}()
+	if err := s.prepareRoll(); err != nil {
+		return nil, err
+	}
 
 	// The largest message: one event, or a batch of them, plus the batch
 	// header.
@@ -368,6 +377,11 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		// minutes) to rebuild a dedupe table that stays empty. The
 		// least window it takes is 100 ms.
 		Duplicates: 100 * time.Millisecond,
+		// Only a rotation's new stream starts later than 1 (after the
+		// rolled-over stream's last sequence); once it exists this is
+		// left out, so no later Open can ask the server to begin the
+		// stream (and drop what it holds) anywhere else.
+		FirstSeq: s.createFirst(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s in %s: %w", StreamName, opts.StoreDir, err)

@@ -55,6 +55,9 @@ const (
 	// KindFrameDropped records that a frame (held in the frame event
 	// before it) was not relayed, and why.
 	KindFrameDropped Kind = "frame.dropped"
+	// KindStoreRotated is the first event of a stream that a rotation
+	// started: what was rolled over, and the record files sealed with it.
+	KindStoreRotated Kind = "store.rotated"
 )
 
 var kinds = map[Kind]bool{
@@ -67,6 +70,7 @@ var kinds = map[Kind]bool{
 	KindChildStarted: true, KindChildExited: true,
 	KindAuditLine: true, KindNote: true,
 	KindCallCancelled: true, KindFrameDropped: true,
+	KindStoreRotated: true,
 }
 
 // Kinds returns every known kind, in no particular order.
