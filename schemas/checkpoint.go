@@ -55,8 +55,10 @@ type Checkpoint struct {
 	Size int64
 	// Root is the RFC 6962 tree root over the lines.
 	Root [32]byte
-	// Tail is the line hash ([HashHex] of the canonical line, as
-	// [Line.Hash] returns it) of the last line; "" when Size is 0.
+	// Tail is [HashHex] of the last line's bytes, which for the canonical
+	// lines a record holds is its line hash ([Line.Hash]) and so the
+	// prev_session_tail of the next segment's first open; "" when Size is
+	// 0.
 	Tail string
 }
 
