@@ -534,3 +534,29 @@ func TestCheckCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// FuzzCheckCheckpoint: no note makes the check panic, and one it accepts
+// seals exactly the size, root and tail given, under a given key.
+func FuzzCheckCheckpoint(f *testing.F) {
+	file := rotatedFiles(f)[0]
+	lines := splitLines(file)
+	cp := checkpointBody(f, "audit.000001.jsonl", file)
+	f.Add(signCheckpoint(f, devKey(), cp))
+	f.Add(signCheckpoint(f, otherKey(), cp))
+	f.Add(cp.Body())
+	f.Add([]byte("\n\n— aegis-x AAAAAAA=\n"))
+	size, root, tail := int64(len(lines)), cp.Root, cp.Tail
+	keys := []ed25519.PublicKey{pubOf(devKey())}
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		got, signer, err := CheckCheckpoint(msg, keys, size, root, tail)
+		if err != nil {
+			if r, ok := err.(*Reason); !ok || (r.Code != BadCheckpoint && r.Code != CheckpointMismatch) {
+				t.Fatalf("error %#v", err)
+			}
+			return
+		}
+		if got.Size != size || got.Root != root || got.Tail != tail || signer != schemas.KeyID(pubOf(devKey())) {
+			t.Fatalf("accepted %+v signed by %q", got, signer)
+		}
+	})
+}
