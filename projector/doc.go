@@ -100,4 +100,15 @@
 // never falls back to another key. [PrivateKey] never prints its seed and
 // compares in constant time. The published development key
 // ([InsecureDevKey]) is for tests only; key files refuse it.
+//
+// # Checkpoints
+//
+// [CheckpointFile] seals a record file that rotation renamed to a segment:
+// it streams the file once, holding one line and O(log n) tree hashes
+// ([TreeHasher]), and returns a C2SP signed note ([SignCheckpoint]) over the
+// [schemas.Checkpoint] of it (line count, RFC 6962 root, last line hash),
+// signed under the key name "aegis-<key_id>". It refuses a file that does
+// not end in '\n' or holds an empty line, so a checkpoint never vouches for
+// a torn write. [WriteCheckpointFile] puts the note next to the segment
+// atomically (mode 0600); package verifier checks it.
 package projector

@@ -27,6 +27,23 @@
 // alone decides the verdict, so the result does not depend on the number of
 // cores or on scheduling.
 //
+// # Rotated records and checkpoints
+//
+// [VerifySet] verifies the files of a rotated record (sealed segments
+// oldest first, the live file last) as one record, and checks each file
+// that has a signed checkpoint against it with [CheckCheckpoint]: a C2SP
+// signed note, signed by a key that the file's sessions publish (or a
+// pinned one), whose [schemas.Checkpoint] body must equal the file's line
+// count, RFC 6962 tree root and last line. A mismatch is Tampered
+// ([CheckpointMismatch]); so is a checkpoint that does not parse or that no
+// such key signed ([BadCheckpoint]): whoever can edit a record can delete
+// its checkpoint, but cannot forge one. A file that another follows must
+// end in '\n'. Messages in a set name the file ("audit.000002.jsonl line
+// 17"). A record file whose first open links to an earlier session,
+// verified alone, stays Tampered (SessionBoundaryBroken) and says so in
+// Result.Continued, so that a caller can point to the earlier segments.
+// These sidecar checkpoints are not the reserved checkpoint line type.
+//
 // # Choices where the specification is silent
 //
 //   - A first session whose open carries prev_session_tail is
@@ -74,5 +91,7 @@
 // that nothing between an open and its close was changed, dropped or
 // reordered. It cannot prove that whole sessions at the end of the file were
 // not removed, because nothing outside the file anchors the last close;
-// pinning proves who wrote it, not that it is complete.
+// pinning proves who wrote it, not that it is complete. A sealed segment's
+// checkpoint anchors that segment's end, and the next file's first open
+// anchors it again; the live file's end stays unanchored.
 package verifier

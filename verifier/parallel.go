@@ -303,17 +303,34 @@ func (k *keyPass) assign(c *chunk) {
 // verifyParallel is Verify, sized by cfg.
 func verifyParallel(r io.Reader, opts Options, cfg parallelConfig) Result {
 	w := newWalker(opts)
-	if err := w.walkParallel(r, cfg); err != nil {
+	if err := w.walkParallel(r, cfg, &fileWalk{final: true, keys: &keyPass{}}); err != nil {
 		return Result{Err: fmt.Errorf("verifier: read record: %w", err)}
 	}
 	return w.finish()
 }
 
+// fileWalk is one record file of a walk: how to walk it, and what the walk
+// found out about its bytes.
+type fileWalk struct {
+	// final: the file's last line is the record's final line (a single
+	// record, or the last file of a rotated set).
+	final bool
+	// keys carries the key pass from one file of a set to the next.
+	keys *keyPass
+	// tree, when not nil, gets every line of the file as a leaf.
+	tree *leafTree
+
+	// Set by the walk when it reached the end of the file.
+	tail  string // HashHex of the last line's bytes, "" for an empty file
+	noNL  bool   // the last line does not end in '\n'
+	lines int    // lines in the file, empty ones included
+}
+
 // walkParallel walks the record in r; it returns the read error that ends
 // the walk, if any.
-func (w *walker) walkParallel(r io.Reader, cfg parallelConfig) error {
+func (w *walker) walkParallel(r io.Reader, cfg parallelConfig, fw *fileWalk) error {
 	cr := chunkReader{
-		lr:    lineReader{br: bufio.NewReaderSize(r, 64<<10)},
+		lr:    lineReader{br: bufio.NewReaderSize(r, 64<<10), tree: fw.tree},
 		lines: max(cfg.chunkLines, 1),
 		max:   max(cfg.chunkBytes, 1),
 	}
@@ -325,7 +342,7 @@ func (w *walker) walkParallel(r io.Reader, cfg parallelConfig) error {
 
 	var (
 		queue []*chunk // read and not yet walked, in record order
-		keys  keyPass
+		keys  = fw.keys
 	)
 	key := func(c *chunk) {
 		if !c.keyed {
@@ -341,6 +358,7 @@ func (w *walker) walkParallel(r io.Reader, cfg parallelConfig) error {
 			queue = append(queue, c)
 		}
 		if len(queue) == 0 {
+			fw.noNL, fw.lines = cr.lr.noNL, cr.lr.no
 			return nil
 		}
 		head := queue[0]
@@ -352,7 +370,11 @@ func (w *walker) walkParallel(r io.Reader, cfg parallelConfig) error {
 		}
 		head.checked.Wait()
 		for i := range head.lines {
-			w.line(&head.lines[i], head.last && i == len(head.lines)-1, &head.pre[i])
+			last := head.last && i == len(head.lines)-1
+			w.line(&head.lines[i], fw.final && last, &head.pre[i])
+			if last && fw.tree != nil && !head.lines[i].tooLong {
+				fw.tail = schemas.HashHex(head.lines[i].b)
+			}
 			if w.tampered != nil {
 				break
 			}

@@ -251,7 +251,7 @@ func TestParallelChecksAhead(t *testing.T) {
 	for _, name := range []string{"verified_rotated_keys.aarl", "verified_killed_session_anchored.aarl", "generated_four_sessions", "generated_long", "generated_big_lines", "upstream-golden-session.aarl"} {
 		for _, cfg := range testConfigs() {
 			w := newWalker(Options{})
-			if err := w.walkParallel(bytes.NewReader(records[name]), cfg); err != nil {
+			if err := w.walkParallel(bytes.NewReader(records[name]), cfg, &fileWalk{final: true, keys: &keyPass{}}); err != nil {
 				t.Fatal(err)
 			}
 			if res := w.finish(); res.Verdict != Verified {

@@ -2,6 +2,7 @@ package verifier
 
 import (
 	"crypto/ed25519"
+	"encoding/base64"
 	"fmt"
 	"strconv"
 	"strings"
@@ -63,6 +64,15 @@ const (
 	// DuplicateDecision: a second decision line for one approval_id in a
 	// session.
 	DuplicateDecision Code = "duplicate_decision"
+	// CheckpointMismatch: a record file does not hold what its signed
+	// checkpoint seals: fewer or more lines, another tree root or another
+	// last line.
+	CheckpointMismatch Code = "checkpoint_mismatch"
+	// BadCheckpoint: a checkpoint given for a record file is not a signed
+	// note, its body does not parse, or no key of the record (or of the
+	// trust slice) signed it. Whoever can edit a record can delete its
+	// checkpoint, but cannot forge one.
+	BadCheckpoint Code = "bad_checkpoint"
 )
 
 // Reasons for Indeterminate.
@@ -89,6 +99,7 @@ const (
 func Codes() []Code {
 	return []Code{
 		ChainBroken, SeqOutOfOrder, BadSignature, SessionBoundaryBroken, MalformedLine, UntrustedKey, DuplicateDecision,
+		CheckpointMismatch, BadCheckpoint,
 		UnknownLineType, ReservedCheckpoint, TornFinalLine, UnanchoredTail, MissingLine, EmptyChain, RecordGap,
 	}
 }
@@ -96,7 +107,8 @@ func Codes() []Code {
 // Verdict returns the verdict that c leads to.
 func (c Code) Verdict() Verdict {
 	switch c {
-	case ChainBroken, SeqOutOfOrder, BadSignature, SessionBoundaryBroken, MalformedLine, UntrustedKey, DuplicateDecision:
+	case ChainBroken, SeqOutOfOrder, BadSignature, SessionBoundaryBroken, MalformedLine, UntrustedKey, DuplicateDecision,
+		CheckpointMismatch, BadCheckpoint:
 		return Tampered
 	case UnknownLineType, ReservedCheckpoint, TornFinalLine, UnanchoredTail, MissingLine, EmptyChain, RecordGap:
 		return Indeterminate
@@ -110,9 +122,13 @@ type Reason struct {
 	// Message is the display string printed after "Tampered: " or
 	// "Indeterminate: ".
 	Message string
-	// Line is the 1-based line number in the record where the reason was
-	// found, counting empty lines; 0 when it concerns the record as a whole.
+	// Line is the 1-based line number in the record (in a rotated set, in
+	// File) where the reason was found, counting empty lines; 0 when it
+	// concerns the record, or the file, as a whole.
 	Line int
+	// File names the record file of a rotated set that the reason concerns
+	// ([VerifySet]); "" for a single record or the set as a whole.
+	File string
 }
 
 func (r *Reason) Error() string { return r.Message }
@@ -148,6 +164,16 @@ type Result struct {
 	// Warnings note oddities that do not change the verdict, such as an
 	// outcome without an intent. They are not part of [Render].
 	Warnings []string
+	// Continued is set when the record's first open links to an earlier
+	// session (prev_session_tail): the record is a later segment of a
+	// rotated record, verified without the segments before it. The verdict
+	// is then Tampered (SessionBoundaryBroken), since nothing in the record
+	// shows what it links to; [VerifySet] with the earlier segments first
+	// checks the link.
+	Continued bool
+	// Checkpoints report the checkpoints checked by [VerifySet], one per
+	// record file that had one, in file order, as far as the walk got.
+	Checkpoints []CheckpointResult
 	// Err is set when the record could not be read; every other field is then
 	// meaningless, [Render] returns "" and [ExitCode] returns 2.
 	Err error
@@ -179,10 +205,12 @@ func Label(r Result) string {
 }
 
 // Render returns what aegis verify prints on stdout: the label, one
-// "key_id <hex>" line per observed key, "coverage session <i> seq <n>" when
-// any line passed, and for an unanchored tail one "in_flight <call_id>" line
-// per call in flight. Every line ends in '\n'. The output holds no time and
-// no path, so it is the same on every run. It is "" when r.Err is set.
+// "key_id <hex>" line per observed key, one "checkpoint <name>: <n> lines,
+// root <base64>, matches" line per checkpoint that matched, "coverage
+// session <i> seq <n>" when any line passed, and for an unanchored tail one
+// "in_flight <call_id>" line per call in flight. Every line ends in '\n'. The output holds no time and
+// no path other than the names the caller gave a rotated set's files and
+// checkpoints, so it is the same on every run. It is "" when r.Err is set.
 func Render(r Result) string {
 	if r.Err != nil {
 		return ""
@@ -192,6 +220,12 @@ func Render(r Result) string {
 	b.WriteByte('\n')
 	for _, k := range r.KeyIDs {
 		b.WriteString("key_id " + k + "\n")
+	}
+	for _, c := range r.Checkpoints {
+		if c.Matches {
+			fmt.Fprintf(&b, "checkpoint %s: %d lines, root %s, matches\n",
+				display(c.Name), c.Checkpoint.Size, base64.StdEncoding.EncodeToString(c.Checkpoint.Root[:]))
+		}
 	}
 	if r.Coverage != nil {
 		fmt.Fprintf(&b, "coverage %s\n", r.Coverage)
@@ -242,6 +276,15 @@ type Options struct {
 }
 
 func (o Options) pinned() bool { return len(o.Keys) > 0 || o.TrustStore != nil }
+
+// trustedKeys returns Keys and the trust store's keys, in that order.
+func (o Options) trustedKeys() []ed25519.PublicKey {
+	keys := o.Keys
+	if o.TrustStore != nil {
+		keys = append(keys[:len(keys):len(keys)], o.TrustStore.Keys...)
+	}
+	return keys
+}
 
 // display returns s as is when it is plain printable text, and Go-quoted
 // otherwise, so that a hostile value cannot break the line-oriented output.

@@ -56,11 +56,17 @@ type rawLine struct {
 }
 
 // lineReader yields the non-empty lines of a record with their 1-based line
-// numbers (empty lines count).
+// numbers (empty lines count). With a tree it also adds every line, empty
+// ones included, to it as a leaf.
 type lineReader struct {
 	br  *bufio.Reader
 	no  int
 	eof bool
+	// tree, when not nil, gets every line without its '\n'; a line longer
+	// than MaxLineBytes marks it broken.
+	tree *leafTree
+	// noNL is set when the record's last line does not end in '\n'.
+	noNL bool
 }
 
 func (lr *lineReader) next() (*rawLine, error) {
@@ -107,10 +113,17 @@ func (lr *lineReader) read(arena []byte) (rawLine, bool, []byte, error) {
 			continue
 		}
 		lr.no++
+		lr.noNL = lr.eof
 		if n > MaxLineBytes+1 {
+			if lr.tree != nil {
+				lr.tree.broken = true
+			}
 			return rawLine{no: lr.no, tooLong: true}, true, arena, nil
 		}
 		buf = bytes.TrimSuffix(buf, []byte("\n"))
+		if lr.tree != nil {
+			lr.tree.add(buf)
+		}
 		if len(buf) == 0 {
 			continue
 		}
@@ -166,15 +179,21 @@ type walker struct {
 	// was lost, until the next open.
 	afterGap, orphan bool
 	allowGaps        bool // Options.AllowGaps
+	// file names the record file being walked in a rotated set, "" for a
+	// single record; messages then say "<file> line <n>".
+	file string
+	// fileKeys are the public keys of the sessions whose lines the file
+	// being walked holds, in first-seen order without repeats.
+	fileKeys []ed25519.PublicKey
+	// continued is set when the first session's open links to an earlier
+	// session, as the first open of a later segment of a rotated record
+	// does.
+	continued bool
 }
 
 func newWalker(opts Options) *walker {
 	w := &walker{pinned: opts.pinned(), allowGaps: opts.AllowGaps, trusted: map[string]bool{}, seenKeys: map[string]bool{}}
-	keys := opts.Keys
-	if opts.TrustStore != nil {
-		keys = append(keys[:len(keys):len(keys)], opts.TrustStore.Keys...)
-	}
-	for _, k := range keys {
+	for _, k := range opts.trustedKeys() {
 		id := schemas.KeyID(k)
 		if !w.trusted[id] {
 			w.trusted[id] = true
@@ -186,14 +205,43 @@ func newWalker(opts Options) *walker {
 
 func (w *walker) tamper(code Code, line int, format string, args ...any) {
 	if w.tampered == nil {
-		w.tampered = &Reason{Code: code, Message: fmt.Sprintf(format, args...), Line: line}
+		w.tampered = w.reason(code, line, format, args...)
 	}
 }
 
 func (w *walker) indet(code Code, line int, format string, args ...any) {
 	if w.indeterminate == nil {
-		w.indeterminate = &Reason{Code: code, Message: fmt.Sprintf(format, args...), Line: line}
+		w.indeterminate = w.reason(code, line, format, args...)
 	}
+}
+
+// reason builds a Reason; in a rotated set a message that does not name
+// the file yet gets its position appended.
+func (w *walker) reason(code Code, line int, format string, args ...any) *Reason {
+	msg := fmt.Sprintf(format, args...)
+	if w.file != "" && line > 0 && !strings.Contains(msg, w.at(line)) {
+		msg += " (" + w.at(line) + ")"
+	}
+	return &Reason{Code: code, Message: msg, Line: line, File: w.file}
+}
+
+// at names a line of the record: "line <n>", or "<file> line <n>" in a
+// rotated set.
+func (w *walker) at(no int) string {
+	if w.file == "" {
+		return fmt.Sprintf("line %d", no)
+	}
+	return fmt.Sprintf("%s line %d", display(w.file), no)
+}
+
+// noteFileKey remembers pub as a key of the file being walked.
+func (w *walker) noteFileKey(pub ed25519.PublicKey) {
+	for _, k := range w.fileKeys {
+		if k.Equal(pub) {
+			return
+		}
+	}
+	w.fileKeys = append(w.fileKeys, pub)
 }
 
 // line walks one line. pre, when not nil, holds the line already decoded
@@ -207,7 +255,7 @@ func (w *walker) line(raw *rawLine, final bool, pre *prepared) {
 		err error
 	)
 	if raw.tooLong {
-		w.tamper(MalformedLine, raw.no, "line %d: longer than %d bytes", raw.no, MaxLineBytes)
+		w.tamper(MalformedLine, raw.no, "%s: longer than %d bytes", w.at(raw.no), MaxLineBytes)
 		return
 	}
 	if pre != nil {
@@ -217,34 +265,34 @@ func (w *walker) line(raw *rawLine, final bool, pre *prepared) {
 	}
 	if err != nil {
 		if final && errors.Is(err, schemas.ErrSyntax) {
-			w.indet(TornFinalLine, raw.no, "final line %d does not parse; torn write", raw.no)
+			w.indet(TornFinalLine, raw.no, "final %s does not parse; torn write", w.at(raw.no))
 			return
 		}
-		w.tamper(MalformedLine, raw.no, "line %d: %v", raw.no, err)
+		w.tamper(MalformedLine, raw.no, "%s: %v", w.at(raw.no), err)
 		return
 	}
 	h, err := l.Header()
 	if err != nil {
-		w.tamper(MalformedLine, raw.no, "line %d: %v", raw.no, err)
+		w.tamper(MalformedLine, raw.no, "%s: %v", w.at(raw.no), err)
 		return
 	}
 	var hash string
 	if pre != nil {
 		hash = pre.hash
 	} else if hash, err = l.(schemas.Line).Hash(); err != nil {
-		w.tamper(MalformedLine, raw.no, "line %d: %v", raw.no, err)
+		w.tamper(MalformedLine, raw.no, "%s: %v", w.at(raw.no), err)
 		return
 	}
 	switch {
 	case h.LineType == schemas.LineGap:
 		lost, _ := l.Str(schemas.FieldLostStreamSeqs)
 		if !w.allowGaps {
-			w.tamper(ChainBroken, raw.no, "line %d is a gap line: audit lines were dropped here (stream messages %s lost, it says); aegis export --salvage writes these for a damaged state directory, and verify --allow-gaps checks the lines around them",
-				raw.no, display(lost))
+			w.tamper(ChainBroken, raw.no, "%s is a gap line: audit lines were dropped here (stream messages %s lost, it says); aegis export --salvage writes these for a damaged state directory, and verify --allow-gaps checks the lines around them",
+				w.at(raw.no), display(lost))
 			return
 		}
-		w.indet(RecordGap, raw.no, "line %d marks a gap where a salvage export found stream messages %s of a damaged state directory lost, and with them any audit lines they held; the lines around it are checked as far as they go",
-			raw.no, display(lost))
+		w.indet(RecordGap, raw.no, "%s marks a gap where a salvage export found stream messages %s of a damaged state directory lost, and with them any audit lines they held; the lines around it are checked as far as they go",
+			w.at(raw.no), display(lost))
 		w.afterGap = true
 		w.lastHash = hash
 		return
@@ -270,7 +318,7 @@ func (w *walker) open(l lineFields, h schemas.Header, no int) {
 	pos := Position{Session: idx, Seq: h.Seq}
 	pubHex, ok := l.Str(schemas.FieldPublicKey)
 	if !ok {
-		w.tamper(MalformedLine, no, "line %d: open without a string public_key", no)
+		w.tamper(MalformedLine, no, "%s: open without a string public_key", w.at(no))
 		return
 	}
 	pub, err := schemas.ParsePublicKey(pubHex)
@@ -290,6 +338,7 @@ func (w *walker) open(l lineFields, h schemas.Header, no int) {
 	switch {
 	case resync:
 	case w.sess == nil && hasPST:
+		w.continued = true
 		w.tamper(SessionBoundaryBroken, no, "open at %s links to previous tail %s, but no earlier session is in this record",
 			pos, displayValue(pst))
 		return
@@ -314,6 +363,7 @@ func (w *walker) open(l lineFields, h schemas.Header, no int) {
 		w.noteInFlight(w.sess)
 	}
 	w.sessions++
+	w.noteFileKey(pub)
 	w.sess = &session{
 		index:     idx,
 		pub:       pub,
@@ -348,8 +398,8 @@ func (w *walker) member(l lineFields, h schemas.Header, no int) {
 		return
 	}
 	if s == nil {
-		w.tamper(SessionBoundaryBroken, no, "line %d is %s line before any open; the record is missing the start of its first session",
-			no, article(h.LineType))
+		w.tamper(SessionBoundaryBroken, no, "%s is %s line before any open; the record is missing the start of its first session",
+			w.at(no), article(h.LineType))
 		return
 	}
 	pos := Position{Session: s.index, Seq: h.Seq}
@@ -374,7 +424,7 @@ func (w *walker) member(l lineFields, h schemas.Header, no int) {
 		// it is covered by the line hash like every other member.
 		id, ok := l.Str("call_id")
 		if !ok {
-			w.tamper(MalformedLine, no, "line %d: intent without a string call_id", no)
+			w.tamper(MalformedLine, no, "%s: intent without a string call_id", w.at(no))
 			return
 		}
 		if !s.pending[id] {
@@ -389,7 +439,7 @@ func (w *walker) member(l lineFields, h schemas.Header, no int) {
 		}
 		id, ok := l.Str("call_id")
 		if !ok {
-			w.tamper(MalformedLine, no, "line %d: outcome without a string call_id", no)
+			w.tamper(MalformedLine, no, "%s: outcome without a string call_id", w.at(no))
 			return
 		}
 		if s.pending[id] {
@@ -403,7 +453,7 @@ func (w *walker) member(l lineFields, h schemas.Header, no int) {
 		}
 		id, ok := l.Str("approval_id")
 		if !ok {
-			w.tamper(MalformedLine, no, "line %d: decision without a string approval_id", no)
+			w.tamper(MalformedLine, no, "%s: decision without a string approval_id", w.at(no))
 			return
 		}
 		if first, dup := s.decisions[id]; dup {
@@ -432,12 +482,12 @@ func (w *walker) member(l lineFields, h schemas.Header, no int) {
 			if !w.verifySignature(l, pos, no) {
 				return
 			}
-			w.indet(UnknownLineType, no, "unknown line type `%s` at %s (line %d), newer emitter; its signature verifies, but this verifier cannot tell what it records",
-				display(h.LineType), pos, no)
+			w.indet(UnknownLineType, no, "unknown line type `%s` at %s (%s), newer emitter; its signature verifies, but this verifier cannot tell what it records",
+				display(h.LineType), pos, w.at(no))
 			return
 		}
-		w.indet(UnknownLineType, no, "unknown line type `%s` at %s (line %d), newer emitter; unsigned, and this verifier cannot tell what it records",
-			display(h.LineType), pos, no)
+		w.indet(UnknownLineType, no, "unknown line type `%s` at %s (%s), newer emitter; unsigned, and this verifier cannot tell what it records",
+			display(h.LineType), pos, w.at(no))
 	}
 }
 
@@ -522,6 +572,7 @@ func (w *walker) finish() Result {
 		KeyIDs:        w.keyIDs,
 		Coverage:      w.coverage,
 		Warnings:      w.warnings,
+		Continued:     w.continued,
 	}
 	switch {
 	case w.tampered != nil:

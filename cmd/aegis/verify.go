@@ -5,19 +5,25 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
+	"github.com/aegis-dev/aegis/schemas"
 	"github.com/aegis-dev/aegis/verifier"
 )
 
 const verifyUsage = `Usage:
-  aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] RECORD
+  aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] [--checkpoint FILE]… RECORD…
 
 Checks an audit record offline (no state directory, no network) and prints:
 
   Verified (unpinned) | Verified (pinned to <key_id>) | Verified (pinned)
   | Tampered: <reason> | Indeterminate: <reason>
   key_id <hex>                 each key the record's sessions publish
+  checkpoint <file>: <n> lines, root <base64>, matches
+                               each checkpoint that was checked
   coverage session <i> seq <n> the last line that passed every check
   in_flight <call_id>          calls cut off by an unfinished session
 
@@ -25,6 +31,18 @@ Checks an audit record offline (no state directory, no network) and prints:
 key_id; --trust-store names a file of such keys, one per line (# comments
 allowed). Either one pins: every session must publish a trusted key.
 Without them the walk is unpinned and only proves internal consistency.
+
+A rotated record is several files: sealed segments (audit.000001.jsonl,
+audit.000002.jsonl, …) and the live file (audit.jsonl). Name them all,
+oldest segment first and the live file last; they are verified as one
+record, whose chain must run on from each file into the next. A sealed
+segment's signed checkpoint, <RECORD>.checkpoint, is picked up when it
+exists, and the file must hold exactly the lines it seals: fewer lines,
+more lines, another line or a checkpoint that no key of the record signed
+is Tampered. --checkpoint names a checkpoint file explicitly (once per
+record file); it applies to the record file its origin names, or to the
+only RECORD. A later segment verified without the ones before it is
+Tampered, because nothing shows what its first session links to.
 
 A line of a type this verifier does not know (written by a newer version)
 makes the record Indeterminate, signed or not: a signature says who wrote
@@ -36,11 +54,12 @@ there, and whoever drops lines can write one. --allow-gaps says the record
 is a salvage: gap lines then make it Indeterminate (record_gap), and every
 line around them is still checked.
 
-Exit codes: 0 Verified, 1 Tampered (or a usage error), 2 the record or
-trust store could not be read, 3 Indeterminate.
+Exit codes: 0 Verified, 1 Tampered (or a usage error), 2 a record, checkpoint
+or trust store could not be read, 3 Indeterminate.
 
-Example:
+Examples:
   $ aegis verify --key 3de537a0…4e2c calls.aarl
+  $ aegis verify --key 3de537a0…4e2c audit.000001.jsonl audit.000002.jsonl audit.jsonl
 `
 
 type keysFlag []ed25519.PublicKey
@@ -55,6 +74,10 @@ func (f *keysFlag) Set(v string) error {
 	return nil
 }
 
+// maxCheckpointFile bounds how much of a checkpoint file is read; a real
+// one is a few hundred bytes, and a longer one fails to parse.
+const maxCheckpointFile = 64 << 10
+
 // verify exits 1 on a usage error, not 2: 2 means "unreadable" here.
 func (m *Main) runVerify(_ context.Context, args []string) error {
 	fs := m.newFlagSet("verify")
@@ -62,6 +85,8 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 	fs.Var(&keys, "key", "trusted public key (repeatable)")
 	trust := fs.String("trust-store", "", "file of trusted public keys")
 	allowGaps := fs.Bool("allow-gaps", false, "the record is a salvage: read gap lines as lost lines, not dropped ones")
+	var checkpoints multiFlag
+	fs.Var(&checkpoints, "checkpoint", "signed checkpoint of one RECORD (repeatable, once per RECORD)")
 	if err := m.parseFlags(fs, verifyUsage, args); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
@@ -69,8 +94,8 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 		}
 		return err
 	}
-	if fs.NArg() != 1 {
-		return &exitError{code: 1, err: fmt.Errorf("verify takes exactly one RECORD path, got %d", fs.NArg()), hint: "aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] RECORD"}
+	if fs.NArg() == 0 {
+		return &exitError{code: 1, err: errors.New("verify takes one RECORD path, or the files of a rotated record oldest first; got none"), hint: verifySynopsis}
 	}
 	opts := verifier.Options{Keys: keys, AllowGaps: *allowGaps}
 	if *trust != "" {
@@ -89,18 +114,146 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 		}
 		opts.TrustStore = ts
 	}
-	f, err := os.Open(fs.Arg(0))
-	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("read record: %w", err)}
+	paths := fs.Args()
+	segs := make([]verifier.Segment, len(paths))
+	for i, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("read record: %w", err)}
+		}
+		defer f.Close()
+		segs[i] = verifier.Segment{Name: p, Record: f}
+		cp := p + ".checkpoint"
+		b, err := readCheckpoint(cp)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return &exitError{code: 2, err: fmt.Errorf("read checkpoint: %w", err)}
+		default:
+			segs[i].Checkpoint, segs[i].CheckpointName = b, cp
+		}
 	}
-	defer f.Close()
-	res := verifier.Verify(f, opts)
+	if err := assignCheckpoints(segs, checkpoints); err != nil {
+		return err
+	}
+	var res verifier.Result
+	if len(segs) == 1 && segs[0].Checkpoint == nil {
+		res = verifier.Verify(segs[0].Record, opts)
+	} else {
+		res = verifier.VerifySet(segs, opts)
+	}
 	if res.Err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("read record: %w", res.Err)}
 	}
 	fmt.Fprint(m.Stdout, verifier.Render(res))
-	if code := verifier.ExitCode(res); code != 0 {
-		return &exitError{code: code}
+	code := verifier.ExitCode(res)
+	if code == 0 {
+		return nil
+	}
+	ee := &exitError{code: code}
+	if res.Continued {
+		live := liveRecordName(paths[len(paths)-1])
+		ee.hint = fmt.Sprintf("%s continues a rotated record; name the earlier segments before it, oldest first (aegis verify %s … %s)",
+			paths[0], rotatedSegmentName(live, 1), live)
+	}
+	return ee
+}
+
+const verifySynopsis = "aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] [--checkpoint FILE]… RECORD…"
+
+// readCheckpoint reads a checkpoint file, at most maxCheckpointFile bytes
+// and one more (which the verifier then refuses).
+func readCheckpoint(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxCheckpointFile+1))
+}
+
+// assignCheckpoints gives each --checkpoint file to the record file it
+// seals: the only one, or the one whose base name its origin ends in. An
+// explicit checkpoint replaces one found next to the file.
+func assignCheckpoints(segs []verifier.Segment, paths []string) error {
+	given := map[int]string{}
+	for _, p := range paths {
+		b, err := readCheckpoint(p)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("read checkpoint: %w", err)}
+		}
+		i := 0
+		if len(segs) > 1 {
+			if i = checkpointTarget(segs, b); i < 0 {
+				return &exitError{code: 1, err: fmt.Errorf("checkpoint %s: cannot tell which RECORD it seals", p),
+					hint: "its origin line (aegis/<key_id>/<file name>) must end in the base name of one RECORD; name the checkpoint of a renamed file with that file alone"}
+			}
+		}
+		if prev, dup := given[i]; dup {
+			return &exitError{code: 1, err: fmt.Errorf("checkpoints %s and %s both seal %s", prev, p, segs[i].Name), hint: "give --checkpoint once per RECORD"}
+		}
+		given[i] = p
+		segs[i].Checkpoint, segs[i].CheckpointName = b, p
 	}
 	return nil
+}
+
+// checkpointTarget returns the index of the record file whose base name
+// ends the checkpoint's origin, or -1 when not exactly one does. The note
+// is not verified here; the verifier checks it against that file.
+func checkpointTarget(segs []verifier.Segment, msg []byte) int {
+	split := strings.LastIndex(string(msg), "\n\n")
+	if split < 0 {
+		return -1
+	}
+	cp, err := schemas.ParseCheckpoint(msg[:split+1])
+	if err != nil {
+		return -1
+	}
+	_, base, ok := strings.Cut(strings.TrimPrefix(cp.Origin, "aegis/"), "/")
+	if !ok {
+		return -1
+	}
+	found := -1
+	for i, s := range segs {
+		if filepath.Base(s.Name) == base {
+			if found >= 0 {
+				return -1
+			}
+			found = i
+		}
+	}
+	return found
+}
+
+// liveRecordName returns the live record file that a segment was rotated
+// from (audit.000002.jsonl: audit.jsonl), or path itself when its name
+// holds no 6-digit counter.
+func liveRecordName(path string) string {
+	dir, base := filepath.Split(path)
+	stem, ext := splitExt(base)
+	if i := strings.LastIndexByte(stem, '.'); i > 0 && len(stem)-i-1 == 6 && strings.Trim(stem[i+1:], "0123456789") == "" {
+		return dir + stem[:i] + ext
+	}
+	if i := strings.LastIndexByte(base, '.'); i > 0 && len(base)-i-1 == 6 && strings.Trim(base[i+1:], "0123456789") == "" {
+		return dir + base[:i] // audit.000001 from audit
+	}
+	return path
+}
+
+// splitExt splits a base name before its last dot (not a leading one).
+func splitExt(base string) (stem, ext string) {
+	if i := strings.LastIndexByte(base, '.'); i > 0 {
+		return base[:i], base[i:]
+	}
+	return base, ""
+}
+
+// rotatedSegmentName returns the name rotation gives the live record file
+// path as its n-th segment: the 6-digit counter before the extension
+// (audit.jsonl becomes audit.000001.jsonl, audit becomes audit.000001).
+func rotatedSegmentName(path string, n int) string {
+	dir, base := filepath.Split(path)
+	stem, ext := splitExt(base)
+	return dir + fmt.Sprintf("%s.%06d%s", stem, n, ext)
 }

@@ -1,0 +1,308 @@
+package projector
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// Checkpoints. A sealed record file (a segment of a rotated record) gets a
+// signed checkpoint: the C2SP tlog-checkpoint body of [schemas.Checkpoint]
+// in a C2SP signed note with one Ed25519 signature. The note's key name is
+// "aegis-" followed by the signing key's key_id, and its key hash is the one
+// golang.org/x/mod/sumdb/note computes for an Ed25519 key of that name, so
+// any signed-note verifier given the public key checks it.
+
+// CheckpointKeyName returns the signed-note key name of k: "aegis-<key_id>".
+func CheckpointKeyName(k PrivateKey) string { return checkpointKeyName(k.KeyID()) }
+
+func checkpointKeyName(keyID string) string { return "aegis-" + keyID }
+
+// CheckpointOrigin returns the origin of a segment's checkpoint:
+// "aegis/<key_id>/<base name of segmentPath>".
+func CheckpointOrigin(k PrivateKey, segmentPath string) string {
+	return "aegis/" + k.KeyID() + "/" + filepath.Base(segmentPath)
+}
+
+// noteSigner is a note.Signer over a [PrivateKey].
+type noteSigner struct {
+	key  PrivateKey
+	name string
+	hash uint32
+}
+
+func newNoteSigner(k PrivateKey) (*noteSigner, error) {
+	if k.IsZero() {
+		return nil, ErrZeroKey
+	}
+	name := CheckpointKeyName(k)
+	vkey, err := note.NewEd25519VerifierKey(name, k.PublicKey())
+	if err != nil {
+		return nil, err
+	}
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		return nil, err
+	}
+	return &noteSigner{key: k, name: name, hash: v.KeyHash()}, nil
+}
+
+func (s *noteSigner) Name() string                    { return s.name }
+func (s *noteSigner) KeyHash() uint32                 { return s.hash }
+func (s *noteSigner) Sign(msg []byte) ([]byte, error) { return s.key.Sign(msg) }
+
+// SignCheckpoint returns cp as a signed note: its body and one signature by
+// key under the name [CheckpointKeyName]. It refuses a body that
+// [schemas.ParseCheckpoint] would refuse, and the zero key.
+func SignCheckpoint(key PrivateKey, cp schemas.Checkpoint) ([]byte, error) {
+	body := cp.Body()
+	if _, err := schemas.ParseCheckpoint(body); err != nil {
+		return nil, fmt.Errorf("projector: sign checkpoint: %w", err)
+	}
+	s, err := newNoteSigner(key)
+	if err != nil {
+		return nil, fmt.Errorf("projector: sign checkpoint: %w", err)
+	}
+	msg, err := note.Sign(&note.Note{Text: string(body)}, s)
+	if err != nil {
+		return nil, fmt.Errorf("projector: sign checkpoint: %w", err)
+	}
+	return msg, nil
+}
+
+// CheckpointVerifier returns a note.Verifier for checkpoints signed by the
+// key whose public half is pub (see [SignCheckpoint]).
+func CheckpointVerifier(pub ed25519.PublicKey) (note.Verifier, error) {
+	vkey, err := note.NewEd25519VerifierKey(checkpointKeyName(schemas.KeyID(pub)), pub)
+	if err != nil {
+		return nil, fmt.Errorf("projector: checkpoint verifier: %w", err)
+	}
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		return nil, fmt.Errorf("projector: checkpoint verifier: %w", err)
+	}
+	return v, nil
+}
+
+// TreeHasher computes the RFC 6962 Merkle tree root over a sequence of
+// records, one [TreeHasher.Add] at a time, with tlog's StoredHashes and
+// TreeHash. It keeps only the hashes that later calls read, the roots of the
+// complete subtrees along the tree's right edge: at most one per bit of the
+// size, so its memory does not grow with the number of records. The zero
+// value is an empty tree.
+type TreeHasher struct {
+	n      int64
+	stored map[int64]tlog.Hash // stored-hash index -> hash, pruned after every Add
+}
+
+// Size returns the number of records added.
+func (t *TreeHasher) Size() int64 { return t.n }
+
+// ReadHashes implements tlog.HashReader over the kept hashes.
+func (t *TreeHasher) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, x := range indexes {
+		h, ok := t.stored[x]
+		if !ok {
+			return nil, fmt.Errorf("projector: tree hasher: hash %d was not kept", x)
+		}
+		out[i] = h
+	}
+	return out, nil
+}
+
+// Add appends one record (the leaf hash is tlog.RecordHash(data)).
+func (t *TreeHasher) Add(data []byte) error {
+	hashes, err := tlog.StoredHashes(t.n, data, t)
+	if err != nil {
+		return err
+	}
+	if t.stored == nil {
+		t.stored = map[int64]tlog.Hash{}
+	}
+	// StoredHashes returns the leaf's hash and the subtrees it completes,
+	// which are stored at consecutive indexes.
+	first := tlog.StoredHashIndex(0, t.n)
+	for i, h := range hashes {
+		t.stored[first+int64(i)] = h
+	}
+	t.n++
+	keep := frontier(t.n)
+	for x := range t.stored {
+		if !keep[x] {
+			delete(t.stored, x)
+		}
+	}
+	return nil
+}
+
+// frontier returns the stored-hash indexes of the complete subtrees that a
+// tree of n records decomposes into: one per set bit of n. TreeHash(n) reads
+// exactly these, and StoredHashes(n, …) reads a subset of them.
+func frontier(n int64) map[int64]bool {
+	keep := make(map[int64]bool, 8)
+	for level := 0; level < 63; level++ {
+		if n&(1<<level) != 0 {
+			keep[tlog.StoredHashIndex(level, n>>level-1)] = true
+		}
+	}
+	return keep
+}
+
+// Root returns the tree root over the records added so far.
+func (t *TreeHasher) Root() ([32]byte, error) {
+	h, err := tlog.TreeHash(t.n, t)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	return h, nil
+}
+
+// ErrCheckpointRecord is wrapped by [CheckpointFile] when the file cannot
+// be sealed as it is: it does not end in '\n', or it holds an empty line.
+var ErrCheckpointRecord = errors.New("record file cannot be checkpointed")
+
+// MaxCheckpointLine bounds one line of a record that [CheckpointFile]
+// reads; the verifier refuses longer lines too.
+const MaxCheckpointLine = 16 << 20
+
+// CheckpointFile reads the record file at path from start to end, streaming
+// (it holds one line at a time), and returns the signed checkpoint of it
+// with the given origin (normally [CheckpointOrigin]), and its body. It
+// refuses ([ErrCheckpointRecord]) a file whose last byte is not '\n', that
+// holds an empty line or a line longer than [MaxCheckpointLine]: a sealed
+// segment is whole lines, each a record line. It checks ctx between lines.
+// Writing the note next to the file is the caller's job
+// ([WriteCheckpointFile]).
+func CheckpointFile(ctx context.Context, key PrivateKey, path, origin string) (note []byte, cp schemas.Checkpoint, err error) {
+	if key.IsZero() {
+		return nil, schemas.Checkpoint{}, fmt.Errorf("projector: checkpoint %s: %w", path, ErrZeroKey)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, schemas.Checkpoint{}, fmt.Errorf("projector: checkpoint: %w", err)
+	}
+	defer f.Close()
+	cp, err = checkpointOf(ctx, f, path)
+	if err != nil {
+		return nil, schemas.Checkpoint{}, err
+	}
+	cp.Origin = origin
+	note, err = SignCheckpoint(key, cp)
+	if err != nil {
+		return nil, schemas.Checkpoint{}, err
+	}
+	return note, cp, nil
+}
+
+// checkpointOf computes size, root and tail of the record in r; name is
+// for messages.
+func checkpointOf(ctx context.Context, r io.Reader, name string) (schemas.Checkpoint, error) {
+	var (
+		cp   schemas.Checkpoint
+		tree TreeHasher
+		buf  []byte
+	)
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		if err := ctx.Err(); err != nil {
+			return cp, fmt.Errorf("projector: checkpoint %s: %w", name, err)
+		}
+		buf = buf[:0]
+		complete := false
+		for {
+			frag, err := br.ReadSlice('\n')
+			if len(buf)+len(frag) > MaxCheckpointLine+1 {
+				return cp, fmt.Errorf("projector: checkpoint %s: %w: line %d is longer than %d bytes",
+					name, ErrCheckpointRecord, tree.Size()+1, MaxCheckpointLine)
+			}
+			buf = append(buf, frag...)
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return cp, fmt.Errorf("projector: checkpoint %s: %w", name, err)
+			}
+			complete = true
+			break
+		}
+		if !complete {
+			if len(buf) > 0 {
+				return cp, fmt.Errorf("projector: checkpoint %s: %w: it does not end in a newline (line %d is torn)",
+					name, ErrCheckpointRecord, tree.Size()+1)
+			}
+			break
+		}
+		line := buf[:len(buf)-1]
+		if len(line) == 0 {
+			return cp, fmt.Errorf("projector: checkpoint %s: %w: line %d is empty", name, ErrCheckpointRecord, tree.Size()+1)
+		}
+		if err := tree.Add(line); err != nil {
+			return cp, fmt.Errorf("projector: checkpoint %s: %w", name, err)
+		}
+		cp.Tail = schemas.HashHex(line)
+		if cap(buf) > 1<<20 {
+			buf = nil // do not keep one long line's buffer for the rest
+		}
+	}
+	root, err := tree.Root()
+	if err != nil {
+		return cp, fmt.Errorf("projector: checkpoint %s: %w", name, err)
+	}
+	cp.Size, cp.Root = tree.Size(), root
+	return cp, nil
+}
+
+// WriteCheckpointFile writes a signed checkpoint note to path atomically:
+// a temporary file in the same directory, mode 0600, written and fsynced,
+// then renamed over path, and the directory fsynced. An error before the
+// rename leaves path as it was and removes the temporary file.
+func WriteCheckpointFile(path string, note []byte) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("projector: write checkpoint: %w", err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	if err = f.Chmod(0o600); err == nil {
+		if _, err = f.Write(note); err == nil {
+			err = f.Sync()
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("projector: write checkpoint: %w", err)
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("projector: write checkpoint: %w", err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("projector: write checkpoint: sync directory: %w", err)
+	}
+	defer d.Close()
+	if err = d.Sync(); err != nil {
+		return fmt.Errorf("projector: write checkpoint: sync directory: %w", err)
+	}
+	return nil
+}
