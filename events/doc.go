@@ -88,6 +88,15 @@
 //     sequences instead of a shorter history; no read waits forever for a
 //     message that is gone. Only [Store.ReplaySalvage], for aegis export
 //     --salvage, reads past the loss, naming every gap as it passes it.
+//   - Rolled over whole, never trimmed. The only way history leaves the
+//     stream is a rotation (rollover.go): the whole stream moves into an
+//     archive that is a state directory of its own (readable, refusing
+//     appends), and a new stream starts at the next sequence (recorded in
+//     <dir>/stream-base, below which nothing counts as lost) with a
+//     store.rotated event that says what moved. A plan written first makes
+//     every Open but [FinishRoll]'s refuse the directory until the roll is
+//     complete, so a crash never leaves it half-applied. An archive is
+//     deleted only when its plan says so, after that event is durable.
 //   - A cache beside the stream. The index folder (IndexDir) holds
 //     snapshots of folds, replaced whole and atomically; nothing in it is
 //     a fact, and its users check it against the stream (by

@@ -30,8 +30,10 @@ import (
 // never half-applied and never run around.
 const (
 	rollFile    = "rotation"
-	baseFile    = "stream-base"
 	archivedTag = "archived"
+	// BaseFile, in the state directory, holds the stream's first sequence
+	// when a rotation began it later than 1; a copy of the stream needs it.
+	BaseFile = "stream-base"
 	// ArchiveDir, in the state directory, holds the streams that
 	// rotations rolled over, one state directory each.
 	ArchiveDir = "archive"
@@ -241,14 +243,14 @@ func applyRoll(dir string, p *RollPlan) error {
 	if err := writeAtomic(filepath.Join(root, markFile), []byte(strconv.FormatUint(p.Stream.LastSeq, 10)+"\n")); err != nil {
 		return err
 	}
-	if err := writeAtomic(filepath.Join(root, baseFile), []byte(strconv.FormatUint(p.Stream.FirstSeq, 10)+"\n")); err != nil {
+	if err := writeAtomic(filepath.Join(root, BaseFile), []byte(strconv.FormatUint(p.Stream.FirstSeq, 10)+"\n")); err != nil {
 		return err
 	}
 	tag, _ := json.MarshalIndent(p, "", "  ")
 	if err := writeAtomic(filepath.Join(root, archivedTag), append(tag, '\n')); err != nil {
 		return err
 	}
-	if err := writeAtomic(filepath.Join(dir, baseFile), []byte(strconv.FormatUint(p.Stream.LastSeq+1, 10)+"\n")); err != nil {
+	if err := writeAtomic(filepath.Join(dir, BaseFile), []byte(strconv.FormatUint(p.Stream.LastSeq+1, 10)+"\n")); err != nil {
 		return err
 	}
 	// The index was folded from the old stream; it is a cache.
@@ -261,7 +263,7 @@ func applyRoll(dir string, p *RollPlan) error {
 // readBase returns the first sequence of the stream in dir: 1 unless a
 // rotation started it later.
 func readBase(dir string) (uint64, error) {
-	b, err := os.ReadFile(filepath.Join(dir, baseFile))
+	b, err := os.ReadFile(filepath.Join(dir, BaseFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return 1, nil
 	}
@@ -270,7 +272,7 @@ func readBase(dir string) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil || n == 0 {
-		return 0, fmt.Errorf("%s holds %q, not a stream sequence", filepath.Join(dir, baseFile), strings.TrimSpace(string(b)))
+		return 0, fmt.Errorf("%s holds %q, not a stream sequence", filepath.Join(dir, BaseFile), strings.TrimSpace(string(b)))
 	}
 	return n, nil
 }

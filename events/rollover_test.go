@@ -174,7 +174,7 @@ func TestLostHeadOfARolledStreamIsDamage(t *testing.T) {
 	}
 	s.Close(context.Background())
 	// Without its base file the stream's head looks cut: refuse.
-	if err := os.Remove(filepath.Join(dir, baseFile)); err != nil {
+	if err := os.Remove(filepath.Join(dir, BaseFile)); err != nil {
 		t.Fatal(err)
 	}
 	s = openStore(t, dir)
