@@ -86,6 +86,18 @@
 // from it what it checks ([Index.CatchUp]), and [Export] streams the
 // record in one pass, one event at a time.
 //
+// # Rotation
+//
+// A rotation (rotate.go) seals each record file the stream knows of only
+// after [Index.CatchUp] and [Index.CheckFile] found it to hold exactly
+// what the stream says was written to it; it moves the file to a numbered
+// segment (a link and a remove, so no file is ever replaced) beside a
+// signed checkpoint, and records all of it in the new stream's
+// store.rotated event. The index keeps that event ([Index.Rotation]): a
+// live file that a rotation sealed must then be empty until a session
+// writes to it, and that session's open links to the segment's last line.
+// [ApplySeals] can run again after a crash at any step.
+//
 // # Salvage
 //
 // [Salvage] writes what a damaged stream still holds of the record, with

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/schemas"
@@ -225,6 +226,19 @@ func (ix *Index) CatchUp(ctx context.Context, s *events.Store, path string) (pre
 		size = fi.Size()
 	}
 	spans := ix.byPath[path]
+	if sealed, ok := ix.rotation.sealed(path); ok && len(spans) == 0 {
+		// A rotation sealed it, and nothing was recorded to it since: it
+		// starts empty, linked to the segment's last line.
+		if size != 0 {
+			where := "carried its chain over"
+			if sealed.SealedAs != "" {
+				where = "moved its lines to " + sealed.SealedAs
+			}
+			return "", 0, fmt.Errorf("%w: %s holds %d bytes, but the rotation of %s %s and nothing was recorded to it since (written by something else, or a segment moved back?)",
+				ErrRecordDiverged, path, size, ix.rotation.Time.UTC().Format(time.RFC3339), where)
+		}
+		return sealed.Tail, 0, nil
+	}
 	if len(spans) == 0 {
 		if size == 0 {
 			return "", 0, nil

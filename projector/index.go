@@ -101,7 +101,9 @@ type Index struct {
 	// for [Index.CheckFile] beside the relay.
 	files     map[string]FileStamp
 	unchecked map[string]bool
-	filesNew  bool // files changed since the last save
+	filesNew  bool // files or rotation changed since the last save
+	// rotation is the rotation that began the stream (its first event).
+	rotation *RotationInfo
 }
 
 // FileStamp is what the kernel says of a record file that aegis checked
@@ -129,6 +131,9 @@ func (ix *Index) fold(rec events.Record) {
 	}
 	if i := ix.sessions.fold(rec); i >= 0 && i < ix.dirty {
 		ix.dirty = i
+	}
+	if rec.Event.Kind == schemas.KindStoreRotated {
+		ix.foldRotation(rec)
 	}
 	ix.foldSpan(rec)
 	ix.At, ix.Folded = rec.Pos, true

@@ -40,6 +40,7 @@ type indexHead struct {
 	Sessions int                  `json:"sessions"`
 	Chunks   []uint64             `json:"chunks"`
 	Files    map[string]FileStamp `json:"files,omitempty"`
+	Rotation *RotationInfo        `json:"rotation,omitempty"`
 }
 
 type sessionSnap struct {
@@ -201,6 +202,7 @@ func decodeSnapshot(get func(key string) ([]byte, uint64, error), digest func(se
 	ix.dirty = h.Sessions
 	ix.saved = snapshotState{revs: h.Chunks, at: h.At, ok: true}
 	ix.files = h.Files
+	ix.rotation = h.Rotation
 	return ix, nil
 }
 
@@ -265,7 +267,7 @@ func (ix *Index) Save(ctx context.Context, st *events.Store) error {
 		}
 		revs = append(revs, rev)
 	}
-	b, err := json.Marshal(indexHead{Version: indexVersion, At: ix.At, Digest: digest, Sessions: n, Chunks: revs, Files: ix.files})
+	b, err := json.Marshal(indexHead{Version: indexVersion, At: ix.At, Digest: digest, Sessions: n, Chunks: revs, Files: ix.files, Rotation: ix.rotation})
 	if err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}
