@@ -30,6 +30,7 @@ Commands:
   sessions   list the recorded sessions: calls, refusals, approvals, how they ended
   replay     print a session as a transcript (aegis replay SESSION [--follow])
   recheck    list the recorded calls another policy would decide differently
+  rotate     seal the record files and roll the event stream over (bounds the disk)
   approvals  list the tool calls that wait for a human decision
   approve    approve a pending tool call (aegis approve APPROVAL_ID)
   deny       deny a pending tool call (aegis deny APPROVAL_ID --reason TEXT)
@@ -76,6 +77,7 @@ func (m *Main) commands() []command {
 		{"sessions", "list the recorded sessions and how they ended", (*Main).runSessions, sessionsUsage},
 		{"replay", "print a session as a transcript", (*Main).runReplay, replayUsage},
 		{"recheck", "re-evaluate recorded tool calls under another policy", (*Main).runRecheck, recheckUsage},
+		{"rotate", "seal the record files and roll the event stream over", (*Main).runRotate, rotateUsage},
 		{"approvals", "list the tool calls that wait for approval", (*Main).runApprovals, approvalsUsage},
 		{"approve", "approve a pending tool call", (*Main).runApprove, approveUsage},
 		{"deny", "deny a pending tool call", (*Main).runDeny, denyUsage},

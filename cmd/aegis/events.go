@@ -88,9 +88,18 @@ func (m *Main) openStoreCapped(ctx context.Context, dirFlag string, approvals bo
 		if errors.Is(err, events.ErrFull) {
 			return nil, withHint(fmt.Errorf("will not start: %w", errors.Unwrap(err)), fullHint(dir))
 		}
-		return nil, withHint(fmt.Errorf("open event store: %w", err), "check --state-dir: it must be a private (0700) directory you own, on a writable disk")
+		return nil, openError(dir, err)
 	}
 	return s, nil
+}
+
+// openError says what to do about a state directory that did not open.
+func openError(dir string, err error) error {
+	var rp *events.RollPendingError
+	if errors.As(err, &rp) {
+		return withHint(err, "finish it with: aegis rotate --state-dir "+dir+" --signing-key KEY (nothing uses the directory until then)")
+	}
+	return withHint(fmt.Errorf("open event store: %w", err), "check --state-dir: it must be a private (0700) directory you own, on a writable disk")
 }
 
 // openStoreToRecord opens the store for a command that records (wrap,
@@ -104,6 +113,11 @@ func (m *Main) openStoreToRecord(ctx context.Context, dirFlag string, approvals 
 	if err := s.Check(ctx); err != nil {
 		s.Close(context.Background())
 		return nil, withHint(fmt.Errorf("will not start; no server was started: %w", err), damageHint)
+	}
+	if a := s.Archived(); a != nil {
+		s.Close(context.Background())
+		return nil, withHint(fmt.Errorf("will not start; no server was started: %s: %w", s.Dir(), events.ErrArchived),
+			"record into the live state directory this archive was rolled out of; read this one with aegis sessions, replay or export --state-dir "+s.Dir())
 	}
 	return s, nil
 }

@@ -91,6 +91,15 @@ func (m *Main) runSessions(ctx context.Context, args []string) error {
 		holder = rd.holder
 	}
 	list := ix.Sessions(holder)
+	if r := ix.Rotation(); r != nil && !*asJSON {
+		dir, _ := m.stateDir(*dir)
+		where := "pruned"
+		if !r.Stream.Prune {
+			where = "in " + filepath.Join(dir, r.Stream.Archive) + " (list them with --state-dir there)"
+		}
+		fmt.Fprintf(m.Stderr, "aegis: note: the sessions before %s were sealed by a rotation; their stream is %s\n",
+			r.Time.UTC().Format(time.RFC3339), where)
+	}
 	w := bufio.NewWriter(m.Stdout)
 	defer w.Flush()
 	if *asJSON {
@@ -191,7 +200,7 @@ func (m *Main) openStream(ctx context.Context, dirFlag string) (*streamReader, e
 	}
 	var le *events.LockedError
 	if !errors.As(err, &le) {
-		return nil, withHint(fmt.Errorf("open event store: %w", err), "check --state-dir: it must be a private (0700) directory you own, on a writable disk")
+		return nil, openError(dir, err)
 	}
 	snap, err := newSnapshot(dir)
 	if err != nil {
@@ -354,6 +363,13 @@ func (s *snapshot) refresh() (bool, error) {
 			return nil
 		})
 		if err != nil {
+			return false, err
+		}
+	}
+	// The stream's base, if a rotation began it: without it the copy's
+	// stream would look cut at its head.
+	if b, err := os.ReadFile(filepath.Join(s.src, events.BaseFile)); err == nil {
+		if err := os.WriteFile(filepath.Join(s.root, events.BaseFile), b, 0o600); err != nil {
 			return false, err
 		}
 	}
