@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/aegis-dev/aegis/cmd/aegis-benchreport/benchjson"
+	"github.com/aegis-dev/aegis/projector"
 )
 
 const (
@@ -571,6 +572,11 @@ type scaleFigures struct {
 	sessionsRSS    float64 // the peak of the runs
 	export, verify scaleRun
 
+	// rotate is aegis rotate of the big store; afterRotateKill the first
+	// start after a session killed on the rotated store.
+	rotate          scaleRun
+	afterRotateKill time.Duration
+
 	// selfPeak is this test process's peak RSS at the end: no peak RSS
 	// above is less (see maxRSSMiB).
 	selfPeak float64
@@ -694,6 +700,28 @@ func scaleMeasure(tb testing.TB, calls, reps, sessionsReps int) *scaleFigures {
 	if _, err := big.checkSessions(); err != nil {
 		tb.Fatal(err)
 	}
+
+	// Retention: a rotation seals the big store's record and rolls its
+	// stream over; a session killed after it leaves a stream that holds
+	// only what came since, and the next start recovers only that.
+	if f.rotate, err = big.run("rotate", "--state-dir", big.state, "--signing-key", big.key); err != nil {
+		tb.Fatal(err)
+	}
+	seg := projector.SegmentName(big.audit, 1)
+	if f.rotate.code != 0 || !strings.Contains(f.rotate.stdout, "sealed "+big.audit) {
+		tb.Fatalf("aegis rotate: exit %d\n%s%s", f.rotate.code, f.rotate.stdout, f.rotate.stderr)
+	}
+	tb.Logf("aegis rotate: %.2f s, peak RSS %.1f MiB", f.rotate.wall.Seconds(), f.rotate.rssMiB)
+	if r, err := big.run("verify", "--key", big.pub, seg); err != nil || r.code != 0 {
+		tb.Fatalf("aegis verify of the sealed segment: %v\n%s%s", err, r.stdout, r.stderr)
+	}
+	if _, err := big.record(scaleSmallCalls, 1, true); err != nil {
+		tb.Fatal(err)
+	}
+	if f.afterRotateKill, _, err = big.timedStart(big.audit); err != nil {
+		tb.Fatalf("first start after the unclean stop on the rotated store: %v", err)
+	}
+	tb.Logf("first start after an unclean stop on the rotated store: initialize answered after %.1f ms", ms(f.afterRotateKill))
 	f.selfPeak = selfPeakMiB()
 	tb.Logf("peak RSS of this test process, which bounds every peak RSS above from below: %.1f MiB", f.selfPeak)
 	return f
@@ -722,6 +750,7 @@ func TestScaleStoreStaysWithinMemoryAndAnswers(t *testing.T) {
 		{"aegis export", f.export.rssMiB},
 		{"aegis verify", f.verify.rssMiB},
 		{"aegis sessions", f.sessionsRSS},
+		{"aegis rotate", f.rotate.rssMiB},
 	} {
 		if c.rss > scaleMaxRSSMiB || c.rss <= 0 {
 			t.Errorf("peak RSS of %s on a store of %d calls: %.1f MiB, want at most %d MiB", c.what, f.calls, c.rss, scaleMaxRSSMiB)
@@ -740,7 +769,10 @@ func TestScaleStoreStaysWithinMemoryAndAnswers(t *testing.T) {
 //     against the small store's median;
 //   - S3: the peak RSS of catch-up (the starts continuing the record),
 //     aegis export, aegis verify and aegis sessions;
-//   - S4: the wall time of aegis sessions (median).
+//   - S4: the wall time of aegis sessions (median);
+//   - S5: aegis rotate of the big store (time, peak RSS), and the first
+//     start after an unclean stop on the rotated store against the small
+//     store's median.
 //
 // It runs once per b.Loop iteration; make bench runs it with -benchtime
 // 1x, and merges the figures into AEGIS_BENCH_JSON.
@@ -759,34 +791,38 @@ func BenchmarkScale(b *testing.B) {
 	}
 	newSmall, contSmall := ms(benchjson.Median(f.newSmall)), ms(benchjson.Median(f.contSmall))
 	fig := map[string]float64{
-		"calls":                       float64(f.calls),
-		"record-lines":                float64(f.recordLines),
-		"record-MiB":                  float64(f.recordBytes) / (1 << 20),
-		"state-MiB":                   float64(f.stateBytes) / (1 << 20),
-		"fill-calls/s":                float64(f.calls) / f.fill.Seconds(),
-		"fill-wrap-rss-MiB":           f.fillRSS,
-		"startup-new-big-ms":          ms(benchjson.Median(f.newBig)),
-		"startup-new-small-ms":        newSmall,
-		"startup-new-diff-ms":         ms(benchjson.Median(f.newBig)) - newSmall,
-		"startup-cont-big-ms":         ms(benchjson.Median(f.contBig)),
-		"startup-cont-small-ms":       contSmall,
-		"startup-cont-diff-ms":        ms(benchjson.Median(f.contBig)) - contSmall,
-		"startup-after-kill-ms":       ms(f.afterKill),
-		"startup-after-kill-diff-ms":  ms(f.afterKill) - contSmall,
-		"startup-after-clean-ms":      ms(f.afterClean),
-		"startup-after-clean-diff-ms": ms(f.afterClean) - contSmall,
-		"startup-new-rss-MiB":         f.newBigRSS,
-		"catchup-rss-MiB":             max(f.afterCleanRSS, f.afterKillRSS, f.contBigRSS),
-		"catchup-after-clean-rss-MiB": f.afterCleanRSS,
-		"catchup-after-kill-rss-MiB":  f.afterKillRSS,
-		"export-rss-MiB":              f.export.rssMiB,
-		"verify-rss-MiB":              f.verify.rssMiB,
-		"sessions-rss-MiB":            f.sessionsRSS,
-		"max-rss-MiB":                 max(f.afterCleanRSS, f.afterKillRSS, f.contBigRSS, f.export.rssMiB, f.verify.rssMiB, f.sessionsRSS),
-		"export-s":                    f.export.wall.Seconds(),
-		"verify-s":                    f.verify.wall.Seconds(),
-		"sessions-s":                  benchjson.Median(f.sessions).Seconds(),
-		"rss-floor-MiB":               f.selfPeak,
+		"calls":                             float64(f.calls),
+		"record-lines":                      float64(f.recordLines),
+		"record-MiB":                        float64(f.recordBytes) / (1 << 20),
+		"state-MiB":                         float64(f.stateBytes) / (1 << 20),
+		"fill-calls/s":                      float64(f.calls) / f.fill.Seconds(),
+		"fill-wrap-rss-MiB":                 f.fillRSS,
+		"startup-new-big-ms":                ms(benchjson.Median(f.newBig)),
+		"startup-new-small-ms":              newSmall,
+		"startup-new-diff-ms":               ms(benchjson.Median(f.newBig)) - newSmall,
+		"startup-cont-big-ms":               ms(benchjson.Median(f.contBig)),
+		"startup-cont-small-ms":             contSmall,
+		"startup-cont-diff-ms":              ms(benchjson.Median(f.contBig)) - contSmall,
+		"startup-after-kill-ms":             ms(f.afterKill),
+		"startup-after-kill-diff-ms":        ms(f.afterKill) - contSmall,
+		"startup-after-clean-ms":            ms(f.afterClean),
+		"startup-after-clean-diff-ms":       ms(f.afterClean) - contSmall,
+		"startup-new-rss-MiB":               f.newBigRSS,
+		"catchup-rss-MiB":                   max(f.afterCleanRSS, f.afterKillRSS, f.contBigRSS),
+		"catchup-after-clean-rss-MiB":       f.afterCleanRSS,
+		"catchup-after-kill-rss-MiB":        f.afterKillRSS,
+		"export-rss-MiB":                    f.export.rssMiB,
+		"verify-rss-MiB":                    f.verify.rssMiB,
+		"sessions-rss-MiB":                  f.sessionsRSS,
+		"max-rss-MiB":                       max(f.afterCleanRSS, f.afterKillRSS, f.contBigRSS, f.export.rssMiB, f.verify.rssMiB, f.sessionsRSS),
+		"export-s":                          f.export.wall.Seconds(),
+		"verify-s":                          f.verify.wall.Seconds(),
+		"sessions-s":                        benchjson.Median(f.sessions).Seconds(),
+		"rss-floor-MiB":                     f.selfPeak,
+		"rotate-s":                          f.rotate.wall.Seconds(),
+		"rotate-rss-MiB":                    f.rotate.rssMiB,
+		"startup-after-rotate-kill-ms":      ms(f.afterRotateKill),
+		"startup-after-rotate-kill-diff-ms": ms(f.afterRotateKill) - contSmall,
 	}
 	keys := make([]string, 0, len(fig))
 	for k := range fig {
