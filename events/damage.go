@@ -222,17 +222,7 @@ func (s *Store) saveMark(ctx context.Context) {
 	if err != nil || s.damage(st, "") != nil || st.State.LastSeq == 0 || st.State.LastSeq <= s.mark {
 		return
 	}
-	path := filepath.Join(s.dir, markFile)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(st.State.LastSeq, 10)+"\n"), 0o600); err != nil {
-		s.log.Warn("save the stream's length", "err", err)
-		return
-	}
-	if f, err := os.Open(tmp); err == nil {
-		f.Sync()
-		f.Close()
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := writeAtomic(filepath.Join(s.dir, markFile), []byte(strconv.FormatUint(st.State.LastSeq, 10)+"\n")); err != nil {
 		s.log.Warn("save the stream's length", "err", err)
 	}
 }

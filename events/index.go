@@ -91,27 +91,8 @@ func (s *Store) IndexPut(ctx context.Context, key string, val []byte) (uint64, e
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return 0, fmt.Errorf("index: %w", err)
 	}
-	f, err := os.CreateTemp(dir, ".put-*")
-	if err != nil {
+	if err := writeAtomic(filepath.Join(dir, key), val); err != nil {
 		return 0, fmt.Errorf("index %s: %w", key, err)
-	}
-	_, err = f.Write(val)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), filepath.Join(dir, key))
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return 0, fmt.Errorf("index %s: %w", key, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return revision(val), nil
 }

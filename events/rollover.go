@@ -285,11 +285,11 @@ func (s *Store) Archived() *RollPlan { return s.archive }
 // started it began it.
 func (s *Store) Base() uint64 { return s.base }
 
-// writeAtomic replaces path with b: a temporary file, fsynced, renamed
-// over it, and the directory fsynced.
+// writeAtomic replaces path with b: a temporary file beside it (mode
+// 0600), fsynced, renamed over it, and the directory fsynced. A reader
+// sees the old content or the new, never a mix.
 func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.CreateTemp(filepath.Dir(path), ".put-*")
 	if err != nil {
 		return err
 	}
@@ -301,14 +301,26 @@ func writeAtomic(path string, b []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = os.Rename(f.Name(), path)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		os.Remove(f.Name())
 		return err
 	}
 	syncDir(filepath.Dir(path))
 	return nil
+}
+
+// removeTemps removes the temporary files of atomic writes that a crash
+// left in the state directory and its index folder. Only the lock holder
+// writes them, so none of them is in use.
+func removeTemps(dir string) {
+	for _, d := range []string{dir, filepath.Join(dir, IndexDir)} {
+		tmps, _ := filepath.Glob(filepath.Join(d, ".put-*"))
+		for _, t := range tmps {
+			os.Remove(t)
+		}
+	}
 }
 
 func syncDir(dir string) {

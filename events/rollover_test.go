@@ -199,3 +199,25 @@ func TestRollOfAnEmptyOrDamagedStreamIsRefused(t *testing.T) {
 		t.Fatal("a plan was written for a damaged stream")
 	}
 }
+
+// A crash between the write and the rename of an atomic write leaves a
+// temporary file; the next Open removes it.
+func TestOpenRemovesTheTemporaryFilesOfACrashedWrite(t *testing.T) {
+	dir := stateDir(t)
+	fillStore(t, dir, 1)
+	if err := os.MkdirAll(filepath.Join(dir, IndexDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	left := []string{filepath.Join(dir, ".put-123"), filepath.Join(dir, IndexDir, ".put-456")}
+	for _, p := range left {
+		if err := os.WriteFile(p, []byte("half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	openStore(t, dir)
+	for _, p := range left {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left behind: %v", p, err)
+		}
+	}
+}

@@ -266,6 +266,7 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	if err := s.prepareRoll(); err != nil {
 		return nil, err
 	}
+	removeTemps(dir)
 
 	// The largest message: one event, or a batch of them, plus the batch
 	// header.
