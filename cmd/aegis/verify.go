@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 	"github.com/aegis-dev/aegis/verifier"
 )
@@ -154,7 +155,7 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 	if res.Continued {
 		live := liveRecordName(paths[len(paths)-1])
 		ee.hint = fmt.Sprintf("%s continues a rotated record; name the earlier segments before it, oldest first (aegis verify %s … %s)",
-			paths[0], rotatedSegmentName(live, 1), live)
+			paths[0], projector.SegmentName(live, 1), live)
 	}
 	return ee
 }
@@ -247,13 +248,4 @@ func splitExt(base string) (stem, ext string) {
 		return base[:i], base[i:]
 	}
 	return base, ""
-}
-
-// rotatedSegmentName returns the name rotation gives the live record file
-// path as its n-th segment: the 6-digit counter before the extension
-// (audit.jsonl becomes audit.000001.jsonl, audit becomes audit.000001).
-func rotatedSegmentName(path string, n int) string {
-	dir, base := filepath.Split(path)
-	stem, ext := splitExt(base)
-	return dir + fmt.Sprintf("%s.%06d%s", stem, n, ext)
 }

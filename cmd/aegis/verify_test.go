@@ -68,7 +68,7 @@ func appendSessions(t *testing.T, key projector.PrivateKey, path, prev string, n
 // segment and write the signed checkpoint next to it.
 func rotate(t *testing.T, key projector.PrivateKey, live string, n int) string {
 	t.Helper()
-	seg := rotatedSegmentName(live, n)
+	seg := projector.SegmentName(live, n)
 	if err := os.Rename(live, seg); err != nil {
 		t.Fatal(err)
 	}
@@ -285,8 +285,8 @@ func TestRotatedNames(t *testing.T) {
 		{"dir/calls.aarl", "dir/calls.000001.aarl", "dir/calls.aarl"},
 		{".hidden", ".hidden.000001", ".hidden"},
 	} {
-		if got := rotatedSegmentName(tc.live, 1); got != tc.seg {
-			t.Errorf("rotatedSegmentName(%q) = %q, want %q", tc.live, got, tc.seg)
+		if got := projector.SegmentName(tc.live, 1); got != tc.seg {
+			t.Errorf("SegmentName(%q) = %q, want %q", tc.live, got, tc.seg)
 		}
 		if got := liveRecordName(tc.seg); got != tc.back {
 			t.Errorf("liveRecordName(%q) = %q, want %q", tc.seg, got, tc.back)
