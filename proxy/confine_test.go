@@ -90,6 +90,12 @@ func TestWrapConfineStopsEscapes(t *testing.T) {
 		if out, err := exec.Command(gcc, "-O0", "-static", "-fno-pie", "-no-pie", "-o", probe32, "../sandbox/testdata/probe32.c").CombinedOutput(); err != nil {
 			t.Fatalf("build probe32: %v\n%s", err, out)
 		}
+		// Without an i386 entry in the kernel, int $0x80 faults before any
+		// system call: there is no such path to escape through here.
+		if err := exec.Command(probe32, "entry").Run(); err != nil {
+			t.Logf("this kernel does not take int $0x80 (%v); the i386 cases are skipped", err)
+			probe32 = ""
+		}
 	}
 	// A key in the user keyring, readable by the uid (the Kerberos-cache
 	// case): the confined server must not read it.
@@ -134,7 +140,7 @@ func TestWrapConfineStopsEscapes(t *testing.T) {
 			args := append([]string{"wrap", "--audit", audit, "--signing-key", c.key, "--state-dir", c.state, "--confine"}, tc.grants...)
 			if tc.probe[0] == "@probe32" {
 				if probe32 == "" {
-					t.Skip("no gcc to build the i386 probe")
+					t.Skip("no i386 probe: no gcc, or a kernel without int $0x80")
 				}
 				args = append(append(args, "--", probe32), tc.probe[1:]...)
 			} else {

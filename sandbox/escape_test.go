@@ -48,7 +48,7 @@ func runEscapes(t *testing.T, cases []escape, base Profile) {
 		t.Run(tc.name, func(t *testing.T) {
 			argv := tc.argv(ps)
 			if argv[0] == "" {
-				t.Skipf("no i386 probe (gcc unavailable: %v)", ps.gccErr)
+				t.Skipf("no i386 probe: %v", ps.gccErr)
 			}
 			if !tc.noControl {
 				var ctlBefore int64

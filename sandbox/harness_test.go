@@ -64,6 +64,12 @@ func (ps *probeSet) build() {
 		ps.gccErr = fmt.Errorf("gcc probe32: %v\n%s", err, b)
 		return
 	}
+	// Some kernels (or hypervisors) have no i386 entry: int $0x80 faults
+	// before any system call, so there is no way through it to test.
+	if err := exec.Command(out, "entry").Run(); err != nil {
+		ps.gccErr = fmt.Errorf("this kernel does not take int $0x80 (probe32 entry: %v), so the i386 system call path it would test does not exist here", err)
+		return
+	}
 	ps.probe32 = out
 }
 

@@ -7,6 +7,8 @@
  * so that its data lies below 4 GiB, where 32-bit pointers reach it.
  *
  *   probe32 connect PORT    socket(AF_INET, SOCK_STREAM) + connect to 127.0.0.1:PORT
+ *   probe32 entry           getpid through int $0x80: whether this kernel has the
+ *                           i386 entry at all (without it the instruction faults)
  *
  * Output follows the Go probe: "ok" (exit 0) or "errno=N NAME at OP" (exit 1).
  */
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define I386_GETPID 20
 #define I386_SOCKET 359
 #define I386_CONNECT 362
 
@@ -54,6 +57,13 @@ static int failed(long r, const char *op)
 
 int main(int argc, char **argv)
 {
+	if (argc == 2 && strcmp(argv[1], "entry") == 0) {
+		long pid = int80(I386_GETPID, 0, 0, 0);
+		if (pid <= 0)
+			return failed(pid, "getpid");
+		printf("ok\n");
+		return 0;
+	}
 	if (argc != 3 || strcmp(argv[1], "connect") != 0) {
 		fprintf(stderr, "usage: probe32 connect PORT\n");
 		return 2;
