@@ -6,6 +6,7 @@
 //	BenchmarkWrapIdleRSS     P5: resident memory of an idle aegis wrap
 //	BenchmarkExportVerify    P6: aegis export and aegis verify, lines/s
 //	BenchmarkWrapInflight    latency and calls/s against calls in flight
+//	BenchmarkGateway         a recorded call through aegis gateway − through aegis wrap
 //
 // Run them all (about a minute on a 2-core machine; the binaries are built
 // once per run, into a temporary directory):

@@ -241,6 +241,9 @@ var contextSpecs = []figure{
 	{What: "events: bare fsync started after a 300 µs idle wait − one back to back (p50s)", Unit: "µs", Bench: "BenchmarkAppendVsFsync", Key: "idle-fsync-minus-fsync-µs"},
 	{What: "events: durable appends/s, 64 appenders", Unit: "events/s", Bench: "BenchmarkAppendConcurrent/appenders=64", Key: "events/s"},
 	{What: "events: events per commit, 64 appenders", Unit: "", Bench: "BenchmarkAppendConcurrent/appenders=64", Key: "events/commit"},
+	{What: "gateway: recorded tools/call through aegis gateway, p50", Unit: "µs", Bench: "BenchmarkGateway", Key: "gateway-call-p50-µs"},
+	{What: "gateway: the same call through aegis wrap on the same server, p50 (same run)", Unit: "µs", Bench: "BenchmarkGateway", Key: "wrap-call-p50-µs"},
+	{What: "gateway: recorded call through aegis gateway − through aegis wrap (p50s)", Unit: "µs", Bench: "BenchmarkGateway", Key: "gateway-minus-wrap-µs"},
 	{What: "scale: calls recorded in the big store (3 sessions, the last killed)", Unit: "calls", Bench: "BenchmarkScale", Key: "calls"},
 	{What: "scale: lines of its record", Unit: "lines", Bench: "BenchmarkScale", Key: "record-lines"},
 	{What: "scale: size of its record", Unit: "MiB", Bench: "BenchmarkScale", Key: "record-MiB"},
@@ -254,12 +257,12 @@ var contextSpecs = []figure{
 	{What: "scale: first start after the clean sessions, big store", Unit: "ms", Bench: "BenchmarkScale", Key: "startup-after-clean-ms"},
 	{What: "scale: peak RSS of that start (reads back the last clean session)", Unit: "MiB", Bench: "BenchmarkScale", Key: "catchup-after-clean-rss-MiB"},
 	{What: "scale: first start after the unclean stop, big store", Unit: "ms", Bench: "BenchmarkScale", Key: "startup-after-kill-ms"},
-	{What: "scale: aegis rotate of the big store", Unit: "s", Bench: "BenchmarkScale", Key: "rotate-s"},
 	{What: "scale: peak RSS of that first start (catch-up of the killed session)", Unit: "MiB", Bench: "BenchmarkScale", Key: "catchup-after-kill-rss-MiB"},
 	{What: "scale: peak RSS of aegis wrap starting on a new record, big store", Unit: "MiB", Bench: "BenchmarkScale", Key: "startup-new-rss-MiB"},
 	{What: "scale: aegis export of the big store, wall time", Unit: "s", Bench: "BenchmarkScale", Key: "export-s"},
 	{What: "scale: aegis verify of its record, wall time", Unit: "s", Bench: "BenchmarkScale", Key: "verify-s"},
 	{What: "scale: peak RSS of the benchmark process (no peak RSS above is reported lower)", Unit: "MiB", Bench: "BenchmarkScale", Key: "rss-floor-MiB"},
+	{What: "scale: aegis rotate of the big store", Unit: "s", Bench: "BenchmarkScale", Key: "rotate-s"},
 }
 
 // The first seed's published figures, measured on another machine.
