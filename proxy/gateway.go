@@ -537,7 +537,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 		_, err = rc.Wait(ctx)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("aegis could not record this call, so it was not run: %w", err)
+		return nil, auditRefusal(method, fmt.Errorf("record the intent, so the call was not run: %w", err))
 	}
 	finish := func(o schemas.Outcome, res *mcp.CallToolResult) (mcp.Result, error) {
 		rc, err := g.sess.Outcome(o)
@@ -545,7 +545,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 			_, err = rc.Wait(ctx)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("aegis could not record this call's outcome: %w", err)
+			return nil, auditRefusal(method, fmt.Errorf("record the outcome, so the answer is withheld: %w", err))
 		}
 		return res, nil
 	}
@@ -614,7 +614,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 		if _, ferr := finish(o, nil); ferr != nil {
 			return nil, ferr
 		}
-		return nil, err
+		return nil, hostError(err)
 	}
 	b, _ := json.Marshal(res)
 	o := wc.Answered(sha(b), uint64(g.cfg.Now().Sub(start).Milliseconds()))
@@ -627,7 +627,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 		_, err = rc2.Wait(ctx)
 	}
 	if err != nil {
-		return nil, err
+		return nil, auditRefusal(method, fmt.Errorf("record the outcome, so the answer is withheld: %w", err))
 	}
 	return res, nil
 }
