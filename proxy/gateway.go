@@ -747,6 +747,10 @@ func (g *gateway) expireDue(now time.Time) {
 }
 
 // handleApproval resolves escalations (esc-…) and tool approvals (apr-…).
+// An escalation may be approved or denied whatever profile the agent is
+// in by then: the approval stays bound to the profile it was requested
+// from, which aegis.approval_status checks when it applies the switch (a
+// refused apply does not spend it).
 func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 	now := g.cfg.Now().UTC()
 	if op.Op == "list" {
@@ -784,6 +788,11 @@ func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 	ev := policy.ProfileEvent{Kind: kind, ID: op.ApprovalID, Source: policy.SourceHuman, At: now}
 	d := schemas.Decision{ApprovalID: e.ID}
 	msg := fmt.Sprintf("approved %s: the switch from %s to %s applies when the agent asks aegis.approval_status", e.ID, e.From, e.To)
+	if active := g.active(); active != e.From {
+		// Approved all the same: the binding to e.From is checked when the
+		// switch is applied, so the decision waits for the agent's return.
+		msg += fmt.Sprintf(" from profile %s (the agent is in %s now; until %s)", e.From, active, e.ExpiresAt.UTC().Format(time.RFC3339))
+	}
 	if op.Op == "approve" {
 		d.Verdict = schemas.Approved(schemas.ApprovalScope{ToolID: "aegis.set_profile"})
 	} else {
