@@ -346,3 +346,53 @@ rules:
 		t.Errorf("refused prompts/get of example__greet recorded %d times, want 2", verdicts["prompts/get example__greet observer refused"])
 	}
 }
+
+// TestGatewayAtStateCapRefusesWithAuditError: a gateway whose state
+// directory reaches --max-state-size refuses what it can no longer record
+// with the -32042 error AUDIT_ERROR, not an error of code 0, and the call
+// does not run.
+func TestGatewayAtStateCapRefusesWithAuditError(t *testing.T) {
+	c := newCLI(t)
+	calls := filepath.Join(c.dir, "example-calls.log")
+	config := filepath.Join(c.dir, "aegis.yaml")
+	os.WriteFile(config, []byte(`version: 1
+servers:
+  example:
+    command: `+bin(t, "aegis-example-server")+`
+    args: [-calls, `+calls+`]
+profiles:
+  observer: {allow: [example.echo]}
+activation: {default_profile: observer}
+`), 0o600)
+	runtime := filepath.Join(t.TempDir(), "run")
+	os.Mkdir(runtime, 0o700)
+	cmd := exec.Command(bin(t, "aegis"), "gateway", "--config", config, "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state, "--max-state-size", "1MiB")
+	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+runtime)
+	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatalf("connect to aegis gateway: %v", err)
+	}
+	defer cs.Close()
+	big := strings.Repeat("x", 200<<10)
+	for i := range 20 {
+		_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "example__echo", Arguments: map[string]any{"message": big}})
+		if err == nil {
+			continue
+		}
+		we, aegis := rpcError(t, "call at the cap", err)
+		if we.Code != -32042 || !strings.HasPrefix(we.Message, "aegis gateway refused this tools/call (AUDIT_ERROR): it could not be recorded: ") {
+			t.Errorf("call %d at the cap: %d %q", i, we.Code, we.Message)
+		}
+		wantAegis(t, "call at the cap", aegis, map[string]string{"layer": "gateway", "code": "AUDIT_ERROR"})
+		if !strings.Contains(aegis["reason"], "cap") {
+			t.Errorf("the reason does not name the cap: %q", aegis["reason"])
+		}
+		got, _ := os.ReadFile(calls)
+		if n := strings.Count(string(got), "echo\n"); n != i {
+			t.Errorf("the server ran %d calls, want the %d recorded before the cap", n, i)
+		}
+		return
+	}
+	t.Fatal("20 calls of 200 KiB fit under a 1 MiB cap")
+}
