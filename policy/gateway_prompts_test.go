@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -256,5 +257,50 @@ func TestPromptDeniedDisclosure(t *testing.T) {
 	delete(want, "required_profile")
 	if !reflect.DeepEqual(minimal, want) {
 		t.Errorf("minimal payload = %v, want %v", minimal, want)
+	}
+}
+
+// TestSamplePrompts: the sample file's prompts lists mean what its
+// comments say, against the prompts the reference servers list.
+func TestSamplePrompts(t *testing.T) {
+	g := readGateway(t, sampleFile)
+	prompts := map[string][]string{
+		"example":    {"greet"},
+		"everything": {"simple-prompt", "args-prompt", "completable-prompt", "resource-prompt"},
+	}
+	for _, tc := range []struct {
+		profile string
+		want    []string
+	}{
+		{"observer", []string{"everything.simple-prompt", "example.greet"}},
+		{"developer", []string{"everything.simple-prompt", "example.greet"}},
+		{"deploy", []string{"everything.args-prompt", "everything.completable-prompt", "everything.resource-prompt", "everything.simple-prompt", "example.greet"}},
+	} {
+		var got []string
+		for server, list := range prompts {
+			for _, p := range list {
+				if ok, _ := g.PromptAllowed(tc.profile, server, p); ok {
+					got = append(got, server+"."+p)
+				}
+			}
+		}
+		slices.Sort(got)
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s shows prompts %q, want %q", tc.profile, got, tc.want)
+		}
+	}
+	// Templates follow the resources patterns.
+	for _, tc := range []struct {
+		profile, template string
+		want              bool
+	}{
+		{"observer", "demo://resource/dynamic/text/{resourceId}", false},
+		{"developer", "demo://resource/dynamic/text/{resourceId}", true},
+		{"developer", "demo://resource/dynamic/blob/{resourceId}", false},
+		{"deploy", "demo://resource/dynamic/blob/{resourceId}", true},
+	} {
+		if got, _ := g.TemplateAllowed(tc.profile, tc.template); got != tc.want {
+			t.Errorf("TemplateAllowed(%s, %s) = %v, want %v", tc.profile, tc.template, got, tc.want)
+		}
 	}
 }
