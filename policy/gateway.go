@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 // Gateway is a parsed, validated gateway file: the downstream servers, the
@@ -112,14 +114,16 @@ func (d Disclosure) String() string {
 type profile struct {
 	name    string
 	extends string
-	// allow and resources are effective: the base's (recursively) first,
-	// then the profile's own, without repeats.
+	// allow, prompts and resources are effective: the base's
+	// (recursively) first, then the profile's own, without repeats.
 	allow       []toolPattern
+	prompts     []toolPattern
 	resources   []uriPattern
 	transitions []string // own only: transitions are not inherited
 }
 
-// toolPattern is one allow entry "<server>.<tool glob>".
+// toolPattern is one allow entry "<server>.<tool glob>", or one prompts
+// entry "<server>.<prompt glob>".
 type toolPattern struct {
 	text   string
 	server string
@@ -195,6 +199,20 @@ func (g *Gateway) Allow(profile string) []string {
 	return out
 }
 
+// Prompts returns the effective prompts patterns of profile, inherited ones
+// first, as written; nil for an unknown profile.
+func (g *Gateway) Prompts(profile string) []string {
+	p, ok := g.profiles[profile]
+	if !ok {
+		return nil
+	}
+	out := make([]string, len(p.prompts))
+	for i, a := range p.prompts {
+		out[i] = a.text
+	}
+	return out
+}
+
 // Resources returns the effective resource patterns of profile, inherited
 // ones first, as written; nil for an unknown profile.
 func (g *Gateway) Resources(profile string) []string {
@@ -243,6 +261,121 @@ func (g *Gateway) ToolAllowed(profile, server, tool string) (bool, string) {
 		}
 	}
 	return false, ""
+}
+
+// PromptAllowed reports whether profile may see and get prompt of server,
+// and the prompts pattern that grants it, as written. Prompts are matched
+// exactly as tools are by [Gateway.ToolAllowed], against the profile's
+// prompts list (its own and inherited), never its allow list: a profile
+// with no prompts entry shows no prompt. A prompt name that
+// [ValidToolName] refuses is never allowed.
+func (g *Gateway) PromptAllowed(profile, server, prompt string) (bool, string) {
+	p, ok := g.profiles[profile]
+	if !ok || !ValidToolName(prompt) {
+		return false, ""
+	}
+	for i := range p.prompts {
+		if a := &p.prompts[i]; a.server == server && globTool(a.tool, a.stars, prompt) {
+			return true, a.text
+		}
+	}
+	return false, ""
+}
+
+// RequiredPromptProfile is [Gateway.RequiredProfile] for a prompt: a
+// profile other than active that allows prompt of server, chosen the same
+// way, or "".
+func (g *Gateway) RequiredPromptProfile(active, server, prompt string) string {
+	return g.requiredProfile(active, func(name string) bool {
+		ok, _ := g.PromptAllowed(name, server, prompt)
+		return ok
+	})
+}
+
+// TemplateAllowed reports whether profile may see the resource template
+// uriTemplate (an RFC 6570 template, such as "file:///{path}"), and the
+// resource pattern that makes it visible, as written. Listing a template
+// is a hint, not a grant: every read through it is a resources/read of a
+// concrete URI, which [Gateway.ResourceAllowed] decides.
+//
+// A template without an expression is a URI and is visible when
+// ResourceAllowed allows it. Otherwise its literal prefix (the text before
+// the first '{') is compared with each pattern's canonical form, the
+// scheme and host case-insensitively and the rest as written: the
+// template is visible when the prefix can begin a URI that the pattern
+// matches (it is a prefix of the pattern's base, or the base and its '/'
+// are a prefix of it; for a "/*" pattern, with no further '/'). So
+// "file:///{path}" is visible under "file:///srv/**" (some expansions are
+// allowed) and "test://other/{id}" is not. A prefix that the URI matcher
+// would refuse outright (a control character, a backslash, a '"' '<' '>'
+// '^' '`' '|' or '}', invalid UTF-8, over 8 KiB) makes the template
+// invisible.
+func (g *Gateway) TemplateAllowed(profile, uriTemplate string) (bool, string) {
+	p, ok := g.profiles[profile]
+	if !ok || len(p.resources) == 0 {
+		return false, ""
+	}
+	brace := strings.IndexByte(uriTemplate, '{')
+	if brace < 0 {
+		return g.ResourceAllowed(profile, uriTemplate)
+	}
+	prefix := uriTemplate[:brace]
+	if len(prefix) > maxURILen || !utf8.ValidString(prefix) {
+		return false, ""
+	}
+	for i := 0; i < len(prefix); i++ {
+		if c := prefix[i]; c < 0x21 || c == 0x7f || strings.IndexByte("\\\"<>^`|}", c) >= 0 {
+			return false, ""
+		}
+	}
+	prefix = foldAuthority(prefix)
+	for i := range p.resources {
+		if r := &p.resources[i]; r.mayBegin(prefix) {
+			return true, r.text
+		}
+	}
+	return false, ""
+}
+
+// foldAuthority lowercases the scheme and the authority of a URI or of the
+// start of one: everything before the first '/' after "scheme://", or the
+// scheme alone when no "//" follows it.
+func foldAuthority(s string) string {
+	colon := strings.IndexByte(s, ':')
+	if colon < 0 {
+		return strings.ToLower(s)
+	}
+	end := colon + 1
+	if rest, ok := strings.CutPrefix(s[end:], "//"); ok {
+		end += 2
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			end += i
+		} else {
+			end = len(s)
+		}
+	}
+	return strings.ToLower(s[:end]) + s[end:]
+}
+
+// mayBegin reports whether a URI that begins with prefix (scheme and
+// authority folded to lowercase) may be matched by p.
+func (p *uriPattern) mayBegin(prefix string) bool {
+	base := p.u.String()
+	if p.glob == globNone {
+		return strings.HasPrefix(base, prefix)
+	}
+	dir := base
+	if !strings.HasSuffix(dir, "/") {
+		dir += "/"
+	}
+	if strings.HasPrefix(dir, prefix) {
+		return true
+	}
+	rest, ok := strings.CutPrefix(prefix, dir)
+	if !ok {
+		return false
+	}
+	return p.glob == globAny || strings.IndexByte(rest, '/') < 0
 }
 
 // ResourceAllowed reports whether profile may list and read the resource
@@ -298,13 +431,18 @@ func (g *Gateway) Transition(from, to string) bool {
 // effective allow patterns (least privilege), then the first by name.
 // Upstream returns the first by name only.
 func (g *Gateway) RequiredProfile(active, server, tool string) string {
+	return g.requiredProfile(active, func(name string) bool {
+		ok, _ := g.ToolAllowed(name, server, tool)
+		return ok
+	})
+}
+
+// requiredProfile is RequiredProfile for what allows says a profile grants.
+func (g *Gateway) requiredProfile(active string, allows func(profile string) bool) string {
 	var best *profile
 	bestEdge := false
 	for _, name := range g.names {
-		if name == active {
-			continue
-		}
-		if ok, _ := g.ToolAllowed(name, server, tool); !ok {
+		if name == active || !allows(name) {
 			continue
 		}
 		p := g.profiles[name]

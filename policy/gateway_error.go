@@ -18,6 +18,9 @@ const (
 	// GatewayResourceDenied: a resources/read of a URI the active profile
 	// does not allow, or that the matcher refuses.
 	GatewayResourceDenied GatewayCode = "AEGIS_RESOURCE_DENIED"
+	// GatewayPromptDenied: a prompts/get of a prompt the active profile
+	// does not allow (new here: upstream has no prompts).
+	GatewayPromptDenied GatewayCode = "AEGIS_PROMPT_DENIED"
 	// GatewayProfileUnknown: set_profile to a profile that does not exist.
 	GatewayProfileUnknown GatewayCode = "AEGIS_PROFILE_UNKNOWN"
 	// GatewayPendingApproval: set_profile along no edge; a human must
@@ -29,6 +32,7 @@ const (
 const (
 	hintCapDenied       = "capability requires a profile that allows it"
 	hintResourceDenied  = "resource not permitted in active profile"
+	hintPromptDenied    = "prompt requires a profile that allows it"
 	hintProfileUnknown  = "no such profile"
 	hintPendingApproval = "human approval requested; re-issue set_profile or poll aegis.approval_status"
 )
@@ -39,22 +43,24 @@ const (
 //
 //	AEGIS_CAP_DENIED        {"active_profile","capability","code","hint"[,"required_profile"]}
 //	AEGIS_RESOURCE_DENIED   {"active_profile","code","hint","uri"}
+//	AEGIS_PROMPT_DENIED     {"active_profile","code","hint","prompt"[,"required_profile"]}
 //	AEGIS_PROFILE_UNKNOWN   {"code","hint","requested_profile"}
 //	AEGIS_PENDING_APPROVAL  {"active_profile","approval_id","code","hint","requested_profile"}
 //
 // Every member of a code is present even when empty; no other member ever
-// is. RequiredProfile appears only in a verbose CAP_DENIED that some
-// profile would grant. Build one with [Gateway.CapDenied],
-// [Gateway.ResourceDenied], [ProfileUnknownError] or
-// [PendingApprovalError].
+// is. RequiredProfile appears only in a verbose CAP_DENIED or
+// PROMPT_DENIED that some profile would grant. Build one with
+// [Gateway.CapDenied], [Gateway.ResourceDenied], [Gateway.PromptDenied],
+// [ProfileUnknownError] or [PendingApprovalError].
 type GatewayError struct {
 	Code             GatewayCode
 	Capability       string // CAP_DENIED: "<server>.<tool>"
 	URI              string // RESOURCE_DENIED: the URI as asked
+	Prompt           string // PROMPT_DENIED: "<server>.<prompt>"
 	ActiveProfile    string // CAP_DENIED, RESOURCE_DENIED, PENDING_APPROVAL
 	RequestedProfile string // PROFILE_UNKNOWN, PENDING_APPROVAL
 	ApprovalID       string // PENDING_APPROVAL
-	RequiredProfile  string // CAP_DENIED, verbose only, "" when none
+	RequiredProfile  string // CAP_DENIED, PROMPT_DENIED, verbose only, "" when none
 }
 
 // Hint returns the payload's hint for e's code.
@@ -64,6 +70,8 @@ func (e *GatewayError) Hint() string {
 		return hintCapDenied
 	case GatewayResourceDenied:
 		return hintResourceDenied
+	case GatewayPromptDenied:
+		return hintPromptDenied
 	case GatewayProfileUnknown:
 		return hintProfileUnknown
 	case GatewayPendingApproval:
@@ -79,6 +87,8 @@ func (e *GatewayError) Error() string {
 		return fmt.Sprintf("%s: %q not allowed in profile %q", e.Code, e.Capability, e.ActiveProfile)
 	case GatewayResourceDenied:
 		return fmt.Sprintf("%s: %q not permitted in profile %q", e.Code, e.URI, e.ActiveProfile)
+	case GatewayPromptDenied:
+		return fmt.Sprintf("%s: prompt %q not allowed in profile %q", e.Code, e.Prompt, e.ActiveProfile)
 	case GatewayProfileUnknown:
 		return fmt.Sprintf("%s: no profile %q", e.Code, e.RequestedProfile)
 	case GatewayPendingApproval:
@@ -100,6 +110,11 @@ func (e *GatewayError) MarshalJSON() ([]byte, error) {
 		}
 	case GatewayResourceDenied:
 		ms = []member{{"active_profile", e.ActiveProfile}, {"code", string(e.Code)}, {"hint", hintResourceDenied}, {"uri", e.URI}}
+	case GatewayPromptDenied:
+		ms = []member{{"active_profile", e.ActiveProfile}, {"code", string(e.Code)}, {"hint", hintPromptDenied}, {"prompt", e.Prompt}}
+		if e.RequiredProfile != "" {
+			ms = append(ms, member{"required_profile", e.RequiredProfile})
+		}
 	case GatewayProfileUnknown:
 		ms = []member{{"code", string(e.Code)}, {"hint", hintProfileUnknown}, {"requested_profile", e.RequestedProfile}}
 	case GatewayPendingApproval:
@@ -159,6 +174,18 @@ func (g *Gateway) CapDenied(active, server, tool string) *GatewayError {
 // disclosure.
 func (g *Gateway) ResourceDenied(active, uri string) *GatewayError {
 	return &GatewayError{Code: GatewayResourceDenied, URI: uri, ActiveProfile: active}
+}
+
+// PromptDenied returns the AEGIS_PROMPT_DENIED refusal of prompt on
+// server in the active profile. Under verbose disclosure it names
+// [Gateway.RequiredPromptProfile] when some profile grants the prompt;
+// under minimal it never does.
+func (g *Gateway) PromptDenied(active, server, prompt string) *GatewayError {
+	e := &GatewayError{Code: GatewayPromptDenied, Prompt: Capability(server, prompt), ActiveProfile: active}
+	if g.disclosure == DisclosureVerbose {
+		e.RequiredProfile = g.RequiredPromptProfile(active, server, prompt)
+	}
+	return e
 }
 
 // ProfileUnknownError returns the AEGIS_PROFILE_UNKNOWN refusal of a

@@ -73,11 +73,18 @@ activation: {default_profile: observer}
 	_ = s.RequestSwitch("apr_1", s.Active(), "deploy", now, now.Add(10*time.Minute))
 	fmt.Println(policy.PendingApprovalError("apr_1", s.Active(), "deploy").JSON())
 
-	// The agent moves on before the human answers: the approval no longer fits.
+	// The agent moves on before the human answers: the human may still
+	// approve, but the switch applies only from the profile it was asked
+	// from, and a refused apply does not spend the approval.
 	_ = s.Switch("observer", "developer", policy.SourceAgent, now.Add(time.Minute))
 	fmt.Println(s.ApproveSwitch("apr_1", now.Add(2*time.Minute)))
+	fmt.Println(s.ApplySwitch("apr_1", now.Add(3*time.Minute)))
+	_ = s.Switch("developer", "observer", policy.SourceAgent, now.Add(4*time.Minute))
+	fmt.Println(s.ApplySwitch("apr_1", now.Add(5*time.Minute)), s.Active())
 	// Output:
 	// needs_approval
 	// {"active_profile":"observer","approval_id":"apr_1","code":"AEGIS_PENDING_APPROVAL","hint":"human approval requested; re-issue set_profile or poll aegis.approval_status","requested_profile":"deploy"}
-	// approve "apr_1": approval from the wrong profile: requested from "observer", active is "developer"
+	// <nil>
+	// apply "apr_1": approval from the wrong profile: requested from "observer", active is "developer"
+	// <nil> deploy
 }

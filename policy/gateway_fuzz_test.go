@@ -44,6 +44,8 @@ func FuzzParseGateway(f *testing.F) {
 		"servers: {fs: {command: a, confine: {allow_net: [\"[::1]:1\"]}}}\nprofiles: {p: {}}\nactivation: {default_profile: p}",
 		"servers: {fs: {command: a}}\nprofiles: {p: {}}\nactivation: {default_profile: p}\nrules: [{id: a, action: deny, tool: fs__x}]",
 		"servers: {fs: {command: a}}\nprofiles: {p: {}}\nactivation: {default_profile: p}\nrules: [{id: a, action: deny, role: q}]",
+		"servers: {fs: {command: a}}\nprofiles: {p: {prompts: [\"fs.review_*\", fs.x__y]}, q: {extends: p, prompts: [\"fs.*\"]}}\nactivation: {default_profile: p}",
+		"servers: {fs: {command: a}}\nprofiles: {p: {prompts: [\"gh.*\"]}}\nactivation: {default_profile: p}", // undeclared server
 		"servers: &a {fs: {command: a}}",
 		"servers:\n  fs:\n    command: a\n    command: b\n",
 	} {
@@ -103,6 +105,26 @@ func FuzzParseGateway(f *testing.F) {
 						}
 						if ok, _ := g.ToolAllowed(req, server, name); !ok {
 							t.Fatalf("RequiredProfile %q does not allow %s.%s", req, server, name)
+						}
+					}
+				}
+			}
+			for _, a := range g.Prompts(p) {
+				server, prompt, _ := strings.Cut(a, ".")
+				if !servers[server] {
+					t.Fatalf("%s allows prompt %q of an undeclared server", p, a)
+				}
+				for _, name := range []string{strings.ReplaceAll(prompt, "*", "x"), strings.ReplaceAll(prompt, "*", "a__b")} {
+					ok, pat := g.PromptAllowed(p, server, name)
+					if ok != (pat != "") || ok && !contains(g.Prompts(p), pat) {
+						t.Fatalf("PromptAllowed(%s, %s, %s) = %v, %q", p, server, name, ok, pat)
+					}
+					if ok && strings.Contains(name, "__") && !strings.Contains(pat, "__") {
+						t.Fatalf("PromptAllowed(%s, %s, %s) spans a \"__\" with %q", p, server, name, pat)
+					}
+					if req := g.RequiredPromptProfile(p, server, name); req != "" {
+						if ok, _ := g.PromptAllowed(req, server, name); !ok || req == p {
+							t.Fatalf("RequiredPromptProfile(%s) = %q, which does not allow %s.%s", p, req, server, name)
 						}
 					}
 				}

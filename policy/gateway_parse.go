@@ -14,7 +14,7 @@ var (
 	gatewayKeys    = []string{"version", "servers", "profiles", "activation", "error_disclosure", "rules"}
 	serverKeys     = []string{"command", "args", "env", "transport", "confine"}
 	confineKeys    = []string{"allow_read", "allow_write", "allow_net", "allow_exec_support", "allow_udp", "allow_mptcp", "best_effort"}
-	profileKeys    = []string{"extends", "allow", "resources", "allowed_transitions"}
+	profileKeys    = []string{"extends", "allow", "prompts", "resources", "allowed_transitions"}
 	activationKeys = []string{"default_profile", "explicit", "signals"}
 )
 
@@ -44,10 +44,11 @@ const maxProfileNameLen = 64
 //	profiles:                         # required, at least one
 //	  observer:                       # a profile name: [a-z0-9][a-z0-9_-]*
 //	    allow: [fs.read_text_file, "fs.list_*"]  # "<server>.<tool glob>"
-//	    resources: ["file:///srv/repo/**"]       # URI patterns
+//	    prompts: ["docs.review_*"]               # "<server>.<prompt glob>"
+//	    resources: ["file:///srv/repo/**"]       # URI patterns, also for templates
 //	    allowed_transitions: [developer]         # switches without a human
 //	  developer:
-//	    extends: observer             # inherit allow and resources (not transitions)
+//	    extends: observer             # inherit allow, prompts and resources (not transitions)
 //	    allow: [fs.write_file]
 //	activation:
 //	  default_profile: observer       # required
@@ -69,9 +70,9 @@ const maxProfileNameLen = 64
 //   - in confine: a relative or unclean path ("/a/../b"), a malformed
 //     HOST:PORT, a port of 0 or above 65535;
 //   - a profile name outside [a-z0-9][a-z0-9_-]* or over 64 bytes;
-//   - an allow entry that is not "<server>.<tool>" with a declared server:
-//     a glob in the server part, a '.' or "**" in the tool part, a
-//     character outside [A-Za-z0-9_-*];
+//   - an allow or prompts entry that is not "<server>.<name>" with a
+//     declared server: a glob in the server part, a '.' or "**" in the
+//     name part, a character outside [A-Za-z0-9_-*];
 //   - a resource pattern that the URI matcher refuses (see
 //     [CanonicalURI]) or with a '*' other than a final "/*" or "/**";
 //   - extends or allowed_transitions naming an unknown profile, extends
@@ -108,7 +109,12 @@ const maxProfileNameLen = 64
 //     one it cannot canonicalize); '*' elsewhere than a final "/*" or
 //     "/**" is an error, not a literal star;
 //   - a profile listing itself or the same entry twice is an error;
-//   - rules are new: wrap's rules applied on top of the profiles.
+//   - rules are new: wrap's rules applied on top of the profiles;
+//   - prompts are new: upstream does not aggregate prompts at all, nor
+//     resource templates. Here a prompt is shown and served only when an
+//     entry of the profile's prompts list allows it (none by default), and
+//     a resource template only when the profile's resources patterns can
+//     allow a URI it expands to (see [Gateway.TemplateAllowed]).
 //
 // See [Gateway.ResourceAllowed], [Gateway.RequiredProfile] and
 // [ProfileState] for the differences in matching, disclosure and approvals.
@@ -135,6 +141,7 @@ type rawProfile struct {
 	path        string
 	extends     *lineStr
 	allow       []lineStr
+	prompts     []lineStr
 	resources   []uriPattern
 	transitions []lineStr
 }
@@ -574,6 +581,10 @@ func (p *parser) rawProfiles(n *yaml.Node, ppath string) ([]*rawProfile, error) 
 				if r.allow, err = p.strList(b.val, b.path, true); err != nil {
 					return nil, err
 				}
+			case "prompts":
+				if r.prompts, err = p.strList(b.val, b.path, true); err != nil {
+					return nil, err
+				}
 			case "resources":
 				list, err := p.strList(b.val, b.path, true)
 				if err != nil {
@@ -608,10 +619,22 @@ func (p *parser) rawProfiles(n *yaml.Node, ppath string) ([]*rawProfile, error) 
 // parseToolPattern checks an allow entry's form; the caller checks that its
 // server exists.
 func parseToolPattern(text string) (toolPattern, string) {
+	return parseNamePattern(text, "tool", "fs.read_file")
+}
+
+// parsePromptPattern checks a prompts entry's form: the form of an allow
+// entry, a prompt name held to the rules of a tool name.
+func parsePromptPattern(text string) (toolPattern, string) {
+	return parseNamePattern(text, "prompt", "docs.review")
+}
+
+// parseNamePattern checks "<server>.<name glob>"; what names the kind of
+// name (tool or prompt) in the messages, example is an entry of that kind.
+func parseNamePattern(text, what, example string) (toolPattern, string) {
 	t := toolPattern{text: text}
 	dot := strings.IndexByte(text, '.')
 	if dot < 0 {
-		return t, `want "<server>.<tool>", such as fs.read_file or fs.*`
+		return t, `want "<server>.<` + what + `>", such as ` + example + ` or ` + example[:strings.IndexByte(example, '.')] + `.*`
 	}
 	t.server, t.tool = text[:dot], text[dot+1:]
 	switch {
@@ -620,20 +643,20 @@ func parseToolPattern(text string) (toolPattern, string) {
 	case t.server == "":
 		return t, "empty server part"
 	case t.tool == "":
-		return t, `empty tool part; write "` + t.server + `.*" for all of its tools`
+		return t, "empty " + what + ` part; write "` + t.server + `.*" for all of its ` + what + "s"
 	case strings.IndexByte(t.tool, '.') >= 0:
-		return t, "a tool name has no '.': one entry is <server>.<tool>"
+		return t, "a " + what + " name has no '.': one entry is <server>.<" + what + ">"
 	case strings.Contains(t.tool, "**"):
-		return t, `"**" is not a tool glob: '*' already matches any run of one tool name`
+		return t, `"**" is not a ` + what + ` glob: '*' already matches any run of one ` + what + " name"
 	case len(t.tool) > MaxToolNameLen:
-		return t, "tool part longer than " + strconv.Itoa(MaxToolNameLen) + " bytes"
+		return t, what + " part longer than " + strconv.Itoa(MaxToolNameLen) + " bytes"
 	}
 	for i := 0; i < len(t.tool); i++ {
 		c := t.tool[i]
 		if c == '*' {
 			t.stars++
 		} else if !isToolNameByte(c) {
-			return t, "a character outside [A-Za-z0-9_-] and '*' in the tool part"
+			return t, "a character outside [A-Za-z0-9_-] and '*' in the " + what + " part"
 		}
 	}
 	return t, ""
@@ -685,6 +708,19 @@ func (p *parser) resolveProfiles(g *Gateway, raws []*rawProfile) error {
 			allows[r.name] = append(allows[r.name], t)
 		}
 	}
+	prompts := make(map[string][]toolPattern, len(raws))
+	for _, r := range raws {
+		for _, a := range r.prompts {
+			t, prob := parsePromptPattern(a.s)
+			if prob != "" {
+				return p.errorf(a.line, a.path, "bad prompts entry %q: %s", a.s, prob)
+			}
+			if _, ok := g.serverIndex[t.server]; !ok {
+				return p.errorf(a.line, a.path, "unknown server %q in prompts entry %q", t.server, a.s)
+			}
+			prompts[r.name] = append(prompts[r.name], t)
+		}
+	}
 	var build func(r *rawProfile) *profile
 	build = func(r *rawProfile) *profile {
 		if done, ok := g.profiles[r.name]; ok {
@@ -695,11 +731,17 @@ func (p *parser) resolveProfiles(g *Gateway, raws []*rawProfile) error {
 			base := build(byName[r.extends.s])
 			pr.extends = base.name
 			pr.allow = append(pr.allow, base.allow...)
+			pr.prompts = append(pr.prompts, base.prompts...)
 			pr.resources = append(pr.resources, base.resources...)
 		}
 		for _, a := range allows[r.name] {
 			if !containsFunc(pr.allow, func(b toolPattern) bool { return b.text == a.text }) {
 				pr.allow = append(pr.allow, a)
+			}
+		}
+		for _, a := range prompts[r.name] {
+			if !containsFunc(pr.prompts, func(b toolPattern) bool { return b.text == a.text }) {
+				pr.prompts = append(pr.prompts, a)
 			}
 		}
 		for _, u := range r.resources {

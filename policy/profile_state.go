@@ -25,7 +25,7 @@ var (
 	ErrApprovalExpired = errors.New("approval expired")
 	// ErrApprovalUsed: applying an approval a second time.
 	ErrApprovalUsed = errors.New("approval already used")
-	// ErrApprovalWrongProfile: approving or applying while the active
+	// ErrApprovalWrongProfile: applying an approval while the active
 	// profile is not the one the switch was requested from.
 	ErrApprovalWrongProfile = errors.New("approval from the wrong profile")
 	// ErrNotActive: a switch or request whose from is not the active
@@ -154,10 +154,15 @@ type ProfileEvent struct {
 //
 //   - approvals are single-use: an approved request applies once, and its
 //     id can never be requested again;
-//   - an approval is bound to the profile it was requested from: approving
-//     or applying it while another profile is active fails with
-//     [ErrApprovalWrongProfile] and leaves it as it was (it is not spent, so
-//     it may still apply if that profile becomes active again);
+//   - a human's decision is never lost to the agent's movements: a pending
+//     request may be approved (or denied) whatever profile is active at
+//     that moment;
+//   - an approval is bound to the profile it was requested from, and the
+//     binding is checked where it matters, when the switch is applied:
+//     applying it while another profile is active fails with
+//     [ErrApprovalWrongProfile] and leaves it approved (it is not spent, so
+//     it may still apply if that profile becomes active again before it
+//     expires);
 //   - every request expires: nothing is approved or applied at or after
 //     ExpiresAt;
 //   - a denied or expired request never applies; an approved one may still
@@ -167,9 +172,10 @@ type ProfileEvent struct {
 // is [Gateway.DecideSwitch]'s question, asked before the event is made.
 // A ProfileState is not safe for concurrent use.
 //
-// Upstream differs: its approvals never expire, an approval is checked
-// against the active profile only when applied, an approved switch cannot
-// be revoked, and approval_status answers only approved or pending.
+// Upstream differs: its approvals never expire, an approved switch cannot
+// be revoked, and approval_status answers only approved or pending. Like
+// upstream, an approval is checked against the active profile only when
+// it is applied.
 type ProfileState struct {
 	active      string
 	since       time.Time
@@ -321,10 +327,11 @@ func (s *ProfileState) RequestSwitch(id, from, to string, at, expiresAt time.Tim
 }
 
 // ApproveSwitch records a human's approval of request id at at. It fails
-// unless the request is pending, unexpired at at, and its from profile is
-// the active one ([ErrApprovalWrongProfile]: the agent has moved on since it
-// asked, so the human would approve something else than what the prompt
-// said).
+// unless the request is pending and unexpired at at. The active profile
+// does not matter here: what the human approves is the request as the
+// prompt showed it (from From to To), and [ProfileState.ApplySwitch]
+// applies it only while From is active, so an agent that moved on in the
+// meantime cannot make the human's decision lost, nor use it elsewhere.
 func (s *ProfileState) ApproveSwitch(id string, at time.Time) error {
 	e, err := s.lookup(id)
 	if err != nil {
@@ -335,8 +342,6 @@ func (s *ProfileState) ApproveSwitch(id string, at time.Time) error {
 		return fmt.Errorf("approve %q: %w (%s)", id, ErrApprovalResolved, e.Status)
 	case !at.Before(e.ExpiresAt):
 		return fmt.Errorf("approve %q: %w at %v", id, ErrApprovalExpired, e.ExpiresAt)
-	case e.From != s.active:
-		return fmt.Errorf("approve %q: %w: requested from %q, active is %q", id, ErrApprovalWrongProfile, e.From, s.active)
 	}
 	e.Status, e.ResolvedAt = EscalationApproved, at
 	return nil

@@ -278,25 +278,36 @@ func TestApprovalReplay(t *testing.T) {
 }
 
 // TestApprovalFromTheWrongProfile: an approval is bound to the profile it
-// was requested from. When the active profile has changed since the
-// request, approving and applying it fail and change nothing, and the
-// approval is not spent: if that profile becomes active again it may still
-// apply (upstream TestApprovalBoundToOriginatingProfile).
+// was requested from, and the binding is checked when the switch is
+// applied. A human may approve a request whatever profile the agent is in
+// by then (the decision is not lost); applying it from another profile
+// fails, changes nothing, and does not spend it: if that profile becomes
+// active again before the expiry it may still apply, once (upstream
+// TestApprovalBoundToOriginatingProfile).
 func TestApprovalFromTheWrongProfile(t *testing.T) {
 	t.Run("ApproveAfterTheAgentMoved", func(t *testing.T) {
 		r := newRecorder(t, "default")
 		r.must(request("apr_1", "default", "deploy", 0))
 		r.must(switched("default", "code-review", SourceAgent, time.Minute))
-		err := r.do(ev(EventSwitchApproved, "apr_1", 2*time.Minute))
-		if !errors.Is(err, ErrApprovalWrongProfile) {
-			t.Fatalf("approve: %v, want %v", err, ErrApprovalWrongProfile)
+		r.must(ev(EventSwitchApproved, "apr_1", 2*time.Minute))
+		if e, _ := r.s.Escalation("apr_1"); e.Status != EscalationApproved {
+			t.Errorf("status %v, want approved", e.Status)
 		}
-		want := `approve "apr_1": approval from the wrong profile: requested from "default", active is "code-review"`
+		err := r.do(ev(EventSwitchApplied, "apr_1", 3*time.Minute))
+		if !errors.Is(err, ErrApprovalWrongProfile) {
+			t.Fatalf("apply: %v, want %v", err, ErrApprovalWrongProfile)
+		}
+		want := `apply "apr_1": approval from the wrong profile: requested from "default", active is "code-review"`
 		if err.Error() != want {
 			t.Errorf("error %q, want %q", err, want)
 		}
-		if e, _ := r.s.Escalation("apr_1"); e.Status != EscalationPending {
-			t.Errorf("status %v, want pending", e.Status)
+		if e, _ := r.s.Escalation("apr_1"); e.Status != EscalationApproved || r.s.Active() != "code-review" {
+			t.Errorf("after the refused apply: %v in %q, want approved in code-review", e.Status, r.s.Active())
+		}
+		r.must(switched("code-review", "default", SourceAgent, 4*time.Minute))
+		r.must(ev(EventSwitchApplied, "apr_1", 5*time.Minute))
+		if r.s.Active() != "deploy" {
+			t.Errorf("active %q, want deploy", r.s.Active())
 		}
 		r.replayEqual("default")
 	})
@@ -516,5 +527,136 @@ func TestProfileStateWithGateway(t *testing.T) {
 	}
 	if err := s.ApplySwitch("apr_frontend-dev", at(5*time.Minute)); err != nil || s.Active() != "frontend-dev" {
 		t.Fatalf("apply: %v, active %q", err, s.Active())
+	}
+}
+
+// TestApprovalAcrossProfiles walks the attacks on an approval whose agent
+// moves between profiles: each step either applies or is refused with its
+// error, a refused step changes nothing, and replay gives the same state.
+func TestApprovalAcrossProfiles(t *testing.T) {
+	type step struct {
+		ev   ProfileEvent
+		want error // nil: accepted
+	}
+	tests := []struct {
+		name   string
+		steps  []step
+		active string // at the end
+		status EscalationStatus
+	}{
+		{
+			name: "ApprovedWhileAwayAppliedFromAnotherProfile",
+			steps: []step{
+				{request("esc-1", "default", "deploy", 0), nil},
+				{switched("default", "code-review", SourceAgent, time.Minute), nil},
+				{ev(EventSwitchApproved, "esc-1", 2*time.Minute), nil},
+				{ev(EventSwitchApplied, "esc-1", 3*time.Minute), ErrApprovalWrongProfile},
+			},
+			active: "code-review", status: EscalationApproved,
+		},
+		{
+			name: "ApprovedWhileAwayAppliedAfterReturning",
+			steps: []step{
+				{request("esc-1", "default", "deploy", 0), nil},
+				{switched("default", "code-review", SourceAgent, time.Minute), nil},
+				{ev(EventSwitchApproved, "esc-1", 2*time.Minute), nil},
+				{switched("code-review", "default", SourceAgent, 3*time.Minute), nil},
+				{ev(EventSwitchApplied, "esc-1", 4*time.Minute), nil},
+			},
+			active: "deploy", status: EscalationApplied,
+		},
+		{
+			name: "ReplayedAfterApplyingFromTheRightProfile",
+			steps: []step{
+				{request("esc-1", "default", "deploy", 0), nil},
+				{ev(EventSwitchApproved, "esc-1", time.Minute), nil},
+				{ev(EventSwitchApplied, "esc-1", 2*time.Minute), nil},
+				{switched("deploy", "default", SourceHuman, 3*time.Minute), nil},
+				{ev(EventSwitchApplied, "esc-1", 4*time.Minute), ErrApprovalUsed},
+			},
+			active: "default", status: EscalationApplied,
+		},
+		{
+			name: "AppliedFromAnotherProfileThenReplayedFromTheRightOne",
+			steps: []step{
+				{request("esc-1", "default", "deploy", 0), nil},
+				{ev(EventSwitchApproved, "esc-1", time.Minute), nil},
+				{switched("default", "code-review", SourceAgent, 2*time.Minute), nil},
+				{ev(EventSwitchApplied, "esc-1", 3*time.Minute), ErrApprovalWrongProfile},
+				{switched("code-review", "default", SourceAgent, 4*time.Minute), nil},
+				{ev(EventSwitchApplied, "esc-1", 5*time.Minute), nil},
+				{switched("deploy", "default", SourceAgent, 6*time.Minute), nil},
+				{ev(EventSwitchApplied, "esc-1", 7*time.Minute), ErrApprovalUsed},
+			},
+			active: "default", status: EscalationApplied,
+		},
+		{
+			name: "AppliedAfterReturningTooLate",
+			steps: []step{
+				{request("esc-1", "default", "deploy", 0), nil},
+				{switched("default", "code-review", SourceAgent, time.Minute), nil},
+				{ev(EventSwitchApproved, "esc-1", 2*time.Minute), nil},
+				{switched("code-review", "default", SourceAgent, ttl), nil},
+				{ev(EventSwitchApplied, "esc-1", ttl), ErrApprovalExpired},
+			},
+			active: "default", status: EscalationApproved,
+		},
+		{
+			name: "ApprovedTwiceWhileAway",
+			steps: []step{
+				{request("esc-1", "default", "deploy", 0), nil},
+				{switched("default", "code-review", SourceAgent, time.Minute), nil},
+				{ev(EventSwitchApproved, "esc-1", 2*time.Minute), nil},
+				{ev(EventSwitchApproved, "esc-1", 3*time.Minute), ErrApprovalResolved},
+			},
+			active: "code-review", status: EscalationApproved,
+		},
+		{
+			name: "ApprovedAfterExpiryWhileAway",
+			steps: []step{
+				{request("esc-1", "default", "deploy", 0), nil},
+				{switched("default", "code-review", SourceAgent, time.Minute), nil},
+				{ev(EventSwitchApproved, "esc-1", ttl), ErrApprovalExpired},
+			},
+			active: "code-review", status: EscalationPending,
+		},
+		{
+			name: "RevokedWhileAwayThenAppliedAfterReturning",
+			steps: []step{
+				{request("esc-1", "default", "deploy", 0), nil},
+				{switched("default", "code-review", SourceAgent, time.Minute), nil},
+				{ev(EventSwitchApproved, "esc-1", 2*time.Minute), nil},
+				{ev(EventSwitchDenied, "esc-1", 3*time.Minute), nil},
+				{switched("code-review", "default", SourceAgent, 4*time.Minute), nil},
+				{ev(EventSwitchApplied, "esc-1", 5*time.Minute), ErrApprovalDenied},
+			},
+			active: "default", status: EscalationDenied,
+		},
+		{
+			name: "AppliedWithAnotherOrigin",
+			steps: []step{
+				{request("esc-1", "default", "deploy", 0), nil},
+				{ev(EventSwitchApproved, "esc-1", time.Minute), nil},
+				{switched("default", "code-review", SourceAgent, 2*time.Minute), nil},
+				{ProfileEvent{Kind: EventSwitchApplied, ID: "esc-1", From: "code-review", To: "deploy", At: at(3 * time.Minute)}, ErrBadEvent},
+			},
+			active: "code-review", status: EscalationApproved,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRecorder(t, "default")
+			for i, st := range tc.steps {
+				err := r.do(st.ev)
+				if st.want == nil && err != nil || st.want != nil && !errors.Is(err, st.want) {
+					t.Fatalf("step %d %v %q: %v, want %v", i, st.ev.Kind, st.ev.ID, err, st.want)
+				}
+			}
+			e, _ := r.s.Escalation("esc-1")
+			if r.s.Active() != tc.active || e.Status != tc.status {
+				t.Errorf("end: %q %v, want %q %v", r.s.Active(), e.Status, tc.active, tc.status)
+			}
+			r.replayEqual("default")
+		})
 	}
 }

@@ -146,7 +146,17 @@
 // decision on an escalation is one approval.resolved event that carries
 // both the signed decision line and the profile event; a second approval
 // of it is refused (approval.refused), while a denial of an approved
-// escalation not yet applied revokes it. The default profile is recorded
-// in session.opened, so the record names the active profile from the
-// start.
+// escalation not yet applied revokes it. A human may approve whatever
+// profile the agent is in by then; the approval stays bound to the profile
+// it was requested from, checked when aegis.approval_status applies it, and
+// an apply from another profile is refused without spending it. The
+// default profile is recorded in session.opened, so the record names the
+// active profile from the start.
+//
+// Prompts and resource templates are under the profile like tools (see
+// gateway_prompts.go): hidden ones are absent from the lists and refused
+// if asked for, and every prompts/get and resources/read has a durable
+// call.verdict before it runs or is refused. Protocol-level refusals are
+// the -32042 error of wrap, with data.aegis.layer "gateway"; no error
+// reaches the host with code 0 (gateway_refusal.go, docs/ERRORS.md).
 package proxy

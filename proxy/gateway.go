@@ -33,12 +33,16 @@ type GatewayServer struct {
 }
 
 // GatewayPolicy is what the gateway asks of its configuration: profile
-// membership of tools and resources, transitions, and for verbose error
-// disclosure the profile that would allow a refused tool.
+// membership of tools, prompts, resources and resource templates,
+// transitions, and for verbose error disclosure the profile that would
+// allow a refused tool or prompt. *policy.Gateway is one.
 type GatewayPolicy interface {
 	HasProfile(name string) bool
 	ToolAllowed(profile, server, tool string) (bool, string)
+	PromptAllowed(profile, server, prompt string) (bool, string)
 	ResourceAllowed(profile, uri string) (bool, string)
+	TemplateAllowed(profile, uriTemplate string) (bool, string)
+	RequiredPromptProfile(active, server, prompt string) string
 	Transition(from, to string) bool
 	RequiredProfile(active, server, tool string) string
 	RuleRequest(profile, server, tool, session string) policy.Request
@@ -99,6 +103,8 @@ type gateway struct {
 	visible map[string]bool      // wire names registered with the server
 	visRes  map[string]bool
 	escN    int
+
+	pt promptTable // prompts and resource templates
 }
 
 // active returns the active profile.
@@ -377,9 +383,10 @@ func (g *gateway) aggregate(ctx context.Context) error {
 	return nil
 }
 
-// addTemplates aggregates resource templates. A read through one is
-// routed to the server that offered it and, like every read, checked
-// against the active profile's URI patterns in the middleware.
+// addTemplates aggregates resource templates; applyPrompts shows those
+// the active profile can reach. A read through one is routed to the
+// server that offered it and, like every read, checked against the active
+// profile's URI patterns in the middleware.
 func (g *gateway) addTemplates(ctx context.Context) {
 	seen := map[string]bool{}
 	for _, n := range sortedDowns(g.downs) {
@@ -393,10 +400,7 @@ func (g *gateway) addTemplates(ctx context.Context) {
 			}
 			seen[rt.URITemplate] = true
 			def := *rt
-			cs := d.cs
-			g.srv.AddResourceTemplate(&def, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-				return cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI})
-			})
+			g.pt.templates = append(g.pt.templates, &templateEntry{server: n, def: &def, cs: d.cs})
 		}
 	}
 }
@@ -410,24 +414,35 @@ func sortedDowns(m map[string]*downstream) []string {
 	return names
 }
 
+// addPrompts aggregates prompts as <server>__<prompt>, servers in name
+// order; applyPrompts shows those the active profile allows. A prompt
+// whose wire name is taken is refused and recorded.
 func (g *gateway) addPrompts(ctx context.Context) {
-	for n, d := range g.downs {
+	if g.pt.prompts == nil {
+		g.pt.prompts = map[string]promptEntry{}
+	}
+	for _, n := range sortedDowns(g.downs) {
+		d := g.downs[n]
 		for p, err := range d.cs.Prompts(ctx, nil) {
 			if err != nil {
 				break
 			}
+			wire := policy.Namespace(n, p.Name)
+			if prev, dup := g.pt.prompts[wire]; dup {
+				g.notePrompt(fmt.Sprintf("prompt %s.%s refused: %s.%s already has the name %q", n, p.Name, prev.server, prev.prompt, wire),
+					map[string]string{"server": n, "prompt": p.Name, "refused": "name collision with " + prev.server + "." + prev.prompt})
+				continue
+			}
 			def := *p
-			def.Name = n + "__" + p.Name
-			cs, orig := d.cs, p.Name
-			g.srv.AddPrompt(&def, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-				return cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: orig, Arguments: req.Params.Arguments})
-			})
+			def.Name = wire
+			g.pt.prompts[wire] = promptEntry{server: n, prompt: p.Name, def: &def, cs: d.cs}
 		}
 	}
 }
 
-// applyProfile makes the server's tool and resource lists those of the
-// active profile; the SDK tells the host that the lists changed.
+// applyProfile makes the server's tool, resource, prompt and resource
+// template lists those of the active profile; the SDK tells the host that
+// the lists changed.
 func (g *gateway) applyProfile() {
 	profile := g.active()
 	var add []*mcp.Tool
@@ -469,6 +484,7 @@ func (g *gateway) applyProfile() {
 	if len(rremove) > 0 {
 		g.srv.RemoveResources(rremove...)
 	}
+	g.applyPrompts(profile)
 }
 
 // capDenied is the AEGIS_CAP_DENIED payload.
@@ -488,7 +504,9 @@ func textResult(s string, isErr bool) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}, IsError: isErr}
 }
 
-// middleware records and enforces tools/call and resources/read.
+// middleware records and enforces tools/call, prompts/get and
+// resources/read (see gateway_prompts.go); what they refuse or fail with
+// reaches the host as a JSON-RPC error with a real code (gateway_refusal.go).
 func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch method {
@@ -498,21 +516,18 @@ func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 				return next(ctx, method, req)
 			}
 			return g.toolsCall(ctx, method, r, next)
+		case "prompts/get":
+			r, ok := req.(*mcp.GetPromptRequest)
+			if !ok || r.Params == nil {
+				return next(ctx, method, req)
+			}
+			return g.promptsGet(ctx, method, r, next)
 		case "resources/read":
 			r, ok := req.(*mcp.ReadResourceRequest)
 			if !ok || r.Params == nil {
 				return next(ctx, method, req)
 			}
-			profile := g.active()
-			allowed, pattern := g.cfg.Policy.ResourceAllowed(profile, r.Params.URI)
-			if _, err := g.sess.Fact(schemas.KindCallVerdict, map[string]any{
-				"uri": r.Params.URI, "profile": profile, "allowed": allowed, "pattern": pattern}); err != nil {
-				return nil, fmt.Errorf("aegis could not record this read, so it was not done: %w", err)
-			}
-			if !allowed {
-				b, _ := json.Marshal(map[string]string{"code": "AEGIS_RESOURCE_DENIED", "uri": r.Params.URI, "active_profile": profile, "hint": "resource not permitted in active profile"})
-				return nil, errors.New(string(b))
-			}
+			return g.resourcesRead(ctx, method, r, next)
 		}
 		return next(ctx, method, req)
 	}
@@ -537,7 +552,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 		_, err = rc.Wait(ctx)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("aegis could not record this call, so it was not run: %w", err)
+		return nil, auditRefusal(method, fmt.Errorf("record the intent, so the call was not run: %w", err))
 	}
 	finish := func(o schemas.Outcome, res *mcp.CallToolResult) (mcp.Result, error) {
 		rc, err := g.sess.Outcome(o)
@@ -545,7 +560,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 			_, err = rc.Wait(ctx)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("aegis could not record this call's outcome: %w", err)
+			return nil, auditRefusal(method, fmt.Errorf("record the outcome, so the answer is withheld: %w", err))
 		}
 		return res, nil
 	}
@@ -614,7 +629,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 		if _, ferr := finish(o, nil); ferr != nil {
 			return nil, ferr
 		}
-		return nil, err
+		return nil, hostError(err)
 	}
 	b, _ := json.Marshal(res)
 	o := wc.Answered(sha(b), uint64(g.cfg.Now().Sub(start).Milliseconds()))
@@ -627,7 +642,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 		_, err = rc2.Wait(ctx)
 	}
 	if err != nil {
-		return nil, err
+		return nil, auditRefusal(method, fmt.Errorf("record the outcome, so the answer is withheld: %w", err))
 	}
 	return res, nil
 }
@@ -732,6 +747,10 @@ func (g *gateway) expireDue(now time.Time) {
 }
 
 // handleApproval resolves escalations (esc-…) and tool approvals (apr-…).
+// An escalation may be approved or denied whatever profile the agent is
+// in by then: the approval stays bound to the profile it was requested
+// from, which aegis.approval_status checks when it applies the switch (a
+// refused apply does not spend it).
 func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 	now := g.cfg.Now().UTC()
 	if op.Op == "list" {
@@ -769,6 +788,11 @@ func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 	ev := policy.ProfileEvent{Kind: kind, ID: op.ApprovalID, Source: policy.SourceHuman, At: now}
 	d := schemas.Decision{ApprovalID: e.ID}
 	msg := fmt.Sprintf("approved %s: the switch from %s to %s applies when the agent asks aegis.approval_status", e.ID, e.From, e.To)
+	if active := g.active(); active != e.From {
+		// Approved all the same: the binding to e.From is checked when the
+		// switch is applied, so the decision waits for the agent's return.
+		msg += fmt.Sprintf(" from profile %s (the agent is in %s now; until %s)", e.From, active, e.ExpiresAt.UTC().Format(time.RFC3339))
+	}
 	if op.Op == "approve" {
 		d.Verdict = schemas.Approved(schemas.ApprovalScope{ToolID: "aegis.set_profile"})
 	} else {

@@ -53,6 +53,7 @@ servers:
 profiles:
   observer:
     allow: [example.echo, everything.echo, "fs.read_*", fs.list_directory]
+    prompts: [example.greet]
     resources: [example://readme, "file://`+root+`/**"]
     allowed_transitions: [developer]
   developer:
@@ -194,13 +195,17 @@ error_disclosure: verbose
 	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "file://" + root + "/../../etc/passwd"}); err == nil || !strings.Contains(err.Error(), "AEGIS_RESOURCE_DENIED") {
 		t.Errorf("traversal read: %v", err)
 	}
-	// Resource templates are aggregated; a read through one is still
-	// checked against the profile.
+	// Resource templates follow the profile: none of deploy's patterns
+	// reaches the demo:// templates, and a read through one is refused.
 	tl, err := cs.ListResourceTemplates(ctx, nil)
-	if err != nil || len(tl.ResourceTemplates) == 0 {
-		t.Errorf("resource templates: %v %v", tl, err)
+	if err != nil {
+		t.Errorf("resource templates: %v", err)
 	} else {
-		t.Logf("%d resource templates, e.g. %s", len(tl.ResourceTemplates), tl.ResourceTemplates[0].URITemplate)
+		for _, rt := range tl.ResourceTemplates {
+			if strings.HasPrefix(rt.URITemplate, "demo://") {
+				t.Errorf("deploy sees resource template %s", rt.URITemplate)
+			}
+		}
 	}
 	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "demo://resource/dynamic/text/1"}); err == nil || !strings.Contains(err.Error(), "AEGIS_RESOURCE_DENIED") {
 		t.Errorf("templated read outside the profile: %v", err)

@@ -25,8 +25,9 @@ const gatewayUsage = `Usage:
 
 Runs one MCP server for the host that fronts every server in FILE. Their
 tools appear as <server>__<tool>, and only those the active profile allows;
-resources are filtered by the profile's URI patterns; prompts appear as
-<server>__<prompt>. Every tools/call (meta-tools included) is recorded as an
+resources and resource templates are filtered by the profile's URI
+patterns; prompts appear as <server>__<prompt>, only those the profile's
+prompts globs allow. Every tools/call (meta-tools included) is recorded as an
 intent before it is forwarded and a signed outcome before the answer returns,
 with decision_axes.role = the active profile. The agent switches profiles
 with the meta-tool aegis.set_profile: along an allowed_transitions edge at
