@@ -149,4 +149,13 @@
 // escalation not yet applied revokes it. The default profile is recorded
 // in session.opened, so the record names the active profile from the
 // start.
+//
+// Everything else a host and a server say to each other passes through
+// the gateway with names namespaced and nothing else changed: sampling,
+// elicitation and roots go from a server to the host session whose call
+// they belong to; progress and cancellation go both ways; logging,
+// resource subscriptions and completion are routed to the servers that
+// serve them; a server's list_changed makes the gateway list it again and
+// check the new list as at start. forward.go and relist.go state the
+// invariants; docs/GATEWAY-PARITY.md has the table.
 package proxy
