@@ -132,6 +132,10 @@ func TestGatewayListChangedRefusesShadowTool(t *testing.T) {
 	if r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "grow__fresh"}); err != nil || r.IsError {
 		t.Errorf("the new tool cannot be called: %v %v", r, err)
 	}
+	cs.Close()
+	if strings.Contains(stderr.String(), "DATA RACE") {
+		t.Errorf("the race detector found a race in the gateway:\n%s", stderr)
+	}
 }
 
 // A host cancels a call in flight: the server gets notifications/cancelled
@@ -204,4 +208,9 @@ func TestGatewayCancelReachesServerNoAnswer(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	send(`{"jsonrpc":"2.0","id":4,"method":"ping"}`)
 	answer(4)
+	in.Close()
+	cmd.Wait()
+	if strings.Contains(stderr.String(), "DATA RACE") {
+		t.Errorf("the race detector found a race in the gateway:\n%s", stderr)
+	}
 }

@@ -483,6 +483,9 @@ func TestGatewayParity(t *testing.T) {
 	for _, gap := range parityGaps {
 		t.Log("known gap: " + gap)
 	}
+	if strings.Contains(stderr.String(), "DATA RACE") {
+		t.Error("the race detector found a race in the gateway (built with GOFLAGS=-race)")
+	}
 	if t.Failed() {
 		t.Logf("gateway stderr:\n%s", stderr)
 	}
