@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -393,7 +395,7 @@ var parityGaps = []string{
 }
 
 // runParity runs the script once over t, as a host with the given roots.
-func runParity(t *testing.T, tr mcp.Transport, ns, root string) (paritySession, string) {
+func runParity(t *testing.T, script []parityStep, tr mcp.Transport, ns, root string) (paritySession, string) {
 	t.Helper()
 	h := &parityHost{}
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
@@ -405,7 +407,7 @@ func runParity(t *testing.T, tr mcp.Transport, ns, root string) (paritySession, 
 	defer cs.Close()
 	r := &parityRun{cs: cs, host: h, ns: ns, root: root}
 	out := paritySession{}
-	for _, st := range parityScript {
+	for _, st := range script {
 		v, err := st.run(ctx, r)
 		obs := map[string]any{"seen": v}
 		if err != nil {
@@ -462,17 +464,63 @@ func unNamespace(s, server string) string {
 func TestGatewayParity(t *testing.T) {
 	every := mcptest.EverythingServer(t)
 	root := t.TempDir()
-	direct, dv := runParity(t, &mcp.CommandTransport{Command: exec.Command(every[0], every[1:]...), TerminateDuration: 5 * time.Second}, "", root)
+	direct, dv := runParity(t, parityScript, &mcp.CommandTransport{Command: exec.Command(every[0], every[1:]...), TerminateDuration: 5 * time.Second}, "", root)
 
 	c := newCLI(t)
 	cmd := gatewayCmd(t, c, map[string][]string{"everything": every}, []string{"everything.*"}, []string{"demo://resource/**"})
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
-	via, gv := runParity(t, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, "everything__", root)
+	via, gv := runParity(t, parityScript, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, "everything__", root)
 	t.Logf("protocol: direct %s, through the gateway %s", dv, gv)
+	compareParity(t, parityScript, direct, via, "everything", stderr)
+	for _, gap := range parityGaps {
+		t.Log("known gap: " + gap)
+	}
+}
 
-	for _, st := range parityScript {
-		d, g := direct[st.name], unNamespace(via[st.name], "everything")
+// The filesystem reference server takes its allowed directories from the
+// host's roots: through the gateway it must end up with the same ones, and
+// read and refuse the same files.
+func TestGatewayParityFilesystem(t *testing.T) {
+	base, root := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(root, "notes.txt"), []byte("inside the root"), 0o644)
+	os.WriteFile(filepath.Join(base, "other.txt"), []byte("outside the root"), 0o644)
+	fsArgv := mcptest.FilesystemServer(t, base)
+	script := []parityStep{
+		{"tools/list", parityScript[1].run},
+		{"allowed directories follow the host's roots", func(ctx context.Context, r *parityRun) (any, error) {
+			var res *mcp.CallToolResult
+			var err error
+			for range 50 {
+				if res, err = r.call(ctx, "list_allowed_directories", map[string]any{}); err != nil || strings.Contains(canon(res), r.root) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			return res, err
+		}},
+		{"read inside the root", func(ctx context.Context, r *parityRun) (any, error) {
+			return r.call(ctx, "read_text_file", map[string]any{"path": filepath.Join(r.root, "notes.txt")})
+		}},
+		{"read outside the root is refused", func(ctx context.Context, r *parityRun) (any, error) {
+			return r.call(ctx, "read_text_file", map[string]any{"path": filepath.Join(base, "other.txt")})
+		}},
+	}
+	direct, _ := runParity(t, script, &mcp.CommandTransport{Command: exec.Command(fsArgv[0], fsArgv[1:]...), TerminateDuration: 5 * time.Second}, "", root)
+	c := newCLI(t)
+	cmd := gatewayCmd(t, c, map[string][]string{"fs": fsArgv}, []string{"fs.*"}, nil)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	via, _ := runParity(t, script, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, "fs__", root)
+	compareParity(t, script, direct, via, "fs", stderr)
+}
+
+// compareParity fails on every step whose observations differ, modulo the
+// namespace of server, or that failed both ways.
+func compareParity(t *testing.T, script []parityStep, direct, via paritySession, server string, stderr *syncBuffer) {
+	t.Helper()
+	for _, st := range script {
+		d, g := direct[st.name], unNamespace(via[st.name], server)
 		t.Logf("%s: %.240s", st.name, d)
 		if d != g {
 			t.Errorf("%s differs:\n  direct:  %s\n  gateway: %s", st.name, d, g)
@@ -480,11 +528,8 @@ func TestGatewayParity(t *testing.T) {
 			t.Errorf("%s fails both ways: %s", st.name, d)
 		}
 	}
-	for _, gap := range parityGaps {
-		t.Log("known gap: " + gap)
-	}
 	if strings.Contains(stderr.String(), "DATA RACE") {
-		t.Error("the race detector found a race in the gateway (built with GOFLAGS=-race)")
+		t.Error("the race detector found a race in the gateway (built with -race)")
 	}
 	if t.Failed() {
 		t.Logf("gateway stderr:\n%s", stderr)
