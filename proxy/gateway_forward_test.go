@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
 // gatewayCmd is `aegis gateway` over a config holding servers (name ->
@@ -212,5 +214,38 @@ func TestGatewayCancelReachesServerNoAnswer(t *testing.T) {
 	cmd.Wait()
 	if strings.Contains(stderr.String(), "DATA RACE") {
 		t.Errorf("the race detector found a race in the gateway:\n%s", stderr)
+	}
+}
+
+// A server asks for sampling during a call of a host that has no sampling
+// capability (the gateway announced one to the server before the host
+// came): the gateway refuses the request as the host would, and the host
+// is never asked.
+func TestGatewayRefusesSamplingTheHostDidNotAnnounce(t *testing.T) {
+	every := mcptest.EverythingServer(t)
+	c := newCLI(t)
+	cmd := gatewayCmd(t, c, map[string][]string{"everything": every}, []string{"everything.*"}, nil)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	ctx := t.Context()
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, stderr)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "everything__trigger-sampling-request", Arguments: map[string]any{"prompt": "hi"}})
+	var text string
+	if res != nil {
+		for _, ct := range res.Content {
+			if tc, ok := ct.(*mcp.TextContent); ok {
+				text += tc.Text
+			}
+		}
+	}
+	// The go-sdk host would answer "client does not support CreateMessage";
+	// the gateway answers as a client without the method.
+	if err == nil && !res.IsError || !strings.Contains(fmt.Sprint(err)+text, "-32601") {
+		t.Errorf("sampling for a host without the capability: %v %q", err, text)
 	}
 }
