@@ -159,4 +159,13 @@
 // call.verdict before it runs or is refused. Protocol-level refusals are
 // the -32042 error of wrap, with data.aegis.layer "gateway"; no error
 // reaches the host with code 0 (gateway_refusal.go, docs/ERRORS.md).
+//
+// Everything else a host and a server say to each other passes through
+// the gateway with names namespaced and nothing else changed: sampling,
+// elicitation and roots go from a server to the host session whose call
+// they belong to; progress and cancellation go both ways; logging,
+// resource subscriptions and completion are routed to the servers that
+// serve them; a server's list_changed makes the gateway list it again and
+// check the new list as at start. forward.go and relist.go state the
+// invariants; docs/GATEWAY-PARITY.md has the table.
 package proxy

@@ -105,6 +105,7 @@ type gateway struct {
 	escN    int
 
 	pt promptTable // prompts and resource templates
+	fw forwarder   // what is forwarded besides calls, and the list_changed relisting
 }
 
 // active returns the active profile.
@@ -266,9 +267,9 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 			continue
 		}
 		g.sess.Fact(schemas.KindChildStarted, map[string]any{"server": st.srv.Name, "pid": st.cmd.Process.Pid, "argv": st.srv.Argv})
-		client := mcp.NewClient(&mcp.Implementation{Name: "aegis-gateway", Version: "1"}, nil)
+		client := g.newClient(st.srv.Name)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		cs, err := client.Connect(cctx, &mcp.IOTransport{Reader: st.outR, Writer: st.inW}, nil)
+		cs, err := client.Connect(cctx, &mcp.IOTransport{Reader: st.outR, Writer: st.inW}, downstreamSession)
 		cancel()
 		if err != nil {
 			st.tree.Kill()
@@ -284,10 +285,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		return sess, err
 	}
 
-	g.srv = mcp.NewServer(&mcp.Implementation{Name: "aegis", Version: "gateway"}, &mcp.ServerOptions{
-		Instructions: GatewayInstructions,
-		HasTools:     true, HasResources: true, HasPrompts: true,
-	})
+	g.srv = g.newServer()
 	g.addMetaTools()
 	g.addPrompts(ctx)
 	g.addTemplates(ctx)
@@ -301,7 +299,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		}
 		defer stop()
 	}
-	host := &mcp.IOTransport{Reader: &frameTap{r: cfg.Stdin, g: g, kind: schemas.KindFrameC2S}, Writer: &frameTapW{w: cfg.Stdout, g: g}}
+	host := g.guardHost(&mcp.IOTransport{Reader: &frameTap{r: cfg.Stdin, g: g, kind: schemas.KindFrameC2S}, Writer: &frameTapW{w: cfg.Stdout, g: g}})
 	err = g.srv.Run(ctx, host)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), "EOF") {
 		return sess, err
@@ -339,7 +337,9 @@ func (g *gateway) shutdown() {
 }
 
 // aggregate lists every downstream's tools and resources, namespacing
-// tools; a duplicate or wire-name collision fails start-up.
+// tools, and notes which server owns each prompt and URI template; a
+// duplicate, a wire-name collision or a tool that would shadow a meta-tool
+// fails start-up.
 func (g *gateway) aggregate(ctx context.Context) error {
 	names := make([]string, 0, len(g.downs))
 	for n := range g.downs {
@@ -354,20 +354,18 @@ func (g *gateway) aggregate(ctx context.Context) error {
 				g.skip(n, "tools/list", err)
 				break
 			}
-			wire := n + "__" + t.Name
+			def := toolDef(n, t)
+			wire := def.Name
 			if prev, dup := origin[wire]; dup {
 				return fmt.Errorf("tool name collision: %s.%s and %s both become %q; rename a server", n, t.Name, prev, wire)
 			}
-			origin[wire] = n + "." + t.Name
-			def := *t
-			def.Name = wire
-			desc := strings.TrimSpace(t.Description)
-			if desc == "" {
-				desc = "(no description)"
+			if strings.HasPrefix(wire, metaPrefix) {
+				return fmt.Errorf("tool %s.%s would shadow the gateway's meta-tools as %q; rename the server", n, t.Name, wire)
 			}
-			def.Description = desc + " [origin: " + n + "]"
-			g.tools[wire] = toolEntry{server: n, tool: t.Name, def: &def}
+			origin[wire] = n + "." + t.Name
+			g.tools[wire] = toolEntry{server: n, tool: t.Name, def: def}
 		}
+		g.noteOwners(ctx, n, d.cs)
 		for r, err := range d.cs.Resources(ctx, nil) {
 			if err != nil {
 				break // a server without resources
@@ -462,10 +460,7 @@ func (g *gateway) applyProfile() {
 	}
 	for _, t := range add {
 		e := g.tools[t.Name]
-		cs := g.downs[e.server].cs
-		g.srv.AddTool(t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return cs.CallTool(ctx, &mcp.CallToolParams{Name: e.tool, Arguments: req.Params.Arguments})
-		})
+		g.srv.AddTool(t, g.forwardTool(e, g.downs[e.server].cs))
 	}
 	var rremove []string
 	for uri, server := range g.res {
@@ -573,7 +568,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 		o.DecisionAxes = axes
 		return finish(o, res)
 	}
-	e, known := g.tools[name]
+	e, known := g.tool(name)
 	if !known {
 		o := wc.Refused(schemas.PolicyDenied("unknown tool"), "")
 		o.DecisionAxes = axes

@@ -49,6 +49,7 @@ func bin(t testing.TB, name string) string {
 			"aegis":                "./cmd/aegis",
 			"aegis-example-server": "./cmd/aegis-example-server",
 			"rawserver":            "./proxy/testdata/rawserver",
+			"growserver":           "./proxy/testdata/growserver",
 			"spawner":              "./proxy/testdata/spawner",
 			"probe":                "./sandbox/testdata/probe",
 		} {

@@ -1,0 +1,896 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/yosida95/uritemplate/v3"
+
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// What the gateway forwards besides tools/call, resources/read and
+// prompts/get, and how (docs/GATEWAY-PARITY.md has the table):
+//
+//   - Protocol. The gateway speaks the session protocol (versions before
+//     [newProtocol]) on both sides: a host that asks for a newer version is
+//     answered with the versions the gateway has, and every server is asked
+//     for the newest of them. Each feature below is then the same message
+//     on both sides, and a server's request (sampling, elicitation, roots)
+//     is a request the gateway can put to the host as it is.
+//   - Capabilities to the host are what the gateway can serve given its
+//     servers: logging, completions and resources.subscribe only when some
+//     server announced them; list_changed for tools, prompts and resources
+//     always, since a profile switch changes the lists too.
+//   - Capabilities to a server are fixed when it starts, before any host
+//     has connected: sampling (with tools), elicitation (form and url) and
+//     roots (with listChanged). A request that the host did not announce
+//     the capability for is refused at the gateway with -32601, as a client
+//     without the capability would refuse it, and never reaches the host.
+//   - Whose host. A server's request or notification goes to the host
+//     session that the call it belongs to came from: the one named by the
+//     context (the call's own context, when the SDK runs the request inside
+//     the call), else the one session with calls in flight to that server,
+//     else the only host session. Progress is routed by its token, a url
+//     elicitation's completion by its elicitation id.
+//   - Progress tokens and request ids are the host's, unchanged: the
+//     host's _meta reaches the server as it was sent, and a server's
+//     notifications/progress reach the host with the same token.
+//   - Cancellation. A host's notifications/cancelled cancels the call's
+//     context, so the SDK sends notifications/cancelled for the downstream
+//     call; the gateway's own answer to the cancelled id, which the SDK
+//     would still write, is dropped ([cancelGuard]) and recorded as
+//     frame.dropped.
+//   - Logging: logging/setLevel is applied to the host session and sent on
+//     to every server that announced logging; a server's notifications/message
+//     reaches every host session, filtered by that session's level, with
+//     logger "<server>" or "<server>/<logger>".
+//   - Roots: roots/list from a server is answered by the host, live; the
+//     host's notifications/roots/list_changed (and the host's arrival, when
+//     it has roots) reaches every server.
+//   - Resource subscriptions go to the server that owns the URI (a listed
+//     resource, else the first template that matches it), under the active
+//     profile's URI patterns like a read; notifications/resources/updated
+//     reach the host sessions subscribed to the URI.
+//   - Completion: a ref/prompt names the namespaced prompt and reaches its
+//     server with the server's prompt name; a ref/resource goes to the
+//     server owning the URI or URI template. A prompt or resource the
+//     active profile hides is unknown to completion as to the lists.
+
+// newProtocol is the first protocol version without sessions, in which a
+// server may not send requests to the client outside of the call that
+// needs them (multi-round-trip results instead). The gateway does not
+// speak it on either side.
+const newProtocol = "2026-07-28"
+
+// sessionProtocolVersions are the protocol versions the gateway speaks,
+// newest first.
+func sessionProtocolVersions() []string {
+	var vs []string
+	for _, v := range mcp.SupportedProtocolVersions() {
+		if v < newProtocol {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+// downstreamSession asks every server for the newest session protocol.
+var downstreamSession = &mcp.ClientSessionOptions{ProtocolVersion: sessionProtocolVersions()[0]}
+
+// hostKey is the context key of the host session a request came from.
+type hostKey struct{}
+
+// progressGrace is how long a call's progress token still routes after the
+// call returned: the SDK may hand the client a notification that the server
+// sent before its answer after it has handed over the answer.
+const progressGrace = 2 * time.Second
+
+// relistTimeout bounds the listing that a server's list_changed asks for.
+const relistTimeout = 30 * time.Second
+
+type promptRef struct{ server, name string }
+
+type routeKey struct{ server, token string }
+
+type hostRoute struct {
+	host *mcp.ServerSession
+	gen  uint64
+}
+
+// forwarder holds what routing the forwarded features needs. Its zero value
+// is ready to use.
+type forwarder struct {
+	// tmu guards the gateway's tools, res and resDefs, and prompts and
+	// templates below, against a relisting changing them while a request
+	// reads them. Writers also hold the gateway's pmu.
+	tmu       sync.RWMutex
+	prompts   map[string]promptRef // wire prompt name -> server prompt
+	templates map[string]string    // URI template -> server
+	tmplOrder []string             // templates in the order they were first seen
+
+	// relistMu serializes relistings.
+	relistMu sync.Mutex
+	// rootsMu serializes root syncs; roots is the root URIs last synced to
+	// every server's client.
+	rootsMu sync.Mutex
+	roots   []string
+
+	guard cancelGuard
+
+	mu         sync.Mutex
+	srv        *mcp.Server
+	ready      bool                                  // a host session has initialized
+	pending    map[string]listKind                   // list changes that came before that
+	calls      map[string]map[*mcp.ServerSession]int // server -> host session -> calls in flight
+	progress   map[routeKey]hostRoute                // (server, token) -> host session of the call
+	upProgress map[string]*mcp.ClientSession         // token -> server whose request to the host carries it
+	elicits    map[string]*mcp.ServerSession         // url elicitation id -> host session asked
+	clients    map[string]*mcp.Client                // server -> the gateway's client of it
+	gen        uint64
+}
+
+func (f *forwarder) init() {
+	if f.calls == nil {
+		f.calls = map[string]map[*mcp.ServerSession]int{}
+		f.progress = map[routeKey]hostRoute{}
+		f.upProgress = map[string]*mcp.ClientSession{}
+		f.elicits = map[string]*mcp.ServerSession{}
+		f.clients = map[string]*mcp.Client{}
+		f.pending = map[string]listKind{}
+	}
+}
+
+// tokenKey is a progress token (a string or a number) as a map key.
+func tokenKey(t any) string {
+	switch v := t.(type) {
+	case nil:
+		return ""
+	case string:
+		return "s:" + v
+	case float64:
+		return "n:" + strconv.FormatFloat(v, 'g', -1, 64)
+	case int:
+		return "n:" + strconv.Itoa(v)
+	case int64:
+		return "n:" + strconv.FormatInt(v, 10)
+	case json.Number:
+		return "n:" + v.String()
+	}
+	return fmt.Sprintf("%T:%v", t, t)
+}
+
+// begin records a call in flight from host to server, with its progress
+// token if it has one; the function it returns ends it.
+func (f *forwarder) begin(server string, host *mcp.ServerSession, token any) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.init()
+	if f.calls[server] == nil {
+		f.calls[server] = map[*mcp.ServerSession]int{}
+	}
+	f.calls[server][host]++
+	key := routeKey{server, tokenKey(token)}
+	f.gen++
+	gen := f.gen
+	if token != nil {
+		f.progress[key] = hostRoute{host, gen}
+	}
+	return func() {
+		f.mu.Lock()
+		if f.calls[server][host]--; f.calls[server][host] <= 0 {
+			delete(f.calls[server], host)
+		}
+		f.mu.Unlock()
+		if token != nil {
+			time.AfterFunc(progressGrace, func() {
+				f.mu.Lock()
+				if f.progress[key].gen == gen {
+					delete(f.progress, key)
+				}
+				f.mu.Unlock()
+			})
+		}
+	}
+}
+
+// hostFor names the host session that a request or notification from
+// server goes to.
+func (f *forwarder) hostFor(ctx context.Context, server string) (*mcp.ServerSession, error) {
+	if ss, ok := ctx.Value(hostKey{}).(*mcp.ServerSession); ok && ss != nil {
+		return ss, nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch len(f.calls[server]) {
+	case 1:
+		for ss := range f.calls[server] {
+			return ss, nil
+		}
+	case 0:
+		if f.srv != nil {
+			if all := slices.Collect(f.srv.Sessions()); len(all) == 1 {
+				return all[0], nil
+			}
+		}
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: no host is connected to the gateway"}
+	}
+	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: more than one host has calls in flight to this server; cannot tell whose request this is"}
+}
+
+// hosts are the host sessions that notifications not bound to a call go to.
+func (f *forwarder) hosts() []*mcp.ServerSession {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.ready || f.srv == nil {
+		return nil
+	}
+	return slices.Collect(f.srv.Sessions())
+}
+
+func (f *forwarder) server() *mcp.Server {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.ready {
+		return nil
+	}
+	return f.srv
+}
+
+// upstream routes the host's progress on a server's request to that server
+// until the function it returns is called.
+func (f *forwarder) upstream(token any, cs *mcp.ClientSession) func() {
+	if token == nil {
+		return func() {}
+	}
+	key := tokenKey(token)
+	f.mu.Lock()
+	f.init()
+	f.upProgress[key] = cs
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		if f.upProgress[key] == cs {
+			delete(f.upProgress, key)
+		}
+		f.mu.Unlock()
+	}
+}
+
+func hostCaps(ss *mcp.ServerSession) *mcp.ClientCapabilities {
+	if p := ss.InitializeParams(); p != nil && p.Capabilities != nil {
+		return p.Capabilities
+	}
+	return &mcp.ClientCapabilities{}
+}
+
+func hostHasRoots(ss *mcp.ServerSession) bool {
+	p := ss.InitializeParams()
+	if p == nil || p.Capabilities == nil {
+		return false
+	}
+	c := p.Capabilities
+	return c.RootsV2 != nil || c.Roots.ListChanged
+}
+
+// unsupported is what a server gets for a request the host has no
+// capability for: what a client without it would answer.
+func unsupported(what string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "the host behind aegis does not support " + what}
+}
+
+// newServer is the gateway's MCP server to the host, announcing what its
+// servers can serve.
+func (g *gateway) newServer() *mcp.Server {
+	var logging, completions, subscribe bool
+	for _, n := range sortedDowns(g.downs) {
+		r := g.downs[n].cs.InitializeResult()
+		if r == nil || r.Capabilities == nil {
+			continue
+		}
+		c := r.Capabilities
+		logging = logging || c.Logging != nil
+		completions = completions || c.Completions != nil
+		subscribe = subscribe || c.Resources != nil && c.Resources.Subscribe
+	}
+	caps := &mcp.ServerCapabilities{
+		Tools:     &mcp.ToolCapabilities{ListChanged: true},
+		Prompts:   &mcp.PromptCapabilities{ListChanged: true},
+		Resources: &mcp.ResourceCapabilities{ListChanged: true, Subscribe: subscribe},
+	}
+	opts := &mcp.ServerOptions{
+		Instructions:                GatewayInstructions,
+		Capabilities:                caps,
+		SupportedProtocolVersions:   sessionProtocolVersions(),
+		InitializedHandler:          g.hostInitialized,
+		RootsListChangedHandler:     func(ctx context.Context, req *mcp.RootsListChangedRequest) { go g.syncRoots(req.Session) },
+		ProgressNotificationHandler: g.hostProgress,
+	}
+	if logging {
+		caps.Logging = &mcp.LoggingCapabilities{}
+	}
+	if completions {
+		opts.CompletionHandler = g.complete
+	}
+	if subscribe {
+		opts.SubscribeHandler, opts.UnsubscribeHandler = g.subscribe, g.unsubscribe
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "aegis", Version: "gateway"}, opts)
+	s.AddReceivingMiddleware(g.forwardMiddleware)
+	g.fw.mu.Lock()
+	g.fw.srv = s
+	g.fw.mu.Unlock()
+	return s
+}
+
+// newClient is the gateway's client of server: every request and
+// notification the server sends is forwarded to the host.
+func (g *gateway) newClient(server string) *mcp.Client {
+	f := &g.fw
+	opts := &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{
+			RootsV2:     &mcp.RootCapabilities{ListChanged: true},
+			Sampling:    &mcp.SamplingCapabilities{Tools: &mcp.SamplingToolsCapabilities{}},
+			Elicitation: &mcp.ElicitationCapabilities{Form: &mcp.FormElicitationCapabilities{}, URL: &mcp.URLElicitationCapabilities{}},
+		},
+		CreateMessageWithToolsHandler: func(ctx context.Context, req *mcp.CreateMessageWithToolsRequest) (*mcp.CreateMessageWithToolsResult, error) {
+			host, err := f.hostFor(ctx, server)
+			if err != nil {
+				return nil, err
+			}
+			c := hostCaps(host)
+			if c.Sampling == nil {
+				return nil, unsupported("sampling")
+			}
+			if len(req.Params.Tools) > 0 && c.Sampling.Tools == nil {
+				return nil, unsupported("sampling with tools")
+			}
+			defer f.upstream(req.Params.GetProgressToken(), req.Session)()
+			res, err := host.CreateMessageWithTools(ctx, req.Params)
+			return res, asSent(err)
+		},
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			host, err := f.hostFor(ctx, server)
+			if err != nil {
+				return nil, err
+			}
+			c := hostCaps(host).Elicitation
+			switch {
+			case c == nil:
+				return nil, unsupported("elicitation")
+			case req.Params.Mode == "url" && c.URL == nil:
+				return nil, unsupported("url elicitation")
+			case req.Params.Mode != "url" && c.Form == nil && c.URL != nil:
+				return nil, unsupported("form elicitation")
+			}
+			if req.Params.Mode == "url" && req.Params.ElicitationID != "" {
+				f.mu.Lock()
+				f.init()
+				f.elicits[req.Params.ElicitationID] = host
+				f.mu.Unlock()
+			}
+			defer f.upstream(req.Params.GetProgressToken(), req.Session)()
+			res, err := host.Elicit(ctx, req.Params)
+			return res, asSent(err)
+		},
+		ElicitationCompleteHandler: func(ctx context.Context, req *mcp.ElicitationCompleteNotificationRequest) {
+			f.mu.Lock()
+			host := f.elicits[req.Params.ElicitationID]
+			delete(f.elicits, req.Params.ElicitationID)
+			f.mu.Unlock()
+			to := []*mcp.ServerSession{host}
+			if host == nil {
+				to = f.hosts()
+			}
+			for _, h := range to {
+				if err := h.NotifyElicitationComplete(ctx, req.Params); err != nil {
+					g.log.Warn("forward elicitation complete", "server", server, "err", err)
+				}
+			}
+		},
+		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
+			f.mu.Lock()
+			r := f.progress[routeKey{server, tokenKey(req.Params.ProgressToken)}]
+			f.mu.Unlock()
+			if r.host == nil {
+				return // no call of a host carries this token
+			}
+			if err := r.host.NotifyProgress(ctx, req.Params); err != nil {
+				g.log.Warn("forward progress", "server", server, "err", err)
+			}
+		},
+		LoggingMessageHandler: func(ctx context.Context, req *mcp.LoggingMessageRequest) {
+			p := *req.Params
+			p.Logger = server
+			if req.Params.Logger != "" {
+				p.Logger = server + "/" + req.Params.Logger
+			}
+			for _, h := range f.hosts() {
+				if err := h.Log(ctx, &p); err != nil {
+					g.log.Warn("forward log message", "server", server, "err", err)
+				}
+			}
+		},
+		ResourceUpdatedHandler: func(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			if s := f.server(); s != nil {
+				if err := s.ResourceUpdated(ctx, req.Params); err != nil {
+					g.log.Warn("forward resource update", "server", server, "err", err)
+				}
+			}
+		},
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			g.listChanged(server, listTools)
+		},
+		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) {
+			g.listChanged(server, listPrompts)
+		},
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
+			g.listChanged(server, listResources)
+		},
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "aegis-gateway", Version: "1"}, opts)
+	c.AddReceivingMiddleware(g.rootsMiddleware(server))
+	f.mu.Lock()
+	f.init()
+	f.clients[server] = c
+	f.mu.Unlock()
+	return c
+}
+
+// rootsMiddleware answers a server's roots/list with the host's roots, or
+// with the gateway's own (empty) list while no host with roots is there.
+func (g *gateway) rootsMiddleware(server string) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method != "roots/list" {
+				return next(ctx, method, req)
+			}
+			host, err := g.fw.hostFor(ctx, server)
+			if err != nil || !hostHasRoots(host) {
+				return next(ctx, method, req)
+			}
+			var p *mcp.ListRootsParams
+			if r, ok := req.(*mcp.ListRootsRequest); ok {
+				p = r.Params
+			}
+			res, err := host.ListRoots(ctx, p)
+			if err != nil {
+				return nil, asSent(err)
+			}
+			return res, nil
+		}
+	}
+}
+
+// syncRoots tells every server that the host's roots changed: each
+// client's own root set follows the host's, so that the SDK notifies its
+// server (roots/list itself is answered by the host, live).
+func (g *gateway) syncRoots(host *mcp.ServerSession) {
+	f := &g.fw
+	f.rootsMu.Lock()
+	defer f.rootsMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), relistTimeout)
+	defer cancel()
+	res, err := host.ListRoots(ctx, nil)
+	if err != nil {
+		g.log.Warn("list the host's roots", "err", err)
+		return
+	}
+	var now []string
+	for _, r := range res.Roots {
+		now = append(now, r.URI)
+	}
+	var gone []string
+	for _, u := range f.roots {
+		if !slices.Contains(now, u) {
+			gone = append(gone, u)
+		}
+	}
+	f.roots = now
+	f.mu.Lock()
+	clients := make([]*mcp.Client, 0, len(f.clients))
+	for _, c := range f.clients {
+		clients = append(clients, c)
+	}
+	f.mu.Unlock()
+	for _, c := range clients {
+		if len(gone) > 0 {
+			c.RemoveRoots(gone...)
+		}
+		if len(res.Roots) > 0 {
+			c.AddRoots(res.Roots...)
+		}
+	}
+}
+
+// hostInitialized starts forwarding to the host: what the servers changed
+// before is listed again, and the servers learn the host's roots.
+func (g *gateway) hostInitialized(ctx context.Context, req *mcp.InitializedRequest) {
+	f := &g.fw
+	f.mu.Lock()
+	f.init()
+	f.ready = true
+	pending := f.pending
+	f.pending = map[string]listKind{}
+	f.mu.Unlock()
+	for server, k := range pending {
+		go g.relist(server, k)
+	}
+	if hostHasRoots(req.Session) {
+		go g.syncRoots(req.Session)
+	}
+}
+
+// hostProgress forwards the host's progress on a server's request.
+func (g *gateway) hostProgress(ctx context.Context, req *mcp.ProgressNotificationServerRequest) {
+	g.fw.mu.Lock()
+	cs := g.fw.upProgress[tokenKey(req.Params.ProgressToken)]
+	g.fw.mu.Unlock()
+	if cs == nil {
+		return
+	}
+	if err := cs.NotifyProgress(ctx, req.Params); err != nil {
+		g.log.Warn("forward the host's progress", "err", err)
+	}
+}
+
+// forwardMiddleware names the host session in the context of every request
+// from the host, and sends logging/setLevel on to the servers.
+func (g *gateway) forwardMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+			ctx = context.WithValue(ctx, hostKey{}, ss)
+		}
+		res, err := next(ctx, method, req)
+		if err != nil || method != "logging/setLevel" {
+			return res, err
+		}
+		r, ok := req.(*mcp.ServerRequest[*mcp.SetLoggingLevelParams])
+		if !ok || r.Params == nil {
+			return res, nil
+		}
+		var errs []error
+		for _, n := range sortedDowns(g.downs) {
+			d := g.downs[n]
+			if ir := d.cs.InitializeResult(); ir == nil || ir.Capabilities == nil || ir.Capabilities.Logging == nil {
+				continue
+			}
+			if err := d.cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: r.Params.Level}); err != nil {
+				errs = append(errs, fmt.Errorf("set the log level of server %s: %w", n, err))
+			}
+		}
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+		return res, nil
+	}
+}
+
+// forwardTool is the handler of a namespaced tool: the host's call reaches
+// the server with the server's tool name and everything else as sent.
+func (g *gateway) forwardTool(e toolEntry, cs *mcp.ClientSession) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		defer g.fw.begin(e.server, req.Session, req.Params.GetProgressToken())()
+		p := &mcp.CallToolParams{Meta: req.Params.Meta, Name: e.tool}
+		if len(req.Params.Arguments) > 0 {
+			p.Arguments = req.Params.Arguments
+		}
+		res, err := cs.CallTool(ctx, p)
+		return res, asSent(err)
+	}
+}
+
+// asSent is a server's JSON-RPC error as the server sent it (code, message
+// and data), so that the host gets it unchanged; the SDK would keep only
+// the code of an error that wraps it. Other errors are the gateway's.
+func asSent(err error) error {
+	var we *jsonrpc.Error
+	if errors.As(err, &we) {
+		return we
+	}
+	return err
+}
+
+// tool looks up a wire tool name.
+func (g *gateway) tool(wire string) (toolEntry, bool) {
+	g.fw.tmu.RLock()
+	defer g.fw.tmu.RUnlock()
+	e, ok := g.tools[wire]
+	return e, ok
+}
+
+// resourceOwner is the server that owns uri: the one that lists it, else
+// the first whose URI template is uri or matches it.
+func (g *gateway) resourceOwner(uri string) (string, bool) {
+	f := &g.fw
+	f.tmu.RLock()
+	defer f.tmu.RUnlock()
+	if s, ok := g.res[uri]; ok {
+		return s, true
+	}
+	if s, ok := f.templates[uri]; ok {
+		return s, true
+	}
+	for _, t := range f.tmplOrder {
+		tmpl, err := uritemplate.New(t)
+		if err == nil && tmpl.Regexp().MatchString(uri) {
+			return f.templates[t], true
+		}
+	}
+	return "", false
+}
+
+// complete routes completion/complete to the server that owns the prompt
+// or resource it names.
+func (g *gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+	p := *req.Params
+	ref := *p.Ref
+	var server string
+	switch ref.Type {
+	case "ref/prompt":
+		g.fw.tmu.RLock()
+		pr, ok := g.fw.prompts[ref.Name]
+		g.fw.tmu.RUnlock()
+		if ok {
+			// A prompt the profile hides is not there for the host.
+			ok, _ = g.cfg.Policy.PromptAllowed(g.active(), pr.server, pr.name)
+		}
+		if !ok {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown prompt %q", ref.Name)}
+		}
+		server, ref.Name = pr.server, pr.name
+	case "ref/resource":
+		s, ok := g.resourceOwner(ref.URI)
+		if ok {
+			profile := g.active()
+			byURI, _ := g.cfg.Policy.ResourceAllowed(profile, ref.URI)
+			byTmpl, _ := g.cfg.Policy.TemplateAllowed(profile, ref.URI)
+			ok = byURI || byTmpl
+		}
+		if !ok {
+			return nil, mcp.ResourceNotFoundError(ref.URI)
+		}
+		server = s
+	default:
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown reference type %q", ref.Type)}
+	}
+	d := g.downs[server]
+	if d == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "no such server " + server}
+	}
+	p.Ref = &ref
+	res, err := d.cs.Complete(ctx, &p)
+	return res, asSent(err)
+}
+
+// subscribe forwards resources/subscribe to the server that owns the URI,
+// if the active profile allows the URI; the decision is recorded as a
+// read's is.
+func (g *gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
+	uri := req.Params.URI
+	profile := g.active()
+	allowed, pattern := g.cfg.Policy.ResourceAllowed(profile, uri)
+	if _, err := g.sess.Fact(schemas.KindCallVerdict, map[string]any{
+		"method": "resources/subscribe", "uri": uri, "profile": profile, "allowed": allowed, "pattern": pattern}); err != nil {
+		return fmt.Errorf("aegis could not record this subscription, so it was not made: %w", err)
+	}
+	if !allowed {
+		b, _ := json.Marshal(map[string]string{"code": "AEGIS_RESOURCE_DENIED", "uri": uri, "active_profile": profile, "hint": "resource not permitted in active profile"})
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: string(b)}
+	}
+	server, ok := g.resourceOwner(uri)
+	if !ok {
+		return mcp.ResourceNotFoundError(uri)
+	}
+	return asSent(g.downs[server].cs.Subscribe(ctx, &mcp.SubscribeParams{Meta: req.Params.Meta, URI: uri}))
+}
+
+func (g *gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+	server, ok := g.resourceOwner(req.Params.URI)
+	if !ok {
+		return mcp.ResourceNotFoundError(req.Params.URI)
+	}
+	return asSent(g.downs[server].cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{Meta: req.Params.Meta, URI: req.Params.URI}))
+}
+
+// readFrom is the handler of a resource that server cs lists.
+func readFrom(cs *mcp.ClientSession) mcp.ResourceHandler {
+	return func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI})
+	}
+}
+
+// cancelGuard keeps the gateway from answering a request that the host
+// cancelled: the SDK writes an answer (an error) to every request, even a
+// cancelled one, and MCP says the receiver of a cancellation should not
+// answer. It follows the host's requests by id as they are read and drops
+// the one answer to each id cancelled while in flight; the drop is
+// recorded (frame.dropped), and so is the cancellation (call.cancelled).
+// An answer written before its cancellation is read goes out: the host
+// ignores it, as MCP asks of the sender of a cancellation.
+type cancelGuard struct {
+	g         *gateway
+	mu        sync.Mutex
+	inflight  map[string]bool // ids of host requests not yet answered
+	cancelled map[string]bool // of those, the ones the host cancelled
+}
+
+type rpcHead struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// rpcIDKey is a JSON-RPC id as a map key: numbers by value, as the SDK reads
+// and writes them.
+func rpcIDKey(raw json.RawMessage) string {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return ""
+	}
+	switch id := v.(type) {
+	case string:
+		return "s:" + id
+	case float64:
+		return "n:" + strconv.FormatFloat(id, 'g', -1, 64)
+	}
+	return ""
+}
+
+func heads(frame []byte) []rpcHead {
+	frame = bytes.TrimSpace(frame)
+	if len(frame) == 0 {
+		return nil
+	}
+	if frame[0] == '[' {
+		var hs []rpcHead
+		json.Unmarshal(frame, &hs)
+		return hs
+	}
+	var h rpcHead
+	if json.Unmarshal(frame, &h) != nil {
+		return nil
+	}
+	return []rpcHead{h}
+}
+
+// hostFrame follows one frame read from the host.
+func (c *cancelGuard) hostFrame(frame []byte) {
+	if !bytes.Contains(frame, []byte(`"id"`)) && !bytes.Contains(frame, []byte(`cancelled`)) {
+		return
+	}
+	for _, h := range heads(frame) {
+		switch {
+		case h.Method == "notifications/cancelled":
+			var p struct {
+				RequestID json.RawMessage `json:"requestId"`
+			}
+			if json.Unmarshal(h.Params, &p) != nil {
+				continue
+			}
+			k := rpcIDKey(p.RequestID)
+			c.mu.Lock()
+			ok := k != "" && c.inflight[k]
+			if ok {
+				c.cancelled[k] = true
+			}
+			c.mu.Unlock()
+			if ok {
+				if _, err := c.g.sess.Fact(schemas.KindCallCancelled, map[string]string{"request_id": string(p.RequestID), "by": "host"}); err != nil {
+					c.g.log.Warn("record a cancellation", "err", err)
+				}
+			}
+		case h.Method != "" && len(h.ID) > 0:
+			if k := rpcIDKey(h.ID); k != "" {
+				c.mu.Lock()
+				if c.inflight == nil {
+					c.inflight, c.cancelled = map[string]bool{}, map[string]bool{}
+				}
+				c.inflight[k] = true
+				c.mu.Unlock()
+			}
+		}
+	}
+}
+
+// drop reports whether frame, about to be written to the host, is the
+// answer to a cancelled request, and forgets the requests it answers.
+func (c *cancelGuard) drop(frame []byte) bool {
+	if !bytes.Contains(frame, []byte(`"id"`)) {
+		return false
+	}
+	hs := heads(frame)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	drop := len(hs) == 1
+	for _, h := range hs {
+		if h.Method != "" || len(h.ID) == 0 {
+			drop = false
+			continue
+		}
+		k := rpcIDKey(h.ID)
+		delete(c.inflight, k)
+		if !c.cancelled[k] {
+			drop = false
+		}
+		delete(c.cancelled, k)
+	}
+	if drop {
+		if _, err := c.g.sess.Fact(schemas.KindFrameDropped, map[string]string{"direction": "s2c", "frame_digest": digest(bytes.TrimRight(frame, "\n")),
+			"reason": "the host cancelled this request, so its answer is not sent"}); err != nil {
+			c.g.log.Warn("record a dropped answer", "err", err)
+		}
+	}
+	return drop
+}
+
+// reader follows the frames the host sends through r.
+func (c *cancelGuard) reader(r io.ReadCloser) io.ReadCloser { return &guardReader{c: c, r: r} }
+
+// writer writes to w every frame but the answers to cancelled requests.
+// Each Write is one frame: the SDK's stdio transport writes a message and
+// its newline at once.
+func (c *cancelGuard) writer(w io.WriteCloser) io.WriteCloser { return &guardWriter{c: c, w: w} }
+
+type guardReader struct {
+	c   *cancelGuard
+	r   io.ReadCloser
+	buf []byte
+}
+
+func (r *guardReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.buf = append(r.buf, p[:n]...)
+	for {
+		i := bytes.IndexByte(r.buf, '\n')
+		if i < 0 {
+			break
+		}
+		r.c.hostFrame(r.buf[:i])
+		r.buf = r.buf[i+1:]
+	}
+	return n, err
+}
+
+func (r *guardReader) Close() error { return r.r.Close() }
+
+type guardWriter struct {
+	c *cancelGuard
+	w io.WriteCloser
+}
+
+func (w *guardWriter) Write(p []byte) (int, error) {
+	if w.c.drop(p) {
+		return len(p), nil
+	}
+	return w.w.Write(p)
+}
+
+func (w *guardWriter) Close() error { return w.w.Close() }
+
+// guardHost puts the cancel guard on the host's transport.
+func (g *gateway) guardHost(t *mcp.IOTransport) *mcp.IOTransport {
+	g.fw.guard.g = g
+	return &mcp.IOTransport{Reader: g.fw.guard.reader(t.Reader), Writer: g.fw.guard.writer(t.Writer)}
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

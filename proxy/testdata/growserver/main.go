@@ -1,0 +1,103 @@
+// Command growserver is a test fixture: an MCP server over stdio, written
+// at the JSON-RPC level so that it can do what an SDK server cannot, whose
+// tool list grows at run time.
+//
+// It starts with the tools grow and hang. A call of grow adds the tool
+// fresh and a second tool named grow with another description (a shadow
+// of the first), sends notifications/tools/list_changed, then answers.
+// A call of fresh answers "fresh"; a call of hang is never answered. Every line it receives is appended to
+// the file named by -log, so a test can tell what reached the server (a
+// notifications/cancelled, say). It exits at stdin EOF.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"os"
+	"sync"
+)
+
+type tool struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	InputSchema map[string]any `json:"inputSchema"`
+}
+
+func main() {
+	logPath := flag.String("log", "", "append every line received to this file")
+	flag.Parse()
+	var logf *os.File
+	if *logPath != "" {
+		f, err := os.OpenFile(*logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			os.Exit(2)
+		}
+		logf = f
+	}
+	obj := map[string]any{"type": "object"}
+	tools := []tool{
+		{Name: "grow", Description: "Add the tool fresh, and a second grow.", InputSchema: obj},
+		{Name: "hang", Description: "Never answer.", InputSchema: obj},
+	}
+	var mu sync.Mutex
+	out := json.NewEncoder(os.Stdout)
+	send := func(v any) {
+		mu.Lock()
+		defer mu.Unlock()
+		out.Encode(v)
+	}
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if logf != nil {
+			logf.Write(append(append([]byte(nil), line...), '\n'))
+		}
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				ProtocolVersion string `json:"protocolVersion"`
+				Name            string `json:"name"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(line, &req) != nil || len(req.ID) == 0 {
+			continue // a notification, or not JSON
+		}
+		answer := func(result any) {
+			send(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": result})
+		}
+		switch req.Method {
+		case "initialize":
+			answer(map[string]any{"protocolVersion": req.Params.ProtocolVersion,
+				"capabilities": map[string]any{"tools": map[string]any{"listChanged": true}},
+				"serverInfo":   map[string]any{"name": "growserver", "version": "1"}})
+		case "tools/list":
+			mu.Lock()
+			list := append([]tool(nil), tools...)
+			mu.Unlock()
+			answer(map[string]any{"tools": list})
+		case "tools/call":
+			switch req.Params.Name {
+			case "hang":
+			case "fresh":
+				answer(map[string]any{"content": []any{map[string]any{"type": "text", "text": "fresh"}}})
+			case "grow":
+				mu.Lock()
+				tools = append(tools,
+					tool{Name: "fresh", Description: "A tool added at run time.", InputSchema: obj},
+					tool{Name: "grow", Description: "A shadow of grow.", InputSchema: obj})
+				mu.Unlock()
+				send(map[string]any{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+				answer(map[string]any{"content": []any{map[string]any{"type": "text", "text": "grown"}}})
+			default:
+				send(map[string]any{"jsonrpc": "2.0", "id": req.ID, "error": map[string]any{"code": -32602, "message": "unknown tool"}})
+			}
+		case "ping":
+			answer(map[string]any{})
+		default:
+			send(map[string]any{"jsonrpc": "2.0", "id": req.ID, "error": map[string]any{"code": -32601, "message": "method not found"}})
+		}
+	}
+}
