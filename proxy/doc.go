@@ -149,4 +149,12 @@
 // escalation not yet applied revokes it. The default profile is recorded
 // in session.opened, so the record names the active profile from the
 // start.
+//
+// Each server runs with the environment [ServerEnv] builds (a minimal base,
+// its env and its env_passthrough; never aegis's whole environment, and no
+// value in the record). A server that fails to start is skipped and
+// recorded; with none left the gateway refuses to start ([NoServerError]).
+// When the host leaves, the calls in flight finish or are cancelled, each
+// with a truthful outcome, and then every server is stopped: stdin closed,
+// grace, SIGTERM, grace, SIGKILL (see [DefaultGatewayGrace]).
 package proxy

@@ -122,7 +122,13 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	}
 	var servers []proxy.GatewayServer
 	for _, s := range gw.Servers() {
-		gs := proxy.GatewayServer{Name: s.Name, Argv: append([]string{s.Command}, s.Args...), Env: append(os.Environ(), s.Env...)}
+		// Each server gets a minimal environment and what the file gives
+		// it, never aegis's whole environment; env files are read now.
+		env, err := proxy.ServerEnv(os.Environ(), s)
+		if err != nil {
+			return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file or its mode; nothing was started")
+		}
+		gs := proxy.GatewayServer{Name: s.Name, Argv: append([]string{s.Command}, s.Args...), Env: env}
 		if s.Confine != nil {
 			c := s.Confine
 			p := &sandbox.Profile{ReadPaths: c.AllowRead, WritePaths: c.AllowWrite, ExecSupport: c.AllowExecSupport,
@@ -182,6 +188,10 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	var oe *proxy.OpenError
 	if errors.As(err, &oe) {
 		return openSessionError(oe.Err, audit)
+	}
+	var ns *proxy.NoServerError
+	if errors.As(err, &ns) {
+		err = withHint(err, "check each server's command, args and env in "+config+"; nothing was served")
 	}
 	if errors.Is(err, events.ErrFull) {
 		err = withHint(err, fullHint(store.Dir()))
