@@ -492,3 +492,63 @@ activation:
 		t.Errorf("skipped notes: %v", notes)
 	}
 }
+
+// A call the host cancels (notifications/cancelled) is cancelled at once:
+// the server is sent notifications/cancelled, and the outcome says the
+// host cancelled it, not "context canceled".
+func TestGatewayHostCancelsACall(t *testing.T) {
+	c := newCLI(t)
+	calls := filepath.Join(c.dir, "calls.log")
+	g := c.startGateway(`version: 1
+servers:
+  example:
+    command: `+bin(t, "aegis-example-server")+`
+    args: [-calls, `+calls+`]
+profiles:
+  p:
+    allow: [example.slow, example.echo]
+activation:
+  default_profile: p
+`, gatewayEnv(t))
+	g.initialize()
+	g.send(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"example__slow","arguments":{"ms":9000}}}`)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if b, _ := os.ReadFile(calls); len(b) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not receive the call")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	start := time.Now()
+	g.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"the user gave up"}}`)
+	// The gateway goes on serving; the next call is answered long before
+	// the cancelled one would have ended.
+	if a := g.call(8, "tools/call", `{"name":"example__echo","arguments":{"message":"next"}}`); !strings.Contains(a, "next") {
+		t.Fatalf("echo after the cancellation: %s", a)
+	}
+	if code, _ := g.finish(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, g.stderr)
+	}
+	if took := time.Since(start); took > 8*time.Second {
+		t.Errorf("the cancelled call held the gateway for %v", took)
+	}
+	h := &harness{t: t, audit: c.audit}
+	var cancelled []string
+	for _, o := range ofType(h.lines(), "outcome") {
+		e := obj(o, "execution")
+		if msg, _ := e["message"].(string); e["status"] == "trap" {
+			if !strings.Contains(msg, "cancelled by the host at +") || !strings.Contains(msg, "(notifications/cancelled)") {
+				t.Errorf("outcome of the cancelled call: %v", e)
+			}
+			cancelled = append(cancelled, str(o, "call_id"))
+		}
+	}
+	evs, _ := c.events()
+	cancels := payloads(evs, "call.cancelled")
+	if len(cancelled) != 1 || len(cancels) != 1 || cancels[0]["call_id"] != cancelled[0] || cancels[0]["by"] != nil || cancels[0]["notified"] != true {
+		t.Errorf("cancelled outcomes %v, call.cancelled events %v", cancelled, cancels)
+	}
+}
