@@ -37,13 +37,26 @@ type Server struct {
 	// slash) and Args its arguments.
 	Command string
 	Args    []string
-	// Env holds "NAME=value" entries in file order, added to the server's
-	// environment; which base environment they are added to is the
-	// caller's choice.
-	Env []string
+	// Env holds the "NAME=value" entries of env given as values, in file
+	// order; EnvFiles the entries whose value is read from a file when the
+	// server starts (NAME: {file: PATH}); EnvPassthrough the names of
+	// variables copied from aegis's own environment (env_passthrough).
+	// No name is in two of them. What else the server's environment holds
+	// is the caller's choice (aegis gives a minimal base, see
+	// proxy.ServerEnv).
+	Env            []string
+	EnvFiles       []EnvFile
+	EnvPassthrough []string
 	// Confine, when not nil, runs the server confined as 'aegis wrap
 	// --confine' does.
 	Confine *Confine
+}
+
+// EnvFile is an environment variable whose value is a file's contents.
+// Path is absolute and clean; the file is read when the server starts.
+type EnvFile struct {
+	Name string
+	Path string
 }
 
 // Confine is a server's confinement, with the meaning of the flags of
@@ -166,6 +179,8 @@ func (s *Server) clone() Server {
 	c := *s
 	c.Args = slices.Clone(s.Args)
 	c.Env = slices.Clone(s.Env)
+	c.EnvFiles = slices.Clone(s.EnvFiles)
+	c.EnvPassthrough = slices.Clone(s.EnvPassthrough)
 	if s.Confine != nil {
 		cc := *s.Confine
 		cc.AllowRead = slices.Clone(cc.AllowRead)

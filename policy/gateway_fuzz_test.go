@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -15,7 +16,9 @@ import (
 //   - it never panics; an error is a *ParseError naming the file, with a
 //     nil Gateway;
 //   - parsing is deterministic;
-//   - an accepted Gateway is coherent: the default profile exists, every
+//   - an accepted Gateway is coherent: every environment name is valid and
+//     set from one place (env, an env file, env_passthrough), every env
+//     file an absolute, clean path; the default profile exists, every
 //     transition leads to a profile, every allow entry names a declared
 //     server, every ToolAllowed answer carries a pattern of the profile,
 //     RequiredProfile names another profile that allows the tool, and no
@@ -46,6 +49,9 @@ func FuzzParseGateway(f *testing.F) {
 		"servers: {fs: {command: a}}\nprofiles: {p: {}}\nactivation: {default_profile: p}\nrules: [{id: a, action: deny, role: q}]",
 		"servers: {fs: {command: a}}\nprofiles: {p: {prompts: [\"fs.review_*\", fs.x__y]}, q: {extends: p, prompts: [\"fs.*\"]}}\nactivation: {default_profile: p}",
 		"servers: {fs: {command: a}}\nprofiles: {p: {prompts: [\"gh.*\"]}}\nactivation: {default_profile: p}", // undeclared server
+		"servers: {fs: {command: a, env: {T: {file: /run/t}, U: u}, env_passthrough: [HOME]}}\nprofiles: {p: {}}\nactivation: {default_profile: p}",
+		"servers: {fs: {command: a, env: {T: {file: /run/t}}, env_passthrough: [T]}}\nprofiles: {p: {}}\nactivation: {default_profile: p}", // one name, two sources
+		"servers: {fs: {command: a, env: {T: {file: ../t}}}}\nprofiles: {p: {}}\nactivation: {default_profile: p}",
 		"servers: &a {fs: {command: a}}",
 		"servers:\n  fs:\n    command: a\n    command: b\n",
 	} {
@@ -79,6 +85,31 @@ func FuzzParseGateway(f *testing.F) {
 				t.Fatalf("server %+v", s)
 			}
 			servers[s.Name] = true
+			// Every environment name is a name, set from one place; every
+			// env file an absolute, clean path.
+			names := map[string]bool{}
+			once := func(name string) {
+				if !envName(name) || names[name] {
+					t.Fatalf("server %s: environment name %q invalid or set twice", s.Name, name)
+				}
+				names[name] = true
+			}
+			for _, e := range s.Env {
+				name, _, ok := strings.Cut(e, "=")
+				if !ok || strings.IndexByte(e, 0) >= 0 {
+					t.Fatalf("server %s: env entry without '=' or with a NUL", s.Name)
+				}
+				once(name)
+			}
+			for _, e := range s.EnvFiles {
+				once(e.Name)
+				if !strings.HasPrefix(e.Path, "/") || path.Clean(e.Path) != e.Path {
+					t.Fatalf("server %s: env file %q", s.Name, e.Path)
+				}
+			}
+			for _, name := range s.EnvPassthrough {
+				once(name)
+			}
 		}
 		for _, p := range g.Profiles() {
 			for _, to := range g.Transitions(p) {

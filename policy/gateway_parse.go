@@ -12,7 +12,8 @@ import (
 
 var (
 	gatewayKeys    = []string{"version", "servers", "profiles", "activation", "error_disclosure", "rules"}
-	serverKeys     = []string{"command", "args", "env", "transport", "confine"}
+	serverKeys     = []string{"command", "args", "env", "env_passthrough", "transport", "confine"}
+	envFileKeys    = []string{"file"}
 	confineKeys    = []string{"allow_read", "allow_write", "allow_net", "allow_exec_support", "allow_udp", "allow_mptcp", "best_effort"}
 	profileKeys    = []string{"extends", "allow", "prompts", "resources", "allowed_transitions"}
 	activationKeys = []string{"default_profile", "explicit", "signals"}
@@ -34,7 +35,10 @@ const maxProfileNameLen = 64
 //	  fs:                             # a server name, see ValidServerName
 //	    command: npx                  # required, non-empty
 //	    args: [-y, "@modelcontextprotocol/server-filesystem", /srv/repo]
-//	    env: {NODE_OPTIONS: "--max-old-space-size=256"}   # NAME: value
+//	    env:                          # NAME: value, or NAME: {file: PATH}
+//	      NODE_OPTIONS: "--max-old-space-size=256"
+//	      GITHUB_TOKEN: {file: /etc/aegis/github.token}  # read at start
+//	    env_passthrough: [HTTPS_PROXY]  # copied from aegis's environment
 //	    transport: stdio              # optional; stdio is the only transport
 //	    confine:                      # optional: run confined, as wrap --confine
 //	      allow_read: [/usr/lib/node_modules]   # absolute, clean paths
@@ -66,7 +70,9 @@ const maxProfileNameLen = 64
 //     servers or profiles mapping;
 //   - a server name that [ValidServerName] refuses; an empty command; a
 //     NUL in a command, argument, environment entry or path; an environment
-//     name outside [A-Za-z_][A-Za-z0-9_]*; a transport other than stdio;
+//     name outside [A-Za-z_][A-Za-z0-9_]*, in env or env_passthrough; a
+//     name both in env and in env_passthrough; an env file that is not an
+//     absolute, clean path; a transport other than stdio;
 //   - in confine: a relative or unclean path ("/a/../b"), a malformed
 //     HOST:PORT, a port of 0 or above 65535;
 //   - a profile name outside [a-z0-9][a-z0-9_-]* or over 64 bytes;
@@ -99,8 +105,8 @@ const maxProfileNameLen = 64
 //   - unknown keys are errors (upstream ignores them); explicit: true is
 //     accepted, signals and allow-entry where: are refused, not ignored;
 //   - server names are restricted (upstream takes any key, so "a" and
-//     "a__b" could share wire names); env and confine are new; transport
-//     is checked (upstream parses and ignores it);
+//     "a__b" could share wire names); env, env_passthrough and confine
+//     are new; transport is checked (upstream parses and ignores it);
 //   - an allow entry names a declared server; '*' stays inside one tool
 //     name and never spans "__"; '?' and [...] are refused (upstream uses
 //     path.Match, whose '*' also matches '.', and a malformed pattern
@@ -291,6 +297,8 @@ func (p *parser) server(n *yaml.Node, path string) (Server, error) {
 		return s, err
 	}
 	hasCommand := false
+	envLines := map[string]int{} // env name -> line, to refuse it in env_passthrough
+	var passLines []lineStr
 	for _, f := range fields {
 		switch f.name {
 		case "command":
@@ -320,6 +328,15 @@ func (p *parser) server(n *yaml.Node, path string) (Server, error) {
 				if !envName(e.name) {
 					return s, p.errorf(e.key.Line, e.path, "invalid environment variable name; want [A-Za-z_][A-Za-z0-9_]*")
 				}
+				envLines[e.name] = e.key.Line
+				if e.val.Kind == yaml.MappingNode {
+					path, err := p.envFile(e.val, e.path)
+					if err != nil {
+						return s, err
+					}
+					s.EnvFiles = append(s.EnvFiles, EnvFile{Name: e.name, Path: path})
+					continue
+				}
 				// The value is not quoted in errors: it may be a secret.
 				v, err := p.text(e.val, e.path)
 				if err != nil {
@@ -327,6 +344,19 @@ func (p *parser) server(n *yaml.Node, path string) (Server, error) {
 				}
 				s.Env = append(s.Env, e.name+"="+v)
 			}
+		case "env_passthrough":
+			list, err := p.strList(f.val, f.path, true)
+			if err != nil {
+				return s, err
+			}
+			s.EnvPassthrough = make([]string, len(list))
+			for i, e := range list {
+				if !envName(e.s) {
+					return s, p.errorf(e.line, e.path, "%q is not an environment variable name; want [A-Za-z_][A-Za-z0-9_]*", e.s)
+				}
+				s.EnvPassthrough[i] = e.s
+			}
+			passLines = list
 		case "transport":
 			v, err := p.str(f.val, f.path)
 			if err != nil {
@@ -344,7 +374,36 @@ func (p *parser) server(n *yaml.Node, path string) (Server, error) {
 	if !hasCommand {
 		return s, p.errorf(n.Line, path, `missing required key "command"`)
 	}
+	for _, e := range passLines {
+		if line, set := envLines[e.s]; set {
+			return s, p.errorf(e.line, e.path, "%s is also set in env (line %d); a variable comes from one place", e.s, line)
+		}
+	}
 	return s, nil
+}
+
+// envFile reads an env value given as {file: PATH}: an absolute, clean
+// path, read when the server starts (not here: parsing does no I/O).
+func (p *parser) envFile(n *yaml.Node, epath string) (string, error) {
+	fields, err := p.mapping(n, epath, envFileKeys)
+	if err != nil {
+		return "", err
+	}
+	if len(fields) == 0 {
+		return "", p.errorf(n.Line, epath, `missing required key "file"`)
+	}
+	f := fields[0]
+	v, err := p.text(f.val, f.path)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case !strings.HasPrefix(v, "/"):
+		return "", p.errorf(f.val.Line, f.path, "%q is not an absolute path", v)
+	case path.Clean(v) != v:
+		return "", p.errorf(f.val.Line, f.path, "%q is not a clean path; write %q", v, path.Clean(v))
+	}
+	return v, nil
 }
 
 // text is str without NUL, for what becomes an argv or environment entry.

@@ -67,7 +67,7 @@ func TestParseGatewayRefuses(t *testing.T) {
 		{"ServerNameEmpty", y("servers:", `  "": {command: a}`), `aegis.yaml:2: servers[""]: invalid server name: must not be empty`},
 		{"ServerNameTooLong", y("servers:", "  "+strings.Repeat("a", 65)+": {command: a}"), "aegis.yaml:2: servers." + strings.Repeat("a", 65) + ": invalid server name: longer than 64 bytes"},
 		{"ServerDuplicate", y("servers:", "  fs: {command: a}", "  fs: {command: b}"), "aegis.yaml:3: servers.fs: duplicate key (first at line 2)"},
-		{"ServerUnknownKey", y("servers:", "  fs:", "    cmd: a"), "aegis.yaml:3: servers.fs.cmd: unknown key; want one of command, args, env, transport, confine"},
+		{"ServerUnknownKey", y("servers:", "  fs:", "    cmd: a"), "aegis.yaml:3: servers.fs.cmd: unknown key; want one of command, args, env, env_passthrough, transport, confine"},
 		{"MissingCommand", y("servers:", "  fs:", "    args: [a]"), `aegis.yaml:3: servers.fs: missing required key "command"`},
 		{"EmptyCommand", y("servers:", `  fs: {command: ""}`), "aegis.yaml:2: servers.fs.command: must not be empty"},
 		{"CommandNUL", y("servers:", `  fs: {command: "a\0b"}`), "aegis.yaml:2: servers.fs.command: contains a NUL byte"},
@@ -80,6 +80,16 @@ func TestParseGatewayRefuses(t *testing.T) {
 		{"EnvValueInteger", y("servers:", "  fs:", "    command: a", "    env: {PORT: 8080}"), "aegis.yaml:4: servers.fs.env.PORT: expected a string, got an integer"},
 		{"EnvDuplicate", y("servers:", "  fs:", "    command: a", "    env:", "      A: x", "      A: y"), "aegis.yaml:6: servers.fs.env.A: duplicate key (first at line 5)"},
 		{"EnvList", y("servers:", "  fs:", "    command: a", "    env: [A=x]"), "aegis.yaml:4: servers.fs.env: expected a mapping of environment variables, got a sequence"},
+		{"EnvFileRelative", y("servers:", "  fs:", "    command: a", "    env:", "      TOKEN: {file: token}"), `aegis.yaml:5: servers.fs.env.TOKEN.file: "token" is not an absolute path`},
+		{"EnvFileTraversal", y("servers:", "  fs:", "    command: a", "    env:", "      TOKEN: {file: /etc/aegis/../shadow}"), `aegis.yaml:5: servers.fs.env.TOKEN.file: "/etc/aegis/../shadow" is not a clean path; write "/etc/shadow"`},
+		{"EnvFileMissingKey", y("servers:", "  fs:", "    command: a", "    env:", "      TOKEN: {}"), `aegis.yaml:5: servers.fs.env.TOKEN: missing required key "file"`},
+		{"EnvFileUnknownKey", y("servers:", "  fs:", "    command: a", "    env:", "      TOKEN: {path: /t}"), "aegis.yaml:5: servers.fs.env.TOKEN.path: unknown key; want one of file"},
+		{"EnvFileNotString", y("servers:", "  fs:", "    command: a", "    env:", "      TOKEN: {file: [/t]}"), "aegis.yaml:5: servers.fs.env.TOKEN.file: expected a string, got a sequence"},
+		{"EnvValueSecretNotEchoed", y("servers:", "  fs:", "    command: a", "    env:", `      TOKEN: "s3cr3t\0"`), "aegis.yaml:5: servers.fs.env.TOKEN: contains a NUL byte"},
+		{"PassthroughNotList", y("servers:", "  fs:", "    command: a", "    env_passthrough: HOME"), "aegis.yaml:4: servers.fs.env_passthrough: expected a sequence of strings, got a string"},
+		{"PassthroughBadName", y("servers:", "  fs:", "    command: a", "    env_passthrough: [\"A=B\"]"), `aegis.yaml:4: servers.fs.env_passthrough[0]: "A=B" is not an environment variable name; want [A-Za-z_][A-Za-z0-9_]*`},
+		{"PassthroughDuplicate", y("servers:", "  fs:", "    command: a", "    env_passthrough: [HTTPS_PROXY, HTTPS_PROXY]"), `aegis.yaml:4: servers.fs.env_passthrough[1]: duplicate entry "HTTPS_PROXY" (first at line 4)`},
+		{"PassthroughShadowsEnv", y("servers:", "  fs:", "    command: a", "    env: {TOKEN: {file: /t}}", "    env_passthrough:", "      - TOKEN"), "aegis.yaml:6: servers.fs.env_passthrough[0]: TOKEN is also set in env (line 4); a variable comes from one place"},
 		{"TransportSSE", y("servers:", "  fs: {command: a, transport: sse}"), `aegis.yaml:2: servers.fs.transport: unsupported transport "sse"; stdio is the only one`},
 
 		// Confinement.
@@ -208,7 +218,9 @@ func TestParseGatewayAccepts(t *testing.T) {
 		"    args: [-y, \"@modelcontextprotocol/server-filesystem\", /srv/repo]",
 		"    env:",
 		"      NODE_ENV: production",
+		"      GH_TOKEN: {file: /etc/aegis/gh.token}",
 		"      _TOKEN: \"s3cr3t=x\"",
+		"    env_passthrough: [HTTPS_PROXY, NO_PROXY]",
 		"    confine:",
 		"      allow_read: [/usr/lib, /]",
 		"      allow_write: [/srv/repo]",
@@ -243,10 +255,12 @@ func TestParseGatewayAccepts(t *testing.T) {
 	}
 	want := []Server{
 		{
-			Name:    "fs",
-			Command: "npx",
-			Args:    []string{"-y", "@modelcontextprotocol/server-filesystem", "/srv/repo"},
-			Env:     []string{"NODE_ENV=production", "_TOKEN=s3cr3t=x"},
+			Name:           "fs",
+			Command:        "npx",
+			Args:           []string{"-y", "@modelcontextprotocol/server-filesystem", "/srv/repo"},
+			Env:            []string{"NODE_ENV=production", "_TOKEN=s3cr3t=x"},
+			EnvFiles:       []EnvFile{{Name: "GH_TOKEN", Path: "/etc/aegis/gh.token"}},
+			EnvPassthrough: []string{"HTTPS_PROXY", "NO_PROXY"},
 			Confine: &Confine{
 				AllowRead:  []string{"/usr/lib", "/"},
 				AllowWrite: []string{"/srv/repo"},

@@ -41,6 +41,9 @@ type SessionSummary struct {
 	// profile.switched event; NoProfile when the session records none.
 	Profile string     `json:"profile"`
 	Exit    *ChildInfo `json:"child_exit,omitempty"`
+	// Skipped lists a gateway's servers that could not be used, in the
+	// order they were recorded.
+	Skipped []SkippedServer `json:"skipped,omitempty"`
 	// First and Last are the positions of the session's first and last
 	// events.
 	First events.Position `json:"first"`
@@ -150,7 +153,11 @@ func (ix *SessionIndex) fold(rec events.Record) int {
 	case schemas.KindChildExited:
 		var c childPayload
 		json.Unmarshal(e.Payload, &c)
-		s.Exit = &ChildInfo{Code: c.Code, ServerExitedFirst: c.ServerExitedFirst}
+		s.Exit = &ChildInfo{Server: c.Server, PID: c.PID, Code: c.Code, ServerExitedFirst: c.ServerExitedFirst, EndedBy: c.EndedBy}
+	case schemas.KindNote:
+		if sk, ok := skippedOf(e.Payload); ok {
+			s.Skipped = append(s.Skipped, sk)
+		}
 	case schemas.KindProfileSwitched:
 		if p := profileOf(e.Payload); p != "" {
 			s.Profile = p

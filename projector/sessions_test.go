@@ -212,3 +212,43 @@ func TestFoldsArePure(t *testing.T) {
 		t.Errorf("checked only %d files", n)
 	}
 }
+
+// A gateway's server that could not be used is not lost among the notes:
+// the session index lists it, the transcript has a skipped line that says
+// why, and the servers that ran are named, with their PIDs and what ended
+// them, in their started and exited lines.
+func TestGatewaySkippedAndNamedServers(t *testing.T) {
+	s := newScript(t)
+	id := s.open("gateway")
+	s.add(id, schemas.KindNote, map[string]string{"server": "gone", "skipped": "start", "error": `exec: "no-such-server": executable file not found in $PATH`})
+	s.add(id, schemas.KindChildStarted, map[string]any{"server": "fs", "pid": 41, "argv": []string{"mcp-fs", "/srv"}})
+	s.add(id, schemas.KindNote, map[string]string{"text": "an ordinary note"})
+	s.add(id, schemas.KindChildExited, map[string]any{"server": "fs", "pid": 41, "code": 0, "ended_by": "stdin closed"})
+	s.close(id)
+
+	var ix projector.SessionIndex
+	tl := projector.NewTimeline(id)
+	var lines []string
+	for _, r := range s.recs {
+		ix.Fold(r)
+		if st, ok := tl.Fold(r); ok {
+			lines = append(lines, st.Label()+" "+st.Text())
+		}
+	}
+	sum, _ := ix.Get(id, 0)
+	want := []projector.SkippedServer{{Server: "gone", Stage: "start", Error: `exec: "no-such-server": executable file not found in $PATH`}}
+	if !reflect.DeepEqual(sum.Skipped, want) || sum.Exit == nil || sum.Exit.Server != "fs" || sum.Exit.PID != 41 {
+		t.Errorf("summary: skipped %+v, exit %+v", sum.Skipped, sum.Exit)
+	}
+	text := strings.Join(lines, "\n")
+	for _, w := range []string{
+		`skipped server gone skipped at start: exec: "no-such-server": executable file not found in $PATH`,
+		"started fs pid 41 · mcp-fs /srv",
+		`note {"text":"an ordinary note"}`,
+		"exited fs pid 41 status 0 · ended by stdin closed",
+	} {
+		if !strings.Contains(text, w) {
+			t.Errorf("transcript lacks %q:\n%s", w, text)
+		}
+	}
+}

@@ -57,9 +57,10 @@ type Step struct {
 	Approval    *ApprovalInfo    `json:"approval,omitempty"`
 	Confinement *ConfinementInfo `json:"confinement,omitempty"`
 	Child       *ChildInfo       `json:"child,omitempty"`
+	Skipped     *SkippedServer   `json:"skipped,omitempty"`
 	End         *EndInfo         `json:"end,omitempty"`
 	// Payload is the payload of an event the timeline has no summary for
-	// (note, or a kind added later).
+	// (a note other than a skipped server, or a kind added later).
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
@@ -163,13 +164,41 @@ type ConfinementInfo struct {
 	Fact            json.RawMessage `json:"fact"`
 }
 
-// ChildInfo is child.started (PID, Argv) or child.exited (Code,
-// ServerExitedFirst).
+// ChildInfo is child.started (Server, PID, Argv) or child.exited (Server,
+// PID, Code, ServerExitedFirst, EndedBy). Server names a gateway's
+// server; EndedBy says what ended it when the gateway stopped it ("stdin
+// closed", "SIGTERM", "SIGKILL", or "exited before the shutdown").
 type ChildInfo struct {
+	Server            string   `json:"server,omitempty"`
 	PID               int      `json:"pid,omitempty"`
 	Argv              []string `json:"argv,omitempty"`
 	Code              *int     `json:"code,omitempty"`
 	ServerExitedFirst bool     `json:"server_exited_first,omitempty"`
+	EndedBy           string   `json:"ended_by,omitempty"`
+}
+
+// SkippedServer is a gateway's server that could not be used: the note
+// the gateway records ({"server", "skipped", "error"}) when a server fails
+// to start (Stage "start"), to connect ("connect"), or to list its tools
+// ("tools/list").
+type SkippedServer struct {
+	Server string `json:"server"`
+	Stage  string `json:"stage"`
+	Error  string `json:"error"`
+}
+
+// skippedOf reads a note that says a server was skipped; ok is false for
+// any other note.
+func skippedOf(payload []byte) (SkippedServer, bool) {
+	var n struct {
+		Server  string `json:"server"`
+		Skipped string `json:"skipped"`
+		Error   string `json:"error"`
+	}
+	if json.Unmarshal(payload, &n) != nil || n.Server == "" || n.Skipped == "" {
+		return SkippedServer{}, false
+	}
+	return SkippedServer{Server: n.Server, Stage: n.Skipped, Error: n.Error}, true
 }
 
 // EndInfo is the synthetic end step of a session that has no close line.
@@ -256,7 +285,7 @@ func (t *Timeline) Fold(rec events.Record) (Step, bool) {
 	case schemas.KindChildStarted, schemas.KindChildExited:
 		var c childPayload
 		json.Unmarshal(e.Payload, &c)
-		st.Child = &ChildInfo{PID: c.PID, Argv: c.Argv, Code: c.Code, ServerExitedFirst: c.ServerExitedFirst}
+		st.Child = &ChildInfo{Server: c.Server, PID: c.PID, Argv: c.Argv, Code: c.Code, ServerExitedFirst: c.ServerExitedFirst, EndedBy: c.EndedBy}
 	case schemas.KindProfileSwitched:
 		if p := profileOf(e.Payload); p != "" {
 			s.profile = p
@@ -264,6 +293,12 @@ func (t *Timeline) Fold(rec events.Record) (Step, bool) {
 	case schemas.KindSessionClosed:
 		st.Seq = lineSeq(lineOnly(e.Payload))
 		s.closed = true
+	case schemas.KindNote:
+		if sk, ok := skippedOf(e.Payload); ok {
+			st.Skipped = &sk
+		} else {
+			st.Payload = e.Payload
+		}
 	default:
 		st.Payload = e.Payload
 	}
@@ -322,6 +357,8 @@ type openedPayload struct {
 }
 
 type childPayload struct {
+	Server            string   `json:"server"`
+	EndedBy           string   `json:"ended_by"`
 	PID               int      `json:"pid"`
 	Argv              []string `json:"argv"`
 	Code              *int     `json:"code"`

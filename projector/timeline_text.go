@@ -44,6 +44,10 @@ func (s Step) Label() string {
 		return "cancelled"
 	case string(schemas.KindFrameDropped):
 		return "dropped"
+	case string(schemas.KindNote):
+		if s.Skipped != nil {
+			return "skipped"
+		}
 	case StepInFlight:
 		return "in-flight"
 	}
@@ -136,21 +140,33 @@ func (s Step) text() string {
 		b.WriteString(confinementText(s.Confinement))
 	case s.Child != nil:
 		c := s.Child
+		if c.Server != "" {
+			b.WriteString(c.Server + " ")
+		}
 		if s.Kind == string(schemas.KindChildStarted) {
 			b.WriteString("pid " + strconv.Itoa(c.PID))
 			if len(c.Argv) > 0 {
 				b.WriteString(" · " + QuoteArgv(c.Argv))
 			}
 		} else {
+			if c.PID != 0 {
+				b.WriteString("pid " + strconv.Itoa(c.PID) + " ")
+			}
 			if c.Code != nil {
 				b.WriteString("status " + strconv.Itoa(*c.Code))
 			} else {
 				b.WriteString("status unknown")
 			}
+			if c.EndedBy != "" {
+				b.WriteString(" · ended by " + c.EndedBy)
+			}
 			if c.ServerExitedFirst {
 				b.WriteString(" · the server exited before the host closed stdin")
 			}
 		}
+	case s.Skipped != nil:
+		k := s.Skipped
+		fmt.Fprintf(&b, "server %s skipped at %s: %s", k.Server, k.Stage, k.Error)
 	case s.End != nil:
 		e := s.End
 		switch e.State {
@@ -171,9 +187,15 @@ func (s Step) text() string {
 			CallID  string `json:"call_id"`
 			ToolID  string `json:"tool_id"`
 			AfterMS int64  `json:"after_ms"`
+			By      string `json:"by"`
+			Reason  string `json:"reason"`
 		}
 		json.Unmarshal(s.Payload, &c)
-		fmt.Fprintf(&b, "%s %s cancelled by the host %d ms after its intent", c.CallID, c.ToolID, c.AfterMS)
+		if c.By == "aegis" {
+			fmt.Fprintf(&b, "%s %s cancelled by aegis %d ms after its intent: %s", c.CallID, c.ToolID, c.AfterMS, c.Reason)
+		} else {
+			fmt.Fprintf(&b, "%s %s cancelled by the host %d ms after its intent", c.CallID, c.ToolID, c.AfterMS)
+		}
 	case s.Kind == string(schemas.KindFrameDropped):
 		var d struct {
 			Direction string `json:"direction"`

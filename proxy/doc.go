@@ -168,4 +168,12 @@
 // serve them; a server's list_changed makes the gateway list it again and
 // check the new list as at start. forward.go and relist.go state the
 // invariants; docs/GATEWAY-PARITY.md has the table.
+//
+// Each server runs with the environment [ServerEnv] builds (a minimal base,
+// its env and its env_passthrough; never aegis's whole environment, and no
+// value in the record). A server that fails to start is skipped and
+// recorded; with none left the gateway refuses to start ([NoServerError]).
+// When the host leaves, the calls in flight finish or are cancelled, each
+// with a truthful outcome, and then every server is stopped: stdin closed,
+// grace, SIGTERM, grace, SIGKILL (see [DefaultGatewayGrace]).
 package proxy

@@ -24,7 +24,10 @@ import (
 	"github.com/aegis-dev/aegis/schemas"
 )
 
-// GatewayServer is one downstream MCP server of the gateway.
+// GatewayServer is one downstream MCP server of the gateway. Env is its
+// whole environment, as [ServerEnv] builds it (a confined server gets it
+// through the helper); nil gives it the minimal one, ServerEnv of aegis's
+// environment with nothing added. Env is never recorded.
 type GatewayServer struct {
 	Name    string
 	Argv    []string
@@ -66,6 +69,11 @@ type GatewayConfig struct {
 	ApprovalTTL time.Duration
 	Now         func() time.Time
 	Logger      *slog.Logger
+
+	// Grace is the shutdown grace (default [DefaultGatewayGrace]): for the
+	// calls in flight when the host leaves, and between the steps that
+	// stop a server.
+	Grace time.Duration
 }
 
 // GatewayInstructions tell the agent how names work behind the gateway.
@@ -76,6 +84,7 @@ type downstream struct {
 	cs   *mcp.ClientSession
 	cmd  *exec.Cmd
 	tree *sandbox.Tree // the server's process group and every process it starts
+	proc *serverProc   // its stdin, its PID, its exit
 }
 
 type toolEntry struct {
@@ -97,6 +106,8 @@ type gateway struct {
 	// pmu serializes profile changes: check against a clone of the state,
 	// record the event durably, then fold it into the state.
 	pmu sync.Mutex
+
+	life lifecycle // the host leaving, and the calls in flight then
 
 	mu      sync.Mutex
 	state   *policy.ProfileState // a fold of the session's profile events
@@ -170,11 +181,14 @@ func (g *gateway) recordProfileEvent(ev policy.ProfileEvent, extra map[string]an
 
 // Gateway runs the gateway until the host disconnects: it starts and
 // connects every downstream server (a server that fails is skipped, said on
-// stderr and recorded), aggregates their tools (as server__tool), resources
-// and prompts, and serves the host over stdio, showing only what the active
-// profile allows. Every tools/call, meta-tools included, is recorded as an
-// intent before it is forwarded and an outcome before the host gets the
-// answer; denials are never silent.
+// stderr and recorded; when none is left, Gateway returns a
+// *[NoServerError] and serves nothing), aggregates their tools (as
+// server__tool), resources and prompts, and serves the host over stdio,
+// showing only what the active profile allows. Every tools/call,
+// meta-tools included, is recorded as an intent before it is forwarded and
+// an outcome before the host gets the answer; denials are never silent.
+// When the host leaves, the calls in flight finish within the grace or are
+// cancelled, then every server is stopped (see [DefaultGatewayGrace]).
 func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -188,6 +202,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	g := &gateway{cfg: cfg, log: cfg.Logger, downs: map[string]*downstream{}, tools: map[string]toolEntry{},
 		res: map[string]string{}, resDefs: map[string]*mcp.Resource{}, visible: map[string]bool{}, visRes: map[string]bool{},
 		state: policy.NewProfileState(cfg.DefaultProfile)}
+	g.life.init()
 	if cfg.Rules != nil {
 		g.gate = newGate(cfg.Rules, cfg.ApprovalTTL)
 	} else {
@@ -205,6 +220,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		child *sandbox.Child
 		inW   *os.File
 		outR  *os.File
+		ends  [2]*os.File // the child's ends: its stdin and stdout
 		err   error
 	}
 	var starts []*starting
@@ -220,7 +236,10 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		if err != nil {
 			return nil, err
 		}
-		st.inW, st.outR = inW, outR
+		st.inW, st.outR, st.ends = inW, outR, [2]*os.File{inR, outW}
+		if s.Env == nil {
+			s.Env, _ = ServerEnv(os.Environ(), policy.Server{Name: s.Name}) // no file: no error
+		}
 		if s.Confine != nil {
 			child, err := sandbox.Command(ctx, cfg.Self, *s.Confine, s.Argv)
 			if err != nil {
@@ -254,6 +273,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	}
 	g.sess = sess
 
+	var failed []ServerFailure
 	for _, st := range starts {
 		if st.err == nil {
 			if st.child != nil {
@@ -262,24 +282,39 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 				st.tree, st.err = sandbox.StartTree(st.cmd)
 			}
 		}
+		// Only the child holds its ends now: a server that dies while it
+		// starts is seen at once (EOF), not after the connect timeout.
+		st.ends[0].Close()
+		st.ends[1].Close()
 		if st.err != nil {
 			g.skip(st.srv.Name, "start", st.err)
+			failed = append(failed, ServerFailure{Server: st.srv.Name, Stage: "start", Err: st.err})
 			continue
 		}
 		g.sess.Fact(schemas.KindChildStarted, map[string]any{"server": st.srv.Name, "pid": st.cmd.Process.Pid, "argv": st.srv.Argv})
 		client := g.newClient(st.srv.Name)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		cs, err := client.Connect(cctx, &mcp.IOTransport{Reader: st.outR, Writer: st.inW}, downstreamSession)
+		stdin := newDownWriter(st.inW)
+		cs, err := client.Connect(cctx, &mcp.IOTransport{Reader: st.outR, Writer: stdin}, downstreamSession)
 		cancel()
 		if err != nil {
+			stdin.closeStdin()
 			st.tree.Kill()
 			go st.tree.Wait()
 			g.skip(st.srv.Name, "connect", err)
+			failed = append(failed, ServerFailure{Server: st.srv.Name, Stage: "connect", Err: err})
 			continue
 		}
-		g.downs[st.srv.Name] = &downstream{name: st.srv.Name, cs: cs, cmd: st.cmd, tree: st.tree}
+		g.downs[st.srv.Name] = &downstream{name: st.srv.Name, cs: cs, cmd: st.cmd, tree: st.tree, proc: newServerProc(st.cmd, st.tree, stdin)}
+	}
+	if len(g.downs) == 0 {
+		// Nothing to serve but the meta-tools: refuse, as for a bad file.
+		return sess, &NoServerError{Failed: failed}
 	}
 	defer g.shutdown()
+	// A stop (the caller's ctx) is the host leaving too: the calls in
+	// flight get the grace.
+	defer context.AfterFunc(ctx, func() { g.leave("aegis was told to stop") })()
 
 	if err := g.aggregate(ctx); err != nil {
 		return sess, err
@@ -312,27 +347,6 @@ func (g *gateway) skip(name, stage string, err error) {
 	fmt.Fprintf(g.cfg.Stderr, "aegis: warning: server %s skipped: %s: %v\n", name, stage, err)
 	if _, rerr := g.sess.Fact(schemas.KindNote, map[string]string{"server": name, "skipped": stage, "error": err.Error()}); rerr != nil {
 		g.log.Warn("record skipped server", "err", rerr)
-	}
-}
-
-func (g *gateway) shutdown() {
-	for _, d := range g.downs {
-		d.cs.Close()
-		done := make(chan struct{})
-		go func() { d.tree.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(3 * time.Second):
-			d.tree.Kill()
-			<-done
-		}
-		if err := d.tree.Stop(3 * time.Second); err != nil { // what the server left running
-			g.log.Error("end the server's processes", "server", d.name, "err", err)
-		}
-		code := exitCode(d.cmd.ProcessState)
-		if rc, err := g.sess.Fact(schemas.KindChildExited, map[string]any{"server": d.name, "code": code}); err == nil {
-			rc.Wait(context.Background())
-		}
 	}
 }
 
@@ -531,6 +545,11 @@ func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 // toolsCall records one tools/call: intent before anything runs, outcome
 // before the answer goes back.
 func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolRequest, next mcp.MethodHandler) (mcp.Result, error) {
+	// The call runs under cctx (see callContext); recording waits for the
+	// store whatever happens to the call or the host.
+	cctx, release := g.callContext(ctx)
+	defer release()
+	ctx = context.WithoutCancel(ctx)
 	name := r.Params.Name
 	args := r.Params.Arguments
 	reqBytes, _ := json.Marshal(map[string]any{"name": name, "arguments": json.RawMessage(orEmptyObject(args))})
@@ -613,8 +632,15 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 			axes.MatchedRule = gd.decision.MatchedRule
 		}
 	}
-	res, err := next(ctx, method, r)
+	res, err := next(cctx, method, r)
 	if err != nil {
+		if o, ok := g.cancelledOutcome(cctx, wc, g.downs[e.server], start); ok {
+			o.DecisionAxes = axes
+			if _, ferr := finish(o, nil); ferr != nil {
+				return nil, ferr
+			}
+			return nil, err
+		}
 		o := wc.Seed()
 		o.Policy = schemas.PolicyAllowed()
 		o.Capability = schemas.CapabilityGranted(schemas.DenyAllGrant(name, schemas.WrapGrantPrefix+wc.CallID))
@@ -629,6 +655,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 	b, _ := json.Marshal(res)
 	o := wc.Answered(sha(b), uint64(g.cfg.Now().Sub(start).Milliseconds()))
 	o.DecisionAxes = axes
+	defer g.undelivered(wc)
 	if ct, ok := res.(*mcp.CallToolResult); ok {
 		return finish(o, ct)
 	}
@@ -824,6 +851,11 @@ type frameTap struct {
 
 func (t *frameTap) Read(p []byte) (int, error) {
 	n, err := t.r.Read(p)
+	if err != nil {
+		// Before the SDK sees the end, so that it is not taken for a
+		// cancellation of the calls in flight.
+		defer t.g.leave("the host closed its stdin")
+	}
 	t.buf = append(t.buf, p[:n]...)
 	for {
 		i := bytes.IndexByte(t.buf, '\n')

@@ -126,7 +126,9 @@
 //     namespaces (the landlock domain, the filters and no_new_privs hold
 //     inside them).
 //   - Resources: no CPU, memory, process-count or disk-space limit.
-//   - The environment: the server gets aegis's, secrets included.
+//   - The environment: the server gets the one its caller gives the
+//     helper, secrets included (aegis wrap: aegis's; the gateway: a
+//     minimal one and the server's own env, see proxy.ServerEnv).
 //   - Under exec support, /proc: every process's cmdline and status, the
 //     descriptions of the uid's keys in /proc/keys, the host's network
 //     tables. Landlock's ptrace rules keep other processes' memory and

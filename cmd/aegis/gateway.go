@@ -34,13 +34,45 @@ with the meta-tool aegis.set_profile: along an allowed_transitions edge at
 once, otherwise a human runs 'aegis approve ID' and the agent confirms with
 aegis.approval_status.
 
-FILE is strict YAML (servers, profiles, activation.default_profile,
-error_disclosure, optional rules); see proxy/testdata/aegis.yaml. An invalid
-file, a missing key or an unusable store refuse to start; a server that
-fails to start is skipped, said on stderr and recorded. A state directory
+FILE is strict YAML; docs/GATEWAY.md describes every key. In short:
+
+  version: 1
+  servers:                      # each runs as a stdio subprocess
+    NAME:
+      command: PROG             # args: [..], transport: stdio
+      env: {VAR: value, TOKEN: {file: /abs/path}}   # file: read at start
+      env_passthrough: [VAR]    # copied from aegis's environment
+      confine: {allow_read: [..], allow_write: [..], allow_net: [HOST:PORT]}
+  profiles:
+    NAME:
+      allow: ["SERVER.TOOL_GLOB"]          # what the profile shows and runs
+      resources: ["scheme://host/path/**"]  # URI patterns it may read
+      extends: PROFILE                      # inherit allow and resources
+      allowed_transitions: [PROFILE]        # switches without a human
+  activation: {default_profile: NAME}
+  error_disclosure: verbose     # or minimal
+  rules: [..]                   # optional wrap-style rules on top
+
+Unknown keys are errors with their line. Each server gets a minimal
+environment (PATH, HOME, USER, LOGNAME, SHELL, LANG, LC_*, TZ, TMPDIR,
+TERM, XDG_RUNTIME_DIR), its env and the variables its env_passthrough
+names; nothing else of aegis's environment, and no value is recorded. An
+env file that group or others may access, or that is missing, refuses the
+start.
+
+An invalid file, a missing key or an unusable store refuse to start; a
+server that fails to start is skipped, said on stderr, recorded and shown
+by aegis sessions and aegis replay; when no server starts, the gateway
+refuses to start (exit 1) and says which failed and why. A state directory
 whose event stream lost messages is refused (see docs/FILES.md). SIGINT or
 SIGTERM ends the gateway; one that comes before the servers start ends it
 at once, with 128+N, and starts none.
+
+When the host closes its stdin, a call in flight has 2 s to finish (its
+outcome is recorded; the answer can no longer be delivered); after that it
+is cancelled (notifications/cancelled to its server) and recorded so.
+Then each server has its stdin closed, 2 s to exit, SIGTERM, 2 s more,
+SIGKILL; child.exited names the server, its PID and what ended it.
 
 --max-state-size SIZE (such as 10GiB) caps the state directory's event
 stream, as for aegis wrap. At the cap the gateway fails closed: nothing more
@@ -123,7 +155,13 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	}
 	var servers []proxy.GatewayServer
 	for _, s := range gw.Servers() {
-		gs := proxy.GatewayServer{Name: s.Name, Argv: append([]string{s.Command}, s.Args...), Env: append(os.Environ(), s.Env...)}
+		// Each server gets a minimal environment and what the file gives
+		// it, never aegis's whole environment; env files are read now.
+		env, err := proxy.ServerEnv(os.Environ(), s)
+		if err != nil {
+			return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file or its mode; nothing was started")
+		}
+		gs := proxy.GatewayServer{Name: s.Name, Argv: append([]string{s.Command}, s.Args...), Env: env}
 		if s.Confine != nil {
 			c := s.Confine
 			p := &sandbox.Profile{ReadPaths: c.AllowRead, WritePaths: c.AllowWrite, ExecSupport: c.AllowExecSupport,
@@ -183,6 +221,10 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	var oe *proxy.OpenError
 	if errors.As(err, &oe) {
 		return openSessionError(oe.Err, audit)
+	}
+	var ns *proxy.NoServerError
+	if errors.As(err, &ns) {
+		err = withHint(err, "check each server's command, args and env in "+config+"; nothing was served")
 	}
 	if errors.Is(err, events.ErrFull) {
 		err = withHint(err, fullHint(store.Dir()))

@@ -316,3 +316,51 @@ func TestRecheckApprovedGatewayCallNotNewlyAllowed(t *testing.T) {
 		t.Errorf("no rules: exit %d\n%s", code, out)
 	}
 }
+
+// A server that fails to start is skipped, and the session says so where
+// an operator looks: aegis sessions (after the configuration, and in
+// --json) and aegis replay (a skipped line with the reason). The servers
+// that did start are named in their started and exited lines.
+func TestGatewaySkippedServerShown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis gateway")
+	}
+	l := newLive(t, "")
+	missing := filepath.Join(l.dir, "no-such-server")
+	w := l.gateway(`version: 1
+servers:
+  gone:
+    command: ` + missing + `
+  example:
+    command: ` + filepath.Join(l.bin, "aegis-example-server") + `
+profiles:
+  p:
+    allow: ["example.*"]
+activation:
+  default_profile: p
+`)
+	w.initialize()
+	if a := w.call(1, "tools/call", `{"name":"example__echo","arguments":{"message":"hi"}}`); !strings.Contains(a, "hi") {
+		t.Fatalf("echo: %s", a)
+	}
+	w.finish()
+
+	_, out, _ := l.in("sessions")
+	if !strings.Contains(out, "aegis.yaml · skipped: gone (start)") {
+		t.Errorf("sessions does not show the skipped server:\n%s", out)
+	}
+	_, out, _ = l.in("sessions", "--json")
+	var list []struct {
+		Skipped []struct{ Server, Stage, Error string } `json:"skipped"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 1 || len(list[0].Skipped) != 1 ||
+		list[0].Skipped[0].Server != "gone" || list[0].Skipped[0].Stage != "start" || !strings.Contains(list[0].Skipped[0].Error, missing) {
+		t.Errorf("sessions --json: %v\n%s", err, out)
+	}
+	_, out, _ = l.in("replay", "last")
+	for _, want := range []string{"skipped   server gone skipped at start: ", "started   example pid ", "exited    example pid "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("replay does not show %q:\n%s", want, out)
+		}
+	}
+}

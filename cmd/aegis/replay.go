@@ -28,7 +28,9 @@ order aegis made them durable):
 each frame summarised (method, tool, id, size), each intent and each
 verdict with its reason and rule, each approval with what it is for (the
 tool, or a gateway's profile switch "profile FROM -> TO") and who resolved
-it, the confinement fact, the child's start and exit, and the close.
+it, the confinement fact, the child's start and exit (a gateway's:
+each server's name and PID, and what ended it), each server a gateway
+skipped ("skipped  server fs skipped at start: WHY"), and the close.
 PROFILE is the profile active at that step: a gateway session's default
 profile from its start, then each switch ("-" for aegis wrap, which has
 no profiles). An approval is resolved once: a denial after an approval is

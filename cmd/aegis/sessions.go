@@ -41,11 +41,14 @@ close, ~ marks the time of its last event. EXIT is the wrapped server's
 exit status. CALLS counts recorded tools/calls, REFUSED the ones aegis kept
 from the server, APPROVALS the approvals requested (and what became of
 them: one revoked after its approval counts as denied). COMMAND is the
-wrapped command (or a gateway's configuration).
+wrapped command, or a gateway's configuration followed by the servers it
+skipped and where they failed ("· skipped: fs (start)"); replay shows why.
 
 --json prints a JSON array with one object per session (id, started,
 ended, last_event, state, pid, argv, audit_path, key_id, events, frames,
-calls, refusals, in_flight, approvals, confined, profile, child_exit).
+calls, refusals, in_flight, approvals, confined, profile, child_exit,
+skipped). skipped lists a gateway's servers that could not be used
+(server, stage, error).
 profile is the profile active at the session's last event (a gateway's
 default profile until it switches; "-" for aegis wrap). approvals counts
 requested, approved, denied, expired, used, refused (requests aegis
@@ -156,10 +159,19 @@ func approvalCell(a projector.ApprovalCounts) string {
 }
 
 func commandOf(s projector.SessionSummary) string {
+	c := projector.QuoteArgv(s.Argv)
 	if s.Config != "" {
-		return "gateway " + projector.Printable(s.Config)
+		c = "gateway " + projector.Printable(s.Config)
 	}
-	return projector.QuoteArgv(s.Argv)
+	for i, k := range s.Skipped {
+		if i == 0 {
+			c += " · skipped: "
+		} else {
+			c += ", "
+		}
+		c += projector.Printable(k.Server + " (" + k.Stage + ")")
+	}
+	return c
 }
 
 // streamReader is read access to a state directory's stream: the store
