@@ -722,7 +722,7 @@ func readFrom(cs *mcp.ClientSession) mcp.ResourceHandler {
 type cancelGuard struct {
 	g         *gateway
 	mu        sync.Mutex
-	inflight  map[string]bool // ids of host requests not yet answered
+	inflight  map[string]string // ids of host requests not yet answered -> method
 	cancelled map[string]bool // of those, the ones the host cancelled
 }
 
@@ -781,13 +781,16 @@ func (c *cancelGuard) hostFrame(frame []byte) {
 			}
 			k := rpcIDKey(p.RequestID)
 			c.mu.Lock()
-			ok := k != "" && c.inflight[k]
+			method, ok := c.inflight[k]
+			ok = ok && k != ""
 			if ok {
 				c.cancelled[k] = true
 			}
 			c.mu.Unlock()
-			if ok {
-				if _, err := c.g.sess.Fact(schemas.KindCallCancelled, map[string]string{"request_id": string(p.RequestID), "by": "host"}); err != nil {
+			// A tools/call's cancellation is recorded with its outcome
+			// (cancelledOutcome), naming the call; any other request's here.
+			if ok && method != "tools/call" {
+				if _, err := c.g.sess.Fact(schemas.KindCallCancelled, map[string]string{"request_id": string(p.RequestID), "method": method, "by": "host"}); err != nil {
 					c.g.log.Warn("record a cancellation", "err", err)
 				}
 			}
@@ -795,9 +798,9 @@ func (c *cancelGuard) hostFrame(frame []byte) {
 			if k := rpcIDKey(h.ID); k != "" {
 				c.mu.Lock()
 				if c.inflight == nil {
-					c.inflight, c.cancelled = map[string]bool{}, map[string]bool{}
+					c.inflight, c.cancelled = map[string]string{}, map[string]bool{}
 				}
-				c.inflight[k] = true
+				c.inflight[k] = h.Method
 				c.mu.Unlock()
 			}
 		}

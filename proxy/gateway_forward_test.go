@@ -20,7 +20,7 @@ import (
 )
 
 // gatewayCmd is `aegis gateway` over a config holding servers (name ->
-// argv) and one profile that allows allow.
+// argv) and one profile that allows allow, resources, and every prompt.
 func gatewayCmd(t *testing.T, c *cli, servers map[string][]string, allow []string, resources []string) *exec.Cmd {
 	t.Helper()
 	q := func(v any) string {
@@ -34,6 +34,12 @@ func gatewayCmd(t *testing.T, c *cli, servers map[string][]string, allow []strin
 		fmt.Fprintf(&y, "  %s:\n    command: %s\n    args: %s\n", n, q(argv[0]), q(argv[1:]))
 	}
 	fmt.Fprintf(&y, "profiles:\n  all:\n    allow: %s\n", q(allow))
+	// Every prompt of every server, as a direct connection shows them.
+	var prompts []string
+	for _, n := range sortedNames(servers) {
+		prompts = append(prompts, n+".*")
+	}
+	fmt.Fprintf(&y, "    prompts: %s\n", q(prompts))
 	if len(resources) > 0 {
 		fmt.Fprintf(&y, "    resources: %s\n", q(resources))
 	}
