@@ -723,7 +723,7 @@ type cancelGuard struct {
 	g         *gateway
 	mu        sync.Mutex
 	inflight  map[string]string // ids of host requests not yet answered -> method
-	cancelled map[string]bool // of those, the ones the host cancelled
+	cancelled map[string]bool   // of those, the ones the host cancelled
 }
 
 type rpcHead struct {
