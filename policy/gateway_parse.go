@@ -721,6 +721,26 @@ func parseNamePattern(text, what, example string) (toolPattern, string) {
 	return t, ""
 }
 
+// profilePatterns parses one kind of "<server>.<glob>" entries (key) of
+// every profile, each naming a declared server.
+func (p *parser) profilePatterns(g *Gateway, raws []*rawProfile, key string, entries func(*rawProfile) []lineStr,
+	parse func(string) (toolPattern, string)) (map[string][]toolPattern, error) {
+	out := make(map[string][]toolPattern, len(raws))
+	for _, r := range raws {
+		for _, a := range entries(r) {
+			t, prob := parse(a.s)
+			if prob != "" {
+				return nil, p.errorf(a.line, a.path, "bad %s entry %q: %s", key, a.s, prob)
+			}
+			if _, ok := g.serverIndex[t.server]; !ok {
+				return nil, p.errorf(a.line, a.path, "unknown server %q in %s entry %q", t.server, key, a.s)
+			}
+			out[r.name] = append(out[r.name], t)
+		}
+	}
+	return out, nil
+}
+
 func (p *parser) resolveProfiles(g *Gateway, raws []*rawProfile) error {
 	byName := make(map[string]*rawProfile, len(raws))
 	for _, r := range raws {
@@ -753,32 +773,14 @@ func (p *parser) resolveProfiles(g *Gateway, raws []*rawProfile) error {
 			cur = next
 		}
 	}
-	// Allow entries: form and server.
-	allows := make(map[string][]toolPattern, len(raws))
-	for _, r := range raws {
-		for _, a := range r.allow {
-			t, prob := parseToolPattern(a.s)
-			if prob != "" {
-				return p.errorf(a.line, a.path, "bad allow entry %q: %s", a.s, prob)
-			}
-			if _, ok := g.serverIndex[t.server]; !ok {
-				return p.errorf(a.line, a.path, "unknown server %q in allow entry %q", t.server, a.s)
-			}
-			allows[r.name] = append(allows[r.name], t)
-		}
+	// Allow and prompts entries: form and server.
+	allows, err := p.profilePatterns(g, raws, "allow", func(r *rawProfile) []lineStr { return r.allow }, parseToolPattern)
+	if err != nil {
+		return err
 	}
-	prompts := make(map[string][]toolPattern, len(raws))
-	for _, r := range raws {
-		for _, a := range r.prompts {
-			t, prob := parsePromptPattern(a.s)
-			if prob != "" {
-				return p.errorf(a.line, a.path, "bad prompts entry %q: %s", a.s, prob)
-			}
-			if _, ok := g.serverIndex[t.server]; !ok {
-				return p.errorf(a.line, a.path, "unknown server %q in prompts entry %q", t.server, a.s)
-			}
-			prompts[r.name] = append(prompts[r.name], t)
-		}
+	prompts, err := p.profilePatterns(g, raws, "prompts", func(r *rawProfile) []lineStr { return r.prompts }, parsePromptPattern)
+	if err != nil {
+		return err
 	}
 	var build func(r *rawProfile) *profile
 	build = func(r *rawProfile) *profile {
