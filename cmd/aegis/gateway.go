@@ -47,7 +47,8 @@ FILE is strict YAML; docs/GATEWAY.md describes every key. In short:
     NAME:
       allow: ["SERVER.TOOL_GLOB"]          # what the profile shows and runs
       resources: ["scheme://host/path/**"]  # URI patterns it may read
-      extends: PROFILE                      # inherit allow and resources
+      prompts: ["SERVER.PROMPT_GLOB"]       # prompts it shows; none by default
+      extends: PROFILE                      # inherit allow, resources, prompts
       allowed_transitions: [PROFILE]        # switches without a human
   activation: {default_profile: NAME}
   error_disclosure: verbose     # or minimal
