@@ -620,8 +620,11 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 				g.gate.request(p)
 				fmt.Fprint(g.cfg.Stderr, approvalPrompt(p))
 			}
-			refusal := map[string]string{"code": policy.RefusalCode(gd.decision), "capability": axes.Capability, "active_profile": profile, "reason": gd.decision.Reason, "approval_id": gd.decision.ApprovalID}
+			refusal := map[string]string{"code": policy.RefusalCode(gd.decision), "capability": axes.Capability, "active_profile": profile, "reason": gd.decision.Reason}
 			if id := gd.decision.ApprovalID; id != "" {
+				// Only a pending approval has an id; a denial or a rate
+				// limit names none.
+				refusal["approval_id"] = id
 				refusal["hint"] = "run: aegis approve " + id + " (or: aegis deny " + id + "), then call the tool again with the same arguments: the approval lets it through once"
 			}
 			b, _ := json.Marshal(refusal)

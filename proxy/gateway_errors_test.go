@@ -248,6 +248,11 @@ rules:
 			continue
 		}
 		wantAegis(t, tc.name, payload, tc.want)
+		// Only a pending approval names one; an empty id would send a
+		// user to approve nothing.
+		if id, has := payload["approval_id"]; has {
+			t.Errorf("%s: approval_id %q in a refusal that asks for no approval", tc.name, id)
+		}
 	}
 	if text, isErr := toolText("nobody__nothing", nil); !isErr || !strings.Contains(text, "unknown tool") {
 		t.Errorf("unknown tool: %q %v", text, isErr)
