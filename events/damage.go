@@ -222,7 +222,7 @@ func (s *Store) saveMark(ctx context.Context) {
 	if err != nil || s.damage(st, "") != nil || st.State.LastSeq == 0 || st.State.LastSeq <= s.mark {
 		return
 	}
-	if err := writeAtomic(filepath.Join(s.dir, markFile), []byte(strconv.FormatUint(st.State.LastSeq, 10)+"\n")); err != nil {
+	if err := WriteFileAtomic(filepath.Join(s.dir, markFile), []byte(strconv.FormatUint(st.State.LastSeq, 10)+"\n")); err != nil {
 		s.log.Warn("save the stream's length", "err", err)
 	}
 }

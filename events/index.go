@@ -91,7 +91,7 @@ func (s *Store) IndexPut(ctx context.Context, key string, val []byte) (uint64, e
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return 0, fmt.Errorf("index: %w", err)
 	}
-	if err := writeAtomic(filepath.Join(dir, key), val); err != nil {
+	if err := WriteFileAtomic(filepath.Join(dir, key), val); err != nil {
 		return 0, fmt.Errorf("index %s: %w", key, err)
 	}
 	return revision(val), nil

@@ -162,7 +162,7 @@ func (s *Store) BeginRoll(ctx context.Context, detail any, prune bool) (*RollPla
 	if _, err := os.Stat(filepath.Join(s.dir, p.Stream.Archive)); err == nil {
 		return nil, fmt.Errorf("rotation: %s already exists", filepath.Join(s.dir, p.Stream.Archive))
 	}
-	if err := writeAtomic(filepath.Join(s.dir, rollFile), append(b, '\n')); err != nil {
+	if err := WriteFileAtomic(filepath.Join(s.dir, rollFile), append(b, '\n')); err != nil {
 		return nil, fmt.Errorf("write rotation plan: %w", err)
 	}
 	return p, nil
@@ -240,17 +240,17 @@ func applyRoll(dir string, p *RollPlan) error {
 	}
 	// The archive is a state directory of the old stream: its length, its
 	// first sequence, and the tag that refuses recording into it.
-	if err := writeAtomic(filepath.Join(root, markFile), []byte(strconv.FormatUint(p.Stream.LastSeq, 10)+"\n")); err != nil {
+	if err := WriteFileAtomic(filepath.Join(root, markFile), []byte(strconv.FormatUint(p.Stream.LastSeq, 10)+"\n")); err != nil {
 		return err
 	}
-	if err := writeAtomic(filepath.Join(root, BaseFile), []byte(strconv.FormatUint(p.Stream.FirstSeq, 10)+"\n")); err != nil {
+	if err := WriteFileAtomic(filepath.Join(root, BaseFile), []byte(strconv.FormatUint(p.Stream.FirstSeq, 10)+"\n")); err != nil {
 		return err
 	}
 	tag, _ := json.MarshalIndent(p, "", "  ")
-	if err := writeAtomic(filepath.Join(root, archivedTag), append(tag, '\n')); err != nil {
+	if err := WriteFileAtomic(filepath.Join(root, archivedTag), append(tag, '\n')); err != nil {
 		return err
 	}
-	if err := writeAtomic(filepath.Join(dir, BaseFile), []byte(strconv.FormatUint(p.Stream.LastSeq+1, 10)+"\n")); err != nil {
+	if err := WriteFileAtomic(filepath.Join(dir, BaseFile), []byte(strconv.FormatUint(p.Stream.LastSeq+1, 10)+"\n")); err != nil {
 		return err
 	}
 	// The index was folded from the old stream; it is a cache.
@@ -285,10 +285,11 @@ func (s *Store) Archived() *RollPlan { return s.archive }
 // started it began it.
 func (s *Store) Base() uint64 { return s.base }
 
-// writeAtomic replaces path with b: a temporary file beside it (mode
-// 0600), fsynced, renamed over it, and the directory fsynced. A reader
-// sees the old content or the new, never a mix.
-func writeAtomic(path string, b []byte) error {
+// WriteFileAtomic replaces path with b: a temporary file beside it (mode
+// 0600, named .put-*, which the next Open of a state directory removes if
+// a crash left it), fsynced, renamed over it, and the directory fsynced. A
+// reader sees the old content or the new, never a mix.
+func WriteFileAtomic(path string, b []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".put-*")
 	if err != nil {
 		return err
@@ -307,7 +308,14 @@ func writeAtomic(path string, b []byte) error {
 		os.Remove(f.Name())
 		return err
 	}
-	syncDir(filepath.Dir(path))
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
 	return nil
 }
 

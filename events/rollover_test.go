@@ -123,7 +123,7 @@ func TestInterruptedRollIsFinishedNotRunAround(t *testing.T) {
 			s := finishRoll(t, dir)
 			s.Close(context.Background())
 			b, _ := json.Marshal(p)
-			if err := writeAtomic(filepath.Join(dir, rollFile), b); err != nil {
+			if err := WriteFileAtomic(filepath.Join(dir, rollFile), b); err != nil {
 				t.Fatal(err)
 			}
 		}},

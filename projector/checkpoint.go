@@ -13,6 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -270,39 +271,9 @@ func checkpointOf(ctx context.Context, r io.Reader, name string) (schemas.Checkp
 // a temporary file in the same directory, mode 0600, written and fsynced,
 // then renamed over path, and the directory fsynced. An error before the
 // rename leaves path as it was and removes the temporary file.
-func WriteCheckpointFile(path string, note []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+func WriteCheckpointFile(path string, note []byte) error {
+	if err := events.WriteFileAtomic(path, note); err != nil {
 		return fmt.Errorf("projector: write checkpoint: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	if err = f.Chmod(0o600); err == nil {
-		if _, err = f.Write(note); err == nil {
-			err = f.Sync()
-		}
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("projector: write checkpoint: %w", err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("projector: write checkpoint: %w", err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("projector: write checkpoint: sync directory: %w", err)
-	}
-	defer d.Close()
-	if err = d.Sync(); err != nil {
-		return fmt.Errorf("projector: write checkpoint: sync directory: %w", err)
 	}
 	return nil
 }
