@@ -358,7 +358,7 @@ func (g *gateway) newClient(server string) *mcp.Client {
 			}
 			defer f.upstream(req.Params.GetProgressToken(), req.Session)()
 			res, err := host.CreateMessageWithTools(ctx, req.Params)
-			return res, asSent(err)
+			return res, hostError(asSent(err))
 		},
 		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			host, err := f.hostFor(ctx, server)
@@ -382,7 +382,7 @@ func (g *gateway) newClient(server string) *mcp.Client {
 			}
 			defer f.upstream(req.Params.GetProgressToken(), req.Session)()
 			res, err := host.Elicit(ctx, req.Params)
-			return res, asSent(err)
+			return res, hostError(asSent(err))
 		},
 		ElicitationCompleteHandler: func(ctx context.Context, req *mcp.ElicitationCompleteNotificationRequest) {
 			f.mu.Lock()
@@ -466,7 +466,7 @@ func (g *gateway) rootsMiddleware(server string) mcp.Middleware {
 			}
 			res, err := host.ListRoots(ctx, p)
 			if err != nil {
-				return nil, asSent(err)
+				return nil, hostError(asSent(err))
 			}
 			return res, nil
 		}

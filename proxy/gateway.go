@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aegis-dev/aegis/events"
@@ -85,6 +86,7 @@ type downstream struct {
 	cmd  *exec.Cmd
 	tree *sandbox.Tree // the server's process group and every process it starts
 	proc *serverProc   // its stdin, its PID, its exit
+	raw  *downRaw      // the gateway's own requests (tasks)
 }
 
 type toolEntry struct {
@@ -117,6 +119,7 @@ type gateway struct {
 
 	pt promptTable // prompts and resource templates
 	fw forwarder   // what is forwarded besides calls, and the list_changed relisting
+	tk *tasker     // tasks, which the SDK does not carry
 }
 
 // active returns the active profile.
@@ -203,6 +206,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		res: map[string]string{}, resDefs: map[string]*mcp.Resource{}, visible: map[string]bool{}, visRes: map[string]bool{},
 		state: policy.NewProfileState(cfg.DefaultProfile)}
 	g.life.init()
+	g.initTasks(ctx)
 	if cfg.Rules != nil {
 		g.gate = newGate(cfg.Rules, cfg.ApprovalTTL)
 	} else {
@@ -295,7 +299,8 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		client := g.newClient(st.srv.Name)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		stdin := newDownWriter(st.inW)
-		cs, err := client.Connect(cctx, &mcp.IOTransport{Reader: st.outR, Writer: stdin}, downstreamSession)
+		raw := newDownRaw(st.srv.Name, stdin)
+		cs, err := client.Connect(cctx, &mcp.IOTransport{Reader: g.tk.serverReader(raw, st.outR), Writer: stdin}, downstreamSession)
 		cancel()
 		if err != nil {
 			stdin.closeStdin()
@@ -305,7 +310,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 			failed = append(failed, ServerFailure{Server: st.srv.Name, Stage: "connect", Err: err})
 			continue
 		}
-		g.downs[st.srv.Name] = &downstream{name: st.srv.Name, cs: cs, cmd: st.cmd, tree: st.tree, proc: newServerProc(st.cmd, st.tree, stdin)}
+		g.downs[st.srv.Name] = &downstream{name: st.srv.Name, cs: cs, cmd: st.cmd, tree: st.tree, proc: newServerProc(st.cmd, st.tree, stdin), raw: raw}
 	}
 	if len(g.downs) == 0 {
 		// Nothing to serve but the meta-tools: refuse, as for a bad file.
@@ -335,7 +340,14 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		defer stop()
 	}
 	host := g.guardHost(&mcp.IOTransport{Reader: &frameTap{r: cfg.Stdin, g: g, kind: schemas.KindFrameC2S}, Writer: &frameTapW{w: cfg.Stdout, g: g}})
+	g.tk.out = &hostOut{w: host.Writer, t: g.tk}
+	host = &mcp.IOTransport{Reader: &frameFilter{r: host.Reader, take: g.tk.hostLine}, Writer: g.tk.out}
 	err = g.srv.Run(ctx, host)
+	// The task requests in flight have the grace, as the calls do.
+	if ctx.Err() == nil {
+		g.leave("the host's connection ended")
+	}
+	g.tk.wg.Wait()
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), "EOF") {
 		return sess, err
 	}
@@ -545,13 +557,32 @@ func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 // toolsCall records one tools/call: intent before anything runs, outcome
 // before the answer goes back.
 func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolRequest, next mcp.MethodHandler) (mcp.Result, error) {
+	res, err := g.decideCall(ctx, method, r.Params.Name, r.Params.Arguments, func(cctx context.Context, _ schemas.WrapCall, _ toolEntry) (any, error) {
+		return next(cctx, method, r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := res.(mcp.Result); ok {
+		return r, nil
+	}
+	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: no answer to tools/call (%T)", res)}
+}
+
+// callRunner runs a tools/call that decideCall let through, as call wc
+// of tool e, under cctx.
+type callRunner func(cctx context.Context, wc schemas.WrapCall, e toolEntry) (any, error)
+
+// decideCall decides and records one tools/call of the wire tool name with
+// args: intent before anything runs, outcome before the answer goes back.
+// run runs it when it is let through. The answer is a *mcp.CallToolResult
+// (a meta-tool's, or a refusal) or what run returned.
+func (g *gateway) decideCall(ctx context.Context, method, name string, args json.RawMessage, run callRunner) (any, error) {
 	// The call runs under cctx (see callContext); recording waits for the
 	// store whatever happens to the call or the host.
 	cctx, release := g.callContext(ctx)
 	defer release()
 	ctx = context.WithoutCancel(ctx)
-	name := r.Params.Name
-	args := r.Params.Arguments
 	reqBytes, _ := json.Marshal(map[string]any{"name": name, "arguments": json.RawMessage(orEmptyObject(args))})
 	dg := sha(reqBytes)
 	profile := g.active()
@@ -568,7 +599,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 	if err != nil {
 		return nil, auditRefusal(method, fmt.Errorf("record the intent, so the call was not run: %w", err))
 	}
-	finish := func(o schemas.Outcome, res *mcp.CallToolResult) (mcp.Result, error) {
+	finish := func(o schemas.Outcome, res any) (any, error) {
 		rc, err := g.sess.Outcome(o)
 		if err == nil {
 			_, err = rc.Wait(ctx)
@@ -635,7 +666,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 			axes.MatchedRule = gd.decision.MatchedRule
 		}
 	}
-	res, err := next(cctx, method, r)
+	res, err := run(cctx, wc, e)
 	if err != nil {
 		if o, ok := g.cancelledOutcome(cctx, wc, g.downs[e.server], start); ok {
 			o.DecisionAxes = axes
@@ -659,17 +690,7 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 	o := wc.Answered(sha(b), uint64(g.cfg.Now().Sub(start).Milliseconds()))
 	o.DecisionAxes = axes
 	defer g.undelivered(wc)
-	if ct, ok := res.(*mcp.CallToolResult); ok {
-		return finish(o, ct)
-	}
-	rc2, err := g.sess.Outcome(o)
-	if err == nil {
-		_, err = rc2.Wait(ctx)
-	}
-	if err != nil {
-		return nil, auditRefusal(method, fmt.Errorf("record the outcome, so the answer is withheld: %w", err))
-	}
-	return res, nil
+	return finish(o, res)
 }
 
 func orEmptyObject(b json.RawMessage) json.RawMessage {

@@ -228,7 +228,8 @@ func newServerProc(cmd *exec.Cmd, tree *sandbox.Tree, stdin *downWriter) *server
 // closed only after every one of them. Close leaves stdin open: the
 // shutdown closes it, in its order, with closeStdin.
 type downWriter struct {
-	f *os.File
+	f   *os.File
+	wmu sync.Mutex
 
 	mu      sync.Mutex
 	issued  int           // cancellations asked for (tickets)
@@ -241,7 +242,10 @@ func newDownWriter(f *os.File) *downWriter {
 }
 
 func (w *downWriter) Write(p []byte) (int, error) {
+	// The SDK's frames and the task layer's: one whole frame at a time.
+	w.wmu.Lock()
 	n, err := w.f.Write(p)
+	w.wmu.Unlock()
 	if err == nil && bytes.Contains(p, []byte("notifications/cancelled")) {
 		if c := countCancelled(p); c > 0 {
 			w.mu.Lock()

@@ -58,6 +58,10 @@ const (
 	// KindStoreRotated is the first event of a stream that a rotation
 	// started: what was rolled over, and the record files sealed with it.
 	KindStoreRotated Kind = "store.rotated"
+	// KindTaskResult records the result of a task-augmented tools/call
+	// (tasks/result) before the host is shown it: the call's own outcome
+	// recorded only that the task was created.
+	KindTaskResult Kind = "task.result"
 )
 
 var kinds = map[Kind]bool{
@@ -70,7 +74,7 @@ var kinds = map[Kind]bool{
 	KindChildStarted: true, KindChildExited: true,
 	KindAuditLine: true, KindNote: true,
 	KindCallCancelled: true, KindFrameDropped: true,
-	KindStoreRotated: true,
+	KindStoreRotated: true, KindTaskResult: true,
 }
 
 // Kinds returns every known kind, in no particular order.

@@ -1,0 +1,105 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// filterAll runs in through a frameFilter that takes every line for which
+// want says so, reading in chunks of the sizes chunk gives, and returns what
+// passed and what was taken.
+func filterAll(t testing.TB, in string, half bool, want func(line []byte) bool) (string, []string) {
+	var taken []string
+	var r io.Reader = strings.NewReader(in)
+	if half {
+		r = iotest.HalfReader(r)
+	}
+	f := &frameFilter{r: r, take: func(line []byte, at bool) bool {
+		if want(line) {
+			if at {
+				taken = append(taken, string(line))
+			}
+			return true
+		}
+		return false
+	}}
+	out, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), taken
+}
+
+func isTaskCall(line []byte) bool { return bytes.Contains(line, []byte(`"task"`)) }
+
+// The frame filter takes only whole frames that a continuous JSON reader
+// above it would also read as whole frames, so what it answers itself and
+// what the SDK answers never overlap.
+func TestFrameFilterTakesOnlyWholeFrames(t *testing.T) {
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","task":{}}}`
+	for _, tc := range []struct {
+		name, in, pass string
+		taken          int
+	}{
+		{"a task frame alone is taken", call + "\n", "", 1},
+		{"frames around it pass in order", "{\"a\":1}\n" + call + "\n{\"b\":2}\n", "{\"a\":1}\n{\"b\":2}\n", 1},
+		{"a frame without its newline at the end is taken", call, "", 1},
+		{"a task frame inside a value split over lines is not taken",
+			"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"x\",\"params\":\n" + call + "\n}\n",
+			"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"x\",\"params\":\n" + call + "\n}\n", 0},
+		{"after the split value ends, frames are taken again",
+			"{\"a\":\n1}\n" + call + "\n", "{\"a\":\n1}\n", 1},
+		{"two values on one line end at a boundary", "{}{}\n" + call + "\n", "{}{}\n", 1},
+		{"a line that is not JSON does not stop taking", "garbage\n" + call + "\n", "garbage\n", 1},
+		{"a task frame split over lines passes to the reader above",
+			"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\n\"params\":{\"task\":{}}}\n",
+			"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\n\"params\":{\"task\":{}}}\n", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, half := range []bool{false, true} {
+				pass, taken := filterAll(t, tc.in, half, isTaskCall)
+				if pass != tc.pass || len(taken) != tc.taken {
+					t.Errorf("half=%v: passed %q, took %d; want %q and %d", half, pass, len(taken), tc.pass, tc.taken)
+				}
+			}
+		})
+	}
+}
+
+// A line longer than MaxFrame is passed through as it comes, not held.
+func TestFrameFilterPassesOverlongLine(t *testing.T) {
+	long := `{"task":"` + strings.Repeat("x", MaxFrame+10) + `"}` + "\n"
+	pass, taken := filterAll(t, long+`{"task":1}`+"\n", false, isTaskCall)
+	if pass != long || len(taken) != 1 {
+		t.Errorf("passed %d bytes, took %d", len(pass), len(taken))
+	}
+}
+
+// Whatever the input and however it is split, nothing is lost or added:
+// the bytes that pass and the lines taken add up to the input.
+func FuzzFrameFilter(f *testing.F) {
+	f.Add([]byte(`{"task":1}` + "\n" + `{"a":` + "\n" + `{"task":2}}` + "\n"))
+	f.Add([]byte(`[{"task":1}]{"task":2}`))
+	f.Add([]byte("\n\n{\"task\":\"\\n\"}"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		took := 0
+		f := &frameFilter{r: iotest.OneByteReader(bytes.NewReader(in)), take: func(line []byte, at bool) bool {
+			if !at || !isTaskCall(line) || !json.Valid(line) {
+				return false
+			}
+			took += len(line)
+			return true
+		}}
+		out, err := io.ReadAll(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out)+took != len(in) {
+			t.Fatalf("passed %d and took %d bytes of %d: %q", len(out), took, len(in), out)
+		}
+	})
+}

@@ -1,0 +1,711 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// Tasks (task-augmented tools/call, tasks/get, tasks/result, tasks/cancel,
+// tasks/list, notifications/tasks/status) at the JSON-RPC level: the SDK
+// has none of them, so the gateway carries them itself, beside the SDK's
+// sessions on the same pipes (docs/GATEWAY-PARITY.md). Invariants:
+//
+//   - A task-augmented tools/call is decided and recorded as every
+//     tools/call is (decideCall): intent before it reaches the server,
+//     outcome (the server's CreateTaskResult, or the refusal) before the
+//     host sees the answer. Its name is namespaced; its arguments, _meta
+//     and task reach the server unchanged.
+//   - tasks/get, tasks/result and tasks/cancel reach only the server that
+//     created the task, and only for a task created through this gateway;
+//     any other task id is refused (-32602) and reaches no server.
+//     tasks/list answers the tasks created through this gateway.
+//   - tasks/result's answer (the tool's real result) is recorded
+//     (task.result) before the host sees it; a tasks/cancel is recorded as
+//     call.cancelled naming the task.
+//   - Task ids, statuses and results are the server's, unchanged.
+//   - The gateway's own requests to a server have string ids "aegis-N",
+//     which the SDK never uses; their answers are taken out of the
+//     server's stream before the SDK reads it.
+//   - The host sees the tasks capability, and each tool's execution
+//     (taskSupport), exactly as far as its servers announced them.
+//   - The gateway does not offer tasks to servers (task-augmented sampling
+//     or elicitation): servers are started before any host connects, so
+//     they are never told that the host could run them as tasks.
+
+// rawIDPrefix begins the ids of the gateway's own requests to a server.
+const rawIDPrefix = "aegis-"
+
+// taskMethods are the task requests a host sends.
+var taskMethods = map[string]bool{"tasks/get": true, "tasks/result": true, "tasks/cancel": true, "tasks/list": true}
+
+type taskEntry struct {
+	server string
+	callID string
+	toolID string // wire name
+}
+
+// tasker is the gateway's task layer. Its zero value is not ready: see
+// (*gateway).initTasks.
+type tasker struct {
+	g    *gateway
+	base context.Context
+	out  *hostOut
+
+	mu       sync.Mutex
+	tasks    map[string]taskEntry                  // task id -> where it runs
+	inflight map[string]context.CancelCauseFunc    // host request id -> cancel
+	watch    map[string]string                     // host request id -> method whose answer is amended
+	exec     map[string]map[string]json.RawMessage // server -> tool -> execution
+	caps     map[string]json.RawMessage            // server -> capabilities.tasks
+	creating map[string]int                        // server -> task-augmented calls in flight
+	wg       sync.WaitGroup
+}
+
+func (g *gateway) initTasks(ctx context.Context) {
+	g.tk = &tasker{g: g, base: ctx, tasks: map[string]taskEntry{}, inflight: map[string]context.CancelCauseFunc{},
+		watch: map[string]string{}, creating: map[string]int{}, exec: map[string]map[string]json.RawMessage{}, caps: map[string]json.RawMessage{}}
+}
+
+type rpcFrame struct {
+	JSONRPC string          `json:"jsonrpc,omitempty"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method,omitempty"`
+	Params  json.RawMessage `json:"params,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *jsonrpc.Error  `json:"error,omitempty"`
+}
+
+// hostLine follows one line from the host, and takes it (returns true)
+// when it is a task request, which it then answers itself.
+func (t *tasker) hostLine(line []byte, at bool) bool {
+	if !bytes.Contains(line, []byte(`"method"`)) {
+		return false
+	}
+	var h rpcFrame
+	if json.Unmarshal(line, &h) != nil || h.Method == "" {
+		return false
+	}
+	k := rpcIDKey(h.ID)
+	switch {
+	case h.Method == "notifications/cancelled":
+		var p struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(h.Params, &p) == nil {
+			t.mu.Lock()
+			cancel := t.inflight[rpcIDKey(p.RequestID)]
+			t.mu.Unlock()
+			if cancel != nil {
+				cancel(context.Canceled)
+			}
+		}
+		return false
+	case k == "":
+		return false
+	case h.Method == "initialize" || h.Method == "tools/list":
+		t.mu.Lock()
+		if len(t.watch) < maxWatched {
+			t.watch[k] = h.Method
+		}
+		t.mu.Unlock()
+		return false
+	case !at:
+		return false
+	case h.Method == "tools/call":
+		var p struct {
+			Task json.RawMessage `json:"task"`
+		}
+		if json.Unmarshal(h.Params, &p) != nil || len(p.Task) == 0 || string(p.Task) == "null" {
+			return false
+		}
+	case !taskMethods[h.Method]:
+		return false
+	}
+	ctx, cancel := context.WithCancelCause(t.base)
+	t.mu.Lock()
+	if _, dup := t.inflight[k]; dup {
+		t.mu.Unlock()
+		cancel(nil)
+		t.answer(h.ID, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "aegis: a request with this id is already in flight"})
+		return true
+	}
+	t.inflight[k] = cancel
+	t.wg.Add(1)
+	t.mu.Unlock()
+	go func() {
+		defer t.wg.Done()
+		defer func() {
+			t.mu.Lock()
+			delete(t.inflight, k)
+			t.mu.Unlock()
+			cancel(nil)
+		}()
+		res, err := t.handle(ctx, h)
+		t.answer(h.ID, res, err)
+	}()
+	return true
+}
+
+// maxWatched bounds the host requests whose answers wait to be amended.
+const maxWatched = 1024
+
+// answer writes the answer to the host's request id.
+func (t *tasker) answer(id json.RawMessage, res any, err error) {
+	f := rpcFrame{JSONRPC: "2.0", ID: id}
+	if err != nil {
+		var we *jsonrpc.Error
+		if !errors.As(hostError(err), &we) {
+			we = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+		}
+		f.Error = we
+	} else {
+		b, merr := json.Marshal(res)
+		if merr != nil {
+			f.Error = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: " + merr.Error()}
+		} else {
+			f.Result = b
+		}
+	}
+	t.out.frame(f)
+}
+
+// handle answers one task request of the host.
+func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
+	g := t.g
+	if h.Method == "tools/call" {
+		var p struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+			Meta      mcp.Meta        `json:"_meta"`
+			Task      json.RawMessage `json:"task"`
+		}
+		if err := json.Unmarshal(h.Params, &p); err != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "aegis: invalid tools/call params: " + err.Error()}
+		}
+		return g.decideCall(ctx, h.Method, p.Name, p.Arguments, func(cctx context.Context, wc schemas.WrapCall, e toolEntry) (any, error) {
+			d := g.downs[e.server]
+			if d == nil || d.raw == nil {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: server " + e.server + " is not running"}
+			}
+			if host := t.host(); host != nil {
+				var token any
+				if p.Meta != nil {
+					token = p.Meta["progressToken"]
+				}
+				defer g.fw.begin(e.server, host, token)()
+			}
+			params := map[string]any{"name": e.tool, "task": p.Task}
+			if len(p.Arguments) > 0 {
+				params["arguments"] = p.Arguments
+			}
+			if p.Meta != nil {
+				params["_meta"] = p.Meta
+			}
+			// A status the server sends before its answer names a task
+			// not known yet: it goes to the host while this call is in
+			// flight, as it would directly.
+			t.mu.Lock()
+			t.creating[e.server]++
+			t.mu.Unlock()
+			raw, err := d.raw.call(cctx, "tools/call", params)
+			defer func() {
+				t.mu.Lock()
+				if t.creating[e.server]--; t.creating[e.server] <= 0 {
+					delete(t.creating, e.server)
+				}
+				t.mu.Unlock()
+			}()
+			if err != nil {
+				return nil, err
+			}
+			var created struct {
+				Task *struct {
+					TaskID string `json:"taskId"`
+				} `json:"task"`
+			}
+			if json.Unmarshal(raw, &created) == nil && created.Task != nil && created.Task.TaskID != "" {
+				t.mu.Lock()
+				t.tasks[created.Task.TaskID] = taskEntry{server: e.server, callID: wc.CallID, toolID: wc.ToolID}
+				t.mu.Unlock()
+			}
+			return raw, nil
+		})
+	}
+	if h.Method == "tasks/list" {
+		return t.list(ctx)
+	}
+	var p struct {
+		TaskID string `json:"taskId"`
+	}
+	if err := json.Unmarshal(h.Params, &p); err != nil || p.TaskID == "" {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "aegis: " + h.Method + " needs params.taskId"}
+	}
+	t.mu.Lock()
+	e, ok := t.tasks[p.TaskID]
+	t.mu.Unlock()
+	d := g.downs[e.server]
+	if !ok || d == nil || d.raw == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("aegis: unknown task %q: no task of that id was created through this gateway", p.TaskID)}
+	}
+	cctx, release := g.callContext(ctx)
+	defer release()
+	if host := t.host(); host != nil {
+		// The server's requests while it works (input_required) go to
+		// this host.
+		defer g.fw.begin(e.server, host, nil)()
+	}
+	raw, err := d.raw.call(cctx, h.Method, json.RawMessage(orEmptyObject(h.Params)))
+	rctx := context.WithoutCancel(ctx)
+	switch h.Method {
+	case "tasks/cancel":
+		if err == nil {
+			fact := map[string]string{"task_id": p.TaskID, "call_id": e.callID, "tool_id": e.toolID, "server": e.server, "method": h.Method, "by": "host"}
+			if rc, ferr := g.sess.Fact(schemas.KindCallCancelled, fact); ferr != nil {
+				return nil, auditRefusal(h.Method, ferr)
+			} else if _, ferr := rc.Wait(rctx); ferr != nil {
+				return nil, auditRefusal(h.Method, ferr)
+			}
+		}
+	case "tasks/result":
+		fact := map[string]any{"task_id": p.TaskID, "call_id": e.callID, "tool_id": e.toolID, "server": e.server}
+		if err != nil {
+			fact["error"] = err.Error()
+		} else {
+			fact["result_digest"] = sha(compactJSON(raw))
+			var r struct {
+				IsError bool `json:"isError"`
+			}
+			json.Unmarshal(raw, &r)
+			fact["is_error"] = r.IsError
+		}
+		if rc, ferr := g.sess.Fact(schemas.KindTaskResult, fact); ferr != nil {
+			return nil, auditRefusal(h.Method, ferr)
+		} else if _, ferr := rc.Wait(rctx); ferr != nil {
+			return nil, auditRefusal(h.Method, ferr)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+func compactJSON(b []byte) []byte {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return b
+	}
+	return buf.Bytes()
+}
+
+// list answers tasks/list with the tasks created through this gateway, as
+// their servers list them.
+func (t *tasker) list(ctx context.Context) (any, error) {
+	t.mu.Lock()
+	mine := map[string]map[string]bool{} // server -> task ids
+	for id, e := range t.tasks {
+		if mine[e.server] == nil {
+			mine[e.server] = map[string]bool{}
+		}
+		mine[e.server][id] = true
+	}
+	t.mu.Unlock()
+	cctx, release := t.g.callContext(ctx)
+	defer release()
+	tasks := []json.RawMessage{}
+	for _, n := range sortedKeys(mine) {
+		d := t.g.downs[n]
+		if d == nil || d.raw == nil || !t.serverCan(n, "list") {
+			continue
+		}
+		var cursor string
+		for range maxTaskPages {
+			params := map[string]any{}
+			if cursor != "" {
+				params["cursor"] = cursor
+			}
+			raw, err := d.raw.call(cctx, "tasks/list", params)
+			if err != nil {
+				return nil, err
+			}
+			var page struct {
+				Tasks      []json.RawMessage `json:"tasks"`
+				NextCursor string            `json:"nextCursor"`
+			}
+			if err := json.Unmarshal(raw, &page); err != nil {
+				return nil, fmt.Errorf("server %s answered tasks/list with %w", n, err)
+			}
+			for _, task := range page.Tasks {
+				var id struct {
+					TaskID string `json:"taskId"`
+				}
+				if json.Unmarshal(task, &id) == nil && mine[n][id.TaskID] {
+					tasks = append(tasks, task)
+				}
+			}
+			if cursor = page.NextCursor; cursor == "" {
+				break
+			}
+		}
+	}
+	return map[string]any{"tasks": tasks}, nil
+}
+
+// maxTaskPages bounds the pages of one server's tasks/list.
+const maxTaskPages = 100
+
+// host is the host session that a task's server requests go to: the only
+// one there is.
+func (t *tasker) host() *mcp.ServerSession {
+	if hs := t.g.fw.hosts(); len(hs) == 1 {
+		return hs[0]
+	}
+	return nil
+}
+
+// serverCan reports whether server announced capabilities.tasks.<what>.
+func (t *tasker) serverCan(server, what string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var c map[string]json.RawMessage
+	return json.Unmarshal(t.caps[server], &c) == nil && c[what] != nil
+}
+
+// capability is the tasks capability the gateway announces to the host:
+// tool calls as tasks when some server runs them, list and cancel when
+// some such server has them. It is nil when no server runs tools as tasks.
+func (t *tasker) capability() map[string]any {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var calls, list, cancel bool
+	for _, raw := range t.caps {
+		var c struct {
+			List     json.RawMessage `json:"list"`
+			Cancel   json.RawMessage `json:"cancel"`
+			Requests struct {
+				Tools struct {
+					Call json.RawMessage `json:"call"`
+				} `json:"tools"`
+			} `json:"requests"`
+		}
+		if json.Unmarshal(raw, &c) != nil || c.Requests.Tools.Call == nil {
+			continue
+		}
+		calls, list, cancel = true, list || c.List != nil, cancel || c.Cancel != nil
+	}
+	if !calls {
+		return nil
+	}
+	cap := map[string]any{"requests": map[string]any{"tools": map[string]any{"call": map[string]any{}}}}
+	if list {
+		cap["list"] = map[string]any{}
+	}
+	if cancel {
+		cap["cancel"] = map[string]any{}
+	}
+	return cap
+}
+
+// serverLine follows one line from server, and takes it when it is the
+// answer to one of the gateway's own requests or a task status.
+func (t *tasker) serverLine(d *downRaw, line []byte, at bool) bool {
+	raw := bytes.Contains(line, []byte(`"`+rawIDPrefix))
+	status := bytes.Contains(line, []byte(`notifications/tasks/status`))
+	tools := bytes.Contains(line, []byte(`"tools"`)) || bytes.Contains(line, []byte(`"capabilities"`))
+	if !raw && !status && !tools {
+		return false
+	}
+	var h rpcFrame
+	if json.Unmarshal(line, &h) != nil {
+		return false
+	}
+	var id string
+	if h.Method == "" && json.Unmarshal(h.ID, &id) == nil && strings.HasPrefix(id, rawIDPrefix) {
+		if at {
+			d.deliver(id, h.Result, h.Error)
+		}
+		return true
+	}
+	switch {
+	case h.Method == "notifications/tasks/status":
+		var p struct {
+			TaskID string `json:"taskId"`
+		}
+		json.Unmarshal(h.Params, &p)
+		t.mu.Lock()
+		e, known := t.tasks[p.TaskID]
+		known = (known && e.server == d.server) || (!known && t.creating[d.server] > 0)
+		t.mu.Unlock()
+		if known && at {
+			t.out.frame(rpcFrame{JSONRPC: "2.0", Method: h.Method, Params: h.Params})
+		}
+		return true
+	case h.Method == "" && h.Result != nil:
+		t.observe(d.server, h.Result)
+	}
+	return false
+}
+
+// observe notes, from a server's answer, its tasks capability and its
+// tools' execution.
+func (t *tasker) observe(server string, result json.RawMessage) {
+	var r struct {
+		Capabilities *struct {
+			Tasks json.RawMessage `json:"tasks"`
+		} `json:"capabilities"`
+		ProtocolVersion string `json:"protocolVersion"`
+		Tools           []struct {
+			Name      string          `json:"name"`
+			Execution json.RawMessage `json:"execution"`
+		} `json:"tools"`
+	}
+	if json.Unmarshal(result, &r) != nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r.Capabilities != nil && r.ProtocolVersion != "" && r.Capabilities.Tasks != nil {
+		t.caps[server] = r.Capabilities.Tasks
+	}
+	for _, tool := range r.Tools {
+		if tool.Execution == nil {
+			continue
+		}
+		if t.exec[server] == nil {
+			t.exec[server] = map[string]json.RawMessage{}
+		}
+		t.exec[server][tool.Name] = tool.Execution
+	}
+}
+
+// amend returns the frame that the SDK wrote to the host with what the
+// SDK cannot carry added: the tasks capability to the initialize answer,
+// each tool's execution to a tools/list answer.
+func (t *tasker) amend(p []byte) []byte {
+	t.mu.Lock()
+	n := len(t.watch)
+	t.mu.Unlock()
+	if n == 0 || !bytes.Contains(p, []byte(`"result"`)) {
+		return p
+	}
+	var h rpcFrame
+	if json.Unmarshal(p, &h) != nil || h.Method != "" {
+		return p
+	}
+	k := rpcIDKey(h.ID)
+	t.mu.Lock()
+	method, ok := t.watch[k]
+	delete(t.watch, k)
+	t.mu.Unlock()
+	if !ok || h.Result == nil {
+		return p
+	}
+	var res map[string]json.RawMessage
+	if json.Unmarshal(h.Result, &res) != nil {
+		return p
+	}
+	switch method {
+	case "initialize":
+		c := t.capability()
+		if c == nil {
+			return p
+		}
+		var caps map[string]json.RawMessage
+		if json.Unmarshal(res["capabilities"], &caps) != nil || caps == nil {
+			caps = map[string]json.RawMessage{}
+		}
+		caps["tasks"], _ = json.Marshal(c)
+		res["capabilities"], _ = json.Marshal(caps)
+	case "tools/list":
+		var tools []map[string]json.RawMessage
+		if json.Unmarshal(res["tools"], &tools) != nil {
+			return p
+		}
+		changed := false
+		for _, tool := range tools {
+			var name string
+			json.Unmarshal(tool["name"], &name)
+			e, ok := t.g.tool(name)
+			if !ok {
+				continue
+			}
+			t.mu.Lock()
+			x := t.exec[e.server][e.tool]
+			t.mu.Unlock()
+			if x != nil {
+				tool["execution"], changed = x, true
+			}
+		}
+		if !changed {
+			return p
+		}
+		res["tools"], _ = json.Marshal(tools)
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return p
+	}
+	h.Result = b
+	out, err := json.Marshal(h)
+	if err != nil {
+		return p
+	}
+	return append(out, '\n')
+}
+
+// hostOut is the host's end of the gateway's stdout: the SDK's frames, with
+// what tasks adds, and the task layer's own, one whole frame at a time.
+type hostOut struct {
+	mu sync.Mutex
+	w  io.WriteCloser
+	t  *tasker
+}
+
+func (o *hostOut) Write(p []byte) (int, error) {
+	q := o.t.amend(p)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, err := o.w.Write(q); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (o *hostOut) Close() error { return o.w.Close() }
+
+// frame writes one frame of the task layer to the host.
+func (o *hostOut) frame(f rpcFrame) {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, err := o.w.Write(append(b, '\n')); err != nil {
+		o.t.g.log.Warn("write a task frame to the host", "err", err)
+	}
+}
+
+// downRaw is the gateway's own JSON-RPC channel to one server, beside the
+// SDK's session on the same pipes.
+type downRaw struct {
+	server string
+	w      io.Writer
+
+	mu      sync.Mutex
+	n       uint64
+	waiting map[string]chan rpcFrame
+	closed  error
+}
+
+func newDownRaw(server string, w io.Writer) *downRaw {
+	return &downRaw{server: server, w: w, waiting: map[string]chan rpcFrame{}}
+}
+
+// call sends a request to the server and waits for its answer. When ctx
+// ends first, the server is sent notifications/cancelled for it.
+func (d *downRaw) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	d.mu.Lock()
+	if d.closed != nil {
+		d.mu.Unlock()
+		return nil, d.closed
+	}
+	d.n++
+	id := rawIDPrefix + strconv.FormatUint(d.n, 10)
+	ch := make(chan rpcFrame, 1)
+	d.waiting[id] = ch
+	d.mu.Unlock()
+	forget := func() {
+		d.mu.Lock()
+		delete(d.waiting, id)
+		d.mu.Unlock()
+	}
+	pb, err := json.Marshal(params)
+	if err != nil {
+		forget()
+		return nil, err
+	}
+	idb, _ := json.Marshal(id)
+	b, _ := json.Marshal(rpcFrame{JSONRPC: "2.0", ID: idb, Method: method, Params: pb})
+	if _, err := d.w.Write(append(b, '\n')); err != nil {
+		forget()
+		return nil, fmt.Errorf("write to server %s: %w", d.server, err)
+	}
+	select {
+	case f := <-ch:
+		if f.Error != nil {
+			return nil, f.Error
+		}
+		if f.Result == nil {
+			return nil, fmt.Errorf("server %s: %w", d.server, errNoAnswer)
+		}
+		return f.Result, nil
+	case <-ctx.Done():
+		forget()
+		cause := context.Cause(ctx)
+		pc, _ := json.Marshal(map[string]any{"requestId": id, "reason": cause.Error()})
+		c, _ := json.Marshal(rpcFrame{JSONRPC: "2.0", Method: "notifications/cancelled", Params: pc})
+		d.w.Write(append(c, '\n'))
+		return nil, cause
+	}
+}
+
+var errNoAnswer = errors.New("the server's output ended before it answered")
+
+func (d *downRaw) deliver(id string, result json.RawMessage, e *jsonrpc.Error) {
+	d.mu.Lock()
+	ch := d.waiting[id]
+	delete(d.waiting, id)
+	d.mu.Unlock()
+	if ch != nil {
+		ch <- rpcFrame{Result: result, Error: e}
+	}
+}
+
+// fail ends every request waiting for an answer: the server's output
+// ended.
+func (d *downRaw) fail(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed == nil {
+		d.closed = fmt.Errorf("server %s: %w (%v)", d.server, errNoAnswer, err)
+	}
+	for id, ch := range d.waiting {
+		ch <- rpcFrame{Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: " + d.closed.Error()}}
+		delete(d.waiting, id)
+	}
+}
+
+// serverReader is a server's stdout as the SDK reads it: the answers to
+// the gateway's own requests and task statuses taken out, the rest
+// unchanged.
+type serverReader struct {
+	f *frameFilter
+	d *downRaw
+}
+
+func (t *tasker) serverReader(d *downRaw, r io.Reader) io.ReadCloser {
+	return &serverReader{f: &frameFilter{r: r, take: func(line []byte, at bool) bool { return t.serverLine(d, line, at) }}, d: d}
+}
+
+func (s *serverReader) Read(p []byte) (int, error) {
+	n, err := s.f.Read(p)
+	if err != nil {
+		s.d.fail(err)
+	}
+	return n, err
+}
+
+func (s *serverReader) Close() error { return s.f.Close() }

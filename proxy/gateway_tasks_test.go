@@ -1,0 +1,351 @@
+package proxy_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aegis-dev/aegis/proxy/mcptest"
+)
+
+// taskHost is a host that speaks JSON-RPC lines, as the TypeScript SDK's
+// client does for tasks (which the Go SDK has none of). It answers the
+// server's elicitations with elicit, and keeps every notification.
+type taskHost struct {
+	t      *testing.T
+	in     io.WriteCloser
+	mu     sync.Mutex
+	notes  []map[string]any
+	answer map[string]chan map[string]any
+	asked  []string // methods of the server's requests
+	elicit map[string]any
+	wmu    sync.Mutex
+	next   int
+}
+
+func newTaskHost(t *testing.T, in io.WriteCloser, out io.Reader) *taskHost {
+	h := &taskHost{t: t, in: in, answer: map[string]chan map[string]any{}}
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 16<<20)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) != nil {
+				continue
+			}
+			method, _ := m["method"].(string)
+			id, hasID := m["id"]
+			switch {
+			case method != "" && hasID:
+				h.mu.Lock()
+				h.asked = append(h.asked, method)
+				h.mu.Unlock()
+				res := map[string]any{}
+				switch method {
+				case "elicitation/create":
+					res = h.elicit
+				case "roots/list":
+					res = map[string]any{"roots": []any{}}
+				}
+				h.write(map[string]any{"jsonrpc": "2.0", "id": id, "result": res})
+			case method != "":
+				h.mu.Lock()
+				h.notes = append(h.notes, m)
+				h.mu.Unlock()
+			default:
+				h.mu.Lock()
+				ch := h.answer[fmt.Sprint(id)]
+				h.mu.Unlock()
+				if ch != nil {
+					ch <- m
+				}
+			}
+		}
+	}()
+	return h
+}
+
+func (h *taskHost) write(v any) {
+	b, _ := json.Marshal(v)
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	h.in.Write(append(b, '\n'))
+}
+
+// request sends a request and returns its answer (result or error).
+func (h *taskHost) request(method string, params any) map[string]any {
+	h.t.Helper()
+	h.mu.Lock()
+	h.next++
+	id := h.next
+	ch := make(chan map[string]any, 1)
+	h.answer[fmt.Sprint(id)] = ch
+	h.mu.Unlock()
+	h.write(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(60 * time.Second):
+		h.t.Fatalf("no answer to %s", method)
+		return nil
+	}
+}
+
+func (h *taskHost) initialize() map[string]any {
+	h.t.Helper()
+	a := h.request("initialize", map[string]any{"protocolVersion": "2025-11-25",
+		"capabilities": map[string]any{"elicitation": map[string]any{"form": map[string]any{}}},
+		"clientInfo":   map[string]any{"name": "tasks-test", "version": "1"}})
+	h.write(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
+	return a
+}
+
+// statuses are the task statuses the host was told of, in order.
+func (h *taskHost) statuses(task string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, n := range h.notes {
+		if n["method"] != "notifications/tasks/status" {
+			continue
+		}
+		p, _ := n["params"].(map[string]any)
+		if p["taskId"] == task {
+			if s, _ := p["status"].(string); len(out) == 0 || out[len(out)-1] != s {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+func dig(m map[string]any, path ...string) any {
+	var v any = m
+	for _, p := range path {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = mm[p]
+	}
+	return v
+}
+
+func toolNamed(list map[string]any, name string) map[string]any {
+	tools, _ := dig(list, "result", "tools").([]any)
+	for _, t := range tools {
+		if m, _ := t.(map[string]any); m["name"] == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// taskRun is what one side saw of the scripted task session.
+type taskRun struct {
+	caps, execution        string
+	created, status        string
+	result                 string
+	asked                  []string
+	statuses               []string
+	listed                 bool
+	cancelled, afterCancel string
+	unknownCode            float64
+	withoutTask            string
+	taskID, cancelID       string
+}
+
+// runTasks drives the task script against h; tool is the research tool's
+// name as h lists it.
+func runTasks(t *testing.T, h *taskHost, tool string) taskRun {
+	var r taskRun
+	h.elicit = map[string]any{"action": "accept", "content": map[string]any{"interpretation": "snake"}}
+	init := h.initialize()
+	r.caps = canon(dig(init, "result", "capabilities", "tasks"))
+	list := h.request("tools/list", map[string]any{})
+	def := toolNamed(list, tool)
+	if def == nil {
+		t.Fatalf("%s is not listed: %v", tool, list)
+	}
+	r.execution = canon(def["execution"])
+
+	a := h.request("tools/call", map[string]any{"name": tool, "arguments": map[string]any{"topic": "python", "ambiguous": true}, "task": map[string]any{"ttl": 60000}})
+	r.taskID, _ = dig(a, "result", "task", "taskId").(string)
+	r.created, _ = dig(a, "result", "task", "status").(string)
+	if r.taskID == "" {
+		t.Fatalf("task-augmented call: %v", a)
+	}
+	g := h.request("tasks/get", map[string]any{"taskId": r.taskID})
+	r.status, _ = dig(g, "result", "status").(string)
+	res := h.request("tasks/result", map[string]any{"taskId": r.taskID})
+	content, _ := dig(res, "result", "content").([]any)
+	if len(content) == 0 {
+		t.Fatalf("tasks/result: %v", res)
+	}
+	r.result, _ = content[0].(map[string]any)["text"].(string)
+	ls := h.request("tasks/list", map[string]any{})
+	tasks, _ := dig(ls, "result", "tasks").([]any)
+	for _, x := range tasks {
+		if m, _ := x.(map[string]any); m["taskId"] == r.taskID && m["status"] == "completed" {
+			r.listed = true
+		}
+	}
+
+	a = h.request("tools/call", map[string]any{"name": tool, "arguments": map[string]any{"topic": "go"}, "task": map[string]any{"ttl": 60000}})
+	r.cancelID, _ = dig(a, "result", "task", "taskId").(string)
+	c := h.request("tasks/cancel", map[string]any{"taskId": r.cancelID})
+	r.cancelled, _ = dig(c, "result", "status").(string)
+	g = h.request("tasks/get", map[string]any{"taskId": r.cancelID})
+	r.afterCancel, _ = dig(g, "result", "status").(string)
+
+	u := h.request("tasks/get", map[string]any{"taskId": "no-such-task"})
+	r.unknownCode, _ = dig(u, "error", "code").(float64)
+	w := h.request("tools/call", map[string]any{"name": tool, "arguments": map[string]any{"topic": "go"}})
+	delete(w, "id")
+	r.withoutTask = canon(w)
+
+	time.Sleep(200 * time.Millisecond) // the last statuses
+	r.statuses = h.statuses(r.taskID)
+	h.mu.Lock()
+	r.asked = append(r.asked, h.asked...)
+	h.mu.Unlock()
+	return r
+}
+
+// Tasks work through the gateway as they do directly (the Go SDK has no
+// tasks; the gateway carries them at the JSON-RPC level): the capability
+// and the tool's taskSupport are announced, a task-augmented call creates
+// a task, tasks/get, tasks/result (with the server's elicitation while the
+// task is input_required), tasks/list and tasks/cancel reach the server,
+// and the host is told each status. Through the gateway, the call is
+// decided and recorded, the result is recorded before the host sees it,
+// a cancel is recorded, and a task id the gateway did not create reaches
+// no server.
+func TestGatewayParityTasks(t *testing.T) {
+	every := mcptest.EverythingServer(t)
+
+	direct := exec.Command(every[0], every[1:]...)
+	din, _ := direct.StdinPipe()
+	dout, _ := direct.StdoutPipe()
+	if err := direct.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Process.Kill(); direct.Wait() })
+	want := runTasks(t, newTaskHost(t, din, dout), "simulate-research-query")
+
+	c := newCLI(t)
+	gw := c.startGateway(`version: 1
+servers:
+  everything:
+    command: `+every[0]+`
+    args: `+quoteArgs(every[1:])+`
+profiles:
+  p:
+    allow: [everything.simulate-research-query]
+activation:
+  default_profile: p
+`, gatewayEnv(t))
+	got := runTasks(t, newTaskHost(t, gw.in, gw.out), "everything__simulate-research-query")
+
+	for _, r := range []*taskRun{&want, &got} {
+		if r.caps == "null" || r.execution != `{"taskSupport":"required"}` || r.created != "working" || !r.listed ||
+			r.cancelled != "cancelled" || r.afterCancel != "cancelled" || r.unknownCode != -32602 {
+			t.Errorf("a task session went wrong: %+v", *r)
+		}
+		if !strings.Contains(r.result, "Research Report: python (snake)") {
+			t.Errorf("the elicited clarification did not reach the task: %.200q", r.result)
+		}
+	}
+	for _, d := range []struct {
+		what      string
+		got, want any
+	}{
+		{"tasks capability", got.caps, want.caps},
+		{"taskSupport", got.execution, want.execution},
+		{"result", got.result, want.result},
+		{"server requests", fmt.Sprint(got.asked), fmt.Sprint(want.asked)},
+		{"statuses", fmt.Sprint(got.statuses), fmt.Sprint(want.statuses)},
+		{"call without task", got.withoutTask, want.withoutTask},
+	} {
+		if fmt.Sprint(d.got) != fmt.Sprint(d.want) {
+			t.Errorf("%s through the gateway = %v, directly %v", d.what, d.got, d.want)
+		}
+	}
+	gw.finish(30 * time.Second)
+
+	evs, _ := c.events()
+	outcomes := payloads(evs, "call.outcome")
+	results := payloads(evs, "task.result")
+	if len(results) != 1 || results[0]["task_id"] != got.taskID || results[0]["call_id"] == nil || results[0]["result_digest"] == nil {
+		t.Errorf("task.result events %v, want one for %s", results, got.taskID)
+	}
+	var cancels []map[string]any
+	for _, p := range payloads(evs, "call.cancelled") {
+		if p["task_id"] == got.cancelID {
+			cancels = append(cancels, p)
+		}
+	}
+	if len(cancels) != 1 {
+		t.Errorf("call.cancelled events for task %s: %v", got.cancelID, cancels)
+	}
+	// Three tools/call: two created tasks, one the server refused.
+	if len(outcomes) != 3 {
+		t.Errorf("%d call outcomes, want 3: %v", len(outcomes), outcomes)
+	}
+}
+
+// A task-augmented call is under the profile like any call: one the
+// profile does not allow is refused and recorded, and never reaches the
+// server (no task exists); a task id from elsewhere is refused.
+func TestGatewayTaskCallUnderProfile(t *testing.T) {
+	every := mcptest.EverythingServer(t)
+	c := newCLI(t)
+	gw := c.startGateway(`version: 1
+servers:
+  everything:
+    command: `+every[0]+`
+    args: `+quoteArgs(every[1:])+`
+profiles:
+  p:
+    allow: [everything.echo]
+activation:
+  default_profile: p
+`, gatewayEnv(t))
+	h := newTaskHost(t, gw.in, gw.out)
+	h.initialize()
+	a := h.request("tools/call", map[string]any{"name": "everything__simulate-research-query", "arguments": map[string]any{"topic": "x"}, "task": map[string]any{"ttl": 1000}})
+	if dig(a, "result", "isError") != true || dig(a, "result", "task") != nil {
+		t.Fatalf("a task-augmented call the profile does not allow: %v", a)
+	}
+	text, _ := dig(a, "result", "content").([]any)[0].(map[string]any)["text"].(string)
+	if !strings.Contains(text, "AEGIS_CAP_DENIED") {
+		t.Errorf("refusal text %q", text)
+	}
+	ls := h.request("tasks/list", map[string]any{})
+	if tasks, _ := dig(ls, "result", "tasks").([]any); len(tasks) != 0 {
+		t.Errorf("tasks/list after a refused call: %v", ls)
+	}
+	// An allowed call with a task reaches the server with it, and the
+	// server's answer (here its error: echo is no task tool) is the host's.
+	e := h.request("tools/call", map[string]any{"name": "everything__echo", "arguments": map[string]any{"message": "hi"}, "task": map[string]any{"ttl": 1000}})
+	if m, _ := dig(e, "error", "message").(string); dig(e, "error", "code") != -32602.0 || !strings.Contains(m, "Invalid task creation result") {
+		t.Errorf("echo with a task: %v", e)
+	}
+	gw.finish(30 * time.Second)
+	evs, _ := c.events()
+	var refused int
+	for _, o := range payloads(evs, "call.outcome") {
+		if strings.Contains(canon(o), "not in active profile") {
+			refused++
+		}
+	}
+	if refused != 1 {
+		t.Errorf("%d refusals recorded, want 1", refused)
+	}
+}
