@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +27,7 @@ type taskHost struct {
 	answer map[string]chan map[string]any
 	asked  []string // methods of the server's requests
 	elicit map[string]any
+	before func(req map[string]any) // called before a server's request is answered
 	wmu    sync.Mutex
 	next   int
 }
@@ -46,6 +49,9 @@ func newTaskHost(t *testing.T, in io.WriteCloser, out io.Reader) *taskHost {
 				h.mu.Lock()
 				h.asked = append(h.asked, method)
 				h.mu.Unlock()
+				if h.before != nil {
+					h.before(m)
+				}
 				res := map[string]any{}
 				switch method {
 				case "elicitation/create":
@@ -100,7 +106,7 @@ func (h *taskHost) request(method string, params any) map[string]any {
 func (h *taskHost) initialize() map[string]any {
 	h.t.Helper()
 	a := h.request("initialize", map[string]any{"protocolVersion": "2025-11-25",
-		"capabilities": map[string]any{"elicitation": map[string]any{"form": map[string]any{}}},
+		"capabilities": map[string]any{"elicitation": map[string]any{"form": map[string]any{}, "url": map[string]any{}}},
 		"clientInfo":   map[string]any{"name": "tasks-test", "version": "1"}})
 	h.write(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
 	return a
@@ -347,5 +353,79 @@ activation:
 	}
 	if refused != 1 {
 		t.Errorf("%d refusals recorded, want 1", refused)
+	}
+}
+
+// notes returns the notifications of method the host was sent.
+func (h *taskHost) notesOf(method string) []map[string]any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []map[string]any
+	for _, n := range h.notes {
+		if n["method"] == method {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Two features no reference server exercises, side by side with a server
+// written at the JSON-RPC level: the host's progress on a server's request
+// (a url elicitation with a progress token) reaches the server, and the
+// server's notifications/elicitation/complete reaches the host.
+func TestGatewayParityElicitationCompleteAndHostProgress(t *testing.T) {
+	run := func(t *testing.T, h *taskHost, tool string) (string, []map[string]any) {
+		h.elicit = map[string]any{"action": "accept"}
+		h.before = func(req map[string]any) {
+			token := dig(req, "params", "_meta", "progressToken")
+			h.write(map[string]any{"jsonrpc": "2.0", "method": "notifications/progress", "params": map[string]any{"progressToken": token, "progress": 1, "total": 2, "message": "opening the page"}})
+		}
+		h.initialize()
+		a := h.request("tools/call", map[string]any{"name": tool, "arguments": map[string]any{}})
+		text, _ := dig(a, "result", "content").([]any)
+		time.Sleep(200 * time.Millisecond)
+		if len(text) == 0 {
+			t.Fatalf("ask: %v", a)
+		}
+		return canon(text), h.notesOf("notifications/elicitation/complete")
+	}
+	dir := t.TempDir()
+	dlog := filepath.Join(dir, "direct.log")
+	direct := exec.Command(bin(t, "growserver"), "-log", dlog)
+	din, _ := direct.StdinPipe()
+	dout, _ := direct.StdoutPipe()
+	if err := direct.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { din.Close(); direct.Wait() })
+	wantText, wantDone := run(t, newTaskHost(t, din, dout), "ask")
+
+	c := newCLI(t)
+	glog := filepath.Join(dir, "gateway.log")
+	gw := c.startGateway(`version: 1
+servers:
+  grow:
+    command: `+bin(t, "growserver")+`
+    args: ["-log", "`+glog+`"]
+profiles:
+  p:
+    allow: [grow.ask]
+activation:
+  default_profile: p
+`, gatewayEnv(t))
+	gotText, gotDone := run(t, newTaskHost(t, gw.in, gw.out), "grow__ask")
+	gw.finish(30 * time.Second)
+
+	if gotText != wantText || !strings.Contains(gotText, "asked: accept") {
+		t.Errorf("the call's answer through the gateway = %s, directly %s", gotText, wantText)
+	}
+	if len(wantDone) != 1 || canon(gotDone) != canon(wantDone) {
+		t.Errorf("elicitation/complete through the gateway = %v, directly %v", gotDone, wantDone)
+	}
+	for _, log := range []string{dlog, glog} {
+		if !fileHas(log, `"progressToken":"up-1"`)() || !fileHas(log, `opening the page`)() {
+			b, _ := os.ReadFile(log)
+			t.Errorf("the host's progress did not reach the server (%s):\n%s", filepath.Base(log), b)
+		}
 	}
 }

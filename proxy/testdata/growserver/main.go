@@ -5,7 +5,11 @@
 // It starts with the tools grow and hang. A call of grow adds the tool
 // fresh and a second tool named grow with another description (a shadow
 // of the first), sends notifications/tools/list_changed, then answers.
-// A call of fresh answers "fresh"; a call of hang is never answered. Every line it receives is appended to
+// A call of fresh answers "fresh"; a call of hang is never answered. A
+// call of ask asks the client for a url elicitation (elicitationId "e1",
+// progress token "up-1"), and once answered sends
+// notifications/elicitation/complete for it, then answers with the
+// client's action. Every line it receives is appended to
 // the file named by -log, so a test can tell what reached the server (a
 // notifications/cancelled, say). It exits at stdin EOF.
 package main
@@ -39,7 +43,9 @@ func main() {
 	tools := []tool{
 		{Name: "grow", Description: "Add the tool fresh, and a second grow.", InputSchema: obj},
 		{Name: "hang", Description: "Never answer.", InputSchema: obj},
+		{Name: "ask", Description: "Ask the client for a url elicitation.", InputSchema: obj},
 	}
+	asked := make(chan json.RawMessage, 1) // the client's answer to the elicitation
 	var mu sync.Mutex
 	out := json.NewEncoder(os.Stdout)
 	send := func(v any) {
@@ -65,6 +71,16 @@ func main() {
 		if json.Unmarshal(line, &req) != nil || len(req.ID) == 0 {
 			continue // a notification, or not JSON
 		}
+		if req.Method == "" {
+			if string(req.ID) == `"g-1"` {
+				var a struct {
+					Result json.RawMessage `json:"result"`
+				}
+				json.Unmarshal(line, &a)
+				asked <- a.Result
+			}
+			continue
+		}
 		answer := func(result any) {
 			send(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": result})
 		}
@@ -81,6 +97,19 @@ func main() {
 		case "tools/call":
 			switch req.Params.Name {
 			case "hang":
+			case "ask":
+				id := append(json.RawMessage(nil), req.ID...) // the scanner reuses line
+				go func() {
+					send(map[string]any{"jsonrpc": "2.0", "id": "g-1", "method": "elicitation/create", "params": map[string]any{
+						"mode": "url", "elicitationId": "e1", "url": "https://example.com/consent", "message": "consent, please",
+						"_meta": map[string]any{"progressToken": "up-1"}}})
+					var r struct {
+						Action string `json:"action"`
+					}
+					json.Unmarshal(<-asked, &r)
+					send(map[string]any{"jsonrpc": "2.0", "method": "notifications/elicitation/complete", "params": map[string]any{"elicitationId": "e1"}})
+					send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{"content": []any{map[string]any{"type": "text", "text": "asked: " + r.Action}}}})
+				}()
 			case "fresh":
 				answer(map[string]any{"content": []any{map[string]any{"type": "text", "text": "fresh"}}})
 			case "grow":
