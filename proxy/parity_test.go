@@ -385,13 +385,13 @@ var parityScript = []parityStep{
 // parityGaps are the features the gateway does not carry yet, with why;
 // the test says so instead of skipping them silently.
 var parityGaps = []string{
-	"tasks (task-augmented tools/call, tasks/get|result|cancel, execution.taskSupport): go-sdk v1.8.0 has no tasks; the gateway would have to route them at the JSON-RPC level",
-	"execution in tool definitions: mcp.Tool in go-sdk v1.8.0 has no field for it, so it is lost when the gateway decodes a server's tools/list (a go-sdk host loses it directly too)",
+	"tasks and execution.taskSupport: a go-sdk host has no tasks, so this script cannot drive them; TestGatewayParityTasks does, over JSON-RPC, directly and through the gateway",
+	"task-augmented sampling and elicitation (a server asking the host to run its request as a task): the gateway does not tell servers the host has tasks, since they start before it connects",
 	"capabilities announced to a server are fixed before the host connects: the gateway announces sampling, elicitation and roots to every server and refuses, with -32601, a request the host has no capability for",
 	"protocol 2026-07-28 (no sessions, multi-round-trip input requests): the gateway speaks the session protocol on both sides and a host asking for 2026-07-28 negotiates down",
 	"log messages a server sends before the host's logging/setLevel: the go-sdk server sends a session none until it sets a level (the script compares those sent after)",
 	"results gain ttlMs and cacheScope (2026-07-28 cache hints the go-sdk server adds whatever the protocol), and an elicitation without mode gains mode \"form\" (ServerSession.Elicit fills it in); the script takes both out before comparing",
-	"notifications/elicitation/complete: forwarded by elicitation id, but server-everything does not send it, so the script cannot compare it",
+	"notifications/elicitation/complete and the host's progress on a server's request: server-everything does neither; TestGatewayParityElicitationCompleteAndHostProgress compares them with a JSON-RPC test server",
 }
 
 // runParity runs the script once over t, as a host with the given roots.
