@@ -27,7 +27,7 @@ type taskHost struct {
 	answer map[string]chan map[string]any
 	asked  []string // methods of the server's requests
 	elicit map[string]any
-	before func(req map[string]any) // called before a server's request is answered
+	before func(req map[string]any) bool // called before a server's request is answered; false: leave it unanswered
 	wmu    sync.Mutex
 	next   int
 }
@@ -49,8 +49,8 @@ func newTaskHost(t *testing.T, in io.WriteCloser, out io.Reader) *taskHost {
 				h.mu.Lock()
 				h.asked = append(h.asked, method)
 				h.mu.Unlock()
-				if h.before != nil {
-					h.before(m)
+				if h.before != nil && !h.before(m) {
+					continue
 				}
 				res := map[string]any{}
 				switch method {
@@ -376,9 +376,10 @@ func (h *taskHost) notesOf(method string) []map[string]any {
 func TestGatewayParityElicitationCompleteAndHostProgress(t *testing.T) {
 	run := func(t *testing.T, h *taskHost, tool string) (string, []map[string]any) {
 		h.elicit = map[string]any{"action": "accept"}
-		h.before = func(req map[string]any) {
+		h.before = func(req map[string]any) bool {
 			token := dig(req, "params", "_meta", "progressToken")
 			h.write(map[string]any{"jsonrpc": "2.0", "method": "notifications/progress", "params": map[string]any{"progressToken": token, "progress": 1, "total": 2, "message": "opening the page"}})
+			return true
 		}
 		h.initialize()
 		a := h.request("tools/call", map[string]any{"name": tool, "arguments": map[string]any{}})
@@ -427,5 +428,58 @@ activation:
 			b, _ := os.ReadFile(log)
 			t.Errorf("the host's progress did not reach the server (%s):\n%s", filepath.Base(log), b)
 		}
+	}
+}
+
+// A server that cancels its own request to the host (a question it no
+// longer needs answered): the host is sent notifications/cancelled for the
+// request it was asked, directly and through the gateway.
+func TestGatewayParityServerCancelsItsRequest(t *testing.T) {
+	run := func(t *testing.T, h *taskHost, tool string) (string, bool) {
+		var askedID any
+		var mu sync.Mutex
+		h.before = func(req map[string]any) bool {
+			mu.Lock()
+			askedID = req["id"]
+			mu.Unlock()
+			return false // the host takes its time
+		}
+		h.initialize()
+		a := h.request("tools/call", map[string]any{"name": tool, "arguments": map[string]any{}})
+		time.Sleep(300 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		cancelled := false
+		for _, n := range h.notesOf("notifications/cancelled") {
+			if askedID != nil && fmt.Sprint(dig(n, "params", "requestId")) == fmt.Sprint(askedID) {
+				cancelled = true
+			}
+		}
+		return canon(dig(a, "result", "content")), cancelled
+	}
+	direct := exec.Command(bin(t, "growserver"))
+	din, _ := direct.StdinPipe()
+	dout, _ := direct.StdoutPipe()
+	if err := direct.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { din.Close(); direct.Wait() })
+	wantText, wantCancelled := run(t, newTaskHost(t, din, dout), "withdraw")
+
+	c := newCLI(t)
+	gw := c.startGateway(`version: 1
+servers:
+  grow:
+    command: `+bin(t, "growserver")+`
+profiles:
+  p:
+    allow: [grow.withdraw]
+activation:
+  default_profile: p
+`, gatewayEnv(t))
+	gotText, gotCancelled := run(t, newTaskHost(t, gw.in, gw.out), "grow__withdraw")
+	gw.finish(30 * time.Second)
+	if !wantCancelled || gotCancelled != wantCancelled || gotText != wantText {
+		t.Errorf("through the gateway: %s, host told of the cancellation %v; directly: %s, %v", gotText, gotCancelled, wantText, wantCancelled)
 	}
 }

@@ -9,7 +9,10 @@
 // call of ask asks the client for a url elicitation (elicitationId "e1",
 // progress token "up-1"), and once answered sends
 // notifications/elicitation/complete for it, then answers with the
-// client's action. Every line it receives is appended to
+// client's action. A call of withdraw asks the client for a form
+// elicitation (id "g-2"), cancels that request 300 ms later with
+// notifications/cancelled, and answers "withdrawn". Every line it receives
+// is appended to
 // the file named by -log, so a test can tell what reached the server (a
 // notifications/cancelled, say). It exits at stdin EOF.
 package main
@@ -20,6 +23,7 @@ import (
 	"flag"
 	"os"
 	"sync"
+	"time"
 )
 
 type tool struct {
@@ -44,6 +48,7 @@ func main() {
 		{Name: "grow", Description: "Add the tool fresh, and a second grow.", InputSchema: obj},
 		{Name: "hang", Description: "Never answer.", InputSchema: obj},
 		{Name: "ask", Description: "Ask the client for a url elicitation.", InputSchema: obj},
+		{Name: "withdraw", Description: "Ask the client, then cancel the question.", InputSchema: obj},
 	}
 	asked := make(chan json.RawMessage, 1) // the client's answer to the elicitation
 	var mu sync.Mutex
@@ -97,6 +102,15 @@ func main() {
 		case "tools/call":
 			switch req.Params.Name {
 			case "hang":
+			case "withdraw":
+				id := append(json.RawMessage(nil), req.ID...)
+				go func() {
+					send(map[string]any{"jsonrpc": "2.0", "id": "g-2", "method": "elicitation/create", "params": map[string]any{
+						"message": "still there?", "requestedSchema": map[string]any{"type": "object", "properties": map[string]any{}}}})
+					time.Sleep(300 * time.Millisecond)
+					send(map[string]any{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": map[string]any{"requestId": "g-2", "reason": "no longer needed"}})
+					send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{"content": []any{map[string]any{"type": "text", "text": "withdrawn"}}}})
+				}()
 			case "ask":
 				id := append(json.RawMessage(nil), req.ID...) // the scanner reuses line
 				go func() {
