@@ -33,9 +33,10 @@ import (
 //     servers: logging, completions and resources.subscribe only when some
 //     server announced them; list_changed for tools, prompts and resources
 //     always, since a profile switch changes the lists too.
-//   - Capabilities to a server are fixed when it starts, before any host
-//     has connected: sampling (with tools), elicitation (form and url) and
-//     roots (with listChanged). A request that the host did not announce
+//   - Capabilities to a server are the host's sampling, elicitation and
+//     roots (roots always with listChanged), read from the host's
+//     initialize before the servers are initialized (gateway_hello.go);
+//     without one, all three. A request that the host did not announce
 //     the capability for is refused at the gateway with -32601, as a client
 //     without the capability would refuse it, and never reaches the host.
 //   - Whose host. A server's request or notification goes to the host
@@ -135,7 +136,7 @@ type forwarder struct {
 	pending    map[string]listKind                   // list changes that came before that
 	calls      map[string]map[*mcp.ServerSession]int // server -> host session -> calls in flight
 	progress   map[routeKey]hostRoute                // (server, token) -> host session of the call
-	upProgress map[string]*mcp.ClientSession         // token -> server whose request to the host carries it
+	upProgress map[string]upRoute                    // token -> server whose request to the host carries it
 	elicits    map[string]*mcp.ServerSession         // url elicitation id -> host session asked
 	clients    map[string]*mcp.Client                // server -> the gateway's client of it
 	gen        uint64
@@ -145,7 +146,7 @@ func (f *forwarder) init() {
 	if f.calls == nil {
 		f.calls = map[string]map[*mcp.ServerSession]int{}
 		f.progress = map[routeKey]hostRoute{}
-		f.upProgress = map[string]*mcp.ClientSession{}
+		f.upProgress = map[string]upRoute{}
 		f.elicits = map[string]*mcp.ServerSession{}
 		f.clients = map[string]*mcp.Client{}
 		f.pending = map[string]listKind{}
@@ -249,7 +250,9 @@ func (f *forwarder) server() *mcp.Server {
 }
 
 // upstream routes the host's progress on a server's request to that server
-// until the function it returns is called.
+// until progressGrace after the function it returns is called: the SDK
+// may hand the gateway the host's answer before a notification the host
+// sent ahead of it.
 func (f *forwarder) upstream(token any, cs *mcp.ClientSession) func() {
 	if token == nil {
 		return func() {}
@@ -257,15 +260,24 @@ func (f *forwarder) upstream(token any, cs *mcp.ClientSession) func() {
 	key := tokenKey(token)
 	f.mu.Lock()
 	f.init()
-	f.upProgress[key] = cs
+	f.gen++
+	gen := f.gen
+	f.upProgress[key] = upRoute{cs, gen}
 	f.mu.Unlock()
 	return func() {
-		f.mu.Lock()
-		if f.upProgress[key] == cs {
-			delete(f.upProgress, key)
-		}
-		f.mu.Unlock()
+		time.AfterFunc(progressGrace, func() {
+			f.mu.Lock()
+			if f.upProgress[key].gen == gen {
+				delete(f.upProgress, key)
+			}
+			f.mu.Unlock()
+		})
 	}
+}
+
+type upRoute struct {
+	cs  *mcp.ClientSession
+	gen uint64
 }
 
 func hostCaps(ss *mcp.ServerSession) *mcp.ClientCapabilities {
@@ -336,14 +348,10 @@ func (g *gateway) newServer() *mcp.Server {
 
 // newClient is the gateway's client of server: every request and
 // notification the server sends is forwarded to the host.
-func (g *gateway) newClient(server string) *mcp.Client {
+func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Client {
 	f := &g.fw
 	opts := &mcp.ClientOptions{
-		Capabilities: &mcp.ClientCapabilities{
-			RootsV2:     &mcp.RootCapabilities{ListChanged: true},
-			Sampling:    &mcp.SamplingCapabilities{Tools: &mcp.SamplingToolsCapabilities{}},
-			Elicitation: &mcp.ElicitationCapabilities{Form: &mcp.FormElicitationCapabilities{}, URL: &mcp.URLElicitationCapabilities{}},
-		},
+		Capabilities: caps,
 		CreateMessageWithToolsHandler: func(ctx context.Context, req *mcp.CreateMessageWithToolsRequest) (*mcp.CreateMessageWithToolsResult, error) {
 			host, err := f.hostFor(ctx, server)
 			if err != nil {
@@ -438,6 +446,14 @@ func (g *gateway) newClient(server string) *mcp.Client {
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
 			g.listChanged(server, listResources)
 		},
+	}
+	// A capability the servers are not told of has no handler either: the
+	// SDK would announce one for each handler it has.
+	if caps.Sampling == nil {
+		opts.CreateMessageWithToolsHandler = nil
+	}
+	if caps.Elicitation == nil {
+		opts.ElicitationHandler = nil
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "aegis-gateway", Version: "1"}, opts)
 	c.AddReceivingMiddleware(g.rootsMiddleware(server))
@@ -535,7 +551,7 @@ func (g *gateway) hostInitialized(ctx context.Context, req *mcp.InitializedReque
 // hostProgress forwards the host's progress on a server's request.
 func (g *gateway) hostProgress(ctx context.Context, req *mcp.ProgressNotificationServerRequest) {
 	g.fw.mu.Lock()
-	cs := g.fw.upProgress[tokenKey(req.Params.ProgressToken)]
+	cs := g.fw.upProgress[tokenKey(req.Params.ProgressToken)].cs
 	g.fw.mu.Unlock()
 	if cs == nil {
 		return

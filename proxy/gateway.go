@@ -278,6 +278,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	g.sess = sess
 
 	var failed []ServerFailure
+	var running []*starting
 	for _, st := range starts {
 		if st.err == nil {
 			if st.child != nil {
@@ -296,7 +297,16 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 			continue
 		}
 		g.sess.Fact(schemas.KindChildStarted, map[string]any{"server": st.srv.Name, "pid": st.cmd.Process.Pid, "argv": st.srv.Argv})
-		client := g.newClient(st.srv.Name)
+		running = append(running, st)
+	}
+
+	// The servers are told the host's capabilities, so the host's first
+	// frame (its initialize) is read before they are initialized.
+	hostR, hostW := g.hostTransport()
+	first := readHello(hostR)
+	caps := first.await(ctx, helloWait)
+	for _, st := range running {
+		client := g.newClient(st.srv.Name, caps)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		stdin := newDownWriter(st.inW)
 		raw := newDownRaw(st.srv.Name, stdin)
@@ -339,10 +349,8 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		}
 		defer stop()
 	}
-	host := g.guardHost(&mcp.IOTransport{Reader: &frameTap{r: cfg.Stdin, g: g, kind: schemas.KindFrameC2S}, Writer: &frameTapW{w: cfg.Stdout, g: g}})
-	g.tk.out = &hostOut{w: host.Writer, t: g.tk}
-	host = &mcp.IOTransport{Reader: &frameFilter{r: host.Reader, take: g.tk.hostLine}, Writer: g.tk.out}
-	err = g.srv.Run(ctx, host)
+	g.tk.ready.Store(true)
+	err = g.srv.Run(ctx, &mcp.IOTransport{Reader: first, Writer: hostW})
 	// The task requests in flight have the grace, as the calls do.
 	if ctx.Err() == nil {
 		g.leave("the host's connection ended")

@@ -27,7 +27,9 @@ type gwProc struct {
 	in     io.WriteCloser
 	out    *bufio.Reader
 	stderr *syncBuffer
-	done   chan error
+	// outTaken says that out is read elsewhere (a taskHost) until it ends.
+	outTaken bool
+	done     chan error
 }
 
 // gatewayEnv is the environment the tests run aegis gateway in: the test's
@@ -107,7 +109,9 @@ func (g *gwProc) finish(limit time.Duration) (int, time.Duration) {
 	g.t.Helper()
 	start := time.Now()
 	g.in.Close()
-	go io.Copy(io.Discard, g.out)
+	if !g.outTaken {
+		go io.Copy(io.Discard, g.out)
+	}
 	select {
 	case err := <-g.done:
 		g.done <- err

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -41,8 +42,8 @@ import (
 //   - The host sees the tasks capability, and each tool's execution
 //     (taskSupport), exactly as far as its servers announced them.
 //   - The gateway does not offer tasks to servers (task-augmented sampling
-//     or elicitation): servers are started before any host connects, so
-//     they are never told that the host could run them as tasks.
+//     or elicitation): it does not carry a server's tasks/* requests to
+//     the host, so servers are not told that the host has tasks.
 
 // rawIDPrefix begins the ids of the gateway's own requests to a server.
 const rawIDPrefix = "aegis-"
@@ -71,6 +72,7 @@ type tasker struct {
 	caps     map[string]json.RawMessage            // server -> capabilities.tasks
 	creating map[string]int                        // server -> task-augmented calls in flight
 	wg       sync.WaitGroup
+	ready    atomic.Bool // the servers are connected
 }
 
 func (g *gateway) initTasks(ctx context.Context) {
@@ -132,6 +134,10 @@ func (t *tasker) hostLine(line []byte, at bool) bool {
 		}
 	case !taskMethods[h.Method]:
 		return false
+	}
+	if !t.ready.Load() {
+		t.answer(h.ID, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "aegis: " + h.Method + " before the session was initialized"})
+		return true
 	}
 	ctx, cancel := context.WithCancelCause(t.base)
 	t.mu.Lock()

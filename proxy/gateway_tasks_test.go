@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -257,7 +258,7 @@ profiles:
 activation:
   default_profile: p
 `, gatewayEnv(t))
-	got := runTasks(t, newTaskHost(t, gw.in, gw.out), "everything__simulate-research-query")
+	got := runTasks(t, gw.taskHost(), "everything__simulate-research-query")
 
 	for _, r := range []*taskRun{&want, &got} {
 		if r.caps == "null" || r.execution != `{"taskSupport":"required"}` || r.created != "working" || !r.listed ||
@@ -323,7 +324,7 @@ profiles:
 activation:
   default_profile: p
 `, gatewayEnv(t))
-	h := newTaskHost(t, gw.in, gw.out)
+	h := gw.taskHost()
 	h.initialize()
 	a := h.request("tools/call", map[string]any{"name": "everything__simulate-research-query", "arguments": map[string]any{"topic": "x"}, "task": map[string]any{"ttl": 1000}})
 	if dig(a, "result", "isError") != true || dig(a, "result", "task") != nil {
@@ -414,7 +415,7 @@ profiles:
 activation:
   default_profile: p
 `, gatewayEnv(t))
-	gotText, gotDone := run(t, newTaskHost(t, gw.in, gw.out), "grow__ask")
+	gotText, gotDone := run(t, gw.taskHost(), "grow__ask")
 	gw.finish(30 * time.Second)
 
 	if gotText != wantText || !strings.Contains(gotText, "asked: accept") {
@@ -477,9 +478,95 @@ profiles:
 activation:
   default_profile: p
 `, gatewayEnv(t))
-	gotText, gotCancelled := run(t, newTaskHost(t, gw.in, gw.out), "grow__withdraw")
+	gotText, gotCancelled := run(t, gw.taskHost(), "grow__withdraw")
 	gw.finish(30 * time.Second)
 	if !wantCancelled || gotCancelled != wantCancelled || gotText != wantText {
 		t.Errorf("through the gateway: %s, host told of the cancellation %v; directly: %s, %v", gotText, gotCancelled, wantText, wantCancelled)
 	}
+}
+
+// The servers are told the host's capabilities, so a server offers through
+// the gateway what it offers the host directly: server-everything lists
+// trigger-sampling-request, trigger-elicitation-request and get-roots-list
+// only to a client that can take them.
+func TestGatewayServersSeeTheHostsCapabilities(t *testing.T) {
+	every := mcptest.EverythingServer(t)
+	names := func(h *taskHost, caps map[string]any, strip string) string {
+		a := h.request("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": caps,
+			"clientInfo": map[string]any{"name": "caps-test", "version": "1"}})
+		if dig(a, "result") == nil {
+			t.Fatalf("initialize: %v", a)
+		}
+		h.write(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
+		time.Sleep(500 * time.Millisecond) // the conditional tools come with initialized
+		list := h.request("tools/list", map[string]any{})
+		tools, _ := dig(list, "result", "tools").([]any)
+		var out []string
+		for _, x := range tools {
+			n, _ := x.(map[string]any)["name"].(string)
+			if strings.HasPrefix(n, "aegis.") {
+				continue
+			}
+			out = append(out, strings.TrimPrefix(n, strip))
+		}
+		slices.Sort(out) // the gateway lists in name order
+		return strings.Join(out, " ")
+	}
+	for _, tc := range []struct {
+		name string
+		caps map[string]any
+		has  []string
+		not  []string
+	}{
+		{"a host without sampling, elicitation or roots is offered none of their tools",
+			map[string]any{}, nil, []string{"trigger-sampling-request", "trigger-elicitation-request", "get-roots-list"}},
+		{"a host with them is offered them",
+			map[string]any{"sampling": map[string]any{}, "roots": map[string]any{"listChanged": true}, "elicitation": map[string]any{"form": map[string]any{}, "url": map[string]any{}}},
+			[]string{"trigger-sampling-request", "trigger-elicitation-request", "get-roots-list"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			direct := exec.Command(every[0], every[1:]...)
+			din, _ := direct.StdinPipe()
+			dout, _ := direct.StdoutPipe()
+			if err := direct.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { direct.Process.Kill(); direct.Wait() })
+			want := names(newTaskHost(t, din, dout), tc.caps, "")
+
+			c := newCLI(t)
+			gw := c.startGateway(`version: 1
+servers:
+  everything:
+    command: `+every[0]+`
+    args: `+quoteArgs(every[1:])+`
+profiles:
+  p:
+    allow: [everything.*]
+activation:
+  default_profile: p
+`, gatewayEnv(t))
+			got := names(gw.taskHost(), tc.caps, "everything__")
+			gw.finish(30 * time.Second)
+			if got != want {
+				t.Errorf("tools through the gateway:\n%s\ndirectly:\n%s", got, want)
+			}
+			for _, n := range tc.has {
+				if !strings.Contains(" "+got+" ", " "+n+" ") {
+					t.Errorf("%s is not offered: %s", n, got)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(" "+got+" ", " "+n+" ") {
+					t.Errorf("%s is offered: %s", n, got)
+				}
+			}
+		})
+	}
+}
+
+// taskHost is a taskHost on g, which reads g's stdout from now on.
+func (g *gwProc) taskHost() *taskHost {
+	g.outTaken = true
+	return newTaskHost(g.t, g.in, g.out)
 }

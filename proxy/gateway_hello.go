@@ -1,0 +1,138 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// The capabilities each server is told are the host's (docs/GATEWAY-PARITY.md):
+// the servers are started at once, but initialized only once the host's
+// first frame, its initialize, has been read, so that a server offers
+// what it would offer the host directly (server-everything lists
+// trigger-sampling-request only to a client with sampling). Of the host's
+// capabilities the servers are told those the gateway carries: roots,
+// sampling and elicitation. A host that sends nothing for [helloWait],
+// or whose first frame is not an initialize, has its servers told every
+// capability the gateway carries; a request the host then cannot take is
+// refused at the gateway (-32601), as before.
+
+// helloWait is how long the gateway waits for the host's initialize before
+// it initializes the servers without it.
+const helloWait = 10 * time.Second
+
+// gatewayCaps are the capabilities the gateway can carry to a host.
+func gatewayCaps() *mcp.ClientCapabilities {
+	return &mcp.ClientCapabilities{
+		RootsV2:     &mcp.RootCapabilities{ListChanged: true},
+		Sampling:    &mcp.SamplingCapabilities{Tools: &mcp.SamplingToolsCapabilities{}},
+		Elicitation: &mcp.ElicitationCapabilities{Form: &mcp.FormElicitationCapabilities{}, URL: &mcp.URLElicitationCapabilities{}},
+	}
+}
+
+// hostTransport builds the host's side of the gateway: frames recorded as
+// they are read and written, cancellations followed, task requests taken
+// out for the task layer.
+func (g *gateway) hostTransport() (io.ReadCloser, io.WriteCloser) {
+	host := g.guardHost(&mcp.IOTransport{Reader: &frameTap{r: g.cfg.Stdin, g: g, kind: schemas.KindFrameC2S}, Writer: &frameTapW{w: g.cfg.Stdout, g: g}})
+	g.tk.out = &hostOut{w: host.Writer, t: g.tk}
+	return &frameFilter{r: host.Reader, take: g.tk.hostLine}, g.tk.out
+}
+
+// hello is the host's stream with its first frame read ahead: a reader that
+// gives that frame again, then the rest.
+type hello struct {
+	r    io.ReadCloser
+	done chan struct{} // closed once the first frame is read, or reading failed
+	buf  []byte        // read ahead, not yet given
+	err  error
+}
+
+func readHello(r io.ReadCloser) *hello {
+	h := &hello{r: r, done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		tmp := make([]byte, 4096)
+		for {
+			n, err := r.Read(tmp)
+			h.buf = append(h.buf, tmp[:n]...)
+			switch {
+			case err != nil:
+				h.err = err
+				return
+			case bytes.IndexByte(h.buf, '\n') >= 0, len(h.buf) > MaxFrame,
+				endsValue(h.buf) && json.Valid(h.buf):
+				return
+			}
+		}
+	}()
+	return h
+}
+
+// await waits at most d for the first frame and returns the capabilities
+// the servers are to be told.
+func (h *hello) await(ctx context.Context, d time.Duration) *mcp.ClientCapabilities {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-h.done:
+	case <-t.C:
+		return gatewayCaps()
+	case <-ctx.Done():
+		return gatewayCaps()
+	}
+	line := h.buf
+	if i := bytes.IndexByte(line, '\n'); i >= 0 {
+		line = line[:i]
+	}
+	return serverCaps(line)
+}
+
+// serverCaps returns what servers are told of a host whose first frame is
+// line: its roots, sampling and elicitation, if line is its initialize;
+// else all the gateway carries.
+func serverCaps(line []byte) *mcp.ClientCapabilities {
+	var f struct {
+		Method string `json:"method"`
+		Params *struct {
+			Capabilities *struct {
+				Roots       *mcp.RootCapabilities        `json:"roots"`
+				Sampling    *mcp.SamplingCapabilities    `json:"sampling"`
+				Elicitation *mcp.ElicitationCapabilities `json:"elicitation"`
+			} `json:"capabilities"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(line, &f) != nil || f.Method != "initialize" || f.Params == nil || f.Params.Capabilities == nil {
+		return gatewayCaps()
+	}
+	host := f.Params.Capabilities
+	c := &mcp.ClientCapabilities{Sampling: host.Sampling, Elicitation: host.Elicitation}
+	if host.Roots != nil {
+		// listChanged whatever the host's: a server that asks before the
+		// host is connected is answered with no roots, and told when the
+		// host's arrive.
+		c.RootsV2 = &mcp.RootCapabilities{ListChanged: true}
+	}
+	return c
+}
+
+func (h *hello) Read(p []byte) (int, error) {
+	<-h.done
+	if len(h.buf) > 0 {
+		n := copy(p, h.buf)
+		h.buf = h.buf[n:]
+		return n, nil
+	}
+	if h.err != nil {
+		return 0, h.err
+	}
+	return h.r.Read(p)
+}
+
+func (h *hello) Close() error { return h.r.Close() }
