@@ -570,3 +570,38 @@ func (g *gwProc) taskHost() *taskHost {
 	g.outTaken = true
 	return newTaskHost(g.t, g.in, g.out)
 }
+
+// A tasks/result in flight when the host leaves has the grace, as a call
+// does; after it the server is sent notifications/cancelled for it, and
+// task.result records that it was cut short, not a result.
+func TestGatewayTaskResultInFlightWhenTheHostLeaves(t *testing.T) {
+	every := mcptest.EverythingServer(t)
+	c := newCLI(t)
+	gw := c.startGateway(`version: 1
+servers:
+  everything:
+    command: `+every[0]+`
+    args: `+quoteArgs(every[1:])+`
+profiles:
+  p:
+    allow: [everything.simulate-research-query]
+activation:
+  default_profile: p
+`, gatewayEnv(t))
+	h := gw.taskHost()
+	h.initialize()
+	a := h.request("tools/call", map[string]any{"name": "everything__simulate-research-query", "arguments": map[string]any{"topic": "go"}, "task": map[string]any{"ttl": 60000}})
+	id, _ := dig(a, "result", "task", "taskId").(string)
+	if id == "" {
+		t.Fatalf("no task: %v", a)
+	}
+	// The research takes 4 s; the grace is 2 s.
+	h.write(map[string]any{"jsonrpc": "2.0", "id": 99, "method": "tasks/result", "params": map[string]any{"taskId": id}})
+	time.Sleep(300 * time.Millisecond)
+	gw.finish(30 * time.Second)
+	evs, _ := c.events()
+	rs := payloads(evs, "task.result")
+	if len(rs) != 1 || rs[0]["task_id"] != id || rs[0]["result_digest"] != nil || !strings.Contains(fmt.Sprint(rs[0]["error"]), "grace") {
+		t.Errorf("task.result = %v, want one saying the grace ran out", rs)
+	}
+}
