@@ -304,13 +304,14 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	// frame (its initialize) is read before they are initialized.
 	hostR, hostW := g.hostTransport()
 	first := readHello(hostR)
-	caps := first.await(ctx, helloWait)
+	caps, hostTasks := first.await(ctx, helloWait)
+	g.tk.hostCaps = hostTasks
 	for _, st := range running {
 		client := g.newClient(st.srv.Name, caps)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		stdin := newDownWriter(st.inW)
 		raw := newDownRaw(st.srv.Name, stdin)
-		cs, err := client.Connect(cctx, &mcp.IOTransport{Reader: g.tk.serverReader(raw, st.outR), Writer: stdin}, downstreamSession)
+		cs, err := client.Connect(cctx, &mcp.IOTransport{Reader: g.tk.serverReader(raw, st.outR), Writer: &serverOut{w: stdin, tasks: hostTasks}}, downstreamSession)
 		cancel()
 		if err != nil {
 			stdin.closeStdin()
@@ -355,6 +356,8 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	if ctx.Err() == nil {
 		g.leave("the host's connection ended")
 	}
+	// The host can no longer answer the servers' requests put to it.
+	g.tk.hostRaw.fail(io.EOF)
 	g.tk.wg.Wait()
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), "EOF") {
 		return sess, err

@@ -42,6 +42,7 @@ func gatewayCaps() *mcp.ClientCapabilities {
 func (g *gateway) hostTransport() (io.ReadCloser, io.WriteCloser) {
 	host := g.guardHost(&mcp.IOTransport{Reader: &frameTap{r: g.cfg.Stdin, g: g, kind: schemas.KindFrameC2S}, Writer: &frameTapW{w: g.cfg.Stdout, g: g}})
 	g.tk.out = &hostOut{w: host.Writer, t: g.tk}
+	g.tk.hostRaw = newDownRaw("", g.tk.out)
 	return &frameFilter{r: host.Reader, take: g.tk.hostLine}, g.tk.out
 }
 
@@ -76,16 +77,17 @@ func readHello(r io.ReadCloser) *hello {
 }
 
 // await waits at most d for the first frame and returns the capabilities
-// the servers are to be told.
-func (h *hello) await(ctx context.Context, d time.Duration) *mcp.ClientCapabilities {
+// the servers are to be told, and the host's capabilities.tasks (nil: it
+// has none).
+func (h *hello) await(ctx context.Context, d time.Duration) (*mcp.ClientCapabilities, json.RawMessage) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-h.done:
 	case <-t.C:
-		return gatewayCaps()
+		return gatewayCaps(), nil
 	case <-ctx.Done():
-		return gatewayCaps()
+		return gatewayCaps(), nil
 	}
 	line := h.buf
 	if i := bytes.IndexByte(line, '\n'); i >= 0 {
@@ -96,8 +98,9 @@ func (h *hello) await(ctx context.Context, d time.Duration) *mcp.ClientCapabilit
 
 // serverCaps returns what servers are told of a host whose first frame is
 // line: its roots, sampling and elicitation, if line is its initialize;
-// else all the gateway carries.
-func serverCaps(line []byte) *mcp.ClientCapabilities {
+// else all the gateway carries. It returns the host's capabilities.tasks
+// too.
+func serverCaps(line []byte) (*mcp.ClientCapabilities, json.RawMessage) {
 	var f struct {
 		Method string `json:"method"`
 		Params *struct {
@@ -105,11 +108,12 @@ func serverCaps(line []byte) *mcp.ClientCapabilities {
 				Roots       *mcp.RootCapabilities        `json:"roots"`
 				Sampling    *mcp.SamplingCapabilities    `json:"sampling"`
 				Elicitation *mcp.ElicitationCapabilities `json:"elicitation"`
+				Tasks       json.RawMessage              `json:"tasks"`
 			} `json:"capabilities"`
 		} `json:"params"`
 	}
 	if json.Unmarshal(line, &f) != nil || f.Method != "initialize" || f.Params == nil || f.Params.Capabilities == nil {
-		return gatewayCaps()
+		return gatewayCaps(), nil
 	}
 	host := f.Params.Capabilities
 	c := &mcp.ClientCapabilities{Sampling: host.Sampling, Elicitation: host.Elicitation}
@@ -119,7 +123,11 @@ func serverCaps(line []byte) *mcp.ClientCapabilities {
 		// host's arrive.
 		c.RootsV2 = &mcp.RootCapabilities{ListChanged: true}
 	}
-	return c
+	tasks := host.Tasks
+	if !json.Valid(tasks) || bytes.Equal(tasks, []byte("null")) || tasks[0] != '{' {
+		tasks = nil
+	}
+	return c, tasks
 }
 
 func (h *hello) Read(p []byte) (int, error) {

@@ -41,9 +41,8 @@ import (
 //     server's stream before the SDK reads it.
 //   - The host sees the tasks capability, and each tool's execution
 //     (taskSupport), exactly as far as its servers announced them.
-//   - The gateway does not offer tasks to servers (task-augmented sampling
-//     or elicitation): it does not carry a server's tasks/* requests to
-//     the host, so servers are not told that the host has tasks.
+//   - Tasks the host runs for a server are carried too
+//     (gateway_hosttasks.go).
 
 // rawIDPrefix begins the ids of the gateway's own requests to a server.
 const rawIDPrefix = "aegis-"
@@ -73,11 +72,17 @@ type tasker struct {
 	creating map[string]int                        // server -> task-augmented calls in flight
 	wg       sync.WaitGroup
 	ready    atomic.Bool // the servers are connected
+
+	// A server's task-augmented requests to the host (see gateway_hostTasks.go).
+	hostCaps  json.RawMessage                    // the host's capabilities.tasks; nil: none
+	hostRaw   *downRaw                           // the gateway's own requests to the host
+	hostTasks map[string]string                  // task id the host gave -> the server that asked
+	asks      map[string]context.CancelCauseFunc // server + request id -> cancel
 }
 
 func (g *gateway) initTasks(ctx context.Context) {
 	g.tk = &tasker{g: g, base: ctx, tasks: map[string]taskEntry{}, inflight: map[string]context.CancelCauseFunc{},
-		watch: map[string]string{}, creating: map[string]int{}, exec: map[string]map[string]json.RawMessage{}, caps: map[string]json.RawMessage{}}
+		watch: map[string]string{}, creating: map[string]int{}, hostTasks: map[string]string{}, asks: map[string]context.CancelCauseFunc{}, exec: map[string]map[string]json.RawMessage{}, caps: map[string]json.RawMessage{}}
 }
 
 type rpcFrame struct {
@@ -92,15 +97,42 @@ type rpcFrame struct {
 // hostLine follows one line from the host, and takes it (returns true)
 // when it is a task request, which it then answers itself.
 func (t *tasker) hostLine(line []byte, at bool) bool {
-	if !bytes.Contains(line, []byte(`"method"`)) {
+	if !bytes.Contains(line, []byte(`"method"`)) && !bytes.Contains(line, []byte(`"`+rawIDPrefix)) {
 		return false
 	}
 	var h rpcFrame
-	if json.Unmarshal(line, &h) != nil || h.Method == "" {
+	if json.Unmarshal(line, &h) != nil {
 		return false
+	}
+	if h.Method == "" {
+		// The host's answer to one of the gateway's own requests.
+		var id string
+		if json.Unmarshal(h.ID, &id) != nil || !strings.HasPrefix(id, rawIDPrefix) || t.hostRaw == nil {
+			return false
+		}
+		if at {
+			t.hostRaw.deliver(id, h.Result, h.Error)
+		}
+		return true
 	}
 	k := rpcIDKey(h.ID)
 	switch {
+	case h.Method == "notifications/tasks/status":
+		// The host's status of a task it runs for a server.
+		var p struct {
+			TaskID string `json:"taskId"`
+		}
+		json.Unmarshal(h.Params, &p)
+		t.mu.Lock()
+		server, ok := t.hostTasks[p.TaskID]
+		t.mu.Unlock()
+		if !ok || !at || !t.ready.Load() {
+			return false
+		}
+		if d := t.g.downs[server]; d != nil && d.raw != nil {
+			d.raw.send(rpcFrame{JSONRPC: "2.0", Method: h.Method, Params: h.Params})
+		}
+		return true
 	case h.Method == "notifications/cancelled":
 		var p struct {
 			RequestID json.RawMessage `json:"requestId"`
@@ -430,7 +462,8 @@ func (t *tasker) serverLine(d *downRaw, line []byte, at bool) bool {
 	raw := bytes.Contains(line, []byte(`"`+rawIDPrefix))
 	status := bytes.Contains(line, []byte(`notifications/tasks/status`))
 	tools := bytes.Contains(line, []byte(`"tools"`)) || bytes.Contains(line, []byte(`"capabilities"`))
-	if !raw && !status && !tools {
+	asks := t.hostCaps != nil && (bytes.Contains(line, []byte(`"task`)) || bytes.Contains(line, []byte(`cancelled`)))
+	if !raw && !status && !tools && !asks {
 		return false
 	}
 	var h rpcFrame
@@ -442,6 +475,9 @@ func (t *tasker) serverLine(d *downRaw, line []byte, at bool) bool {
 		if at {
 			d.deliver(id, h.Result, h.Error)
 		}
+		return true
+	}
+	if t.serverAsk(d, h, at) {
 		return true
 	}
 	switch {
@@ -607,7 +643,8 @@ func (o *hostOut) frame(f rpcFrame) {
 // downRaw is the gateway's own JSON-RPC channel to one server, beside the
 // SDK's session on the same pipes.
 type downRaw struct {
-	server string
+	server string // the server's name; "" for the host
+	peer   string // "server NAME" or "the host", for errors
 	w      io.Writer
 
 	mu      sync.Mutex
@@ -616,8 +653,21 @@ type downRaw struct {
 	closed  error
 }
 
+// send writes one frame of the gateway's own to the peer.
+func (d *downRaw) send(f rpcFrame) {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return
+	}
+	d.w.Write(append(b, '\n'))
+}
+
 func newDownRaw(server string, w io.Writer) *downRaw {
-	return &downRaw{server: server, w: w, waiting: map[string]chan rpcFrame{}}
+	peer := "server " + server
+	if server == "" {
+		peer = "the host"
+	}
+	return &downRaw{server: server, peer: peer, w: w, waiting: map[string]chan rpcFrame{}}
 }
 
 // call sends a request to the server and waits for its answer. When ctx
@@ -647,7 +697,7 @@ func (d *downRaw) call(ctx context.Context, method string, params any) (json.Raw
 	b, _ := json.Marshal(rpcFrame{JSONRPC: "2.0", ID: idb, Method: method, Params: pb})
 	if _, err := d.w.Write(append(b, '\n')); err != nil {
 		forget()
-		return nil, fmt.Errorf("write to server %s: %w", d.server, err)
+		return nil, fmt.Errorf("write to %s: %w", d.peer, err)
 	}
 	select {
 	case f := <-ch:
@@ -655,7 +705,7 @@ func (d *downRaw) call(ctx context.Context, method string, params any) (json.Raw
 			return nil, f.Error
 		}
 		if f.Result == nil {
-			return nil, fmt.Errorf("server %s: %w", d.server, errNoAnswer)
+			return nil, fmt.Errorf("%s: %w", d.peer, errNoAnswer)
 		}
 		return f.Result, nil
 	case <-ctx.Done():
@@ -668,7 +718,7 @@ func (d *downRaw) call(ctx context.Context, method string, params any) (json.Raw
 	}
 }
 
-var errNoAnswer = errors.New("the server's output ended before it answered")
+var errNoAnswer = errors.New("its output ended before it answered")
 
 func (d *downRaw) deliver(id string, result json.RawMessage, e *jsonrpc.Error) {
 	d.mu.Lock()
@@ -686,7 +736,7 @@ func (d *downRaw) fail(err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed == nil {
-		d.closed = fmt.Errorf("server %s: %w (%v)", d.server, errNoAnswer, err)
+		d.closed = fmt.Errorf("%s: %w (%v)", d.peer, errNoAnswer, err)
 	}
 	for id, ch := range d.waiting {
 		ch <- rpcFrame{Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: " + d.closed.Error()}}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,9 +107,13 @@ func (h *taskHost) request(method string, params any) map[string]any {
 
 func (h *taskHost) initialize() map[string]any {
 	h.t.Helper()
-	a := h.request("initialize", map[string]any{"protocolVersion": "2025-11-25",
-		"capabilities": map[string]any{"elicitation": map[string]any{"form": map[string]any{}, "url": map[string]any{}}},
-		"clientInfo":   map[string]any{"name": "tasks-test", "version": "1"}})
+	return h.initializeWith(map[string]any{"elicitation": map[string]any{"form": map[string]any{}, "url": map[string]any{}}})
+}
+
+func (h *taskHost) initializeWith(caps map[string]any) map[string]any {
+	h.t.Helper()
+	a := h.request("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": caps,
+		"clientInfo": map[string]any{"name": "tasks-test", "version": "1"}})
 	h.write(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
 	return a
 }
@@ -603,5 +608,97 @@ activation:
 	rs := payloads(evs, "task.result")
 	if len(rs) != 1 || rs[0]["task_id"] != id || rs[0]["result_digest"] != nil || !strings.Contains(fmt.Sprint(rs[0]["error"]), "grace") {
 		t.Errorf("task.result = %v, want one saying the grace ran out", rs)
+	}
+}
+
+// A host that runs sampling as a task, for a server that asks it to
+// (server-everything's trigger-sampling-request-async): the server is told
+// the host's tasks capability, its task-augmented sampling reaches the
+// host, and its tasks/get and tasks/result polls reach the host and come
+// back, directly and through the gateway alike.
+func TestGatewayParityHostRunsSamplingAsATask(t *testing.T) {
+	every := mcptest.EverythingServer(t)
+	caps := map[string]any{"sampling": map[string]any{}, "elicitation": map[string]any{"form": map[string]any{}},
+		"tasks": map[string]any{"list": map[string]any{}, "cancel": map[string]any{}, "requests": map[string]any{
+			"sampling": map[string]any{"createMessage": map[string]any{}}, "elicitation": map[string]any{"create": map[string]any{}}}}}
+	task := map[string]any{"taskId": "host-task-1", "status": "working", "ttl": 60000, "createdAt": "2026-01-01T00:00:00Z",
+		"lastUpdatedAt": "2026-01-01T00:00:00Z", "pollInterval": 100}
+	run := func(t *testing.T, h *taskHost, tool string) (string, string) {
+		var mu sync.Mutex
+		var sampled []string // what the host was asked, with the task
+		h.before = func(req map[string]any) bool {
+			method, _ := req["method"].(string)
+			mu.Lock()
+			sampled = append(sampled, method+" task="+canon(dig(req, "params", "task")))
+			mu.Unlock()
+			var res any
+			switch method {
+			case "sampling/createMessage":
+				res = map[string]any{"task": task}
+			case "tasks/get":
+				done := maps.Clone(task)
+				done["status"] = "completed"
+				res = done
+			case "tasks/result":
+				res = map[string]any{"role": "assistant", "content": map[string]any{"type": "text", "text": "sampled as a task"}, "model": "test-model"}
+			default:
+				return true
+			}
+			h.write(map[string]any{"jsonrpc": "2.0", "id": req["id"], "result": res})
+			return false
+		}
+		h.initializeWith(caps)
+		time.Sleep(500 * time.Millisecond) // the conditional tools come with initialized
+		a := h.request("tools/call", map[string]any{"name": tool, "arguments": map[string]any{"prompt": "hello"}})
+		text, _ := dig(a, "result", "content").([]any)
+		if len(text) == 0 {
+			t.Fatalf("%s: %v", tool, a)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return text[0].(map[string]any)["text"].(string), strings.Join(sampled, "; ")
+	}
+	direct := exec.Command(every[0], every[1:]...)
+	din, _ := direct.StdinPipe()
+	dout, _ := direct.StdoutPipe()
+	if err := direct.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Process.Kill(); direct.Wait() })
+	wantText, wantAsked := run(t, newTaskHost(t, din, dout), "trigger-sampling-request-async")
+
+	c := newCLI(t)
+	gw := c.startGateway(`version: 1
+servers:
+  everything:
+    command: `+every[0]+`
+    args: `+quoteArgs(every[1:])+`
+  grow:
+    command: `+bin(t, "growserver")+`
+profiles:
+  p:
+    allow: [everything.trigger-sampling-request-async, grow.peek]
+activation:
+  default_profile: p
+`, gatewayEnv(t))
+	h := gw.taskHost()
+	gotText, gotAsked := run(t, h, "everything__trigger-sampling-request-async")
+	// Another server asking the host about that task is refused at the
+	// gateway; the host is never asked.
+	peek := h.request("tools/call", map[string]any{"name": "grow__peek", "arguments": map[string]any{}})
+	if s := canon(dig(peek, "result", "content")); !strings.Contains(s, "-32602") || !strings.Contains(s, "unknown task") {
+		t.Errorf("another server's tasks/get of the task: %v", peek)
+	}
+	h.mu.Lock()
+	if n := len(h.asked); n != 3 {
+		t.Errorf("the host was asked %d requests, want 3: %v", n, h.asked)
+	}
+	h.mu.Unlock()
+	gw.finish(30 * time.Second)
+	if !strings.Contains(wantText, "[COMPLETED]") || !strings.Contains(wantText, "sampled as a task") {
+		t.Fatalf("directly, the async sampling did not complete: %s", wantText)
+	}
+	if gotText != wantText || gotAsked != wantAsked {
+		t.Errorf("through the gateway:\n%s\nasked: %s\ndirectly:\n%s\nasked: %s", gotText, gotAsked, wantText, wantAsked)
 	}
 }

@@ -386,7 +386,7 @@ var parityScript = []parityStep{
 // the test says so instead of skipping them silently.
 var parityGaps = []string{
 	"tasks and execution.taskSupport: a go-sdk host has no tasks, so this script cannot drive them; TestGatewayParityTasks does, over JSON-RPC, directly and through the gateway",
-	"task-augmented sampling and elicitation (a server asking the host to run its request as a task): the gateway does not tell servers the host has tasks, since they start before it connects",
+	"task-augmented sampling and elicitation (a server asking the host to run its request as a task): a go-sdk host cannot run them; TestGatewayParityHostRunsSamplingAsATask compares them over JSON-RPC",
 	"protocol 2026-07-28 (no sessions, multi-round-trip input requests): the gateway speaks the session protocol on both sides and a host asking for 2026-07-28 negotiates down",
 	"log messages a server sends before the host's logging/setLevel: the go-sdk server sends a session none until it sets a level (the script compares those sent after)",
 	"results gain ttlMs and cacheScope (2026-07-28 cache hints the go-sdk server adds whatever the protocol), and an elicitation without mode gains mode \"form\" (ServerSession.Elicit fills it in); the script takes both out before comparing",

@@ -11,8 +11,9 @@
 // notifications/elicitation/complete for it, then answers with the
 // client's action. A call of withdraw asks the client for a form
 // elicitation (id "g-2"), cancels that request 300 ms later with
-// notifications/cancelled, and answers "withdrawn". Every line it receives
-// is appended to
+// notifications/cancelled, and answers "withdrawn". A call of peek asks
+// the client for the task host-task-1 (tasks/get) and answers with the
+// client's answer as it came. Every line it receives is appended to
 // the file named by -log, so a test can tell what reached the server (a
 // notifications/cancelled, say). It exits at stdin EOF.
 package main
@@ -49,8 +50,10 @@ func main() {
 		{Name: "hang", Description: "Never answer.", InputSchema: obj},
 		{Name: "ask", Description: "Ask the client for a url elicitation.", InputSchema: obj},
 		{Name: "withdraw", Description: "Ask the client, then cancel the question.", InputSchema: obj},
+		{Name: "peek", Description: "Ask the client for the task host-task-1.", InputSchema: obj},
 	}
 	asked := make(chan json.RawMessage, 1) // the client's answer to the elicitation
+	peeked := make(chan []byte, 1)         // the client's answer to tasks/get
 	var mu sync.Mutex
 	out := json.NewEncoder(os.Stdout)
 	send := func(v any) {
@@ -77,12 +80,15 @@ func main() {
 			continue // a notification, or not JSON
 		}
 		if req.Method == "" {
-			if string(req.ID) == `"g-1"` {
+			switch string(req.ID) {
+			case `"g-1"`:
 				var a struct {
 					Result json.RawMessage `json:"result"`
 				}
 				json.Unmarshal(line, &a)
 				asked <- a.Result
+			case `"g-3"`:
+				peeked <- append([]byte(nil), line...)
 			}
 			continue
 		}
@@ -102,6 +108,13 @@ func main() {
 		case "tools/call":
 			switch req.Params.Name {
 			case "hang":
+			case "peek":
+				id := append(json.RawMessage(nil), req.ID...)
+				go func() {
+					send(map[string]any{"jsonrpc": "2.0", "id": "g-3", "method": "tasks/get", "params": map[string]any{"taskId": "host-task-1"}})
+					answer := <-peeked
+					send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{"content": []any{map[string]any{"type": "text", "text": string(answer)}}}})
+				}()
 			case "withdraw":
 				id := append(json.RawMessage(nil), req.ID...)
 				go func() {

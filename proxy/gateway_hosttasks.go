@@ -1,0 +1,245 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Tasks the host runs for a server (task-augmented sampling/createMessage
+// and elicitation/create), carried at the JSON-RPC level as the host's
+// tasks are (gateway_tasks.go). Invariants:
+//
+//   - Servers are told the host's capabilities.tasks, as the host sent it,
+//     and nothing when the host has none; then no request of a server is
+//     taken here, and the SDK answers as it always did.
+//   - A server's task-augmented request goes to the host as sent, under an
+//     id of the gateway's ("aegis-N"); the host's answer, a CreateTaskResult
+//     or a plain result, goes back to the server under the server's id.
+//   - A server's tasks/get, tasks/result and tasks/cancel reach the host
+//     only for a task the host created for that server; tasks/list
+//     answers only that server's tasks. Another server's task id is
+//     refused (-32602) and never reaches the host.
+//   - The host's notifications/tasks/status for such a task reaches the
+//     server that asked; a server's notifications/cancelled for a request
+//     taken here cancels the gateway's request to the host.
+
+// hostRuns reports whether the host runs requests of kind (sampling,
+// elicitation) and method (createMessage, create) as tasks.
+func (t *tasker) hostRuns(kind, method string) bool {
+	var c struct {
+		Requests map[string]map[string]json.RawMessage `json:"requests"`
+	}
+	return json.Unmarshal(t.hostCaps, &c) == nil && c.Requests[kind][method] != nil
+}
+
+// hostHas reports whether the host has capabilities.tasks.<what>.
+func (t *tasker) hostHas(what string) bool {
+	var c map[string]json.RawMessage
+	return json.Unmarshal(t.hostCaps, &c) == nil && c[what] != nil
+}
+
+// serverAsk takes a server's request that is the host's to run as a task,
+// or about such a task, and has it answered; it follows the server's
+// cancellations of those requests.
+func (t *tasker) serverAsk(d *downRaw, h rpcFrame, at bool) bool {
+	if t.hostCaps == nil {
+		return false
+	}
+	if h.Method == "notifications/cancelled" {
+		var p struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(h.Params, &p) == nil {
+			t.mu.Lock()
+			cancel := t.asks[d.server+"\x00"+rpcIDKey(p.RequestID)]
+			t.mu.Unlock()
+			if cancel != nil {
+				cancel(errors.New("the server cancelled its request"))
+			}
+		}
+		return false // the SDK follows its own requests' cancellations
+	}
+	k := rpcIDKey(h.ID)
+	if k == "" || !at {
+		return false
+	}
+	switch h.Method {
+	case "sampling/createMessage", "elicitation/create":
+		var p struct {
+			Task json.RawMessage `json:"task"`
+		}
+		if json.Unmarshal(h.Params, &p) != nil || len(p.Task) == 0 || string(p.Task) == "null" {
+			return false
+		}
+		kind, method := "sampling", "createMessage"
+		if h.Method == "elicitation/create" {
+			kind, method = "elicitation", "create"
+		}
+		if !t.hostRuns(kind, method) {
+			return false
+		}
+	case "tasks/get", "tasks/result", "tasks/cancel", "tasks/list":
+	default:
+		return false
+	}
+	ctx, cancel := context.WithCancelCause(t.base)
+	key := d.server + "\x00" + k
+	t.mu.Lock()
+	t.asks[key] = cancel
+	t.wg.Add(1)
+	t.mu.Unlock()
+	go func() {
+		defer t.wg.Done()
+		defer func() {
+			t.mu.Lock()
+			delete(t.asks, key)
+			t.mu.Unlock()
+			cancel(nil)
+		}()
+		res, err := t.askHost(ctx, d.server, h)
+		f := rpcFrame{JSONRPC: "2.0", ID: h.ID, Result: res}
+		if err != nil {
+			var we *jsonrpc.Error
+			if !errors.As(hostError(err), &we) {
+				we = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+			}
+			f.Result, f.Error = nil, we
+		}
+		d.send(f)
+	}()
+	return true
+}
+
+// askHost puts a server's request to the host and returns the host's
+// answer.
+func (t *tasker) askHost(ctx context.Context, server string, h rpcFrame) (json.RawMessage, error) {
+	if !t.ready.Load() || t.hostRaw == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: no host is connected to the gateway"}
+	}
+	d := t.g.downs[server]
+	switch h.Method {
+	case "tasks/list":
+		if !t.hostHas("list") {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "the host behind aegis does not support tasks/list"}
+		}
+		return t.hostList(ctx, server, h.Params)
+	case "tasks/get", "tasks/result", "tasks/cancel":
+		var p struct {
+			TaskID string `json:"taskId"`
+		}
+		json.Unmarshal(h.Params, &p)
+		t.mu.Lock()
+		owner, ok := t.hostTasks[p.TaskID]
+		t.mu.Unlock()
+		if !ok || owner != server {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("aegis: unknown task %q: the host created no task of that id for this server", p.TaskID)}
+		}
+		if h.Method == "tasks/cancel" && !t.hostHas("cancel") {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "the host behind aegis does not support tasks/cancel"}
+		}
+	default:
+		// The host's progress on the request reaches the server.
+		var p struct {
+			Meta mcp.Meta `json:"_meta"`
+		}
+		json.Unmarshal(h.Params, &p)
+		if token := p.Meta["progressToken"]; token != nil && d != nil {
+			defer t.g.fw.upstream(token, d.cs)()
+		}
+	}
+	raw, err := t.hostRaw.call(ctx, h.Method, json.RawMessage(orEmptyObject(h.Params)))
+	if err != nil {
+		return nil, err
+	}
+	if h.Method == "sampling/createMessage" || h.Method == "elicitation/create" {
+		var created struct {
+			Task *struct {
+				TaskID string `json:"taskId"`
+			} `json:"task"`
+		}
+		if json.Unmarshal(raw, &created) == nil && created.Task != nil && created.Task.TaskID != "" {
+			t.mu.Lock()
+			t.hostTasks[created.Task.TaskID] = server
+			t.mu.Unlock()
+		}
+	}
+	return raw, nil
+}
+
+// hostList answers a server's tasks/list with the host's tasks that the
+// host created for that server.
+func (t *tasker) hostList(ctx context.Context, server string, params json.RawMessage) (json.RawMessage, error) {
+	raw, err := t.hostRaw.call(ctx, "tasks/list", json.RawMessage(orEmptyObject(params)))
+	if err != nil {
+		return nil, err
+	}
+	var page map[string]json.RawMessage
+	var tasks []json.RawMessage
+	if json.Unmarshal(raw, &page) != nil || json.Unmarshal(page["tasks"], &tasks) != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: the host's tasks/list answer is not a list of tasks"}
+	}
+	mine := []json.RawMessage{}
+	t.mu.Lock()
+	for _, task := range tasks {
+		var id struct {
+			TaskID string `json:"taskId"`
+		}
+		if json.Unmarshal(task, &id) == nil && t.hostTasks[id.TaskID] == server {
+			mine = append(mine, task)
+		}
+	}
+	t.mu.Unlock()
+	page["tasks"], _ = json.Marshal(mine)
+	return json.Marshal(page)
+}
+
+// serverOut is a server's stdin as the SDK writes it: the gateway's
+// initialize carries the host's capabilities.tasks, which the SDK cannot.
+type serverOut struct {
+	w     io.WriteCloser
+	tasks json.RawMessage
+}
+
+func (o *serverOut) Write(p []byte) (int, error) {
+	q := p
+	if o.tasks != nil && bytes.Contains(p, []byte(`"initialize"`)) {
+		q = withTasks(p, o.tasks)
+	}
+	if _, err := o.w.Write(q); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (o *serverOut) Close() error { return o.w.Close() }
+
+// withTasks returns the initialize request frame with tasks as its
+// params.capabilities.tasks; any other frame as it is.
+func withTasks(frame, tasks json.RawMessage) []byte {
+	var f rpcFrame
+	if json.Unmarshal(frame, &f) != nil || f.Method != "initialize" {
+		return frame
+	}
+	var params, caps map[string]json.RawMessage
+	if json.Unmarshal(f.Params, &params) != nil || params == nil {
+		return frame
+	}
+	if json.Unmarshal(params["capabilities"], &caps) != nil || caps == nil {
+		caps = map[string]json.RawMessage{}
+	}
+	caps["tasks"] = tasks
+	params["capabilities"], _ = json.Marshal(caps)
+	f.Params, _ = json.Marshal(params)
+	b, err := json.Marshal(f)
+	if err != nil {
+		return frame
+	}
+	return append(b, '\n')
+}
