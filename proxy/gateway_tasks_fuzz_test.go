@@ -6,12 +6,26 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 )
 
 type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
+
+// lockedBuffer is a buffer that frames are written to from goroutines, as
+// a server's stdin is.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
 
 // Whatever a host or a server sends, the task layer neither panics nor
 // writes anything but whole JSON frames, and it amends only the answers
@@ -20,6 +34,7 @@ func FuzzTaskLines(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}` + "\n" + `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"s__t"}]}}`))
 	f.Add([]byte(`{"jsonrpc":"2.0","id":"a","method":"initialize","params":{}}` + "\n" + `{"jsonrpc":"2.0","id":"a","result":{"capabilities":{}}}`))
 	f.Add([]byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"s__t","task":{}}}` + "\n" + `{"jsonrpc":"2.0","id":"aegis-1","result":{}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":"g","method":"sampling/createMessage","params":{"task":{}}}` + "\n" + `{"jsonrpc":"2.0","id":"aegis-1","result":{"task":{"taskId":"h"}}}`))
 	f.Add([]byte(`{"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"x"}}` + "\n" + `{"jsonrpc":"2.0","id":3,"result":{"capabilities":{"tasks":{"requests":{"tools":{"call":{}}}}},"protocolVersion":"2025-11-25","tools":[{"name":"t","execution":{"taskSupport":"required"}}]}}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		first, second, _ := bytes.Cut(in, []byte("\n"))
@@ -27,17 +42,21 @@ func FuzzTaskLines(f *testing.F) {
 		g.initTasks(context.Background())
 		var out bytes.Buffer
 		g.tk.out = &hostOut{w: nopWriteCloser{&out}, t: g.tk}
-		d := newDownRaw("s", io.Discard)
+		g.tk.hostRaw = newDownRaw("", g.tk.out)
+		g.tk.hostCaps = json.RawMessage(`{"list":{},"requests":{"sampling":{"createMessage":{}}}}`)
+		var toServer lockedBuffer
+		d := newDownRaw("s", &toServer)
 		for _, line := range [][]byte{first, second} {
 			g.tk.hostLine(line, true) // not ready: a task request is refused at once
 			g.tk.serverLine(d, line, true)
 		}
+		g.tk.wg.Wait() // not ready: what was taken is refused at once
 		g.tk.observe("s", second)
 		amended := g.tk.amend(second)
 		if !bytes.Equal(amended, second) && !json.Valid(amended) {
 			t.Fatalf("amended %q into %q", second, amended)
 		}
-		for _, frame := range bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n")) {
+		for _, frame := range bytes.Split(bytes.TrimSpace(append(out.Bytes(), toServer.b.Bytes()...)), []byte("\n")) {
 			if len(frame) > 0 && !json.Valid(frame) {
 				t.Fatalf("wrote %q", frame)
 			}
