@@ -169,6 +169,17 @@
 // check the new list as at start. forward.go and relist.go state the
 // invariants; docs/GATEWAY-PARITY.md has the table.
 //
+// The servers start at once but are initialized only after the host's
+// initialize has been read, and are told the host's capabilities
+// (gateway_hello.go). What the SDK cannot carry, tasks both ways, the
+// gateway carries at the JSON-RPC level on the same pipes
+// (gateway_tasks.go, gateway_hosttasks.go): a task-augmented tools/call is
+// decided and recorded as every call is, a task's result is recorded
+// before the host sees it, and a task id reaches only the peer that
+// created it. A frame filter (frames.go) takes those frames out of a
+// stream only where a continuous JSON reader would also see a whole frame,
+// so the SDK and the task layer never both answer one request.
+//
 // Each server runs with the environment [ServerEnv] builds (a minimal base,
 // its env and its env_passthrough; never aegis's whole environment, and no
 // value in the record). A server that fails to start is skipped and
