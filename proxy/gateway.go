@@ -358,7 +358,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	}
 	// The host can no longer answer the servers' requests put to it.
 	g.tk.hostRaw.fail(io.EOF)
-	g.tk.wg.Wait()
+	g.tk.close()
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), "EOF") {
 		return sess, err
 	}

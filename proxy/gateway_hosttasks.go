@@ -92,6 +92,12 @@ func (t *tasker) serverAsk(d *downRaw, h rpcFrame, at bool) bool {
 	ctx, cancel := context.WithCancelCause(t.base)
 	key := d.server + "\x00" + k
 	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		cancel(nil)
+		d.send(rpcFrame{JSONRPC: "2.0", ID: h.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: the host has left"}})
+		return true
+	}
 	t.asks[key] = cancel
 	t.wg.Add(1)
 	t.mu.Unlock()

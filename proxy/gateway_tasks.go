@@ -71,6 +71,7 @@ type tasker struct {
 	caps     map[string]json.RawMessage            // server -> capabilities.tasks
 	creating map[string]int                        // server -> task-augmented calls in flight
 	wg       sync.WaitGroup
+	closed   bool        // no more requests are taken (wg is waited for)
 	ready    atomic.Bool // the servers are connected
 
 	// A server's task-augmented requests to the host (see gateway_hostTasks.go).
@@ -173,10 +174,14 @@ func (t *tasker) hostLine(line []byte, at bool) bool {
 	}
 	ctx, cancel := context.WithCancelCause(t.base)
 	t.mu.Lock()
-	if _, dup := t.inflight[k]; dup {
+	if _, dup := t.inflight[k]; dup || t.closed {
 		t.mu.Unlock()
 		cancel(nil)
-		t.answer(h.ID, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "aegis: a request with this id is already in flight"})
+		msg := "aegis: a request with this id is already in flight"
+		if !dup {
+			msg = "aegis: the gateway is shutting down"
+		}
+		t.answer(h.ID, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: msg})
 		return true
 	}
 	t.inflight[k] = cancel
@@ -194,6 +199,14 @@ func (t *tasker) hostLine(line []byte, at bool) bool {
 		t.answer(h.ID, res, err)
 	}()
 	return true
+}
+
+// close takes no more requests and waits for those in flight.
+func (t *tasker) close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.wg.Wait()
 }
 
 // maxWatched bounds the host requests whose answers wait to be amended.

@@ -50,7 +50,7 @@ func FuzzTaskLines(f *testing.F) {
 			g.tk.hostLine(line, true) // not ready: a task request is refused at once
 			g.tk.serverLine(d, line, true)
 		}
-		g.tk.wg.Wait() // not ready: what was taken is refused at once
+		g.tk.close() // not ready: what was taken is refused at once
 		g.tk.observe("s", second)
 		amended := g.tk.amend(second)
 		if !bytes.Equal(amended, second) && !json.Valid(amended) {
