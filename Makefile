@@ -6,7 +6,7 @@ GO      ?= go
 BIN     := bin
 NODEDIR := .cache/node
 # The official MCP reference servers used by the interop tests, pinned.
-NPM_PKGS := @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31
+NPM_PKGS := @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/sdk@1.32.2
 FUZZTIME ?= 10s
 DEMO    := .cache/demo
 

@@ -702,3 +702,68 @@ activation:
 		t.Errorf("through the gateway:\n%s\nasked: %s\ndirectly:\n%s\nasked: %s", gotText, gotAsked, wantText, wantAsked)
 	}
 }
+
+// The same task session through the official TypeScript SDK's client, as
+// hosts built on it run it, directly and through the gateway: the client
+// decides to call the tool as a task from its execution.taskSupport, and
+// only when the server announced tasks for tools/call, so it checks what
+// the gateway adds to what the go-sdk writes.
+func TestGatewayParityTasksTypeScriptClient(t *testing.T) {
+	every := mcptest.EverythingServer(t)
+	node, sdk := mcptest.TypeScriptSDK(t)
+	script, err := filepath.Abs(filepath.Join("testdata", "tsclient", "tasks.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(env []string, prefix string, server ...string) map[string]any {
+		t.Helper()
+		cmd := exec.Command(node, append([]string{script, prefix}, server...)...)
+		cmd.Env = append(env, "MCP_SDK_DIR="+sdk)
+		stderr := &syncBuffer{}
+		cmd.Stderr = stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", script, err, stderr)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(out, &m); err != nil {
+			t.Fatalf("%s printed %q: %v\n%s", script, out, err, stderr)
+		}
+		return m
+	}
+	want := run(os.Environ(), "", every...)
+
+	c := newCLI(t)
+	config := filepath.Join(c.dir, "aegis.yaml")
+	if err := os.WriteFile(config, []byte(`version: 1
+servers:
+  everything:
+    command: `+every[0]+`
+    args: `+quoteArgs(every[1:])+`
+profiles:
+  p:
+    allow: [everything.simulate-research-query]
+activation:
+  default_profile: p
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := run(gatewayEnv(t), "everything__", bin(t, "aegis"), "gateway", "--config", config, "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state)
+
+	for _, m := range []map[string]any{want, got} {
+		if m["error"] != nil || !strings.Contains(fmt.Sprint(m["result"]), "Research Report: python (snake)") || m["final"] != "completed" ||
+			m["listed"] != true || m["cancelled"] != "cancelled" || m["afterCancel"] != "cancelled" ||
+			!strings.Contains(fmt.Sprint(m["statuses"]), "input_required") {
+			t.Errorf("a task session through the TypeScript client went wrong: %v", m)
+		}
+	}
+	for _, k := range []string{"tasks", "execution", "result", "asked", "final", "listed", "cancelled", "afterCancel", "error"} {
+		if canon(got[k]) != canon(want[k]) {
+			t.Errorf("%s through the gateway = %s, directly %s", k, canon(got[k]), canon(want[k]))
+		}
+	}
+	evs, _ := c.events()
+	if rs := payloads(evs, "task.result"); len(rs) != 1 {
+		t.Errorf("task.result events: %v", rs)
+	}
+}

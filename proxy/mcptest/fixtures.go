@@ -55,6 +55,27 @@ func EverythingServer(t testing.TB) []string {
 	return []string{node, entry, "stdio"}
 }
 
+// TypeScriptSDK returns node and the directory of the official TypeScript
+// SDK (@modelcontextprotocol/sdk) in .cache/node at the module root, for
+// tests that drive a session with its client, as hosts built on it do.
+// Missing dependencies are handled as in [EverythingServer].
+func TypeScriptSDK(t testing.TB) (node, dir string) {
+	t.Helper()
+	node, _ = nodePackage(t, "@modelcontextprotocol/server-everything") // node, and the install
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("mcptest: %v", err)
+	}
+	dir = filepath.Join(root, filepath.FromSlash(nodeModules), "@modelcontextprotocol", "sdk")
+	if _, err := os.Stat(filepath.Join(dir, "package.json")); err != nil {
+		if os.Getenv(skipInteropEnv) == "1" {
+			t.Skipf("mcptest: @modelcontextprotocol/sdk is not installed (skipping: %s=1)", skipInteropEnv)
+		}
+		t.Fatalf("mcptest: @modelcontextprotocol/sdk is not installed under %s; run `make interop-deps`", filepath.Dir(dir))
+	}
+	return node, dir
+}
+
 // FilesystemServer returns the argv that runs the Node reference server
 // @modelcontextprotocol/server-filesystem from .cache/node at the module root,
 // allowed to access the directories roots. Missing dependencies are handled
