@@ -367,8 +367,8 @@ func TestTranscriptEscapesControlCharacters(t *testing.T) {
 	}
 }
 
-// A cancellation and a dropped frame read as what happened, not as raw
-// JSON.
+// A cancellation, a dropped frame and a task's result read as what
+// happened, not as raw JSON, and a server's text cannot drive the terminal.
 func TestStepTextOfCancelledCallsAndDroppedFrames(t *testing.T) {
 	for _, tc := range []struct {
 		step projector.Step
@@ -378,6 +378,12 @@ func TestStepTextOfCancelledCallsAndDroppedFrames(t *testing.T) {
 			"cancelled call-2 slow cancelled by the host 8000 ms after its intent"},
 		{projector.Step{Kind: string(schemas.KindFrameDropped), Payload: []byte(`{"direction":"s2c","frame_digest":"ab","reason":"it answers id 7, which no request of the host's in flight has"}`)},
 			"dropped   the s2c frame above was not relayed: it answers id 7, which no request of the host's in flight has"},
+		{projector.Step{Kind: string(schemas.KindCallCancelled), Payload: []byte(`{"by":"host","call_id":"call-1","method":"tasks/cancel","server":"s","task_id":"t-9","tool_id":"s__research"}`)},
+			"cancelled task t-9 of call-1 s__research cancelled by the host (tasks/cancel)"},
+		{projector.Step{Kind: string(schemas.KindTaskResult), Payload: []byte(`{"call_id":"call-1","is_error":false,"result_digest":"f6784d146d312c6216c36fc6","server":"s","task_id":"t-9","tool_id":"s__research"}`)},
+			"task      task t-9 of call-1 s__research: result f6784d146d31…"},
+		{projector.Step{Kind: string(schemas.KindTaskResult), Payload: []byte("{\"call_id\":\"call-1\",\"error\":\"the grace ran out\\u001b[2J\",\"task_id\":\"t-9\",\"tool_id\":\"s__research\"}")},
+			"task      task t-9 of call-1 s__research: no result: the grace ran out\\x1b[2J"},
 	} {
 		if got := tc.step.Line(); !strings.HasSuffix(got, tc.want) {
 			t.Errorf("Line() = %q, want it to end in %q", got, tc.want)

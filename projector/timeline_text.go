@@ -42,6 +42,8 @@ func (s Step) Label() string {
 		return "profile"
 	case string(schemas.KindCallCancelled):
 		return "cancelled"
+	case string(schemas.KindTaskResult):
+		return "task"
 	case string(schemas.KindFrameDropped):
 		return "dropped"
 	case string(schemas.KindNote):
@@ -190,11 +192,38 @@ func (s Step) text() string {
 			By      string `json:"by"`
 			Reason  string `json:"reason"`
 		}
+		var task struct {
+			TaskID string `json:"task_id"`
+		}
 		json.Unmarshal(s.Payload, &c)
+		json.Unmarshal(s.Payload, &task)
+		if task.TaskID != "" {
+			fmt.Fprintf(&b, "task %s of %s %s cancelled by the host (tasks/cancel)", Printable(task.TaskID), c.CallID, c.ToolID)
+			break
+		}
 		if c.By == "aegis" {
 			fmt.Fprintf(&b, "%s %s cancelled by aegis %d ms after its intent: %s", c.CallID, c.ToolID, c.AfterMS, c.Reason)
 		} else {
 			fmt.Fprintf(&b, "%s %s cancelled by the host %d ms after its intent", c.CallID, c.ToolID, c.AfterMS)
+		}
+	case s.Kind == string(schemas.KindTaskResult):
+		var r struct {
+			TaskID       string `json:"task_id"`
+			CallID       string `json:"call_id"`
+			ToolID       string `json:"tool_id"`
+			ResultDigest string `json:"result_digest"`
+			IsError      bool   `json:"is_error"`
+			Error        string `json:"error"`
+		}
+		json.Unmarshal(s.Payload, &r)
+		fmt.Fprintf(&b, "task %s of %s %s: ", Printable(r.TaskID), r.CallID, r.ToolID)
+		switch {
+		case r.Error != "":
+			b.WriteString("no result: " + Printable(short(r.Error, 120)))
+		case r.IsError:
+			b.WriteString("error result " + short(r.ResultDigest, 12))
+		default:
+			b.WriteString("result " + short(r.ResultDigest, 12))
 		}
 	case s.Kind == string(schemas.KindFrameDropped):
 		var d struct {
