@@ -53,17 +53,7 @@ func (t *tasker) serverAsk(d *downRaw, h rpcFrame, at bool) bool {
 		return false
 	}
 	if h.Method == "notifications/cancelled" {
-		var p struct {
-			RequestID json.RawMessage `json:"requestId"`
-		}
-		if json.Unmarshal(h.Params, &p) == nil {
-			t.mu.Lock()
-			cancel := t.asks[d.server+"\x00"+rpcIDKey(p.RequestID)]
-			t.mu.Unlock()
-			if cancel != nil {
-				cancel(errors.New("the server cancelled its request"))
-			}
-		}
+		t.cancelIn(t.asks, d.server+"\x00"+rpcIDKey(cancelledID(h.Params)), errServerCancelled)
 		return false // the SDK follows its own requests' cancellations
 	}
 	k := rpcIDKey(h.ID)
@@ -89,39 +79,16 @@ func (t *tasker) serverAsk(d *downRaw, h rpcFrame, at bool) bool {
 	default:
 		return false
 	}
-	ctx, cancel := context.WithCancelCause(t.base)
-	key := d.server + "\x00" + k
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		cancel(nil)
-		d.send(rpcFrame{JSONRPC: "2.0", ID: h.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: the host has left"}})
-		return true
-	}
-	t.asks[key] = cancel
-	t.wg.Add(1)
-	t.mu.Unlock()
-	go func() {
-		defer t.wg.Done()
-		defer func() {
-			t.mu.Lock()
-			delete(t.asks, key)
-			t.mu.Unlock()
-			cancel(nil)
-		}()
+	if why := t.spawn(t.asks, d.server+"\x00"+k, func(ctx context.Context) {
 		res, err := t.askHost(ctx, d.server, h)
-		f := rpcFrame{JSONRPC: "2.0", ID: h.ID, Result: res}
-		if err != nil {
-			var we *jsonrpc.Error
-			if !errors.As(hostError(err), &we) {
-				we = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
-			}
-			f.Result, f.Error = nil, we
-		}
-		d.send(f)
-	}()
+		d.send(reply(h.ID, res, err))
+	}); why != "" {
+		d.send(reply(h.ID, nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: " + why}))
+	}
 	return true
 }
+
+var errServerCancelled = errors.New("the server cancelled its request")
 
 // askHost puts a server's request to the host and returns the host's
 // answer.
@@ -137,15 +104,12 @@ func (t *tasker) askHost(ctx context.Context, server string, h rpcFrame) (json.R
 		}
 		return t.hostList(ctx, server, h.Params)
 	case "tasks/get", "tasks/result", "tasks/cancel":
-		var p struct {
-			TaskID string `json:"taskId"`
-		}
-		json.Unmarshal(h.Params, &p)
+		id := taskIDOf(h.Params)
 		t.mu.Lock()
-		owner, ok := t.hostTasks[p.TaskID]
+		owner, ok := t.hostTasks[id]
 		t.mu.Unlock()
 		if !ok || owner != server {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("aegis: unknown task %q: the host created no task of that id for this server", p.TaskID)}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("aegis: unknown task %q: the host created no task of that id for this server", id)}
 		}
 		if h.Method == "tasks/cancel" && !t.hostHas("cancel") {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "the host behind aegis does not support tasks/cancel"}
@@ -165,14 +129,9 @@ func (t *tasker) askHost(ctx context.Context, server string, h rpcFrame) (json.R
 		return nil, err
 	}
 	if h.Method == "sampling/createMessage" || h.Method == "elicitation/create" {
-		var created struct {
-			Task *struct {
-				TaskID string `json:"taskId"`
-			} `json:"task"`
-		}
-		if json.Unmarshal(raw, &created) == nil && created.Task != nil && created.Task.TaskID != "" {
+		if id := createdTaskID(raw); id != "" {
 			t.mu.Lock()
-			t.hostTasks[created.Task.TaskID] = server
+			t.hostTasks[id] = server
 			t.mu.Unlock()
 		}
 	}
@@ -194,10 +153,7 @@ func (t *tasker) hostList(ctx context.Context, server string, params json.RawMes
 	mine := []json.RawMessage{}
 	t.mu.Lock()
 	for _, task := range tasks {
-		var id struct {
-			TaskID string `json:"taskId"`
-		}
-		if json.Unmarshal(task, &id) == nil && t.hostTasks[id.TaskID] == server {
+		if t.hostTasks[taskIDOf(task)] == server {
 			mine = append(mine, task)
 		}
 	}

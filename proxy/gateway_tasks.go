@@ -120,12 +120,8 @@ func (t *tasker) hostLine(line []byte, at bool) bool {
 	switch {
 	case h.Method == "notifications/tasks/status":
 		// The host's status of a task it runs for a server.
-		var p struct {
-			TaskID string `json:"taskId"`
-		}
-		json.Unmarshal(h.Params, &p)
 		t.mu.Lock()
-		server, ok := t.hostTasks[p.TaskID]
+		server, ok := t.hostTasks[taskIDOf(h.Params)]
 		t.mu.Unlock()
 		if !ok || !at || !t.ready.Load() {
 			return false
@@ -135,17 +131,7 @@ func (t *tasker) hostLine(line []byte, at bool) bool {
 		}
 		return true
 	case h.Method == "notifications/cancelled":
-		var p struct {
-			RequestID json.RawMessage `json:"requestId"`
-		}
-		if json.Unmarshal(h.Params, &p) == nil {
-			t.mu.Lock()
-			cancel := t.inflight[rpcIDKey(p.RequestID)]
-			t.mu.Unlock()
-			if cancel != nil {
-				cancel(context.Canceled)
-			}
-		}
+		t.cancelIn(t.inflight, rpcIDKey(cancelledID(h.Params)), context.Canceled)
 		return false
 	case k == "":
 		return false
@@ -169,36 +155,88 @@ func (t *tasker) hostLine(line []byte, at bool) bool {
 		return false
 	}
 	if !t.ready.Load() {
-		t.answer(h.ID, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "aegis: " + h.Method + " before the session was initialized"})
+		t.out.frame(reply(h.ID, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "aegis: " + h.Method + " before the session was initialized"}))
 		return true
 	}
+	if why := t.spawn(t.inflight, k, func(ctx context.Context) {
+		res, err := t.handle(ctx, h)
+		t.out.frame(reply(h.ID, res, err))
+	}); why != "" {
+		t.out.frame(reply(h.ID, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "aegis: " + why}))
+	}
+	return true
+}
+
+// spawn runs work in a goroutine of its own, under a context that the
+// cancel function kept in table under key ends. It returns why it did not
+// (the layer is closing, or key is in flight already), or "".
+func (t *tasker) spawn(table map[string]context.CancelCauseFunc, key string, work func(ctx context.Context)) string {
 	ctx, cancel := context.WithCancelCause(t.base)
 	t.mu.Lock()
-	if _, dup := t.inflight[k]; dup || t.closed {
+	_, dup := table[key]
+	if dup || t.closed {
 		t.mu.Unlock()
 		cancel(nil)
-		msg := "aegis: a request with this id is already in flight"
-		if !dup {
-			msg = "aegis: the gateway is shutting down"
+		if dup {
+			return "a request with this id is already in flight"
 		}
-		t.answer(h.ID, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: msg})
-		return true
+		return "the gateway is shutting down"
 	}
-	t.inflight[k] = cancel
+	table[key] = cancel
 	t.wg.Add(1)
 	t.mu.Unlock()
 	go func() {
 		defer t.wg.Done()
 		defer func() {
 			t.mu.Lock()
-			delete(t.inflight, k)
+			delete(table, key)
 			t.mu.Unlock()
 			cancel(nil)
 		}()
-		res, err := t.handle(ctx, h)
-		t.answer(h.ID, res, err)
+		work(ctx)
 	}()
-	return true
+	return ""
+}
+
+// cancelIn cancels what runs in table under key, if anything does.
+func (t *tasker) cancelIn(table map[string]context.CancelCauseFunc, key string, cause error) {
+	t.mu.Lock()
+	cancel := table[key]
+	t.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
+}
+
+// taskIDOf returns the taskId member of a JSON object (a request's params,
+// a task), or "".
+func taskIDOf(obj json.RawMessage) string {
+	var p struct {
+		TaskID string `json:"taskId"`
+	}
+	json.Unmarshal(obj, &p)
+	return p.TaskID
+}
+
+// reply is the answer frame to request id: res, or err as a JSON-RPC
+// error (never code 0).
+func reply(id json.RawMessage, res any, err error) rpcFrame {
+	f := rpcFrame{JSONRPC: "2.0", ID: id}
+	if err != nil {
+		var we *jsonrpc.Error
+		if !errors.As(hostError(err), &we) {
+			we = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+		}
+		f.Error = we
+		return f
+	}
+	b, merr := json.Marshal(res)
+	if merr != nil {
+		f.Error = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: " + merr.Error()}
+		return f
+	}
+	f.Result = b
+	return f
 }
 
 // close takes no more requests and waits for those in flight.
@@ -211,26 +249,6 @@ func (t *tasker) close() {
 
 // maxWatched bounds the host requests whose answers wait to be amended.
 const maxWatched = 1024
-
-// answer writes the answer to the host's request id.
-func (t *tasker) answer(id json.RawMessage, res any, err error) {
-	f := rpcFrame{JSONRPC: "2.0", ID: id}
-	if err != nil {
-		var we *jsonrpc.Error
-		if !errors.As(hostError(err), &we) {
-			we = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
-		}
-		f.Error = we
-	} else {
-		b, merr := json.Marshal(res)
-		if merr != nil {
-			f.Error = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: " + merr.Error()}
-		} else {
-			f.Result = b
-		}
-	}
-	t.out.frame(f)
-}
 
 // handle answers one task request of the host.
 func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
@@ -281,14 +299,9 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			var created struct {
-				Task *struct {
-					TaskID string `json:"taskId"`
-				} `json:"task"`
-			}
-			if json.Unmarshal(raw, &created) == nil && created.Task != nil && created.Task.TaskID != "" {
+			if id := createdTaskID(raw); id != "" {
 				t.mu.Lock()
-				t.tasks[created.Task.TaskID] = taskEntry{server: e.server, callID: wc.CallID, toolID: wc.ToolID}
+				t.tasks[id] = taskEntry{server: e.server, callID: wc.CallID, toolID: wc.ToolID}
 				t.mu.Unlock()
 			}
 			return raw, nil
@@ -297,18 +310,16 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 	if h.Method == "tasks/list" {
 		return t.list(ctx)
 	}
-	var p struct {
-		TaskID string `json:"taskId"`
-	}
-	if err := json.Unmarshal(h.Params, &p); err != nil || p.TaskID == "" {
+	id := taskIDOf(h.Params)
+	if id == "" {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "aegis: " + h.Method + " needs params.taskId"}
 	}
 	t.mu.Lock()
-	e, ok := t.tasks[p.TaskID]
+	e, ok := t.tasks[id]
 	t.mu.Unlock()
 	d := g.downs[e.server]
 	if !ok || d == nil || d.raw == nil {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("aegis: unknown task %q: no task of that id was created through this gateway", p.TaskID)}
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("aegis: unknown task %q: no task of that id was created through this gateway", id)}
 	}
 	cctx, release := g.callContext(ctx)
 	defer release()
@@ -322,7 +333,7 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 	switch h.Method {
 	case "tasks/cancel":
 		if err == nil {
-			fact := map[string]string{"task_id": p.TaskID, "call_id": e.callID, "tool_id": e.toolID, "server": e.server, "method": h.Method, "by": "host"}
+			fact := map[string]string{"task_id": id, "call_id": e.callID, "tool_id": e.toolID, "server": e.server, "method": h.Method, "by": "host"}
 			if rc, ferr := g.sess.Fact(schemas.KindCallCancelled, fact); ferr != nil {
 				return nil, auditRefusal(h.Method, ferr)
 			} else if _, ferr := rc.Wait(rctx); ferr != nil {
@@ -330,7 +341,7 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 			}
 		}
 	case "tasks/result":
-		fact := map[string]any{"task_id": p.TaskID, "call_id": e.callID, "tool_id": e.toolID, "server": e.server}
+		fact := map[string]any{"task_id": id, "call_id": e.callID, "tool_id": e.toolID, "server": e.server}
 		if err != nil {
 			fact["error"] = err.Error()
 		} else {
@@ -399,10 +410,7 @@ func (t *tasker) list(ctx context.Context) (any, error) {
 				return nil, fmt.Errorf("server %s answered tasks/list with %w", n, err)
 			}
 			for _, task := range page.Tasks {
-				var id struct {
-					TaskID string `json:"taskId"`
-				}
-				if json.Unmarshal(task, &id) == nil && mine[n][id.TaskID] {
+				if mine[n][taskIDOf(task)] {
 					tasks = append(tasks, task)
 				}
 			}
@@ -495,12 +503,8 @@ func (t *tasker) serverLine(d *downRaw, line []byte, at bool) bool {
 	}
 	switch {
 	case h.Method == "notifications/tasks/status":
-		var p struct {
-			TaskID string `json:"taskId"`
-		}
-		json.Unmarshal(h.Params, &p)
 		t.mu.Lock()
-		e, known := t.tasks[p.TaskID]
+		e, known := t.tasks[taskIDOf(h.Params)]
 		known = (known && e.server == d.server) || (!known && t.creating[d.server] > 0)
 		t.mu.Unlock()
 		if known && at {
@@ -778,3 +782,22 @@ func (s *serverReader) Read(p []byte) (int, error) {
 }
 
 func (s *serverReader) Close() error { return s.f.Close() }
+
+// createdTaskID returns the task id of a CreateTaskResult, or "" for any
+// other result.
+func createdTaskID(result json.RawMessage) string {
+	var r struct {
+		Task json.RawMessage `json:"task"`
+	}
+	json.Unmarshal(result, &r)
+	return taskIDOf(r.Task)
+}
+
+// cancelledID returns the requestId of notifications/cancelled params.
+func cancelledID(params json.RawMessage) json.RawMessage {
+	var p struct {
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	json.Unmarshal(params, &p)
+	return p.RequestID
+}

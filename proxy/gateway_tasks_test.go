@@ -242,27 +242,9 @@ func runTasks(t *testing.T, h *taskHost, tool string) taskRun {
 func TestGatewayParityTasks(t *testing.T) {
 	every := mcptest.EverythingServer(t)
 
-	direct := exec.Command(every[0], every[1:]...)
-	din, _ := direct.StdinPipe()
-	dout, _ := direct.StdoutPipe()
-	if err := direct.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { direct.Process.Kill(); direct.Wait() })
-	want := runTasks(t, newTaskHost(t, din, dout), "simulate-research-query")
+	want := runTasks(t, directHost(t, every...), "simulate-research-query")
 
-	c := newCLI(t)
-	gw := c.startGateway(`version: 1
-servers:
-  everything:
-    command: `+every[0]+`
-    args: `+quoteArgs(every[1:])+`
-profiles:
-  p:
-    allow: [everything.simulate-research-query]
-activation:
-  default_profile: p
-`, gatewayEnv(t))
+	c, gw := everythingGateway(t, every, "everything.simulate-research-query", "")
 	got := runTasks(t, gw.taskHost(), "everything__simulate-research-query")
 
 	for _, r := range []*taskRun{&want, &got} {
@@ -317,18 +299,7 @@ activation:
 // server (no task exists); a task id from elsewhere is refused.
 func TestGatewayTaskCallUnderProfile(t *testing.T) {
 	every := mcptest.EverythingServer(t)
-	c := newCLI(t)
-	gw := c.startGateway(`version: 1
-servers:
-  everything:
-    command: `+every[0]+`
-    args: `+quoteArgs(every[1:])+`
-profiles:
-  p:
-    allow: [everything.echo]
-activation:
-  default_profile: p
-`, gatewayEnv(t))
+	c, gw := everythingGateway(t, every, "everything.echo", "")
 	h := gw.taskHost()
 	h.initialize()
 	a := h.request("tools/call", map[string]any{"name": "everything__simulate-research-query", "arguments": map[string]any{"topic": "x"}, "task": map[string]any{"ttl": 1000}})
@@ -398,14 +369,7 @@ func TestGatewayParityElicitationCompleteAndHostProgress(t *testing.T) {
 	}
 	dir := t.TempDir()
 	dlog := filepath.Join(dir, "direct.log")
-	direct := exec.Command(bin(t, "growserver"), "-log", dlog)
-	din, _ := direct.StdinPipe()
-	dout, _ := direct.StdoutPipe()
-	if err := direct.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { din.Close(); direct.Wait() })
-	wantText, wantDone := run(t, newTaskHost(t, din, dout), "ask")
+	wantText, wantDone := run(t, directHost(t, bin(t, "growserver"), "-log", dlog), "ask")
 
 	c := newCLI(t)
 	glog := filepath.Join(dir, "gateway.log")
@@ -463,14 +427,7 @@ func TestGatewayParityServerCancelsItsRequest(t *testing.T) {
 		}
 		return canon(dig(a, "result", "content")), cancelled
 	}
-	direct := exec.Command(bin(t, "growserver"))
-	din, _ := direct.StdinPipe()
-	dout, _ := direct.StdoutPipe()
-	if err := direct.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { din.Close(); direct.Wait() })
-	wantText, wantCancelled := run(t, newTaskHost(t, din, dout), "withdraw")
+	wantText, wantCancelled := run(t, directHost(t, bin(t, "growserver")), "withdraw")
 
 	c := newCLI(t)
 	gw := c.startGateway(`version: 1
@@ -530,27 +487,9 @@ func TestGatewayServersSeeTheHostsCapabilities(t *testing.T) {
 			[]string{"trigger-sampling-request", "trigger-elicitation-request", "get-roots-list"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			direct := exec.Command(every[0], every[1:]...)
-			din, _ := direct.StdinPipe()
-			dout, _ := direct.StdoutPipe()
-			if err := direct.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { direct.Process.Kill(); direct.Wait() })
-			want := names(newTaskHost(t, din, dout), tc.caps, "")
+			want := names(directHost(t, every...), tc.caps, "")
 
-			c := newCLI(t)
-			gw := c.startGateway(`version: 1
-servers:
-  everything:
-    command: `+every[0]+`
-    args: `+quoteArgs(every[1:])+`
-profiles:
-  p:
-    allow: [everything.*]
-activation:
-  default_profile: p
-`, gatewayEnv(t))
+			_, gw := everythingGateway(t, every, "everything.*", "")
 			got := names(gw.taskHost(), tc.caps, "everything__")
 			gw.finish(30 * time.Second)
 			if got != want {
@@ -581,18 +520,7 @@ func (g *gwProc) taskHost() *taskHost {
 // task.result records that it was cut short, not a result.
 func TestGatewayTaskResultInFlightWhenTheHostLeaves(t *testing.T) {
 	every := mcptest.EverythingServer(t)
-	c := newCLI(t)
-	gw := c.startGateway(`version: 1
-servers:
-  everything:
-    command: `+every[0]+`
-    args: `+quoteArgs(every[1:])+`
-profiles:
-  p:
-    allow: [everything.simulate-research-query]
-activation:
-  default_profile: p
-`, gatewayEnv(t))
+	c, gw := everythingGateway(t, every, "everything.simulate-research-query", "")
 	h := gw.taskHost()
 	h.initialize()
 	a := h.request("tools/call", map[string]any{"name": "everything__simulate-research-query", "arguments": map[string]any{"topic": "go"}, "task": map[string]any{"ttl": 60000}})
@@ -658,29 +586,9 @@ func TestGatewayParityHostRunsSamplingAsATask(t *testing.T) {
 		defer mu.Unlock()
 		return text[0].(map[string]any)["text"].(string), strings.Join(sampled, "; ")
 	}
-	direct := exec.Command(every[0], every[1:]...)
-	din, _ := direct.StdinPipe()
-	dout, _ := direct.StdoutPipe()
-	if err := direct.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { direct.Process.Kill(); direct.Wait() })
-	wantText, wantAsked := run(t, newTaskHost(t, din, dout), "trigger-sampling-request-async")
+	wantText, wantAsked := run(t, directHost(t, every...), "trigger-sampling-request-async")
 
-	c := newCLI(t)
-	gw := c.startGateway(`version: 1
-servers:
-  everything:
-    command: `+every[0]+`
-    args: `+quoteArgs(every[1:])+`
-  grow:
-    command: `+bin(t, "growserver")+`
-profiles:
-  p:
-    allow: [everything.trigger-sampling-request-async, grow.peek]
-activation:
-  default_profile: p
-`, gatewayEnv(t))
+	_, gw := everythingGateway(t, every, "everything.trigger-sampling-request-async, grow.peek", "  grow:\n    command: "+bin(t, "growserver")+"\n")
 	h := gw.taskHost()
 	gotText, gotAsked := run(t, h, "everything__trigger-sampling-request-async")
 	// Another server asking the host about that task is refused at the
@@ -766,4 +674,34 @@ activation:
 	if rs := payloads(evs, "task.result"); len(rs) != 1 {
 		t.Errorf("task.result events: %v", rs)
 	}
+}
+
+// directHost starts the server argv and returns a taskHost connected to it
+// directly, for the side of a comparison without aegis.
+func directHost(t *testing.T, argv ...string) *taskHost {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	in, out := startPiped(t, cmd)
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return newTaskHost(t, in, out)
+}
+
+// everythingGateway starts aegis gateway in front of server-everything
+// (argv every) and the extra servers (YAML entries), with one profile that
+// allows allow.
+func everythingGateway(t *testing.T, every []string, allow, extra string) (*cli, *gwProc) {
+	t.Helper()
+	c := newCLI(t)
+	gw := c.startGateway(`version: 1
+servers:
+  everything:
+    command: `+every[0]+`
+    args: `+quoteArgs(every[1:])+`
+`+extra+`profiles:
+  p:
+    allow: [`+allow+`]
+activation:
+  default_profile: p
+`, gatewayEnv(t))
+	return c, gw
 }
