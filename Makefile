@@ -9,15 +9,29 @@ NODEDIR := .cache/node
 NPM_PKGS := @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/sdk@1.32.2
 FUZZTIME ?= 10s
 DEMO    := .cache/demo
+# install puts aegis in $(PREFIX)/bin.
+PREFIX  ?= $(HOME)/.local
+# The build records its VCS revision (aegis version prints it) wherever
+# git can tell it, whatever GOFLAGS says.
+BUILDFLAGS := -buildvcs=auto
 
-.PHONY: all build test vet fmt-check unit bench fuzz demo interop-deps clean
+.PHONY: all build install test vet fmt-check unit bench fuzz demo interop-deps clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/aegis ./cmd/aegis
+	$(GO) build $(BUILDFLAGS) -o $(BIN)/aegis ./cmd/aegis
 	$(GO) build -o $(BIN)/aegis-example-server ./cmd/aegis-example-server
 	$(GO) build -o $(BIN)/aegis-demo-client ./cmd/aegis-demo-client
+
+# install: aegis into $(PREFIX)/bin (default ~/.local/bin), and a word
+# when that is not on PATH.
+install:
+	mkdir -p $(PREFIX)/bin
+	$(GO) build $(BUILDFLAGS) -o $(PREFIX)/bin/aegis ./cmd/aegis
+	@echo "installed $(PREFIX)/bin/aegis"
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; \
+	  *) echo "note: $(PREFIX)/bin is not on your PATH; add it: export PATH=\"$(PREFIX)/bin:\$$PATH\"" ;; esac
 
 # test: vet, gofmt, then every test with the race detector. The interop
 # suite needs the Node reference servers, installed here first.

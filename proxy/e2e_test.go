@@ -464,6 +464,11 @@ func TestVerifyExitCodes(t *testing.T) {
 			if tc.out == "" && out != "" {
 				t.Errorf("stdout %q, want none", out)
 			}
+			// An unpinned Verified says on stderr what it does not prove.
+			if unpinned := strings.HasPrefix(out, "Verified (unpinned)"); unpinned != strings.Contains(stderr, "aegis: warning: unpinned") ||
+				unpinned && !strings.Contains(stderr, "aegis: hint: pin the key you trust: aegis verify --key ") {
+				t.Errorf("stderr %q for stdout %q", stderr, out)
+			}
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"runtime/debug"
 	"strings"
 )
 
@@ -81,7 +82,7 @@ func (m *Main) commands() []command {
 		{"approvals", "list the tool calls that wait for approval", (*Main).runApprovals, approvalsUsage},
 		{"approve", "approve a pending tool call", (*Main).runApprove, approveUsage},
 		{"deny", "deny a pending tool call", (*Main).runDeny, denyUsage},
-		{"version", "print the version", (*Main).runVersion, "Usage: aegis version\n"},
+		{"version", "print the version", (*Main).runVersion, versionHelp},
 	}
 }
 
@@ -203,6 +204,10 @@ func (m *Main) dispatch(ctx context.Context, args []string) error {
 	switch name {
 	case "-h", "-help", "--help", "help":
 		if name == "help" && len(args) > 1 {
+			if args[1] == "help" || args[1] == "-h" || args[1] == "--help" {
+				fmt.Fprint(m.Stdout, helpHelp)
+				return nil
+			}
 			for _, c := range m.commands() {
 				if c.name == args[1] {
 					fmt.Fprint(m.Stdout, c.help)
@@ -213,7 +218,7 @@ func (m *Main) dispatch(ctx context.Context, args []string) error {
 		}
 		fmt.Fprint(m.Stdout, usage)
 		return nil
-	case "-version", "--version":
+	case "-v", "-version", "--version":
 		name = "version"
 	}
 	for _, c := range m.commands() {
@@ -248,12 +253,71 @@ func (m *Main) parseFlags(fs *flag.FlagSet, help string, args []string) error {
 	return nil
 }
 
+// helpHelp is the help of aegis help.
+const helpHelp = `Usage:
+  aegis help [COMMAND]
+  aegis COMMAND -h | --help
+
+Prints the list of commands, or COMMAND's help: what it does, its flags,
+and an example. Help goes to stdout and exits 0.
+
+Example:
+  $ aegis help verify
+`
+
+const versionHelp = `Usage:
+  aegis version
+  aegis -v | --version
+
+Prints the release, the module version and VCS revision it was built
+from (from the binary's build info: "(devel)" for a build from a
+checkout, the tag for go install …@vX.Y.Z), the Go version and the
+platform.
+
+Example:
+  $ aegis version
+  aegis 0.1.0-dev · module (devel) · revision 3f2c9e1d0a7b (modified) · go1.26.0 linux/amd64
+`
+
 func (m *Main) runVersion(_ context.Context, args []string) error {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Fprint(m.Stdout, versionHelp)
+		return nil
+	}
 	if len(args) > 0 {
 		return usagef("run: aegis version", "version takes no arguments")
 	}
-	fmt.Fprintf(m.Stdout, "aegis %s %s %s/%s\n", Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintln(m.Stdout, versionLine(debug.ReadBuildInfo))
 	return nil
+}
+
+// versionLine is what aegis version prints, from the build info that read
+// returns.
+func versionLine(read func() (*debug.BuildInfo, bool)) string {
+	module, revision := "unknown", ""
+	if bi, ok := read(); ok {
+		module = bi.Main.Version
+		var modified bool
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				revision = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+		if len(revision) > 12 {
+			revision = revision[:12]
+		}
+		if revision != "" && modified {
+			revision += " (modified)"
+		}
+	}
+	line := "aegis " + Version + " · module " + module
+	if revision != "" {
+		line += " · revision " + revision
+	}
+	return line + " · " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
 }
 
 // logger returns the slog.Logger for library packages: warnings and errors

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -52,7 +55,8 @@ func TestUsageErrorsExit2WithHint(t *testing.T) {
 }
 
 func TestHelpAndVersionGoToStdout(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"help"}, {"help", "events"}, {"version"}, {"--version"}, {"events", "list", "-h"}} {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"help", "events"}, {"help", "help"}, {"version"}, {"--version"}, {"-v"},
+		{"version", "--help"}, {"events", "list", "-h"}} {
 		code, stdout, stderr := run(t, nil, args...)
 		if code != 0 || stdout == "" || stderr != "" {
 			t.Errorf("aegis %v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
@@ -89,5 +93,59 @@ func TestEventsAppendThenList(t *testing.T) {
 	code, _, stderr = run(t, nil, "events", "append", "--state-dir", dir, `[1]`)
 	if code != 2 || !strings.Contains(stderr, "payload") {
 		t.Errorf("append of a non-object payload: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// aegis version names the module version and VCS revision the binary was
+// built from, so a user can tell which build they run.
+func TestVersionLineNamesModuleAndRevision(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{"a tagged go install", &debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}, "aegis " + Version + " · module v1.2.3 · go"},
+		{"a build from a changed checkout", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"}}},
+			"aegis " + Version + " · module (devel) · revision 0123456789ab (modified) · go"},
+		{"no build info", nil, "aegis " + Version + " · module unknown · go"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := versionLine(func() (*debug.BuildInfo, bool) { return tc.bi, tc.bi != nil })
+			if !strings.HasPrefix(got, tc.want) {
+				t.Errorf("versionLine = %q, want it to start %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// make install puts a working aegis in PREFIX/bin and says where; built
+// from this checkout, it names the checkout's revision.
+func TestMakeInstall(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	prefix := t.TempDir()
+	cmd := exec.Command("make", "-s", "install", "PREFIX="+prefix)
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make install: %v\n%s", err, out)
+	}
+	bin := filepath.Join(prefix, "bin", "aegis")
+	if !strings.Contains(string(out), "installed "+bin) || !strings.Contains(string(out), "not on your PATH") {
+		t.Errorf("make install said %q", out)
+	}
+	v, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatalf("%s version: %v", bin, err)
+	}
+	if !strings.HasPrefix(string(v), "aegis "+Version+" · module ") {
+		t.Errorf("version %q", v)
+	}
+	if _, err := os.Stat(filepath.Join("..", "..", ".git")); err == nil {
+		if _, err := exec.LookPath("git"); err == nil && !strings.Contains(string(v), " · revision ") {
+			t.Errorf("a build from a git checkout names no revision: %q", v)
+		}
 	}
 }

@@ -147,6 +147,10 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 		return &exitError{code: 2, err: fmt.Errorf("read record: %w", res.Err)}
 	}
 	fmt.Fprint(m.Stdout, verifier.Render(res))
+	if res.Verdict == verifier.Verified && !res.Pinned {
+		m.warnf("unpinned: the record is consistent, but it proves nothing about who wrote it; anyone with any key could have")
+		m.hintf("pin the key you trust: aegis verify --key PUBLIC_KEY_HEX %s (or --trust-store PATH)", strings.Join(paths, " "))
+	}
 	code := verifier.ExitCode(res)
 	if code == 0 {
 		return nil
