@@ -149,3 +149,30 @@ func TestMakeInstall(t *testing.T) {
 		}
 	}
 }
+
+// An error says its cause once, then one hint, and names no internal
+// package.
+func TestErrorsSayTheCauseOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		cause string
+	}{
+		{"a key that is not a public key", []string{"verify", "--key", "zz", "x.aarl"}, "expected 64 lowercase hex characters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, stderr := run(t, nil, tc.args...)
+			if n := strings.Count(stderr, tc.cause); n != 1 {
+				t.Errorf("the cause appears %d times: %q", n, stderr)
+			}
+			if n := strings.Count(stderr, "aegis: hint: "); n != 1 {
+				t.Errorf("%d hints: %q", n, stderr)
+			}
+			for _, pkg := range []string{"verifier:", "projector:", "schemas:", "events:", "sandbox:", "proxy:"} {
+				if strings.Contains(stderr, pkg) {
+					t.Errorf("names the package %s: %q", pkg, stderr)
+				}
+			}
+		})
+	}
+}

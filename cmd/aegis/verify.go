@@ -67,9 +67,9 @@ type keysFlag []ed25519.PublicKey
 
 func (f *keysFlag) String() string { return fmt.Sprint(len(*f)) }
 func (f *keysFlag) Set(v string) error {
-	k, err := verifier.ParseKey(v)
+	k, err := schemas.ParsePublicKey(v)
 	if err != nil {
-		return fmt.Errorf("not a 64-hex Ed25519 public key: %w", err)
+		return err // the flag package names the flag and the value
 	}
 	*f = append(*f, k)
 	return nil
