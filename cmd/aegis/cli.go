@@ -35,7 +35,8 @@ Commands:
   approvals  list the tool calls that wait for a human decision
   approve    approve a pending tool call (aegis approve APPROVAL_ID)
   deny       deny a pending tool call (aegis deny APPROVAL_ID --reason TEXT)
-  version    print the version
+  version    print the version (also: aegis -v)
+  completion print a shell completion script (aegis completion bash|zsh|fish)
   help       print this help, or a command's help (aegis help events)
 
 Global behaviour:
@@ -83,6 +84,7 @@ func (m *Main) commands() []command {
 		{"approve", "approve a pending tool call", (*Main).runApprove, approveUsage},
 		{"deny", "deny a pending tool call", (*Main).runDeny, denyUsage},
 		{"version", "print the version", (*Main).runVersion, versionHelp},
+		{"completion", "print a shell completion script", (*Main).runCompletion, completionUsage},
 	}
 }
 

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The completion scripts are golden: a change to a command's flags shows
+// up here, and go test -update rewrites them.
+func TestCompletionGolden(t *testing.T) {
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		code, out, stderr := run(t, nil, "completion", sh)
+		if code != 0 || stderr != "" {
+			t.Fatalf("completion %s: exit %d, stderr %q", sh, code, stderr)
+		}
+		golden := filepath.Join("testdata", "completion."+sh+".golden")
+		if *updateGolden {
+			if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatalf("%v (run go test -update to write it)", err)
+		}
+		if out != string(want) {
+			t.Errorf("completion %s differs from %s (go test -update rewrites it):\n%s", sh, golden, out)
+		}
+	}
+	if code, _, stderr := run(t, nil, "completion", "tcsh"); code != 2 || !strings.Contains(stderr, `unknown shell "tcsh"`) {
+		t.Errorf("completion tcsh: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// The bash script completes as a user types: commands, a command's flags,
+// events' subcommands, and files for the rest.
+func TestCompletionBashCompletes(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash is not installed")
+	}
+	_, script, _ := run(t, nil, "completion", "bash")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "calls.aarl"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"aegis", "ver"}, "verify version"},
+		{[]string{"aegis", "verify", "--k"}, "--key"},
+		{[]string{"aegis", "rotate", "--if-"}, "--if-larger --if-older"},
+		{[]string{"aegis", "events", "l"}, "list"},
+		{[]string{"aegis", "verify", "cal"}, "calls.aarl"},
+	} {
+		quoted := make([]string, len(tc.words))
+		for i, w := range tc.words {
+			quoted[i] = "'" + w + "'"
+		}
+		cmd := exec.Command(bash, "--norc", "-c", script+"\nCOMP_WORDS=("+strings.Join(quoted, " ")+"); COMP_CWORD="+
+			strconv.Itoa(len(tc.words)-1)+"; _aegis; echo \"${COMPREPLY[*]}\"")
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", tc.words, err, out)
+		}
+		if got := strings.TrimSpace(string(out)); got != tc.want {
+			t.Errorf("%v completes to %q, want %q", tc.words, got, tc.want)
+		}
+	}
+}
