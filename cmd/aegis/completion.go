@@ -109,7 +109,17 @@ func (m *Main) runCompletion(_ context.Context, args []string) error {
 		fmt.Fprintf(&b, "# fish completion for aegis; save as ~/.config/fish/completions/aegis.fish\n")
 		fmt.Fprintf(&b, "complete -c aegis -f -n __fish_use_subcommand -a %s\n", fishQuote(strings.Join(names, " ")))
 		for _, n := range names {
-			fmt.Fprintf(&b, "complete -c aegis -n '__fish_seen_subcommand_from %s' -a %s\n", n, fishQuote(strings.Join(words[n], " ")))
+			var args []string
+			for _, w := range words[n] {
+				if long, ok := strings.CutPrefix(w, "--"); ok {
+					fmt.Fprintf(&b, "complete -c aegis -n '__fish_seen_subcommand_from %s' -l %s\n", n, long)
+				} else {
+					args = append(args, w)
+				}
+			}
+			if len(args) > 0 {
+				fmt.Fprintf(&b, "complete -c aegis -f -n '__fish_seen_subcommand_from %s' -a %s\n", n, fishQuote(strings.Join(args, " ")))
+			}
 		}
 	default:
 		return usagef("run: aegis completion bash (or zsh, or fish)", "completion: unknown shell %q", args[0])
