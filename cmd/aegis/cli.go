@@ -44,8 +44,12 @@ Global behaviour:
   including every error, goes to stderr as "aegis: error: …".
   Exit codes: 0 success, 1 failure, 2 usage error.
 
-Example:
-  $ aegis events list --state-dir /tmp/aegis-state
+Examples:
+  $ aegis keygen --out ~/.config/aegis/signing.key
+  $ aegis wrap --audit calls.aarl --signing-key ~/.config/aegis/signing.key -- npx -y @modelcontextprotocol/server-everything
+  $ aegis verify --key PUBLIC_KEY_HEX calls.aarl
+  $ aegis sessions
+  $ aegis replay SESSION
 `
 
 // Main is the command line. Its fields are the process's environment, so

@@ -74,3 +74,39 @@ func TestCompletionBashCompletes(t *testing.T) {
 		}
 	}
 }
+
+// The help of aegis and of every command is golden: what a user with only
+// the binary reads. go test -update rewrites the files.
+func TestHelpGolden(t *testing.T) {
+	m := &Main{}
+	for _, args := range append([][]string{{"help"}}, func() [][]string {
+		var out [][]string
+		for _, c := range m.allCommands() {
+			out = append(out, []string{"help", c.name})
+		}
+		return out
+	}()...) {
+		code, out, stderr := run(t, nil, args...)
+		if code != 0 || stderr != "" || !strings.Contains(out, "Example") {
+			t.Errorf("aegis %v: exit %d, stderr %q, and its help must show an example", args, code, stderr)
+		}
+		name := "aegis"
+		if len(args) > 1 {
+			name = args[1]
+		}
+		golden := filepath.Join("testdata", "help", name+".golden")
+		if *updateGolden {
+			os.MkdirAll(filepath.Dir(golden), 0o755)
+			if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatalf("%v (run go test -update to write it)", err)
+		}
+		if out != string(want) {
+			t.Errorf("aegis %v differs from %s (go test -update rewrites it)", args, golden)
+		}
+	}
+}
