@@ -22,6 +22,7 @@ Usage:
   aegis <command> [flags] [args]
 
 Commands:
+  init       set aegis up in front of an MCP server and print the host entry
   wrap       run an MCP server and record every tool call it carries
   gateway    front several MCP servers behind default-deny profiles
   keygen     make an Ed25519 signing key for audit records
@@ -45,6 +46,7 @@ Global behaviour:
   Exit codes: 0 success, 1 failure, 2 usage error.
 
 Examples:
+  $ aegis init -- npx -y @modelcontextprotocol/server-everything
   $ aegis keygen --out ~/.config/aegis/signing.key
   $ aegis wrap --audit calls.aarl --signing-key ~/.config/aegis/signing.key -- npx -y @modelcontextprotocol/server-everything
   $ aegis verify --key PUBLIC_KEY_HEX calls.aarl
@@ -74,6 +76,7 @@ type command struct {
 
 func (m *Main) commands() []command {
 	return []command{
+		{"init", "set aegis up in front of an MCP server, for your host", (*Main).runInit, initUsage},
 		{"wrap", "record an MCP server's tool calls", (*Main).runWrap, wrapUsage},
 		{"gateway", "front several MCP servers behind profiles", (*Main).runGateway, gatewayUsage},
 		{"keygen", "make a signing key for audit records", (*Main).runKeygen, keygenUsage},
