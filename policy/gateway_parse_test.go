@@ -42,7 +42,10 @@ func TestParseGatewayRefuses(t *testing.T) {
 		{"OnlyComments", y("# nothing"), "aegis.yaml: empty gateway file"},
 		{"NullDocument", y("---", "~"), "aegis.yaml: empty gateway file"},
 		{"TwoDocuments", y("servers: {}", "---", "profiles: {}"), "aegis.yaml:2: a second YAML document; a gateway file holds exactly one"},
-		{"InvalidYAML", y("servers: [", "  {fs: a"), "aegis.yaml:1: invalid YAML: did not find expected ',' or '}'"},
+		{"InvalidYAML", y("servers: [", "  {fs: a"), "aegis.yaml:2: invalid YAML: did not find expected ',' or '}'"},
+		// The YAML parser names where the block began; the error names the
+		// misindented line.
+		{"MisindentedKey", y("version: 1", "servers:", "  a:", "    command: x", "   args: [1]", "profiles: {}"), "aegis.yaml:5: invalid YAML: did not find expected key"},
 		{"TopLevelSequence", y("- fs"), "aegis.yaml:1: expected a mapping, got a sequence"},
 		{"UnknownTopKey", y("server: {}"), "aegis.yaml:1: server: unknown key; want one of version, servers, profiles, activation, error_disclosure, rules"},
 		{"WrapDefaultKey", y("default: deny"), "aegis.yaml:1: default: unknown key; want one of version, servers, profiles, activation, error_disclosure, rules"},

@@ -85,18 +85,56 @@ func (p *parser) errorf(line int, key, format string, args ...any) *ParseError {
 }
 
 // yamlError turns an error of the YAML parser ("yaml: line 3: did not find
-// expected key") into a ParseError.
-func (p *parser) yamlError(err error) *ParseError {
+// expected key") in data into a ParseError that names the offending line.
+func (p *parser) yamlError(data []byte, err error) *ParseError {
+	line, msg := yamlLine(err)
+	if line > 0 {
+		line = offendingLine(data, line, msg)
+	}
+	return p.errorf(line, "", "invalid YAML: %s", msg)
+}
+
+// yamlLine splits a YAML parser error into its line (0: none) and message.
+func yamlLine(err error) (int, string) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 0
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if num, tail, ok := strings.Cut(rest, ": "); ok {
 			if n, err := strconv.Atoi(num); err == nil && n > 0 {
-				line, msg = n, tail
+				return n, tail
 			}
 		}
 	}
-	return p.errorf(line, "", "invalid YAML: %s", msg)
+	return 0, msg
+}
+
+// maxBlameLines bounds how far past the line the parser names
+// offendingLine looks, and maxBlameBytes the files it looks into.
+const (
+	maxBlameLines = 1000
+	maxBlameBytes = 256 << 10
+)
+
+// offendingLine returns the line that makes data fail with msg. The YAML
+// parser names where the enclosing block began ("did not find expected
+// key" at a mapping's first line when a later line is misindented), so
+// the line is found as the shortest prefix of data, from that line on,
+// that fails with the same message.
+func offendingLine(data []byte, reported int, msg string) int {
+	if len(data) > maxBlameBytes {
+		return reported
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	for n := reported; n <= len(lines) && n < reported+maxBlameLines; n++ {
+		var v yaml.Node
+		err := yaml.Unmarshal(bytes.Join(lines[:n], nil), &v)
+		if err == nil {
+			continue
+		}
+		if _, m := yamlLine(err); m == msg {
+			return n
+		}
+	}
+	return reported
 }
 
 // document decodes the one YAML document of a policy or gateway file (what
@@ -109,13 +147,13 @@ func (p *parser) document(data []byte, what string) (*yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, p.errorf(0, "", "empty %s file", what)
 		}
-		return nil, p.yamlError(err)
+		return nil, p.yamlError(data, err)
 	}
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		return nil, p.yamlError(err)
+		return nil, p.yamlError(data, err)
 	default:
 		return nil, p.errorf(extra.Line, "", "a second YAML document; a %s file holds exactly one", what)
 	}
