@@ -159,6 +159,7 @@ func TestErrorsSayTheCauseOnce(t *testing.T) {
 		cause string
 	}{
 		{"a key that is not a public key", []string{"verify", "--key", "zz", "x.aarl"}, "expected 64 lowercase hex characters"},
+		{"a client that took wrap's --", []string{"wrap", "--audit", "a", "--signing-key", "k", "server"}, "no positional arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, stderr := run(t, nil, tc.args...)

@@ -139,7 +139,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("aegis wrap --audit PATH --signing-key PATH -- "+fs.Arg(0)+" …", "wrap takes no positional arguments; put the server command after `--` (got %q)", fs.Arg(0))
+		return usagef("aegis wrap --audit PATH --signing-key PATH -- "+fs.Arg(0)+" … (a client that takes the first `--` for itself, such as the MCP Inspector, needs a `--` of its own before aegis)", "wrap takes no positional arguments; put the server command after `--` (got %q)", fs.Arg(0))
 	}
 	if dash < 0 || len(argv) == 0 {
 		return usagef("aegis wrap --audit PATH --signing-key PATH -- CMD [ARGS…]", "wrap requires a server command after `--`")
