@@ -189,34 +189,33 @@ const maxKeyFile = 4096
 func LoadKeyFile(path string) (PrivateKey, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return PrivateKey{}, fmt.Errorf("projector: load key file: %w", err)
+		return PrivateKey{}, fmt.Errorf("load key file: %w", err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return PrivateKey{}, fmt.Errorf("projector: load key file: %w", err)
+		return PrivateKey{}, fmt.Errorf("load key file: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return PrivateKey{}, fmt.Errorf("projector: load key file %q: not a regular file", path)
+		return PrivateKey{}, fmt.Errorf("load key file %q: not a regular file", path)
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return PrivateKey{}, fmt.Errorf("projector: load key file %q: %w (mode %#o); run: chmod 600 %s",
-			path, ErrKeyFilePermissions, perm, path)
+		return PrivateKey{}, fmt.Errorf("load key file %q: %w (mode %#o)", path, ErrKeyFilePermissions, perm)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
 	if err != nil {
-		return PrivateKey{}, fmt.Errorf("projector: load key file: %w", err)
+		return PrivateKey{}, fmt.Errorf("load key file: %w", err)
 	}
 	seed, err := parseKeyFile(b)
 	if err != nil {
-		return PrivateKey{}, fmt.Errorf("projector: load key file %q: %w", path, err)
+		return PrivateKey{}, fmt.Errorf("load key file %q: %w", path, err)
 	}
 	k, err := NewPrivateKey(seed)
 	if err != nil {
 		return PrivateKey{}, err
 	}
 	if k.IsInsecureDev() {
-		return PrivateKey{}, fmt.Errorf("projector: load key file %q: %w", path, ErrInsecureDevKey)
+		return PrivateKey{}, fmt.Errorf("load key file %q: %w", path, ErrInsecureDevKey)
 	}
 	return k, nil
 }

@@ -153,6 +153,14 @@ func TestMakeInstall(t *testing.T) {
 // An error says its cause once, then one hint, and names no internal
 // package.
 func TestErrorsSayTheCauseOnce(t *testing.T) {
+	badKey := filepath.Join(t.TempDir(), "bad.key")
+	if err := os.WriteFile(badKey, []byte("zz\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	looseKey := filepath.Join(t.TempDir(), "loose.key")
+	if err := os.WriteFile(looseKey, []byte(strings.Repeat("ab", 32)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -160,6 +168,8 @@ func TestErrorsSayTheCauseOnce(t *testing.T) {
 	}{
 		{"a key that is not a public key", []string{"verify", "--key", "zz", "x.aarl"}, "expected 64 lowercase hex characters"},
 		{"a client that took wrap's --", []string{"wrap", "--audit", "a", "--signing-key", "k", "server"}, "no positional arguments"},
+		{"a signing key that is not one", []string{"wrap", "--audit", "a.aarl", "--signing-key", badKey, "--", "true"}, "malformed key file"},
+		{"a signing key others can read", []string{"wrap", "--audit", "a.aarl", "--signing-key", looseKey, "--", "true"}, "chmod 600"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, stderr := run(t, nil, tc.args...)

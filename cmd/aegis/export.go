@@ -74,7 +74,15 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 			return usagef("session ids are printed by 'aegis events list'", "export: bad --session %q", s)
 		}
 	}
-	store, err := m.openStore(ctx, *dir)
+	// Reading never creates a state directory.
+	stateDir, err := m.stateDir(*dir)
+	if err != nil {
+		return err
+	}
+	if err := hasStream(stateDir); err != nil {
+		return err
+	}
+	store, err := m.openStore(ctx, stateDir)
 	if err != nil {
 		return err
 	}

@@ -681,6 +681,7 @@ func TestReplayUsageAndErrors(t *testing.T) {
 		{[]string{"replay", "--state-dir", dir, "last"}, 1, "no event stream in " + dir},
 		{[]string{"sessions", "x"}, 2, `sessions: unexpected argument "x"`},
 		{[]string{"sessions", "--state-dir", dir}, 1, "no event stream in " + dir},
+		{[]string{"export", "--state-dir", dir, "--out", filepath.Join(t.TempDir(), "out.aarl")}, 1, "no event stream in " + dir},
 	}
 	for _, c := range cases {
 		code, out, stderr := cmd(t, nil, c.args...)
