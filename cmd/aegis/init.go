@@ -129,6 +129,9 @@ func (m *Main) runInit(_ context.Context, args []string) error {
 			fmt.Fprintf(m.Stderr, "aegis: %s copied to %s\n", p.hostConfig, backup)
 		}
 	}
+	if p.mode == "gateway" && !p.fileNew {
+		fmt.Fprintf(m.Stderr, "aegis: note: %s was there and is kept as it is; if %s is not among its servers, add it (aegis help gateway)\n", p.file, p.name)
+	}
 	p.print(m.Stdout, entry)
 	return nil
 }

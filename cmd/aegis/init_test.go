@@ -96,9 +96,15 @@ func TestInitEntryRunsAsAHostRunsIt(t *testing.T) {
 			// A second init keeps the key and the starter file.
 			again := exec.Command(filepath.Join(bin, "aegis"), "init", "--mode", tc.mode, "--", filepath.Join(bin, "aegis-example-server"))
 			again.Env = env
+			var again2 bytes.Buffer
+			again.Stderr = &again2
 			out2, err := again.Output()
 			if err != nil || strings.Count(string(out2), "(kept: it was there)") != 2 || !strings.Contains(string(out2), verify[3]) {
 				t.Errorf("a second init: %v\n%s", err, out2)
+			}
+			// A kept gateway file may not hold the server: init says so.
+			if kept := strings.Contains(again2.String(), "was there and is kept"); kept != (tc.mode == "gateway") {
+				t.Errorf("a second init's stderr: %q", again2.String())
 			}
 		})
 	}
@@ -145,5 +151,31 @@ func TestInitWritesHostConfigWithBackup(t *testing.T) {
 	_, stderr, err := initCmd()
 	if after, _ := os.ReadFile(hostFile); err == nil || !strings.Contains(stderr, `already has a server named "aegis-example-server"`) || !bytes.Equal(after, b) {
 		t.Errorf("a second init with the same name: %v\n%s", err, stderr)
+	}
+}
+
+// With --ask (or a terminal on stdin), init asks for what the flags leave
+// out: the server, then the mode.
+func TestInitAsks(t *testing.T) {
+	bin := bins(t)
+	home := t.TempDir()
+	cmd := exec.Command(filepath.Join(bin, "aegis"), "init", "--ask")
+	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin"}
+	cmd.Stdin = strings.NewReader(filepath.Join(bin, "aegis-example-server") + "\ngateway\n")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("init --ask: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "The MCP server to put aegis in front of") || !strings.Contains(stderr.String(), "wrap (record this one server) or gateway") {
+		t.Errorf("init --ask did not ask: %q", stderr.String())
+	}
+	e := hostJSON(t, out, "Claude Desktop")["mcpServers"]["aegis-example-server"]
+	if len(e.Args) == 0 || e.Args[0] != "gateway" {
+		t.Errorf("the answers did not make a gateway entry: %+v", e)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, ".config", "aegis", "aegis.yaml")); err != nil || !strings.Contains(string(b), filepath.Join(bin, "aegis-example-server")) {
+		t.Errorf("the gateway file: %v\n%s", err, b)
 	}
 }
