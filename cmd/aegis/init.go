@@ -316,7 +316,9 @@ func (p *initPlan) print(w io.Writer, e hostEntry) {
 	e.Type = "stdio"
 	vscode, _ := json.MarshalIndent(map[string]any{"servers": map[string]hostEntry{p.name: e}}, "", "  ")
 	fmt.Fprintf(w, "VS Code (.vscode/mcp.json):\n%s\n\n", vscode)
-	fmt.Fprintf(w, "Restart the host, use the server, then check what was recorded:\n  %s verify --key %s %s\n", p.self, p.pub, p.record)
+	fmt.Fprintf(w, "Restart the host and use the server. Then see what was recorded, and check it against your key:\n")
+	fmt.Fprintf(w, "  %s sessions --state-dir %s\n  %s replay --state-dir %s last\n", p.self, p.state, p.self, p.state)
+	fmt.Fprintf(w, "  %s verify --key %s %s\n", p.self, p.pub, p.record)
 }
 
 // addToHostConfig adds entry under name to the host configuration file at

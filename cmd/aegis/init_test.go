@@ -86,6 +86,16 @@ func TestInitEntryRunsAsAHostRunsIt(t *testing.T) {
 			if len(verify) != 5 || verify[1] != "verify" {
 				t.Fatalf("the last line is not the verify line: %q", lines[len(lines)-1])
 			}
+			// The sessions and replay lines before it run as printed.
+			for i, want := range []string{"closed", tc.tool} {
+				l := lines[len(lines)-3+i]
+				f := strings.Fields(l)
+				c := exec.Command(f[0], f[1:]...)
+				c.Env = env
+				if out, err := c.Output(); err != nil || !strings.Contains(string(out), want) {
+					t.Errorf("%s: %v\n%s", l, err, out)
+				}
+			}
 			v := exec.Command(verify[0], verify[1:]...)
 			v.Env = env
 			vout, err := v.Output()
