@@ -10,7 +10,10 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"sort"
 	"strings"
+
+	"github.com/aegis-dev/aegis/docs"
 )
 
 // Version is the aegis release; builds from a checkout say "dev".
@@ -38,7 +41,8 @@ Commands:
   deny       deny a pending tool call (aegis deny APPROVAL_ID --reason TEXT)
   version    print the version (also: aegis -v)
   completion print a shell completion script (aegis completion bash|zsh|fish)
-  help       print this help, or a command's help (aegis help events)
+  help       print this help, a command's help (aegis help events), or a
+             reference page (aegis help policy; aegis help gateway --full)
 
 Global behaviour:
   stdout carries MCP (in wrap) or a command's result; everything else,
@@ -213,17 +217,7 @@ func (m *Main) dispatch(ctx context.Context, args []string) error {
 	switch name {
 	case "-h", "-help", "--help", "help":
 		if name == "help" && len(args) > 1 {
-			if args[1] == "help" || args[1] == "-h" || args[1] == "--help" {
-				fmt.Fprint(m.Stdout, helpHelp)
-				return nil
-			}
-			for _, c := range m.commands() {
-				if c.name == args[1] {
-					fmt.Fprint(m.Stdout, c.help)
-					return nil
-				}
-			}
-			return usagef("run 'aegis help' for the list of commands", "unknown command %q", args[1])
+			return m.help(args[1:])
 		}
 		fmt.Fprint(m.Stdout, usage)
 		return nil
@@ -266,13 +260,69 @@ func (m *Main) parseFlags(fs *flag.FlagSet, help string, args []string) error {
 const helpHelp = `Usage:
   aegis help [COMMAND]
   aegis COMMAND -h | --help
+  aegis help TOPIC
+  aegis help COMMAND --full
 
 Prints the list of commands, or COMMAND's help: what it does, its flags,
-and an example. Help goes to stdout and exits 0.
+and an example. aegis help TOPIC prints a reference page (the same as
+the docs folder of the source): policy, confine, confinement, record,
+errors, files, resources, threat-model, gateway-parity, benchmarks; and
+with --full, the whole reference of a command that has one (wrap,
+gateway, verify, replay, events, approvals). Help goes to stdout and
+exits 0.
 
-Example:
+Examples:
   $ aegis help verify
+  $ aegis help policy
+  $ aegis help gateway --full
 `
+
+// help prints a command's help or a reference page.
+func (m *Main) help(args []string) error {
+	topic, full := args[0], len(args) > 1 && args[1] == "--full"
+	if topic == "help" || topic == "-h" || topic == "--help" {
+		fmt.Fprint(m.Stdout, helpHelp)
+		return nil
+	}
+	if !full {
+		for _, c := range m.commands() {
+			if c.name == topic {
+				fmt.Fprint(m.Stdout, c.help)
+				return nil
+			}
+		}
+	}
+	if page, ok := helpPages()[topic]; ok {
+		b, err := docs.Pages.ReadFile(page)
+		if err != nil {
+			return err
+		}
+		m.Stdout.Write(b)
+		return nil
+	}
+	return usagef("run 'aegis help' for the commands; the topics are "+strings.Join(helpTopics(), ", "), "unknown command or topic %q", topic)
+}
+
+// helpPages maps each help topic to its page: the page's file name,
+// lowercased, without .md.
+func helpPages() map[string]string {
+	pages := map[string]string{}
+	entries, _ := docs.Pages.ReadDir(".")
+	for _, e := range entries {
+		pages[strings.ToLower(strings.TrimSuffix(e.Name(), ".md"))] = e.Name()
+	}
+	return pages
+}
+
+// helpTopics are the topics, in order.
+func helpTopics() []string {
+	var ts []string
+	for t := range helpPages() {
+		ts = append(ts, t)
+	}
+	sort.Strings(ts)
+	return ts
+}
 
 const versionHelp = `Usage:
   aegis version

@@ -33,7 +33,7 @@ func TestUsageErrorsExit2WithHint(t *testing.T) {
 		{"events without subcommand", []string{"events"}, "aegis: error: events: missing subcommand"},
 		{"unknown kind", []string{"events", "append", "--state-dir", "/nonexistent", "--kind", "approval.forged"}, `unknown kind "approval.forged"`},
 		{"session id that injects subjects", []string{"events", "list", "--session", "a.>"}, `bad --session "a.>"`},
-		{"help for unknown command", []string{"help", "frob"}, `unknown command "frob"`},
+		{"help for unknown command", []string{"help", "frob"}, `unknown command or topic "frob"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

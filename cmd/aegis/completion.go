@@ -48,6 +48,14 @@ func (m *Main) completionWords() (names []string, words map[string][]string, sho
 		}
 		words[c.name] = ws
 	}
+	// After help: a command or a topic.
+	help := slices.Clone(names)
+	for _, t := range helpTopics() {
+		if !slices.Contains(help, t) {
+			help = append(help, t)
+		}
+	}
+	words["help"] = append(help, "--full", "--help")
 	return names, words, short
 }
 

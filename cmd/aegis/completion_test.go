@@ -110,3 +110,35 @@ func TestHelpGolden(t *testing.T) {
 		}
 	}
 }
+
+// Every reference page of docs/ is a help topic that prints the page as
+// the source has it (a command's own page with --full), so a user with
+// only the binary reads what the repository says.
+func TestHelpTopicsAreTheDocs(t *testing.T) {
+	pages, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("docs pages: %v %v", pages, err)
+	}
+	commands := map[string]bool{}
+	for _, c := range (&Main{}).commands() {
+		commands[c.name] = true
+	}
+	for _, page := range pages {
+		topic := strings.ToLower(strings.TrimSuffix(filepath.Base(page), ".md"))
+		args := []string{"help", topic}
+		if commands[topic] {
+			args = append(args, "--full")
+		}
+		want, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, out, stderr := run(t, nil, args...)
+		if code != 0 || stderr != "" || out != string(want) {
+			t.Errorf("aegis %v: exit %d, stderr %q, and it does not print %s as it is", args, code, stderr, page)
+		}
+	}
+	if code, _, stderr := run(t, nil, "help", "nosuch"); code != 2 || !strings.Contains(stderr, "threat-model") {
+		t.Errorf("an unknown topic: exit %d, stderr %q; want 2 and the list of topics", code, stderr)
+	}
+}
