@@ -17,19 +17,7 @@ func TestCompletionGolden(t *testing.T) {
 		if code != 0 || stderr != "" {
 			t.Fatalf("completion %s: exit %d, stderr %q", sh, code, stderr)
 		}
-		golden := filepath.Join("testdata", "completion."+sh+".golden")
-		if *updateGolden {
-			if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil {
-			t.Fatalf("%v (run go test -update to write it)", err)
-		}
-		if out != string(want) {
-			t.Errorf("completion %s differs from %s (go test -update rewrites it):\n%s", sh, golden, out)
-		}
+		golden(t, "completion."+sh+".golden", out)
 	}
 	if code, _, stderr := run(t, nil, "completion", "tcsh"); code != 2 || !strings.Contains(stderr, `unknown shell "tcsh"`) {
 		t.Errorf("completion tcsh: exit %d, stderr %q", code, stderr)
@@ -94,20 +82,7 @@ func TestHelpGolden(t *testing.T) {
 		if len(args) > 1 {
 			name = args[1]
 		}
-		golden := filepath.Join("testdata", "help", name+".golden")
-		if *updateGolden {
-			os.MkdirAll(filepath.Dir(golden), 0o755)
-			if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil {
-			t.Fatalf("%v (run go test -update to write it)", err)
-		}
-		if out != string(want) {
-			t.Errorf("aegis %v differs from %s (go test -update rewrites it)", args, golden)
-		}
+		golden(t, filepath.Join("help", name+".golden"), out)
 	}
 }
 
