@@ -2,11 +2,17 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
 // readmeCommands returns the shell commands of the sh blocks in the
@@ -21,10 +27,10 @@ func readmeCommands(t *testing.T, readme, section string) []string {
 	in, inBlock := false, false
 	sc := bufio.NewScanner(strings.NewReader(string(b)))
 	for sc.Scan() {
-		line := sc.Text()
+		line := strings.TrimSpace(sc.Text()) // blocks in a list are indented
 		switch {
 		case strings.HasPrefix(line, "## "):
-			in = line == "## "+section
+			in = strings.HasPrefix(line, "## "+section)
 		case in && line == "```sh":
 			inBlock = true
 		case in && inBlock && line == "```":
@@ -88,5 +94,62 @@ func TestReadmeInstallWorksAsWritten(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("the README's commands did not print %q:\n%s", want, got)
 		}
+	}
+}
+
+// The README's first quickstart works as written, in a fresh HOME: aegis
+// init, the printed entry started as a host starts it (npx finds the
+// pinned server-everything of .cache/node there, as it would find the
+// registry's), a real client using the server through it, then the
+// sessions, replay and verify lines, with the public key init printed in
+// place of PUBLIC_KEY.
+func TestReadmeQuickstartWorksAsWritten(t *testing.T) {
+	mcptest.EverythingServer(t) // node and the package, or a clear failure
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	env := []string{"HOME=" + home, "PATH=" + bins(t) + ":" + os.Getenv("PATH"), "NPM_CONFIG_UPDATE_NOTIFIER=false"}
+	cmds := readmeCommands(t, filepath.Join(root, "README.md"), "Quickstart: one server")
+	if len(cmds) != 4 || !strings.HasPrefix(cmds[0], "aegis init ") {
+		t.Fatalf("the quickstart's commands: %q", cmds)
+	}
+	sh := func(c string) string {
+		t.Helper()
+		cmd := exec.Command("bash", "-c", c)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the README's %q: %v\n%s", c, err, out)
+		}
+		return string(out)
+	}
+	out := sh(cmds[0])
+	entry := hostJSON(t, []byte(out), "Claude Desktop")["mcpServers"]["server-everything"]
+	_, after, _ := strings.Cut(out, "public key")
+	pub := strings.Fields(after)[0]
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	launch := exec.Command(entry.Command, entry.Args...)
+	launch.Env, launch.Dir = env, filepath.Join(root, ".cache", "node")
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: launch}, nil)
+	if err != nil {
+		t.Fatalf("start the entry as a host would: %v", err)
+	}
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "quickstart"}}); err != nil || res.IsError {
+		t.Fatalf("echo through aegis: %v %+v", err, res)
+	}
+	cs.Close()
+
+	if s := sh(cmds[1]); !strings.Contains(s, "closed") {
+		t.Errorf("%s:\n%s", cmds[1], s)
+	}
+	if s := sh(cmds[2]); !strings.Contains(s, "echo") {
+		t.Errorf("%s:\n%s", cmds[2], s)
+	}
+	if s := sh(strings.ReplaceAll(cmds[3], "PUBLIC_KEY", pub)); !strings.HasPrefix(s, "Verified (pinned to ") {
+		t.Errorf("%s:\n%s", cmds[3], s)
 	}
 }
