@@ -120,7 +120,7 @@ func (e *GatewayError) MarshalJSON() ([]byte, error) {
 	case GatewayPendingApproval:
 		ms = []member{{"active_profile", e.ActiveProfile}, {"approval_id", e.ApprovalID}, {"code", string(e.Code)}, {"hint", hintPendingApproval}, {"requested_profile", e.RequestedProfile}}
 	default:
-		return nil, fmt.Errorf("policy: gateway error with unknown code %q", e.Code)
+		return nil, fmt.Errorf("gateway error with unknown code %q", e.Code)
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

@@ -106,7 +106,7 @@ func (k ProfileEventKind) String() string {
 // MarshalText encodes k by name.
 func (k ProfileEventKind) MarshalText() ([]byte, error) {
 	if k == 0 || int(k) >= len(profileEventNames) {
-		return nil, fmt.Errorf("policy: %v has no name", k)
+		return nil, fmt.Errorf("%v has no name", k)
 	}
 	return []byte(k.String()), nil
 }

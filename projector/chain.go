@@ -56,7 +56,7 @@ type Chain struct {
 // NewChain returns a chain that signs with key. It refuses the zero key.
 func NewChain(key PrivateKey) (*Chain, error) {
 	if key.IsZero() {
-		return nil, fmt.Errorf("projector: new chain: %w", ErrZeroKey)
+		return nil, fmt.Errorf("new chain: %w", ErrZeroKey)
 	}
 	return &Chain{
 		key:    key,
@@ -103,32 +103,32 @@ func (c *Chain) OpenFunc(prevSessionTail string, commit func(Entry) error) (Entr
 // the open line defines.
 func (c *Chain) OpenExtraFunc(prevSessionTail string, extra map[string]any, commit func(Entry) error) (Entry, error) {
 	if prevSessionTail != "" && !schemas.IsDigest(prevSessionTail) {
-		return Entry{}, fmt.Errorf("projector: open chain: previous session tail %q is not a digest", prevSessionTail)
+		return Entry{}, fmt.Errorf("open chain: previous session tail %q is not a digest", prevSessionTail)
 	}
 	l, err := schemas.Open{PublicKey: c.pubHex, PrevSessionTail: prevSessionTail}.Line()
 	if err != nil {
-		return Entry{}, fmt.Errorf("projector: open chain: %w", err)
+		return Entry{}, fmt.Errorf("open chain: %w", err)
 	}
 	for k, v := range extra {
 		if _, taken := l.Get(k); taken || k == schemas.FieldSeq || k == schemas.FieldPrevHash || k == schemas.FieldKeyID || k == schemas.FieldSignature {
-			return Entry{}, fmt.Errorf("projector: open chain: extra member %q would replace a defined one", k)
+			return Entry{}, fmt.Errorf("open chain: extra member %q would replace a defined one", k)
 		}
 		if err := l.Set(k, v); err != nil {
-			return Entry{}, fmt.Errorf("projector: open chain: extra member %q: %w", k, err)
+			return Entry{}, fmt.Errorf("open chain: extra member %q: %w", k, err)
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.opened {
-		return Entry{}, fmt.Errorf("projector: open chain: %w", ErrAlreadyOpen)
+		return Entry{}, fmt.Errorf("open chain: %w", ErrAlreadyOpen)
 	}
 	e, err := c.build(l, 0, schemas.GenesisHash)
 	if err != nil {
-		return Entry{}, fmt.Errorf("projector: open chain: %w", err)
+		return Entry{}, fmt.Errorf("open chain: %w", err)
 	}
 	if commit != nil {
 		if err := commit(e); err != nil {
-			return Entry{}, fmt.Errorf("projector: open chain: commit: %w", err)
+			return Entry{}, fmt.Errorf("open chain: commit: %w", err)
 		}
 	}
 	c.opened = true
@@ -158,24 +158,24 @@ func (c *Chain) AppendFunc(l schemas.Line, commit func(Entry) error) (Entry, err
 	switch t {
 	case schemas.LineIntent, schemas.LineOutcome, schemas.LineDecision, schemas.LineClose:
 	default:
-		return Entry{}, fmt.Errorf("projector: append %q: %w", t, ErrLineType)
+		return Entry{}, fmt.Errorf("append %q: %w", t, ErrLineType)
 	}
 	l = l.Clone()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.opened {
-		return Entry{}, fmt.Errorf("projector: append %s: %w", t, ErrNotOpen)
+		return Entry{}, fmt.Errorf("append %s: %w", t, ErrNotOpen)
 	}
 	if c.closed {
-		return Entry{}, fmt.Errorf("projector: append %s: %w", t, ErrClosed)
+		return Entry{}, fmt.Errorf("append %s: %w", t, ErrClosed)
 	}
 	e, err := c.build(l, c.seq, c.tail)
 	if err != nil {
-		return Entry{}, fmt.Errorf("projector: append %s: %w", t, err)
+		return Entry{}, fmt.Errorf("append %s: %w", t, err)
 	}
 	if commit != nil {
 		if err := commit(e); err != nil {
-			return Entry{}, fmt.Errorf("projector: append %s seq %d: commit: %w", t, e.Seq, err)
+			return Entry{}, fmt.Errorf("append %s seq %d: commit: %w", t, e.Seq, err)
 		}
 	}
 	c.seq, c.tail = e.Seq+1, e.Hash
@@ -261,7 +261,7 @@ func TailOf(r io.Reader) (Tail, error) {
 			break
 		}
 		if err != nil {
-			return Tail{}, fmt.Errorf("projector: read record tail: %w", err)
+			return Tail{}, fmt.Errorf("read record tail: %w", err)
 		}
 	}
 	if last == nil {
@@ -272,10 +272,10 @@ func TailOf(r io.Reader) (Tail, error) {
 		_, err = l.Header()
 	}
 	if err != nil {
-		return Tail{}, fmt.Errorf("projector: line %d: %w: %v", lastNo, ErrTornTail, err)
+		return Tail{}, fmt.Errorf("line %d: %w: %v", lastNo, ErrTornTail, err)
 	}
 	if t.Hash, err = l.Hash(); err != nil {
-		return Tail{}, fmt.Errorf("projector: line %d: %w: %v", lastNo, ErrTornTail, err)
+		return Tail{}, fmt.Errorf("line %d: %w: %v", lastNo, ErrTornTail, err)
 	}
 	return t, nil
 }

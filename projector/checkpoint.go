@@ -68,15 +68,15 @@ func (s *noteSigner) Sign(msg []byte) ([]byte, error) { return s.key.Sign(msg) }
 func SignCheckpoint(key PrivateKey, cp schemas.Checkpoint) ([]byte, error) {
 	body := cp.Body()
 	if _, err := schemas.ParseCheckpoint(body); err != nil {
-		return nil, fmt.Errorf("projector: sign checkpoint: %w", err)
+		return nil, fmt.Errorf("sign checkpoint: %w", err)
 	}
 	s, err := newNoteSigner(key)
 	if err != nil {
-		return nil, fmt.Errorf("projector: sign checkpoint: %w", err)
+		return nil, fmt.Errorf("sign checkpoint: %w", err)
 	}
 	msg, err := note.Sign(&note.Note{Text: string(body)}, s)
 	if err != nil {
-		return nil, fmt.Errorf("projector: sign checkpoint: %w", err)
+		return nil, fmt.Errorf("sign checkpoint: %w", err)
 	}
 	return msg, nil
 }
@@ -86,11 +86,11 @@ func SignCheckpoint(key PrivateKey, cp schemas.Checkpoint) ([]byte, error) {
 func CheckpointVerifier(pub ed25519.PublicKey) (note.Verifier, error) {
 	vkey, err := note.NewEd25519VerifierKey(checkpointKeyName(schemas.KeyID(pub)), pub)
 	if err != nil {
-		return nil, fmt.Errorf("projector: checkpoint verifier: %w", err)
+		return nil, fmt.Errorf("checkpoint verifier: %w", err)
 	}
 	v, err := note.NewVerifier(vkey)
 	if err != nil {
-		return nil, fmt.Errorf("projector: checkpoint verifier: %w", err)
+		return nil, fmt.Errorf("checkpoint verifier: %w", err)
 	}
 	return v, nil
 }
@@ -115,7 +115,7 @@ func (t *TreeHasher) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 	for i, x := range indexes {
 		h, ok := t.stored[x]
 		if !ok {
-			return nil, fmt.Errorf("projector: tree hasher: hash %d was not kept", x)
+			return nil, fmt.Errorf("tree hasher: hash %d was not kept", x)
 		}
 		out[i] = h
 	}
@@ -187,11 +187,11 @@ const MaxCheckpointLine = 16 << 20
 // ([WriteCheckpointFile]).
 func CheckpointFile(ctx context.Context, key PrivateKey, path, origin string) (note []byte, cp schemas.Checkpoint, err error) {
 	if key.IsZero() {
-		return nil, schemas.Checkpoint{}, fmt.Errorf("projector: checkpoint %s: %w", path, ErrZeroKey)
+		return nil, schemas.Checkpoint{}, fmt.Errorf("checkpoint %s: %w", path, ErrZeroKey)
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, schemas.Checkpoint{}, fmt.Errorf("projector: checkpoint: %w", err)
+		return nil, schemas.Checkpoint{}, fmt.Errorf("checkpoint: %w", err)
 	}
 	defer f.Close()
 	cp, err = checkpointOf(ctx, f, path)
@@ -217,14 +217,14 @@ func checkpointOf(ctx context.Context, r io.Reader, name string) (schemas.Checkp
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		if err := ctx.Err(); err != nil {
-			return cp, fmt.Errorf("projector: checkpoint %s: %w", name, err)
+			return cp, fmt.Errorf("checkpoint %s: %w", name, err)
 		}
 		buf = buf[:0]
 		complete := false
 		for {
 			frag, err := br.ReadSlice('\n')
 			if len(buf)+len(frag) > MaxCheckpointLine+1 {
-				return cp, fmt.Errorf("projector: checkpoint %s: %w: line %d is longer than %d bytes",
+				return cp, fmt.Errorf("checkpoint %s: %w: line %d is longer than %d bytes",
 					name, ErrCheckpointRecord, tree.Size()+1, MaxCheckpointLine)
 			}
 			buf = append(buf, frag...)
@@ -235,24 +235,24 @@ func checkpointOf(ctx context.Context, r io.Reader, name string) (schemas.Checkp
 				break
 			}
 			if err != nil {
-				return cp, fmt.Errorf("projector: checkpoint %s: %w", name, err)
+				return cp, fmt.Errorf("checkpoint %s: %w", name, err)
 			}
 			complete = true
 			break
 		}
 		if !complete {
 			if len(buf) > 0 {
-				return cp, fmt.Errorf("projector: checkpoint %s: %w: it does not end in a newline (line %d is torn)",
+				return cp, fmt.Errorf("checkpoint %s: %w: it does not end in a newline (line %d is torn)",
 					name, ErrCheckpointRecord, tree.Size()+1)
 			}
 			break
 		}
 		line := buf[:len(buf)-1]
 		if len(line) == 0 {
-			return cp, fmt.Errorf("projector: checkpoint %s: %w: line %d is empty", name, ErrCheckpointRecord, tree.Size()+1)
+			return cp, fmt.Errorf("checkpoint %s: %w: line %d is empty", name, ErrCheckpointRecord, tree.Size()+1)
 		}
 		if err := tree.Add(line); err != nil {
-			return cp, fmt.Errorf("projector: checkpoint %s: %w", name, err)
+			return cp, fmt.Errorf("checkpoint %s: %w", name, err)
 		}
 		cp.Tail = schemas.HashHex(line)
 		if cap(buf) > 1<<20 {
@@ -261,7 +261,7 @@ func checkpointOf(ctx context.Context, r io.Reader, name string) (schemas.Checkp
 	}
 	root, err := tree.Root()
 	if err != nil {
-		return cp, fmt.Errorf("projector: checkpoint %s: %w", name, err)
+		return cp, fmt.Errorf("checkpoint %s: %w", name, err)
 	}
 	cp.Size, cp.Root = tree.Size(), root
 	return cp, nil
@@ -273,7 +273,7 @@ func checkpointOf(ctx context.Context, r io.Reader, name string) (schemas.Checkp
 // rename leaves path as it was and removes the temporary file.
 func WriteCheckpointFile(path string, note []byte) error {
 	if err := events.WriteFileAtomic(path, note); err != nil {
-		return fmt.Errorf("projector: write checkpoint: %w", err)
+		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	return nil
 }

@@ -431,7 +431,7 @@ func tailOfFile(f *os.File, size int64) (Tail, error) {
 	if size > 0 {
 		var b [1]byte
 		if _, err := f.ReadAt(b[:], size-1); err != nil {
-			return Tail{}, fmt.Errorf("projector: read record tail: %w", err)
+			return Tail{}, fmt.Errorf("read record tail: %w", err)
 		}
 		needsNewline = b[0] != '\n'
 	}
@@ -443,7 +443,7 @@ func tailOfFile(f *os.File, size int64) (Tail, error) {
 		n := min(end, 64<<10)
 		chunk := make([]byte, n)
 		if _, err := f.ReadAt(chunk, end-n); err != nil {
-			return Tail{}, fmt.Errorf("projector: read record tail: %w", err)
+			return Tail{}, fmt.Errorf("read record tail: %w", err)
 		}
 		tail = append(chunk, tail...)
 		end -= n
@@ -452,7 +452,7 @@ func tailOfFile(f *os.File, size int64) (Tail, error) {
 			break
 		}
 		if len(tail) > maxTailLine {
-			return Tail{}, fmt.Errorf("projector: the last line of the record is longer than %d bytes: %w", maxTailLine, ErrTornTail)
+			return Tail{}, fmt.Errorf("the last line of the record is longer than %d bytes: %w", maxTailLine, ErrTornTail)
 		}
 	}
 	t, err := TailOf(bytes.NewReader(tail))

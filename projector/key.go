@@ -46,7 +46,7 @@ type PrivateKey struct {
 func GenerateKey(rand io.Reader) (PrivateKey, error) {
 	seed := make([]byte, ed25519.SeedSize)
 	if _, err := io.ReadFull(rand, seed); err != nil {
-		return PrivateKey{}, fmt.Errorf("projector: generate key: %w", err)
+		return PrivateKey{}, fmt.Errorf("generate key: %w", err)
 	}
 	return NewPrivateKey(seed)
 }
@@ -54,7 +54,7 @@ func GenerateKey(rand io.Reader) (PrivateKey, error) {
 // NewPrivateKey returns the key with the given 32-byte Ed25519 seed.
 func NewPrivateKey(seed []byte) (PrivateKey, error) {
 	if len(seed) != ed25519.SeedSize {
-		return PrivateKey{}, fmt.Errorf("projector: private key seed is %d bytes, want %d", len(seed), ed25519.SeedSize)
+		return PrivateKey{}, fmt.Errorf("private key seed is %d bytes, want %d", len(seed), ed25519.SeedSize)
 	}
 	return PrivateKey{priv: ed25519.NewKeyFromSeed(seed)}, nil
 }
@@ -123,7 +123,7 @@ func (k PrivateKey) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, k.Str
 // MarshalText refuses: a private key is never serialized by accident. Use
 // [WriteKeyFile].
 func (k PrivateKey) MarshalText() ([]byte, error) {
-	return nil, errors.New("projector: a private key is not serialized; use WriteKeyFile")
+	return nil, errors.New("a private key is not serialized; use WriteKeyFile")
 }
 
 // WriteKeyFile writes k's seed to path as one line of 64 lowercase hex
@@ -133,10 +133,10 @@ func (k PrivateKey) MarshalText() ([]byte, error) {
 // It refuses the zero key and [InsecureDevKey].
 func WriteKeyFile(path string, k PrivateKey, force bool) (err error) {
 	if k.IsZero() {
-		return fmt.Errorf("projector: write key file %q: %w", path, ErrZeroKey)
+		return fmt.Errorf("write key file %q: %w", path, ErrZeroKey)
 	}
 	if k.IsInsecureDev() {
-		return fmt.Errorf("projector: write key file %q: %w", path, ErrInsecureDevKey)
+		return fmt.Errorf("write key file %q: %w", path, ErrInsecureDevKey)
 	}
 	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
 	if force {
@@ -145,26 +145,26 @@ func WriteKeyFile(path string, k PrivateKey, force bool) (err error) {
 	f, err := os.OpenFile(path, flags, 0o600)
 	if err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("projector: write key file %q: %w (pass force to overwrite)", path, ErrKeyFileExists)
+			return fmt.Errorf("write key file %q: %w (pass force to overwrite)", path, ErrKeyFileExists)
 		}
-		return fmt.Errorf("projector: write key file: %w", err)
+		return fmt.Errorf("write key file: %w", err)
 	}
 	defer func() {
 		if cerr := f.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("projector: write key file: %w", cerr)
+			err = fmt.Errorf("write key file: %w", cerr)
 		}
 	}()
 	if err := f.Chmod(0o600); err != nil {
-		return fmt.Errorf("projector: write key file: %w", err)
+		return fmt.Errorf("write key file: %w", err)
 	}
 	line := make([]byte, 0, 2*ed25519.SeedSize+1)
 	line = hex.AppendEncode(line, k.priv.Seed())
 	line = append(line, '\n')
 	if _, err := f.Write(line); err != nil {
-		return fmt.Errorf("projector: write key file: %w", err)
+		return fmt.Errorf("write key file: %w", err)
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("projector: write key file: %w", err)
+		return fmt.Errorf("write key file: %w", err)
 	}
 	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		// Best effort: make the new directory entry durable too.

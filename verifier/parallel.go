@@ -304,7 +304,7 @@ func (k *keyPass) assign(c *chunk) {
 func verifyParallel(r io.Reader, opts Options, cfg parallelConfig) Result {
 	w := newWalker(opts)
 	if err := w.walkParallel(r, cfg, &fileWalk{final: true, keys: &keyPass{}}); err != nil {
-		return Result{Err: fmt.Errorf("verifier: read record: %w", err)}
+		return Result{Err: fmt.Errorf("read record: %w", err)}
 	}
 	return w.finish()
 }

@@ -70,7 +70,7 @@ func verifySet(segs []Segment, opts Options, cfg parallelConfig) Result {
 			fw.tree = &leafTree{}
 		}
 		if err := w.walkParallel(s.Record, cfg, fw); err != nil {
-			return Result{Err: fmt.Errorf("verifier: read %s: %w", s.Name, err)}
+			return Result{Err: fmt.Errorf("read %s: %w", s.Name, err)}
 		}
 		if w.tampered != nil {
 			break

@@ -39,7 +39,7 @@ func ParseTrustStore(r io.Reader) (*TrustStore, error) {
 	for no := 1; ; no++ {
 		line, err := br.ReadString('\n')
 		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("verifier: read trust store: %w", err)
+			return nil, fmt.Errorf("read trust store: %w", err)
 		}
 		if line == "" && err != nil {
 			return ts, nil
@@ -65,7 +65,7 @@ func ParseTrustStore(r io.Reader) (*TrustStore, error) {
 func ParseKey(s string) (ed25519.PublicKey, error) {
 	pub, err := schemas.ParsePublicKey(s)
 	if err != nil {
-		return nil, fmt.Errorf("verifier: --key %s: expected a public key as 64 lowercase hex characters: %w", quoteShort(s), err)
+		return nil, fmt.Errorf("--key %s: expected a public key as 64 lowercase hex characters: %w", quoteShort(s), err)
 	}
 	return pub, nil
 }

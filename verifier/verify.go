@@ -44,7 +44,7 @@ func verifySequential(r io.Reader, opts Options) Result {
 		cur = nxt
 	}
 	if err != nil {
-		return Result{Err: fmt.Errorf("verifier: read record: %w", err)}
+		return Result{Err: fmt.Errorf("read record: %w", err)}
 	}
 	return w.finish()
 }
