@@ -61,15 +61,6 @@ func ParseTrustStore(r io.Reader) (*TrustStore, error) {
 	}
 }
 
-// ParseKey parses a --key value: a public key as 64 lowercase hex characters.
-func ParseKey(s string) (ed25519.PublicKey, error) {
-	pub, err := schemas.ParsePublicKey(s)
-	if err != nil {
-		return nil, fmt.Errorf("--key %s: expected a public key as 64 lowercase hex characters: %w", quoteShort(s), err)
-	}
-	return pub, nil
-}
-
 func quoteShort(s string) string {
 	const max = 80
 	if len(s) > max {

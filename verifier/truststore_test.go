@@ -64,12 +64,3 @@ func TestTrustStoreReadError(t *testing.T) {
 		t.Fatalf("ParseTrustStore(failing reader) = %v, want a read error", err)
 	}
 }
-
-func TestParseKey(t *testing.T) {
-	if _, err := ParseKey(devPubHex); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ParseKey(strings.ToUpper(devPubHex)); err == nil {
-		t.Fatal("ParseKey(uppercase) succeeded")
-	}
-}

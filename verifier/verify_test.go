@@ -31,7 +31,7 @@ func readGolden(t *testing.T) []byte {
 // outcomes without intents (one golden line per case) only produce warnings.
 func TestUpstreamGoldenSession(t *testing.T) {
 	record := readGolden(t)
-	pub, err := ParseKey(devPubHex)
+	pub, err := schemas.ParsePublicKey(devPubHex)
 	if err != nil {
 		t.Fatal(err)
 	}
