@@ -106,7 +106,7 @@ func (t *tasker) askHost(ctx context.Context, server string, h rpcFrame) (json.R
 	case "tasks/get", "tasks/result", "tasks/cancel":
 		id := taskIDOf(h.Params)
 		t.mu.Lock()
-		owner, ok := t.hostTasks[id]
+		owner, ok := t.hostTasks.m[id]
 		t.mu.Unlock()
 		if !ok || owner != server {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("aegis: unknown task %q: the host created no task of that id for this server", id)}
@@ -131,7 +131,7 @@ func (t *tasker) askHost(ctx context.Context, server string, h rpcFrame) (json.R
 	if h.Method == "sampling/createMessage" || h.Method == "elicitation/create" {
 		if id := createdTaskID(raw); id != "" {
 			t.mu.Lock()
-			t.hostTasks[id] = server
+			t.hostTasks.put(id, server)
 			t.mu.Unlock()
 		}
 	}
@@ -153,7 +153,7 @@ func (t *tasker) hostList(ctx context.Context, server string, params json.RawMes
 	mine := []json.RawMessage{}
 	t.mu.Lock()
 	for _, task := range tasks {
-		if t.hostTasks[taskIDOf(task)] == server {
+		if t.hostTasks.m[taskIDOf(task)] == server {
 			mine = append(mine, task)
 		}
 	}

@@ -64,7 +64,7 @@ type tasker struct {
 	out  *hostOut
 
 	mu       sync.Mutex
-	tasks    map[string]taskEntry                  // task id -> where it runs
+	tasks    *taskTable[taskEntry]                 // task id -> where it runs
 	inflight map[string]context.CancelCauseFunc    // host request id -> cancel
 	watch    map[string]string                     // host request id -> method whose answer is amended
 	exec     map[string]map[string]json.RawMessage // server -> tool -> execution
@@ -77,13 +77,13 @@ type tasker struct {
 	// A server's task-augmented requests to the host (see gateway_hostTasks.go).
 	hostCaps  json.RawMessage                    // the host's capabilities.tasks; nil: none
 	hostRaw   *downRaw                           // the gateway's own requests to the host
-	hostTasks map[string]string                  // task id the host gave -> the server that asked
+	hostTasks *taskTable[string]                 // task id the host gave -> the server that asked
 	asks      map[string]context.CancelCauseFunc // server + request id -> cancel
 }
 
 func (g *gateway) initTasks(ctx context.Context) {
-	g.tk = &tasker{g: g, base: ctx, tasks: map[string]taskEntry{}, inflight: map[string]context.CancelCauseFunc{},
-		watch: map[string]string{}, creating: map[string]int{}, hostTasks: map[string]string{}, asks: map[string]context.CancelCauseFunc{}, exec: map[string]map[string]json.RawMessage{}, caps: map[string]json.RawMessage{}}
+	g.tk = &tasker{g: g, base: ctx, tasks: newTaskTable[taskEntry](), inflight: map[string]context.CancelCauseFunc{},
+		watch: map[string]string{}, creating: map[string]int{}, hostTasks: newTaskTable[string](), asks: map[string]context.CancelCauseFunc{}, exec: map[string]map[string]json.RawMessage{}, caps: map[string]json.RawMessage{}}
 }
 
 type rpcFrame struct {
@@ -98,7 +98,7 @@ type rpcFrame struct {
 // hostLine follows one line from the host, and takes it (returns true)
 // when it is a task request, which it then answers itself.
 func (t *tasker) hostLine(line []byte, at bool) bool {
-	if !bytes.Contains(line, []byte(`"method"`)) && !bytes.Contains(line, []byte(`"`+rawIDPrefix)) {
+	if !hostLineMatters(line) {
 		return false
 	}
 	var h rpcFrame
@@ -121,7 +121,7 @@ func (t *tasker) hostLine(line []byte, at bool) bool {
 	case h.Method == "notifications/tasks/status":
 		// The host's status of a task it runs for a server.
 		t.mu.Lock()
-		server, ok := t.hostTasks[taskIDOf(h.Params)]
+		server, ok := t.hostTasks.m[taskIDOf(h.Params)]
 		t.mu.Unlock()
 		if !ok || !at || !t.ready.Load() {
 			return false
@@ -247,6 +247,23 @@ func (t *tasker) close() {
 	t.wg.Wait()
 }
 
+// hostMarks are what a host's line must hold for the task layer to act on
+// it (`"task` is in every task request and status: "tasks/…", "task",
+// "taskId"); any other line (most calls, results, notifications) passes without
+// being decoded here. Keys decode case-insensitively, so a line whose task
+// member is spelled otherwise ("Task") is not taken: the SDK then reads it
+// as a plain tools/call, which is decided and recorded as every call is.
+var hostMarks = [][]byte{[]byte(`"task`), []byte(`"` + rawIDPrefix), []byte(`"initialize"`), []byte(`"tools/list"`), []byte(`notifications/cancelled`)}
+
+func hostLineMatters(line []byte) bool {
+	for _, m := range hostMarks {
+		if bytes.Contains(line, m) {
+			return true
+		}
+	}
+	return false
+}
+
 // maxWatched bounds the host requests whose answers wait to be amended.
 const maxWatched = 1024
 
@@ -301,7 +318,7 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 			}
 			if id := createdTaskID(raw); id != "" {
 				t.mu.Lock()
-				t.tasks[id] = taskEntry{server: e.server, callID: wc.CallID, toolID: wc.ToolID}
+				t.tasks.put(id, taskEntry{server: e.server, callID: wc.CallID, toolID: wc.ToolID})
 				t.mu.Unlock()
 			}
 			return raw, nil
@@ -315,7 +332,7 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "aegis: " + h.Method + " needs params.taskId"}
 	}
 	t.mu.Lock()
-	e, ok := t.tasks[id]
+	e, ok := t.tasks.m[id]
 	t.mu.Unlock()
 	d := g.downs[e.server]
 	if !ok || d == nil || d.raw == nil {
@@ -377,7 +394,7 @@ func compactJSON(b []byte) []byte {
 func (t *tasker) list(ctx context.Context) (any, error) {
 	t.mu.Lock()
 	mine := map[string]map[string]bool{} // server -> task ids
-	for id, e := range t.tasks {
+	for id, e := range t.tasks.m {
 		if mine[e.server] == nil {
 			mine[e.server] = map[string]bool{}
 		}
@@ -504,7 +521,7 @@ func (t *tasker) serverLine(d *downRaw, line []byte, at bool) bool {
 	switch {
 	case h.Method == "notifications/tasks/status":
 		t.mu.Lock()
-		e, known := t.tasks[taskIDOf(h.Params)]
+		e, known := t.tasks.m[taskIDOf(h.Params)]
 		known = (known && e.server == d.server) || (!known && t.creating[d.server] > 0)
 		t.mu.Unlock()
 		if known && at {
@@ -800,4 +817,29 @@ func cancelledID(params json.RawMessage) json.RawMessage {
 	}
 	json.Unmarshal(params, &p)
 	return p.RequestID
+}
+
+// maxTasks bounds the tasks a gateway remembers, each way: a session that
+// creates more forgets the oldest, whose ids are then refused as unknown
+// (fail closed), so that a long session holds no more than this.
+const maxTasks = 10000
+
+// taskTable maps task ids to what the gateway knows of them, forgetting
+// the oldest beyond maxTasks.
+type taskTable[V any] struct {
+	m     map[string]V
+	order []string // ids, oldest first
+}
+
+func newTaskTable[V any]() *taskTable[V] { return &taskTable[V]{m: map[string]V{}} }
+
+func (t *taskTable[V]) put(id string, v V) {
+	if _, ok := t.m[id]; !ok {
+		t.order = append(t.order, id)
+		if len(t.order) > maxTasks {
+			delete(t.m, t.order[0])
+			t.order = t.order[1:]
+		}
+	}
+	t.m[id] = v
 }

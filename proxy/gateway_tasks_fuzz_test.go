@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"testing"
 )
@@ -62,4 +63,37 @@ func FuzzTaskLines(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A session that creates tasks without end holds at most maxTasks of them:
+// the oldest is forgotten (and then refused as unknown), the newest kept.
+func TestTaskTableForgetsTheOldest(t *testing.T) {
+	tt := newTaskTable[int]()
+	for i := range maxTasks + 1 {
+		tt.put(strconv.Itoa(i), i)
+	}
+	tt.put("5", 55) // an update is not a new task
+	if _, ok := tt.m["0"]; ok || len(tt.m) != maxTasks || len(tt.order) != maxTasks || tt.m["5"] != 55 || tt.m[strconv.Itoa(maxTasks)] != maxTasks {
+		t.Fatalf("after %d tasks: %d held, %d in order, 0 held %v", maxTasks+1, len(tt.m), len(tt.order), tt.m["0"])
+	}
+}
+
+// The host's status of a task it runs for a server reaches that server,
+// and only for a task the host created for it.
+func TestHostTaskStatusReachesItsServer(t *testing.T) {
+	var toServer lockedBuffer
+	g := &gateway{downs: map[string]*downstream{}, log: slog.New(slog.DiscardHandler)}
+	g.initTasks(context.Background())
+	g.downs["s"] = &downstream{raw: newDownRaw("s", &toServer)}
+	g.tk.hostTasks.put("h1", "s")
+	g.tk.ready.Store(true)
+	status := func(id string) []byte {
+		return []byte(`{"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"` + id + `","status":"working"}}`)
+	}
+	if !g.tk.hostLine(status("h1"), true) || !bytes.Contains(toServer.b.Bytes(), []byte(`"taskId":"h1"`)) {
+		t.Fatalf("the status of h1 did not reach its server: %q", toServer.b.Bytes())
+	}
+	if g.tk.hostLine(status("other"), true) || bytes.Contains(toServer.b.Bytes(), []byte(`"other"`)) {
+		t.Fatalf("the status of another task reached the server: %q", toServer.b.Bytes())
+	}
 }
