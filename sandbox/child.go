@@ -49,14 +49,14 @@ const (
 // argv...". Command returns a *[RefusalError] when profile.Validate does.
 func Command(ctx context.Context, self string, profile Profile, argv []string) (*Child, error) {
 	if len(argv) == 0 || argv[0] == "" {
-		return nil, errors.New("sandbox: command: empty server argv")
+		return nil, errors.New("command: empty server argv")
 	}
 	if err := profile.Validate(); err != nil {
 		return nil, err
 	}
 	b, err := json.Marshal(profile)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: command: encode profile: %w", err)
+		return nil, fmt.Errorf("command: encode profile: %w", err)
 	}
 	args := append([]string{HelperArg, "--"}, argv...)
 	return &Child{Cmd: exec.CommandContext(ctx, self, args...), profile: b}, nil
@@ -71,21 +71,21 @@ func Command(ctx context.Context, self string, profile Profile, argv []string) (
 // call Cmd.Wait. Any other error also leaves the helper waited for.
 func (c *Child) Start() (Fact, error) {
 	if c.state != stateNew {
-		return Fact{}, errors.New("sandbox: start: already started")
+		return Fact{}, errors.New("start: already started")
 	}
 	c.state = stateDone
 	if len(c.Cmd.ExtraFiles) > 0 {
-		return Fact{}, errors.New("sandbox: start: Cmd.ExtraFiles is reserved for the helper protocol")
+		return Fact{}, errors.New("start: Cmd.ExtraFiles is reserved for the helper protocol")
 	}
 	cr, cw, err := os.Pipe()
 	if err != nil {
-		return Fact{}, fmt.Errorf("sandbox: start: control pipe: %w", err)
+		return Fact{}, fmt.Errorf("start: control pipe: %w", err)
 	}
 	rr, rw, err := os.Pipe()
 	if err != nil {
 		cr.Close()
 		cw.Close()
-		return Fact{}, fmt.Errorf("sandbox: start: report pipe: %w", err)
+		return Fact{}, fmt.Errorf("start: report pipe: %w", err)
 	}
 	c.Cmd.ExtraFiles = []*os.File{cr, rw} // ControlFD, ReportFD
 	c.tree, err = StartTree(c.Cmd)
@@ -94,7 +94,7 @@ func (c *Child) Start() (Fact, error) {
 	if err != nil {
 		cw.Close()
 		rr.Close()
-		return Fact{}, fmt.Errorf("sandbox: start helper: %w", err)
+		return Fact{}, fmt.Errorf("start helper: %w", err)
 	}
 	c.control, c.report, c.in = cw, rr, bufio.NewReader(rr)
 
@@ -103,11 +103,11 @@ func (c *Child) Start() (Fact, error) {
 	_, werr := cw.Write(append(c.profile, '\n'))
 	line, err := readLine(c.in)
 	if err != nil {
-		return Fact{}, c.fail(fmt.Errorf("sandbox: read fact: %w (profile write: %v)", err, werr))
+		return Fact{}, c.fail(fmt.Errorf("read fact: %w (profile write: %v)", err, werr))
 	}
 	var f Fact
 	if err := decodeStrict(line, &f); err != nil {
-		return Fact{}, c.fail(fmt.Errorf("sandbox: decode fact: %w", err))
+		return Fact{}, c.fail(fmt.Errorf("decode fact: %w", err))
 	}
 	if f.Refused != "" {
 		c.fail(nil)
@@ -140,34 +140,34 @@ func (c *Child) Tree() *Tree { return c.tree }
 // Cmd.Wait).
 func (c *Child) Go() error {
 	if c.state != stateStarted {
-		return errors.New("sandbox: go: not started, or already gone ahead or aborted")
+		return errors.New("go: not started, or already gone ahead or aborted")
 	}
 	c.state = stateDone
 	defer c.report.Close()
 	_, err := c.control.Write([]byte{goAhead})
 	c.control.Close()
 	if err != nil {
-		return fmt.Errorf("sandbox: go-ahead: %w", err)
+		return fmt.Errorf("go-ahead: %w", err)
 	}
 	line, err := readLine(c.in)
 	switch {
 	case errors.Is(err, io.EOF):
 		return nil // close-on-exec closed the report pipe: the server runs
 	case err != nil:
-		return fmt.Errorf("sandbox: after go-ahead: %w", err)
+		return fmt.Errorf("after go-ahead: %w", err)
 	}
 	var r execReport
 	if err := decodeStrict(line, &r); err != nil {
-		return fmt.Errorf("sandbox: after go-ahead: decode report: %w", err)
+		return fmt.Errorf("after go-ahead: decode report: %w", err)
 	}
-	return fmt.Errorf("sandbox: %s", r.ExecError)
+	return fmt.Errorf("%s", r.ExecError)
 }
 
 // Abort tells the helper not to exec (it exits with [ExitRefused]) and
 // waits for it. The server never runs.
 func (c *Child) Abort() error {
 	if c.state != stateStarted {
-		return errors.New("sandbox: abort: not started, or already gone ahead or aborted")
+		return errors.New("abort: not started, or already gone ahead or aborted")
 	}
 	c.fail(nil)
 	return nil

@@ -60,7 +60,7 @@ func (g NetGrant) String() string {
 // ErrRefused matches (with errors.Is) every refusal to confine: an invalid
 // profile, a profile this kernel or filesystem cannot honour without
 // BestEffort, and a refusal reported by the helper.
-var ErrRefused = errors.New("sandbox: confinement refused")
+var ErrRefused = errors.New("confinement refused")
 
 // RefusalError is a refusal to confine. Problems lists every reason, each
 // naming the grant or path concerned. When the helper refused, Fact is the
@@ -71,7 +71,7 @@ type RefusalError struct {
 }
 
 func (e *RefusalError) Error() string {
-	return "sandbox: refusing to confine: " + strings.Join(e.Problems, "; ")
+	return "refusing to confine: " + strings.Join(e.Problems, "; ")
 }
 
 // Is reports whether target is [ErrRefused].

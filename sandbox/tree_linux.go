@@ -104,7 +104,7 @@ func (t *Tree) Wait() error {
 func (t *Tree) Signal(sig os.Signal) error {
 	s, ok := sig.(syscall.Signal)
 	if !ok {
-		return fmt.Errorf("sandbox: signal %v is not a unix signal", sig)
+		return fmt.Errorf("signal %v is not a unix signal", sig)
 	}
 	ps, err := t.snapshot()
 	if err != nil {
@@ -150,7 +150,7 @@ func (t *Tree) Kill() error {
 			for _, p := range ps {
 				pids = append(pids, p.pid)
 			}
-			return fmt.Errorf("sandbox: processes %v of the server tree survived SIGKILL", pids)
+			return fmt.Errorf("processes %v of the server tree survived SIGKILL", pids)
 		}
 		t.signal(ps, syscall.SIGKILL)
 		time.Sleep(2 * time.Millisecond)
@@ -265,12 +265,12 @@ func (p procStat) dead() bool { return p.state == 'Z' || p.state == 'X' || p.sta
 func readProcs() ([]procStat, error) {
 	d, err := os.Open("/proc")
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: list processes: %w", err)
+		return nil, fmt.Errorf("list processes: %w", err)
 	}
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: list processes: %w", err)
+		return nil, fmt.Errorf("list processes: %w", err)
 	}
 	var ps []procStat
 	for _, n := range names {

@@ -175,7 +175,7 @@ func (l Line) Type() string {
 func (l *Line) Set(name string, v any) error {
 	tv, err := toValue(v)
 	if err != nil {
-		return fmt.Errorf("schemas: set %q: %w", name, err)
+		return fmt.Errorf("set %q: %w", name, err)
 	}
 	if l.m == nil {
 		l.m = make(map[string]any)
@@ -212,7 +212,7 @@ func toValue(v any) (any, error) {
 // Canonical returns the RFC 8785 form of the whole line.
 func (l Line) Canonical() ([]byte, error) {
 	if l.m == nil {
-		return nil, errors.New("schemas: canonical form of a zero line")
+		return nil, errors.New("canonical form of a zero line")
 	}
 	return EncodeValue(l.m)
 }
@@ -221,7 +221,7 @@ func (l Line) Canonical() ([]byte, error) {
 // form of the line without its signature member (key_id stays in).
 func (l Line) SigningInput() ([]byte, error) {
 	if l.m == nil {
-		return nil, errors.New("schemas: signing input of a zero line")
+		return nil, errors.New("signing input of a zero line")
 	}
 	if _, had := l.m[FieldSignature]; !had {
 		return EncodeValue(l.m)

@@ -52,7 +52,7 @@ func (o Outcome) fastLine() (Line, bool, error) {
 	case StatusPendingApproval:
 		p["approval_id"] = o.Policy.ApprovalID
 	default:
-		return Line{}, false, fmt.Errorf("schemas: unknown policy status %q", o.Policy.Status)
+		return Line{}, false, fmt.Errorf("unknown policy status %q", o.Policy.Status)
 	}
 	m["policy"] = p
 	// capability
@@ -61,7 +61,7 @@ func (o Outcome) fastLine() (Line, bool, error) {
 	case StatusGranted:
 		g := o.Capability.Grant
 		if g == nil {
-			return Line{}, false, fmt.Errorf("schemas: granted capability without a grant")
+			return Line{}, false, fmt.Errorf("granted capability without a grant")
 		}
 		if g.FS != nil || g.Net != nil || !allUTF8(g.GrantID, g.ToolID) ||
 			g.MaxMemoryBytes >= MaxInteger || g.MaxWallMS >= MaxInteger || g.MaxOutputBytes >= MaxInteger {
@@ -80,7 +80,7 @@ func (o Outcome) fastLine() (Line, bool, error) {
 			c["denied_capability"] = o.Capability.DeniedCapability
 		}
 	default:
-		return Line{}, false, fmt.Errorf("schemas: unknown capability status %q", o.Capability.Status)
+		return Line{}, false, fmt.Errorf("unknown capability status %q", o.Capability.Status)
 	}
 	m["capability"] = c
 	// execution
@@ -94,7 +94,7 @@ func (o Outcome) fastLine() (Line, bool, error) {
 	case StatusHostDenied:
 		e["reason"] = o.Execution.Reason
 	default:
-		return Line{}, false, fmt.Errorf("schemas: unknown execution status %q", o.Execution.Status)
+		return Line{}, false, fmt.Errorf("unknown execution status %q", o.Execution.Status)
 	}
 	m["execution"] = e
 	if o.GrantID != "" {

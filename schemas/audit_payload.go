@@ -117,7 +117,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 	case StatusPendingApproval:
 		m["approval_id"] = p.ApprovalID
 	default:
-		return nil, fmt.Errorf("schemas: unknown policy status %q", p.Status)
+		return nil, fmt.Errorf("unknown policy status %q", p.Status)
 	}
 	return json.Marshal(m)
 }
@@ -145,7 +145,7 @@ func (c Capability) MarshalJSON() ([]byte, error) {
 	switch c.Status {
 	case StatusGranted:
 		if c.Grant == nil {
-			return nil, fmt.Errorf("schemas: granted capability without a grant")
+			return nil, fmt.Errorf("granted capability without a grant")
 		}
 		m["grant"] = c.Grant
 	case StatusDenied:
@@ -154,7 +154,7 @@ func (c Capability) MarshalJSON() ([]byte, error) {
 			m["denied_capability"] = c.DeniedCapability
 		}
 	default:
-		return nil, fmt.Errorf("schemas: unknown capability status %q", c.Status)
+		return nil, fmt.Errorf("unknown capability status %q", c.Status)
 	}
 	return json.Marshal(m)
 }
@@ -198,7 +198,7 @@ func (e Execution) MarshalJSON() ([]byte, error) {
 	case StatusHostDenied:
 		m["reason"] = e.Reason
 	default:
-		return nil, fmt.Errorf("schemas: unknown execution status %q", e.Status)
+		return nil, fmt.Errorf("unknown execution status %q", e.Status)
 	}
 	return json.Marshal(m)
 }
@@ -335,13 +335,13 @@ func (v ApprovalVerdict) MarshalJSON() ([]byte, error) {
 	switch v.Verdict {
 	case VerdictApproved:
 		if v.Scope == nil {
-			return nil, fmt.Errorf("schemas: approved verdict without a scope")
+			return nil, fmt.Errorf("approved verdict without a scope")
 		}
 		m["scope"] = v.Scope
 	case VerdictDenied:
 		m["reason"] = v.Reason
 	default:
-		return nil, fmt.Errorf("schemas: unknown approval verdict %q", v.Verdict)
+		return nil, fmt.Errorf("unknown approval verdict %q", v.Verdict)
 	}
 	return json.Marshal(m)
 }
@@ -361,16 +361,16 @@ func CloseLine() Line { return NewLine(LineClose) }
 func payloadLine(lineType string, payload any) (Line, error) {
 	raw, err := json.Marshal(payload)
 	if err != nil {
-		return Line{}, fmt.Errorf("schemas: %s line: %w", lineType, err)
+		return Line{}, fmt.Errorf("%s line: %w", lineType, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var m map[string]any
 	if err := dec.Decode(&m); err != nil {
-		return Line{}, fmt.Errorf("schemas: %s line: %w", lineType, err)
+		return Line{}, fmt.Errorf("%s line: %w", lineType, err)
 	}
 	if err := trustedNumbers(m); err != nil {
-		return Line{}, fmt.Errorf("schemas: %s line: %w", lineType, err)
+		return Line{}, fmt.Errorf("%s line: %w", lineType, err)
 	}
 	m[FieldSchemaVersion] = uint64(AuditSchemaVersion)
 	m[FieldLineType] = lineType

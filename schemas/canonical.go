@@ -71,7 +71,7 @@ func Canonicalize(raw []byte) ([]byte, error) {
 func MarshalCanonical(v any) ([]byte, error) {
 	raw, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("schemas: marshal canonical: %w", err)
+		return nil, fmt.Errorf("marshal canonical: %w", err)
 	}
 	return Canonicalize(raw)
 }
