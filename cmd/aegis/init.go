@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"time"
 
@@ -37,7 +38,9 @@ your MCP host. It
     (~/.local/share/aegis/NAME.aarl, ~/.local/state/aegis/NAME);
   - prints the mcpServers entry for Claude Desktop and Cursor, and the
     servers entry for VS Code, with absolute paths to this aegis, the key,
-    the record and the server, and the aegis verify line for later.
+    the record and the server, and the file each host reads it from;
+  - prints the aegis verify line for later (and, for the gateway, the
+    aegis approvals and approve lines).
 
 It changes no host file unless --write-host-config PATH names one: then it
 adds the entry to PATH's JSON (mcpServers, or servers when the file has
@@ -62,6 +65,7 @@ type initPlan struct {
 	self            string
 	hostConfig      string
 	interactive     bool
+	hosts           hostFiles
 }
 
 var serverNameChars = regexp.MustCompile(`[^a-z0-9_-]+`)
@@ -211,6 +215,7 @@ func (p *initPlan) paths(getenv func(string) string) error {
 	}
 	p.record = filepath.Join(data, p.name+".aarl")
 	p.state = filepath.Join(state, p.name)
+	p.hosts = hostConfigFiles(runtime.GOOS, getenv)
 	return nil
 }
 
@@ -275,6 +280,12 @@ servers:
 profiles:
   default:
     allow: ["` + p.name + `.*"]   # every tool of the server; narrow it down
+  # To keep some tools behind a human, narrow default and uncomment a
+  # profile that has them. No profile lists it in allowed_transitions, so
+  # a switch to it (the agent's aegis.set_profile tool) waits for
+  # 'aegis approve ID'.
+  # full:
+  #   allow: ["` + p.name + `.*"]
 activation:
   default_profile: default
 `
@@ -312,13 +323,60 @@ func (p *initPlan) print(w io.Writer, e hostEntry) {
 	}
 	fmt.Fprintf(w, "  %s %s (%s)\n  record       %s\n  state        %s\n\n", what, p.file, said(p.fileNew), p.record, p.state)
 	desktop, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]hostEntry{p.name: e}}, "", "  ")
-	fmt.Fprintf(w, "Claude Desktop (claude_desktop_config.json) and Cursor (~/.cursor/mcp.json):\n%s\n\n", desktop)
+	fmt.Fprintf(w, "Claude Desktop (%s) and Cursor (%s, or .cursor/mcp.json in a project), under mcpServers:\n%s\n\n", p.hosts.desktop, p.hosts.cursor, desktop)
 	e.Type = "stdio"
 	vscode, _ := json.MarshalIndent(map[string]any{"servers": map[string]hostEntry{p.name: e}}, "", "  ")
-	fmt.Fprintf(w, "VS Code (.vscode/mcp.json):\n%s\n\n", vscode)
-	fmt.Fprintf(w, "Restart the host and use the server. Then see what was recorded, and check it against your key:\n")
+	fmt.Fprintf(w, "VS Code (.vscode/mcp.json in a workspace, or %s for all of them), under servers:\n%s\n\n", p.hosts.vscode, vscode)
+	fmt.Fprintf(w, "Restart the host and use the server.\n\n")
+	if p.mode == "gateway" {
+		fmt.Fprintf(w, "When the agent asks for a profile that takes a human (aegis.set_profile), see the request and decide it:\n")
+		fmt.Fprintf(w, "  %s approvals --state-dir %s\n  %s approve --state-dir %s ID      (or: deny ID)\n\n", p.self, p.state, p.self, p.state)
+	}
+	fmt.Fprintf(w, "See what was recorded, and check it against your key:\n")
 	fmt.Fprintf(w, "  %s sessions --state-dir %s\n  %s replay --state-dir %s last\n", p.self, p.state, p.self, p.state)
 	fmt.Fprintf(w, "  %s verify --key %s %s\n", p.self, p.pub, p.record)
+}
+
+// hostFiles are the files in which the hosts keep the MCP servers they
+// start, for every project.
+type hostFiles struct{ desktop, cursor, vscode string }
+
+// hostConfigFiles returns where Claude Desktop, Cursor and VS Code keep
+// their MCP servers on goos, for the user with this environment.
+func hostConfigFiles(goos string, getenv func(string) string) hostFiles {
+	home := getenv("HOME")
+	switch goos {
+	case "darwin":
+		app := filepath.Join(home, "Library", "Application Support")
+		return hostFiles{
+			desktop: filepath.Join(app, "Claude", "claude_desktop_config.json"),
+			cursor:  filepath.Join(home, ".cursor", "mcp.json"),
+			vscode:  filepath.Join(app, "Code", "User", "mcp.json"),
+		}
+	case "windows":
+		app := getenv("APPDATA")
+		if app == "" {
+			app = `%APPDATA%`
+		}
+		profile := getenv("USERPROFILE")
+		if profile == "" {
+			profile = `%USERPROFILE%`
+		}
+		return hostFiles{
+			desktop: app + `\Claude\claude_desktop_config.json`,
+			cursor:  profile + `\.cursor\mcp.json`,
+			vscode:  app + `\Code\User\mcp.json`,
+		}
+	}
+	config := getenv("XDG_CONFIG_HOME")
+	if config == "" || !filepath.IsAbs(config) {
+		config = filepath.Join(home, ".config")
+	}
+	return hostFiles{
+		desktop: filepath.Join(config, "Claude", "claude_desktop_config.json"),
+		cursor:  filepath.Join(home, ".cursor", "mcp.json"),
+		vscode:  filepath.Join(config, "Code", "User", "mcp.json"),
+	}
 }
 
 // addToHostConfig adds entry under name to the host configuration file at

@@ -189,3 +189,55 @@ func TestInitAsks(t *testing.T) {
 		t.Errorf("the gateway file: %v\n%s", err, b)
 	}
 }
+
+// The entry is printed with the file each host reads it from, where that
+// host keeps it on the system aegis runs on.
+func TestInitNamesTheHostFilesOfEachSystem(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	for _, tc := range []struct {
+		name, goos string
+		getenv     func(string) string
+		want       hostFiles
+	}{
+		{"linux", "linux", env("HOME", "/home/u"), hostFiles{
+			"/home/u/.config/Claude/claude_desktop_config.json", "/home/u/.cursor/mcp.json", "/home/u/.config/Code/User/mcp.json"}},
+		{"linux with XDG_CONFIG_HOME", "linux", env("HOME", "/home/u", "XDG_CONFIG_HOME", "/cfg"), hostFiles{
+			"/cfg/Claude/claude_desktop_config.json", "/home/u/.cursor/mcp.json", "/cfg/Code/User/mcp.json"}},
+		{"linux with a relative XDG_CONFIG_HOME, which the spec says to ignore", "linux", env("HOME", "/home/u", "XDG_CONFIG_HOME", "cfg"), hostFiles{
+			"/home/u/.config/Claude/claude_desktop_config.json", "/home/u/.cursor/mcp.json", "/home/u/.config/Code/User/mcp.json"}},
+		{"macOS", "darwin", env("HOME", "/Users/u"), hostFiles{
+			"/Users/u/Library/Application Support/Claude/claude_desktop_config.json", "/Users/u/.cursor/mcp.json", "/Users/u/Library/Application Support/Code/User/mcp.json"}},
+		{"windows", "windows", env("APPDATA", `C:\Users\u\AppData\Roaming`, "USERPROFILE", `C:\Users\u`), hostFiles{
+			`C:\Users\u\AppData\Roaming\Claude\claude_desktop_config.json`, `C:\Users\u\.cursor\mcp.json`, `C:\Users\u\AppData\Roaming\Code\User\mcp.json`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := hostConfigFiles(tc.goos, tc.getenv); got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	home := t.TempDir()
+	cmd := exec.Command(filepath.Join(bins(t), "aegis"), "init", "--", "true")
+	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin"}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Claude Desktop (" + filepath.Join(home, ".config", "Claude", "claude_desktop_config.json") + ") and Cursor (" + filepath.Join(home, ".cursor", "mcp.json"),
+		"or " + filepath.Join(home, ".config", "Code", "User", "mcp.json") + " for all of them",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("init does not say %q:\n%s", want, out)
+		}
+	}
+}

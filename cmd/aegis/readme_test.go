@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -15,34 +16,47 @@ import (
 	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
-// readmeCommands returns the shell commands of the sh blocks in the
-// README's section titled section, comments taken off, in order.
-func readmeCommands(t *testing.T, readme, section string) []string {
+// readmeBlock returns the lines of the fenced blocks of language lang in
+// the README's section titled section, in order, their indentation taken
+// off as far as the fence had it.
+func readmeBlock(t *testing.T, readme, section, lang string) []string {
 	t.Helper()
 	b, err := os.ReadFile(readme)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cmds []string
-	in, inBlock := false, false
+	var lines []string
+	in, inBlock, indent := false, false, ""
 	sc := bufio.NewScanner(strings.NewReader(string(b)))
 	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text()) // blocks in a list are indented
+		line := sc.Text()
+		trimmed := strings.TrimSpace(line) // blocks in a list are indented
 		switch {
 		case strings.HasPrefix(line, "## "):
 			in = strings.HasPrefix(line, "## "+section)
-		case in && line == "```sh":
-			inBlock = true
-		case in && inBlock && line == "```":
+		case in && !inBlock && trimmed == "```"+lang:
+			inBlock, indent = true, line[:len(line)-len(strings.TrimLeft(line, " "))]
+		case in && inBlock && trimmed == "```":
 			inBlock = false
 		case in && inBlock:
-			if c, _, _ := strings.Cut(line, "#"); strings.TrimSpace(c) != "" {
-				cmds = append(cmds, strings.TrimSpace(c))
-			}
+			lines = append(lines, strings.TrimPrefix(line, indent))
 		}
 	}
-	if len(cmds) == 0 {
-		t.Fatalf("no commands in the README's %q section", section)
+	if len(lines) == 0 {
+		t.Fatalf("no %s block in the README's %q section", lang, section)
+	}
+	return lines
+}
+
+// readmeCommands returns the shell commands of the sh blocks in the
+// README's section titled section, comments taken off, in order.
+func readmeCommands(t *testing.T, readme, section string) []string {
+	t.Helper()
+	var cmds []string
+	for _, line := range readmeBlock(t, readme, section, "sh") {
+		if c, _, _ := strings.Cut(line, "#"); strings.TrimSpace(c) != "" {
+			cmds = append(cmds, strings.TrimSpace(c))
+		}
 	}
 	return cmds
 }
@@ -149,6 +163,123 @@ func TestReadmeQuickstartWorksAsWritten(t *testing.T) {
 	if s := sh(cmds[2]); !strings.Contains(s, "echo") {
 		t.Errorf("%s:\n%s", cmds[2], s)
 	}
+	if s := sh(strings.ReplaceAll(cmds[3], "PUBLIC_KEY", pub)); !strings.HasPrefix(s, "Verified (pinned to ") {
+		t.Errorf("%s:\n%s", cmds[3], s)
+	}
+}
+
+// The README's gateway quickstart works as written, in a fresh HOME: aegis
+// init --mode gateway; the README's profiles put in place of the starter
+// file's; the printed entry started as a host starts it; the agent's
+// request for the profile that takes a human, seen with the README's
+// aegis approvals and granted with its aegis approve; then its verify
+// line.
+func TestReadmeGatewayQuickstartWorksAsWritten(t *testing.T) {
+	mcptest.EverythingServer(t)
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := filepath.Join(root, "README.md")
+	home := t.TempDir()
+	env := []string{"HOME=" + home, "PATH=" + bins(t) + ":" + os.Getenv("PATH"), "NPM_CONFIG_UPDATE_NOTIFIER=false"}
+	const section = "Quickstart: several servers"
+	cmds := readmeCommands(t, readme, section)
+	if len(cmds) != 4 || !strings.HasPrefix(cmds[0], "aegis init --mode gateway ") {
+		t.Fatalf("the quickstart's commands: %q", cmds)
+	}
+	sh := func(c string) string {
+		t.Helper()
+		cmd := exec.Command("bash", "-c", c)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the README's %q: %v\n%s", c, err, out)
+		}
+		return string(out)
+	}
+	out := sh(cmds[0])
+	entry := hostJSON(t, []byte(out), "Claude Desktop")["mcpServers"]["server-everything"]
+	_, after, _ := strings.Cut(out, "public key")
+	pub := strings.Fields(after)[0]
+
+	// Step 2: the README's profiles in place of the starter's.
+	file := filepath.Join(home, ".config", "aegis", "aegis.yaml")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, j := bytes.Index(b, []byte("\nprofiles:\n")), bytes.Index(b, []byte("\nactivation:\n"))
+	if i < 0 || j < i {
+		t.Fatalf("the starter file has no profiles then activation:\n%s", b)
+	}
+	profiles := strings.Join(readmeBlock(t, readme, section, "yaml"), "\n")
+	edited := string(b[:i+1]) + profiles + string(b[j:])
+	if err := os.WriteFile(file, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	launch := exec.Command(entry.Command, entry.Args...)
+	launch.Env, launch.Dir = env, filepath.Join(root, ".cache", "node")
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: launch}, nil)
+	if err != nil {
+		t.Fatalf("start the entry as a host would: %v\n%s", err, edited)
+	}
+	defer cs.Close()
+	served := func() []string {
+		t.Helper()
+		res, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, tool := range res.Tools {
+			if strings.HasPrefix(tool.Name, "server-everything__") {
+				names = append(names, tool.Name)
+			}
+		}
+		return names
+	}
+	if got := served(); len(got) != 1 || got[0] != "server-everything__echo" {
+		t.Fatalf("the default profile serves %q, not only server-everything__echo", got)
+	}
+	text := func(name string, args map[string]any) string {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var s strings.Builder
+		for _, c := range res.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				s.WriteString(tc.Text)
+			}
+		}
+		return s.String()
+	}
+	asked := text("aegis.set_profile", map[string]any{"name": "full"})
+	_, id, ok := strings.Cut(asked, "approval=")
+	if !ok {
+		t.Fatalf("aegis.set_profile full: %s", asked)
+	}
+	id = strings.Fields(id)[0]
+	if s := sh(cmds[1]); !strings.Contains(s, id) {
+		t.Errorf("%s does not list %s:\n%s", cmds[1], id, s)
+	}
+	if !strings.HasSuffix(cmds[2], " ID") {
+		t.Fatalf("the approve line: %q", cmds[2])
+	}
+	sh(strings.TrimSuffix(cmds[2], "ID") + id)
+	if s := text("aegis.approval_status", map[string]any{"id": id}); !strings.Contains(s, "approved") {
+		t.Fatalf("approval_status %s: %s", id, s)
+	}
+	if got := served(); len(got) < 2 {
+		t.Fatalf("the full profile serves %q", got)
+	}
+	cs.Close()
+
 	if s := sh(strings.ReplaceAll(cmds[3], "PUBLIC_KEY", pub)); !strings.HasPrefix(s, "Verified (pinned to ") {
 		t.Errorf("%s:\n%s", cmds[3], s)
 	}
