@@ -151,28 +151,43 @@ func TestMakeInstall(t *testing.T) {
 }
 
 // An error says its cause once, then one hint, and names no internal
-// package.
+// package; testdata/errors holds each one as the user sees it.
 func TestErrorsSayTheCauseOnce(t *testing.T) {
-	badKey := filepath.Join(t.TempDir(), "bad.key")
-	if err := os.WriteFile(badKey, []byte("zz\n"), 0o600); err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
-	looseKey := filepath.Join(t.TempDir(), "loose.key")
-	if err := os.WriteFile(looseKey, []byte(strings.Repeat("ab", 32)+"\n"), 0o644); err != nil {
+	badKey := write("bad.key", "zz\n", 0o600)
+	looseKey := write("loose.key", strings.Repeat("ab", 32)+"\n", 0o644)
+	key := write("signing.key", strings.Repeat("cd", 32)+"\n", 0o600)
+	policy := write("policy.yaml", "version: 1\nrules:\n  - id: a\n    action: deny\n     tool: x\n", 0o600)
+	gateway := write("aegis.yaml", "version: 1\nservers:\n  a:\n    command: x\n   args: [1]\n", 0o600)
+	record, err := filepath.Abs(filepath.Join("..", "..", "verifier", "testdata", "corpus", "verified.aarl"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name  string
-		args  []string
-		cause string
+		name   string
+		args   []string
+		cause  string
+		golden string
 	}{
-		{"a key that is not a public key", []string{"verify", "--key", "zz", "x.aarl"}, "expected 64 lowercase hex characters"},
-		{"a client that took wrap's --", []string{"wrap", "--audit", "a", "--signing-key", "k", "server"}, "no positional arguments"},
-		{"a signing key that is not one", []string{"wrap", "--audit", "a.aarl", "--signing-key", badKey, "--", "true"}, "malformed key file"},
-		{"a signing key others can read", []string{"wrap", "--audit", "a.aarl", "--signing-key", looseKey, "--", "true"}, "chmod 600"},
+		{"a key that is not a public key", []string{"verify", "--key", "zz", "x.aarl"}, "expected 64 lowercase hex characters", "verify-key-not-hex"},
+		{"a client that took wrap's --", []string{"wrap", "--audit", "a", "--signing-key", "k", "server"}, "no positional arguments", "wrap-without-dashes"},
+		{"a signing key that is not one", []string{"wrap", "--audit", "a.aarl", "--signing-key", badKey, "--", "true"}, "malformed key file", "signing-key-malformed"},
+		{"a signing key others can read", []string{"wrap", "--audit", "a.aarl", "--signing-key", looseKey, "--", "true"}, "chmod 600", "signing-key-readable"},
+		{"a policy indented wrong", []string{"wrap", "--audit", filepath.Join(dir, "a.aarl"), "--signing-key", key, "--policy", policy, "--", "true"}, "policy.yaml:5: ", "policy-yaml-line"},
+		{"a gateway file indented wrong", []string{"gateway", "--config", gateway, "--audit", filepath.Join(dir, "a.aarl"), "--signing-key", key}, "aegis.yaml:5: ", "gateway-yaml-line"},
+		{"a record verified without a key", []string{"verify", record}, "proves nothing about who wrote it", "verify-unpinned"},
+		{"a command that does not exist", []string{"frob"}, `unknown command "frob"`, "unknown-command"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, stderr := run(t, nil, tc.args...)
+			_, _, stderr := run(t, map[string]string{"HOME": dir}, tc.args...)
 			if n := strings.Count(stderr, tc.cause); n != 1 {
 				t.Errorf("the cause appears %d times: %q", n, stderr)
 			}
@@ -184,6 +199,8 @@ func TestErrorsSayTheCauseOnce(t *testing.T) {
 					t.Errorf("names the package %s: %q", pkg, stderr)
 				}
 			}
+			got := strings.ReplaceAll(strings.ReplaceAll(stderr, dir, "<DIR>"), record, "<RECORD>")
+			golden(t, filepath.Join("errors", tc.golden+".golden"), got)
 		})
 	}
 }
