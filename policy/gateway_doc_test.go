@@ -7,9 +7,9 @@ import (
 )
 
 // gatewayDoc is the user's description of the gateway file.
-const gatewayDoc = "../docs/GATEWAY.md"
+const gatewayDoc = "../docs/gateway.md"
 
-// docs/GATEWAY.md stays true to the parser: every key that ParseGateway
+// docs/gateway.md stays true to the parser: every key that ParseGateway
 // accepts, at every level, is described there (as `key`), and every
 // complete file it shows (a yaml block that starts with "version: 1")
 // parses.
@@ -33,7 +33,7 @@ func TestGatewayDocNamesEveryKey(t *testing.T) {
 			continue
 		}
 		files++
-		if _, err := ParseGateway("GATEWAY.md", []byte(block)); err != nil {
+		if _, err := ParseGateway("gateway.md", []byte(block)); err != nil {
 			t.Errorf("yaml block %d of %s does not parse: %v", i+1, gatewayDoc, err)
 		}
 	}

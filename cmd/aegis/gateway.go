@@ -34,7 +34,7 @@ with the meta-tool aegis.set_profile: along an allowed_transitions edge at
 once, otherwise a human runs 'aegis approve ID' and the agent confirms with
 aegis.approval_status.
 
-FILE is strict YAML; docs/GATEWAY.md describes every key. In short:
+FILE is strict YAML; docs/gateway.md describes every key. In short:
 
   version: 1
   servers:                      # each runs as a stdio subprocess
