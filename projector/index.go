@@ -33,6 +33,9 @@ type RecordSpan struct {
 	// Marks are, about every markEvery bytes, the position of the line
 	// that begins there and how many bytes precede it.
 	Marks []SpanMark `json:"marks,omitempty"`
+	// Tree is the tree state of the last checkpoint the session signed
+	// of its record file, nil before its first.
+	Tree *TreeState `json:"tree,omitempty"`
 
 	digest hash.Hash // SHA-256 of the span's bytes so far
 }
@@ -132,8 +135,11 @@ func (ix *Index) fold(rec events.Record) {
 	if i := ix.sessions.fold(rec); i >= 0 && i < ix.dirty {
 		ix.dirty = i
 	}
-	if rec.Event.Kind == schemas.KindStoreRotated {
+	switch rec.Event.Kind {
+	case schemas.KindStoreRotated:
 		ix.foldRotation(rec)
+	case schemas.KindRecordCheckpoint:
+		ix.foldCheckpoint(rec)
 	}
 	ix.foldSpan(rec)
 	ix.At, ix.Folded = rec.Pos, true
@@ -164,6 +170,33 @@ func (ix *Index) foldSpan(rec events.Record) {
 		return
 	}
 	sp.add(line, rec.Pos)
+}
+
+// foldCheckpoint keeps the tree state of a session's checkpoint of its
+// own record file.
+func (ix *Index) foldCheckpoint(rec events.Record) {
+	sp := ix.spans[rec.Event.Session]
+	var cp RecordCheckpoint
+	if sp == nil || json.Unmarshal(rec.Event.Payload, &cp) != nil || cp.AuditPath != sp.Path || cp.Bytes < sp.Offset {
+		return
+	}
+	st := cp.TreeState
+	sp.Tree = &st
+	if en := ix.sessions.byID[rec.Event.Session]; en != nil && en.pos < ix.dirty {
+		ix.dirty = en.pos
+	}
+}
+
+// treeFor returns the tree state of the last checkpoint of the record file
+// at path that covers at most its first end bytes, nil when there is none.
+func (ix *Index) treeFor(path string, end int64) *TreeState {
+	spans := ix.byPath[path]
+	for i := len(spans) - 1; i >= 0; i-- {
+		if st := spans[i].Tree; st != nil && st.Bytes <= end {
+			return st
+		}
+	}
+	return nil
 }
 
 // Sessions is [SessionIndex.Sessions].

@@ -109,13 +109,14 @@ func SegmentName(path string, n int) string {
 const CheckpointSuffix = ".checkpoint"
 
 // nextSegment returns the first segment name of path that neither a
-// segment nor a checkpoint holds yet.
+// segment nor a checkpoint (nor a sidecar of checkpoints) holds yet.
 func nextSegment(path string) (string, error) {
 	for n := 1; n < 1_000_000; n++ {
 		s := SegmentName(path, n)
 		_, err1 := os.Lstat(s)
 		_, err2 := os.Lstat(s + CheckpointSuffix)
-		if errors.Is(err1, os.ErrNotExist) && errors.Is(err2, os.ErrNotExist) {
+		_, err3 := os.Lstat(s + CheckpointsSuffix)
+		if errors.Is(err1, os.ErrNotExist) && errors.Is(err2, os.ErrNotExist) && errors.Is(err3, os.ErrNotExist) {
 			return s, nil
 		}
 	}
@@ -233,9 +234,38 @@ func ApplySeals(r Rotation) error {
 		default:
 			return fmt.Errorf("seal %s: neither it nor %s can be found (%v)", s.Path, s.SealedAs, errors.Join(liveErr, segErr))
 		}
+		if err := moveSidecar(s.Path+CheckpointsSuffix, s.SealedAs+CheckpointsSuffix); err != nil {
+			return fmt.Errorf("seal %s: %w", s.Path, err)
+		}
 		syncDirOf(s.SealedAs)
 	}
 	return nil
+}
+
+// moveSidecar moves the live checkpoints of a record file along with it to
+// its segment, by link and remove: they cover the segment's first lines,
+// and the live file starts again from none. Run again after a crash, it
+// finishes what it began.
+func moveSidecar(from, to string) error {
+	src, srcErr := os.Stat(from)
+	dst, dstErr := os.Stat(to)
+	switch {
+	case errors.Is(srcErr, os.ErrNotExist):
+		return nil
+	case srcErr != nil:
+		return srcErr
+	case dstErr == nil:
+		if !os.SameFile(src, dst) {
+			return fmt.Errorf("both %s and %s exist and are different files", from, to)
+		}
+	case errors.Is(dstErr, os.ErrNotExist):
+		if err := os.Link(from, to); err != nil {
+			return err
+		}
+	default:
+		return dstErr
+	}
+	return os.Remove(from)
 }
 
 func syncDirOf(path string) {

@@ -78,6 +78,9 @@ type SessionConfig struct {
 	// IndexEvery is how often the session folds the stream's new events
 	// into the index and saves it, beside the relay (0: only at Close).
 	IndexEvery time.Duration
+	// Checkpoints says how often the record file gets a signed checkpoint
+	// (see [CheckpointPolicy]).
+	Checkpoints CheckpointPolicy
 }
 
 // Session is one proxy run's audit chain and event writer. It is the single
@@ -200,6 +203,16 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 		}
 	}
 	s.proj = newFileProjection(f, cfg.Logger)
+	if !cfg.Checkpoints.Off {
+		tree, bytes, tail, err := resumeCheckpoints(path, ix.treeFor(path, offset), offset)
+		if err != nil {
+			return nil, fmt.Errorf("resume the record's checkpoint tree: %w", err)
+		}
+		s.proj.cp = &liveCheckpoints{
+			store: cfg.Store, session: id, key: cfg.Key, path: path, origin: CheckpointOrigin(cfg.Key, path),
+			policy: cfg.Checkpoints, tree: tree, bytes: bytes, tail: tail, signed: tree.Size(),
+		}
+	}
 	s.proj.push(entry.Bytes, rcpt)
 	s.path = path
 	s.startIndexer(ix, path, cfg.IndexEvery)
@@ -495,6 +508,12 @@ type fileProjection struct {
 	q      []projItem
 	armed  bool
 	closed bool
+
+	// cp signs the file's live checkpoints; nil when they are off. Its
+	// state is guarded by wmu.
+	cp      *liveCheckpoints
+	cpArmed bool
+	done    bool // closed, under wmu
 }
 
 // projectDelay is how long a pushed line may wait before the projection
@@ -571,12 +590,46 @@ func (p *fileProjection) write(items []projItem) {
 			p.writeFailed(err)
 			return
 		}
+		if p.cp != nil {
+			p.cp.add(it.line, time.Now())
+		}
 	}
 	if len(items) > 0 && p.failed == nil {
 		if err := p.w.Flush(); err != nil {
 			p.writeFailed(err)
+			return
 		}
+		p.checkpointIfDue()
 	}
+}
+
+// checkpointIfDue signs a checkpoint when one is due, and otherwise arms
+// the timer that signs one when the interval is up; p.wmu is held and the
+// file holds every line written.
+func (p *fileProjection) checkpointIfDue() {
+	if p.cp == nil || p.failed != nil {
+		return
+	}
+	now := time.Now()
+	if p.cp.due(now) {
+		p.cp.checkpoint(context.Background())
+		return
+	}
+	if p.cp.tree.Size() > p.cp.signed && !p.cpArmed && p.cp.failed == nil {
+		p.cpArmed = true
+		p.cp.timer = time.AfterFunc(p.cp.policy.interval()-now.Sub(p.cp.pending), p.checkpointTick)
+	}
+}
+
+// checkpointTick is the checkpoint timer.
+func (p *fileProjection) checkpointTick() {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.cpArmed = false
+	if p.done {
+		return
+	}
+	p.checkpointIfDue()
 }
 
 // writeFailed records that the record file could not be written, and
@@ -606,12 +659,24 @@ func (p *fileProjection) close() error {
 	p.q = nil
 	p.mu.Unlock()
 	p.write(rest)
+	p.done = true
 	failed := p.failed
 	if err := p.w.Flush(); err != nil && failed == nil {
 		failed = fmt.Errorf("write audit file: %w", err)
 	}
 	if err := p.f.Sync(); err != nil && failed == nil {
 		failed = fmt.Errorf("sync audit file: %w", err)
+	}
+	if p.cp != nil {
+		if failed == nil {
+			p.cp.checkpoint(context.Background())
+		}
+		if err := p.cp.close(); err != nil {
+			p.log.Warn("the record's checkpoints could not all be signed and written; the record itself is whole", "err", err)
+			if failed == nil {
+				failed = err
+			}
+		}
 	}
 	if err := p.f.Close(); err != nil && failed == nil {
 		failed = err

@@ -46,6 +46,8 @@ func (s Step) Label() string {
 		return "task"
 	case string(schemas.KindFrameDropped):
 		return "dropped"
+	case string(schemas.KindRecordCheckpoint):
+		return "signed"
 	case string(schemas.KindNote):
 		if s.Skipped != nil {
 			return "skipped"
@@ -225,6 +227,10 @@ func (s Step) text() string {
 		default:
 			b.WriteString("result " + short(r.ResultDigest, 12))
 		}
+	case s.Kind == string(schemas.KindRecordCheckpoint):
+		var c RecordCheckpoint
+		json.Unmarshal(s.Payload, &c)
+		fmt.Fprintf(&b, "checkpoint of the record's first %d lines", c.Size)
 	case s.Kind == string(schemas.KindFrameDropped):
 		var d struct {
 			Direction string `json:"direction"`

@@ -62,6 +62,10 @@ const (
 	// (tasks/result) before the host is shown it: the call's own outcome
 	// recorded only that the task was created.
 	KindTaskResult Kind = "task.result"
+	// KindRecordCheckpoint carries a signed checkpoint of a record file
+	// (its first lines, as the file held them), and the tree state the
+	// next session on that file resumes from.
+	KindRecordCheckpoint Kind = "record.checkpoint"
 )
 
 var kinds = map[Kind]bool{
@@ -75,6 +79,7 @@ var kinds = map[Kind]bool{
 	KindAuditLine: true, KindNote: true,
 	KindCallCancelled: true, KindFrameDropped: true,
 	KindStoreRotated: true, KindTaskResult: true,
+	KindRecordCheckpoint: true,
 }
 
 // Kinds returns every known kind, in no particular order.

@@ -21,6 +21,8 @@ type leafTree struct {
 	n      int64
 	stack  []tlog.Hash // complete subtrees, largest (leftmost) first
 	broken bool        // a line was too long to hash; the root means nothing
+	// watch, when not nil, sees every line after it was added.
+	watch *prefixWatch
 }
 
 func (t *leafTree) add(line []byte) {
@@ -33,6 +35,9 @@ func (t *leafTree) add(line []byte) {
 	}
 	t.stack = append(t.stack, h)
 	t.n++
+	if t.watch != nil {
+		t.watch.seen(t, line)
+	}
 }
 
 // root returns the tree root: the subtrees folded from the right, which is
@@ -69,6 +74,12 @@ type CheckpointResult struct {
 	// Matches is true when the checkpoint is signed by a key of the record
 	// and the file holds exactly what it seals.
 	Matches bool
+	// Count, for a file of checkpoints of the record file's first lines
+	// ([Segment.Checkpoints]), is how many it holds; Checkpoint is then
+	// the last, and Matches says that every one matched. 0 for a seal.
+	Count int
+	// Prefix marks the result of such a file.
+	Prefix bool
 }
 
 // checkpointKeyName is the signed-note key name of a key: "aegis-<key_id>".
@@ -120,15 +131,43 @@ func CheckCheckpoint(msg []byte, keys []ed25519.PublicKey, size int64, root [32]
 // checkCheckpoint is CheckCheckpoint with the names of the record file and
 // the checkpoint for its messages ("" for none).
 func checkCheckpoint(msg []byte, keys []ed25519.PublicKey, size int64, root [32]byte, tail, file, name string) (cp schemas.Checkpoint, signer string, err error) {
-	cpRef, fileRef, its := "checkpoint", "the record file", "its signed checkpoint"
+	fileRef, its := "the record file", "its signed checkpoint"
 	if name != "" {
-		cpRef = "checkpoint " + display(name)
 		its = "its signed checkpoint " + display(name)
 	}
 	if file != "" {
 		fileRef = display(file)
 	}
-	bad := func(format string, args ...any) (schemas.Checkpoint, string, error) {
+	cp, signer, reason := checkCheckpointSig(msg, keys, file, name)
+	if reason != nil {
+		return cp, signer, reason
+	}
+	mismatch := func(format string, args ...any) (schemas.Checkpoint, string, error) {
+		return cp, signer, &Reason{Code: CheckpointMismatch, Message: fileRef + " " + fmt.Sprintf(format, args...), File: file}
+	}
+	switch {
+	case size < cp.Size:
+		return mismatch("holds %d lines, fewer than the %d that %s seals: lines were cut from its end", size, cp.Size, its)
+	case size > cp.Size:
+		return mismatch("holds %d lines, more than the %d that %s seals: lines were added after it was sealed", size, cp.Size, its)
+	case root != cp.Root:
+		return mismatch("holds %d lines as %s says, but they hash to root %s, not %s: a sealed line was changed",
+			size, its, base64.StdEncoding.EncodeToString(root[:]), base64.StdEncoding.EncodeToString(cp.Root[:]))
+	case tail != cp.Tail:
+		return mismatch("ends in a line hashing to %s, but %s seals one hashing to %s", display(tail), its, cp.Tail)
+	}
+	return cp, signer, nil
+}
+
+// checkCheckpointSig opens a signed checkpoint with keys and parses its
+// body; the *Reason is BadCheckpoint. name names the checkpoint in
+// messages ("" for none), file the record file.
+func checkCheckpointSig(msg []byte, keys []ed25519.PublicKey, file, name string) (cp schemas.Checkpoint, signer string, _ *Reason) {
+	cpRef := "checkpoint"
+	if name != "" {
+		cpRef = "checkpoint " + display(name)
+	}
+	bad := func(format string, args ...any) (schemas.Checkpoint, string, *Reason) {
 		return cp, signer, &Reason{Code: BadCheckpoint, Message: cpRef + " " + fmt.Sprintf(format, args...), File: file}
 	}
 	var (
@@ -166,22 +205,9 @@ func checkCheckpoint(msg []byte, keys []ed25519.PublicKey, size int64, root [32]
 		return bad("is not a signed note (%v)", err)
 	}
 	signer = byID[n.Sigs[0].Name].keyID
-	if cp, err = schemas.ParseCheckpoint([]byte(n.Text)); err != nil {
+	cp, err = schemas.ParseCheckpoint([]byte(n.Text))
+	if err != nil {
 		return bad("is signed by %s but does not parse: %v", signer, err)
-	}
-	mismatch := func(format string, args ...any) (schemas.Checkpoint, string, error) {
-		return cp, signer, &Reason{Code: CheckpointMismatch, Message: fileRef + " " + fmt.Sprintf(format, args...), File: file}
-	}
-	switch {
-	case size < cp.Size:
-		return mismatch("holds %d lines, fewer than the %d that %s seals: lines were cut from its end", size, cp.Size, its)
-	case size > cp.Size:
-		return mismatch("holds %d lines, more than the %d that %s seals: lines were added after it was sealed", size, cp.Size, its)
-	case root != cp.Root:
-		return mismatch("holds %d lines as %s says, but they hash to root %s, not %s: a sealed line was changed",
-			size, its, base64.StdEncoding.EncodeToString(root[:]), base64.StdEncoding.EncodeToString(cp.Root[:]))
-	case tail != cp.Tail:
-		return mismatch("ends in a line hashing to %s, but %s seals one hashing to %s", display(tail), its, cp.Tail)
 	}
 	return cp, signer, nil
 }

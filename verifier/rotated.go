@@ -1,6 +1,7 @@
 package verifier
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"io"
 )
@@ -41,6 +42,13 @@ type Segment struct {
 	// CheckpointName names the checkpoint in messages and output, e.g.
 	// "audit.000001.jsonl.checkpoint".
 	CheckpointName string
+	// Checkpoints opens the file's checkpoints of its first lines (see
+	// prefix.go): the sidecar aegis writes beside a record it is writing,
+	// RECORD.checkpoints, or a file of such notes. nil when it has none.
+	// It is opened twice.
+	Checkpoints func() (io.ReadCloser, error)
+	// CheckpointsName names them in messages and output.
+	CheckpointsName string
 }
 
 // VerifySet verifies the record files of a rotated record, oldest first, as
@@ -66,10 +74,23 @@ func verifySet(segs []Segment, opts Options, cfg parallelConfig) Result {
 			w.fileKeys = append(w.fileKeys, w.sess.pub)
 		}
 		fw := &fileWalk{final: i == len(segs)-1, keys: keys}
-		if s.Checkpoint != nil {
+		if s.Checkpoint != nil || s.Checkpoints != nil {
 			fw.tree = &leafTree{}
 		}
-		if err := w.walkParallel(s.Record, cfg, fw); err != nil {
+		var watch *prefixWatch
+		if s.Checkpoints != nil {
+			rc, err := s.Checkpoints()
+			if err != nil {
+				return Result{Err: fmt.Errorf("read %s: %w", s.CheckpointsName, err)}
+			}
+			watch = newPrefixWatch(rc, s.CheckpointsName, s.Name)
+			fw.tree.watch = watch
+			err = w.walkParallel(s.Record, cfg, fw)
+			rc.Close()
+			if err != nil {
+				return Result{Err: fmt.Errorf("read %s: %w", s.Name, err)}
+			}
+		} else if err := w.walkParallel(s.Record, cfg, fw); err != nil {
 			return Result{Err: fmt.Errorf("read %s: %w", s.Name, err)}
 		}
 		if w.tampered != nil {
@@ -79,6 +100,15 @@ func verifySet(segs []Segment, opts Options, cfg parallelConfig) Result {
 			w.tamper(MalformedLine, fw.lines, "%s does not end in a newline: its last line (%s) is torn, and a record file that another follows must end in a whole line",
 				display(s.Name), w.at(fw.lines))
 			break
+		}
+		if watch != nil {
+			keys := append(w.fileKeys[:len(w.fileKeys):len(w.fileKeys)], pinned...)
+			res, reason := checkPrefixes(watch, fw.tree.n, s, keys)
+			cps = append(cps, res)
+			if reason != nil {
+				w.tampered = reason
+				break
+			}
 		}
 		if s.Checkpoint == nil {
 			continue
@@ -94,4 +124,25 @@ func verifySet(segs []Segment, opts Options, cfg parallelConfig) Result {
 	r := w.finish()
 	r.Checkpoints = cps
 	return r
+}
+
+// checkPrefixes finishes the checks of a file of checkpoints of the record
+// file's first lines, after the walk read the n lines of the file.
+func checkPrefixes(watch *prefixWatch, n int64, s Segment, keys []ed25519.PublicKey) (CheckpointResult, *Reason) {
+	res := CheckpointResult{Name: s.CheckpointsName, File: s.Name, Checkpoint: watch.last, Count: watch.count, Prefix: true}
+	watch.end(n)
+	if watch.fail != nil {
+		return res, watch.fail
+	}
+	rc, err := s.Checkpoints()
+	if err != nil {
+		return res, &Reason{Code: BadCheckpoint, Message: fmt.Sprintf("%s could not be read again: %v", display(s.CheckpointsName), err), File: s.Name}
+	}
+	defer rc.Close()
+	signer, reason := watch.checkSignatures(rc, keys)
+	if reason != nil {
+		return res, reason
+	}
+	res.Signer, res.Matches = signer, true
+	return res, nil
 }

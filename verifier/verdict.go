@@ -206,7 +206,9 @@ func Label(r Result) string {
 
 // Render returns what aegis verify prints on stdout: the label, one
 // "key_id <hex>" line per observed key, one "checkpoint <name>: <n> lines,
-// root <base64>, matches" line per checkpoint that matched, "coverage
+// root <base64>, matches" line per checkpoint that matched (for a file of
+// checkpoints of first lines: "checkpoints <name>: <count>, the last of
+// <n> lines, root <base64>, all match", or "checkpoints <name>: none"), "coverage
 // session <i> seq <n>" when any line passed, and for an unanchored tail one
 // "in_flight <call_id>" line per call in flight. Every line ends in '\n'. The output holds no time and
 // no path other than the names the caller gave a rotated set's files and
@@ -222,7 +224,14 @@ func Render(r Result) string {
 		b.WriteString("key_id " + k + "\n")
 	}
 	for _, c := range r.Checkpoints {
-		if c.Matches {
+		switch {
+		case !c.Matches:
+		case c.Prefix && c.Count > 0:
+			fmt.Fprintf(&b, "checkpoints %s: %d, the last of %d lines, root %s, all match\n",
+				display(c.Name), c.Count, c.Checkpoint.Size, base64.StdEncoding.EncodeToString(c.Checkpoint.Root[:]))
+		case c.Prefix:
+			fmt.Fprintf(&b, "checkpoints %s: none\n", display(c.Name))
+		default:
 			fmt.Fprintf(&b, "checkpoint %s: %d lines, root %s, matches\n",
 				display(c.Name), c.Checkpoint.Size, base64.StdEncoding.EncodeToString(c.Checkpoint.Root[:]))
 		}

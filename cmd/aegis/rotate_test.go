@@ -71,6 +71,13 @@ func TestRotateSealsTheRecordAndTheChainGoesOn(t *testing.T) {
 	if cp := readFile(t, seg+projector.CheckpointSuffix); len(cp) == 0 {
 		t.Fatal("empty checkpoint")
 	}
+	// The live checkpoints went with the file: they cover the segment.
+	if _, err := os.Stat(l.audit + projector.CheckpointsSuffix); !os.IsNotExist(err) {
+		t.Fatalf("the live record's checkpoints stayed behind: %v", err)
+	}
+	if cps := readFile(t, seg+projector.CheckpointsSuffix); len(cps) == 0 {
+		t.Fatal("the segment has no live checkpoints")
+	}
 	archives, _ := filepath.Glob(filepath.Join(l.state, events.ArchiveDir, "stream-1-*"))
 	if len(archives) != 1 {
 		t.Fatalf("archives %v", archives)
@@ -88,7 +95,8 @@ func TestRotateSealsTheRecordAndTheChainGoesOn(t *testing.T) {
 	w.finish()
 	pub := l.publicKey()
 	out, code := l.aegis("verify", "--key", pub, seg, l.audit)
-	if code != 0 || !strings.HasPrefix(out, "Verified (pinned") || !strings.Contains(out, "matches") {
+	if code != 0 || !strings.HasPrefix(out, "Verified (pinned") || !strings.Contains(out, "matches") ||
+		!strings.Contains(out, "checkpoints "+seg+projector.CheckpointsSuffix+": ") || !strings.Contains(out, "checkpoints "+l.audit+projector.CheckpointsSuffix+": 1, ") {
 		t.Fatalf("segment + live file: exit %d\n%s", code, out)
 	}
 	// Alone, the live file claims an earlier session it does not hold.

@@ -25,6 +25,8 @@ Checks an audit record offline (no state directory, no network) and prints:
   key_id <hex>                 each key the record's sessions publish
   checkpoint <file>: <n> lines, root <base64>, matches
                                each checkpoint that was checked
+  checkpoints <file>: <count>, the last of <n> lines, root <base64>, all match
+                               each file of live checkpoints checked
   coverage session <i> seq <n> the last line that passed every check
   in_flight <call_id>          calls cut off by an unfinished session
 
@@ -40,10 +42,19 @@ record, whose chain must run on from each file into the next. A sealed
 segment's signed checkpoint, <RECORD>.checkpoint, is picked up when it
 exists, and the file must hold exactly the lines it seals: fewer lines,
 more lines, another line or a checkpoint that no key of the record signed
-is Tampered. --checkpoint names a checkpoint file explicitly (once per
-record file); it applies to the record file its origin names, or to the
-only RECORD. A later segment verified without the ones before it is
+is Tampered. A later segment verified without the ones before it is
 Tampered, because nothing shows what its first session links to.
+
+While aegis writes a record it signs checkpoints of its first lines (every
+1024 lines, every 10 s, and at close) into <RECORD>.checkpoints; each is
+checked when that file exists: a record holding fewer lines than one
+covers (cut from its end), or other lines, is Tampered.
+
+--checkpoint names a checkpoint file explicitly (once per record file); it
+applies to the record file its origin names, or to the only RECORD. For
+the live file (the last RECORD) it may hold several notes, and each must
+cover the file's first lines: keep a copy of the last one elsewhere, and a
+record cut together with its sidecar is still caught.
 
 A line of a type this verifier does not know (written by a newer version)
 makes the record Indeterminate, signed or not: a signature says who wrote
@@ -124,6 +135,11 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 		}
 		defer f.Close()
 		segs[i] = verifier.Segment{Name: p, Record: f}
+		if _, err := os.Stat(p + projector.CheckpointsSuffix); err == nil {
+			segs[i].Checkpoints, segs[i].CheckpointsName = opener(p+projector.CheckpointsSuffix), p+projector.CheckpointsSuffix
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return &exitError{code: 2, err: fmt.Errorf("read checkpoints: %w", err)}
+		}
 		cp := p + ".checkpoint"
 		b, err := readCheckpoint(cp)
 		switch {
@@ -138,7 +154,7 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 		return err
 	}
 	var res verifier.Result
-	if len(segs) == 1 && segs[0].Checkpoint == nil {
+	if len(segs) == 1 && segs[0].Checkpoint == nil && segs[0].Checkpoints == nil {
 		res = verifier.Verify(segs[0].Record, opts)
 	} else {
 		res = verifier.VerifySet(segs, opts)
@@ -198,16 +214,27 @@ func assignCheckpoints(segs []verifier.Segment, paths []string) error {
 			return &exitError{code: 1, err: fmt.Errorf("checkpoints %s and %s both seal %s", prev, p, segs[i].Name), hint: "give --checkpoint once per RECORD"}
 		}
 		given[i] = p
+		if i == len(segs)-1 {
+			// The live file may have grown since: its checkpoints cover
+			// its first lines.
+			segs[i].Checkpoints, segs[i].CheckpointsName = opener(p), p
+			continue
+		}
 		segs[i].Checkpoint, segs[i].CheckpointName = b, p
 	}
 	return nil
+}
+
+// opener returns a function that opens path.
+func opener(path string) func() (io.ReadCloser, error) {
+	return func() (io.ReadCloser, error) { return os.Open(path) }
 }
 
 // checkpointTarget returns the index of the record file whose base name
 // ends the checkpoint's origin, or -1 when not exactly one does. The note
 // is not verified here; the verifier checks it against that file.
 func checkpointTarget(segs []verifier.Segment, msg []byte) int {
-	split := strings.LastIndex(string(msg), "\n\n")
+	split := strings.Index(string(msg), "\n\n")
 	if split < 0 {
 		return -1
 	}

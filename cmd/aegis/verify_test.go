@@ -221,7 +221,7 @@ func TestVerifyRotatedAttacks(t *testing.T) {
 				}
 				return []string{"--checkpoint", filepath.Join(filepath.Dir(paths[1]), "seg2.cp"), paths[0]}
 			},
-			stdout: []string{"Tampered: ", "audit.000001.jsonl holds 8 lines, fewer than the 12 that its signed checkpoint ", "seg2.cp seals"},
+			stdout: []string{"Tampered: ", "audit.000001.jsonl holds 8 lines, fewer than the 12 that ", "checkpoint 1 of "},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -321,5 +321,133 @@ func editFile(t *testing.T, path, old, new string) {
 	}
 	if err := os.WriteFile(path, bytes.Replace(b, []byte(old), []byte(new), 1), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A record that aegis wrap writes carries its live checkpoints beside it,
+// and verify checks every one: cutting whole sessions from the end of the
+// record is caught by them, and by a copy of the last one kept elsewhere
+// when the sidecar is cut too.
+func TestVerifyLiveCheckpoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis wrap")
+	}
+	l := newLive(t, "")
+	for range 2 {
+		w := l.wrap(false)
+		w.initialize()
+		for i := range 3 {
+			w.call(i+1, "tools/call", `{"name":"echo","arguments":{"message":"hello"}}`)
+		}
+		w.finish()
+	}
+	sidecar := l.audit + projector.CheckpointsSuffix
+	code, out, stderr := cmd(t, nil, "verify", l.audit)
+	if code != 0 || !strings.Contains(out, "checkpoints "+sidecar+": 2, the last of 16 lines, root ") {
+		t.Fatalf("exit %d\n%s%s", code, out, stderr)
+	}
+	kept := filepath.Join(t.TempDir(), "kept.checkpoint")
+	b, err := os.ReadFile(sidecar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := strings.SplitAfter(string(b), "\n\n")
+	// text, signature, text, signature: the last note is its last two
+	if err := os.WriteFile(kept, []byte(notes[2]+notes[3]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		bend  func(t *testing.T, audit string) []string
+		code  int
+		parts []string
+	}{
+		{
+			name: "the last session cut from the end",
+			bend: func(t *testing.T, audit string) []string {
+				truncateLines(t, audit, 8)
+				return []string{audit}
+			},
+			code:  1,
+			parts: []string{"Tampered: ", "calls.aarl holds 8 lines, fewer than the 16 that ", "checkpoint 2 of "},
+		},
+		{
+			name: "the last session and its checkpoint cut, with a copy kept elsewhere",
+			bend: func(t *testing.T, audit string) []string {
+				truncateLines(t, audit, 8)
+				if err := os.WriteFile(audit+projector.CheckpointsSuffix, []byte(notes[0]+notes[1]), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return []string{"--checkpoint", kept, audit}
+			},
+			code:  1,
+			parts: []string{"Tampered: ", "holds 8 lines, fewer than the 16 that ", "checkpoint 1 of "},
+		},
+		{
+			name: "checkpoints put out of order",
+			bend: func(t *testing.T, audit string) []string {
+				if err := os.WriteFile(audit+projector.CheckpointsSuffix, []byte(notes[2]+notes[3]+notes[0]+notes[1]), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return []string{audit}
+			},
+			code:  1,
+			parts: []string{"Tampered: ", "covers 8 lines, not more than the 16 of the one before it"},
+		},
+		{
+			name: "a checkpoint's size bumped",
+			bend: func(t *testing.T, audit string) []string {
+				editFile(t, audit+projector.CheckpointsSuffix, "\n8\n", "\n7\n")
+				return []string{audit}
+			},
+			code:  1,
+			parts: []string{"Tampered: ", "holds as its first 7 lines what hashes to root "},
+		},
+		{
+			name: "a checkpoint's signature forged",
+			bend: func(t *testing.T, audit string) []string {
+				// The root of the first 7 lines, as the writer would have
+				// signed it, under the old signature.
+				b, _ := os.ReadFile(audit)
+				lines := strings.SplitAfter(string(b), "\n")
+				var tree projector.TreeHasher
+				for _, l := range lines[:7] {
+					tree.Add([]byte(strings.TrimSuffix(l, "\n")))
+				}
+				root, _ := tree.Root()
+				cp := schemas.Checkpoint{Origin: "o", Size: 7, Root: root, Tail: schemas.HashHex([]byte(strings.TrimSuffix(lines[6], "\n")))}
+				text := notes[0][:strings.Index(notes[0], "\n")+1] + string(cp.Body()[len("o\n"):])
+				if err := os.WriteFile(audit+projector.CheckpointsSuffix, []byte(text+"\n"+notes[1]+notes[2]+notes[3]), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return []string{audit}
+			},
+			code:  1,
+			parts: []string{"Tampered: ", "carries a signature by aegis-", "that does not verify"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			audit := filepath.Join(dir, "calls.aarl")
+			for _, p := range []string{l.audit, sidecar} {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, filepath.Base(p)), b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			code, out, stderr := cmd(t, nil, append([]string{"verify"}, tc.bend(t, audit)...)...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d\n%s%s", code, tc.code, out, stderr)
+			}
+			for _, p := range tc.parts {
+				if !strings.Contains(out, p) {
+					t.Errorf("stdout lacks %q:\n%s", p, out)
+				}
+			}
+		})
 	}
 }
