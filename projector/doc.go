@@ -123,4 +123,17 @@
 // not end in '\n' or holds an empty line, so a checkpoint never vouches for
 // a torn write. [WriteCheckpointFile] puts the note next to the segment
 // atomically (mode 0600); package verifier checks it.
+//
+// A live record file is checkpointed as it grows (livecheckpoint.go): the
+// session's file projection feeds each line it writes to the tree, and
+// signs a checkpoint of the file as it stands every
+// [CheckpointPolicy.Lines] lines or [CheckpointPolicy.Interval], and at
+// Close, over lines already in the file. The checkpoint is a
+// record.checkpoint event, durable before the note is appended to
+// RECORD.checkpoints; the event carries the tree's frontier, which the
+// [Index] keeps per session, so a later session on the file resumes the
+// tree and reads only the lines written since. A rotation moves the
+// sidecar with its file. [ProveInclusion] and [ProveConsistency] make
+// RFC 6962 proofs over a record file (prove.go) with tlog, keeping the
+// tree's hashes in an unnamed temporary file, not in memory.
 package projector

@@ -43,4 +43,10 @@
 // optional members are omitted, never null, and decision_axes is always
 // present. [WrapCall] builds the outcome of each path a relayed tools/call
 // can take, with the reasons the record format fixes.
+//
+// Beside the record: [Checkpoint] is the C2SP tlog-checkpoint body of a
+// record file's first lines, [ReadNote] splits a file of signed notes (the
+// RECORD.checkpoints sidecar) one note at a time, and [Proof] is the
+// document of an RFC 6962 inclusion or consistency proof, which
+// [ParseProof] reads strictly. None of them is a record line.
 package schemas

@@ -89,9 +89,12 @@
 //
 // A record proves what the holder of each session key wrote, in order, and
 // that nothing between an open and its close was changed, dropped or
-// reordered. It cannot prove that whole sessions at the end of the file were
-// not removed, because nothing outside the file anchors the last close;
-// pinning proves who wrote it, not that it is complete. A sealed segment's
-// checkpoint anchors that segment's end, and the next file's first open
-// anchors it again; the live file's end stays unanchored.
+// reordered. By itself it cannot prove that whole sessions at the end of
+// the file were not removed; pinning proves who wrote it, not that it is
+// complete. Checkpoints anchor the end: a sealed segment's, and the live
+// checkpoints of RECORD.checkpoints, each of which the file must hold as
+// its first lines (prefix.go). Whoever can cut the file can cut its
+// sidecar too, so the anchor is a checkpoint kept elsewhere and given with
+// --checkpoint. [CheckProof] checks an RFC 6962 proof against a signed
+// checkpoint without the record.
 package verifier

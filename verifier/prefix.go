@@ -29,58 +29,6 @@ import (
 // note at hand is held, and the signatures are checked after the walk,
 // when the record's keys are known. Both reads must see the same bytes.
 
-// maxNote bounds one note of a sidecar: a body and a few signature lines.
-const maxNote = schemas.MaxCheckpointBody + 1024
-
-// readNote reads the next signed note of a sidecar: its text, an empty
-// line and its signature lines, up to the empty line that ends it (or the
-// end of the file). It returns io.EOF at a clean end.
-func readNote(br *bufio.Reader) ([]byte, error) {
-	var msg []byte
-	blank := 0 // empty lines seen: 1 after the text, 2 after the signatures
-	for {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) || len(msg)+len(line) > maxNote {
-			return nil, fmt.Errorf("a note is longer than %d bytes", maxNote)
-		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, err
-		}
-		if len(line) > 0 && line[len(line)-1] != '\n' {
-			return nil, errors.New("the last note does not end in a newline")
-		}
-		if len(line) == 0 { // EOF
-			switch {
-			case len(msg) == 0:
-				return nil, io.EOF
-			case blank == 1:
-				return msg, nil
-			}
-			return nil, errors.New("the last note has no signature")
-		}
-		if len(line) == 1 {
-			if len(msg) == 0 {
-				return nil, errors.New("an empty line where a note should begin")
-			}
-			blank++
-			if blank == 2 {
-				return msg, nil
-			}
-		}
-		msg = append(msg, line...)
-	}
-}
-
-// noteText returns the text of a signed note: what comes before its empty
-// line.
-func noteText(msg []byte) []byte {
-	i := bytes.Index(msg, []byte("\n\n"))
-	if i < 0 {
-		return nil
-	}
-	return msg[:i+1]
-}
-
 // prefixWatch compares a record file's tree with the sidecar's checkpoints
 // as the walk's tree reaches each one's size.
 type prefixWatch struct {
@@ -98,7 +46,7 @@ type prefixWatch struct {
 
 func newPrefixWatch(r io.Reader, name, file string) *prefixWatch {
 	d := sha256.New()
-	w := &prefixWatch{br: bufio.NewReaderSize(io.TeeReader(r, d), maxNote+16), digest: d, name: name, file: file}
+	w := &prefixWatch{br: bufio.NewReaderSize(io.TeeReader(r, d), schemas.MaxNote+16), digest: d, name: name, file: file}
 	w.advance(0)
 	return w
 }
@@ -107,7 +55,7 @@ func newPrefixWatch(r io.Reader, name, file string) *prefixWatch {
 // lines.
 func (w *prefixWatch) advance(prev int64) {
 	w.has = false
-	msg, err := readNote(w.br)
+	msg, err := schemas.ReadNote(w.br)
 	if errors.Is(err, io.EOF) {
 		return
 	}
@@ -115,7 +63,7 @@ func (w *prefixWatch) advance(prev int64) {
 		w.bad("%s after its %d checkpoints does not read as signed notes: %v", display(w.name), w.count, err)
 		return
 	}
-	cp, err := schemas.ParseCheckpoint(noteText(msg))
+	cp, err := schemas.ParseCheckpoint(schemas.NoteText(msg))
 	if err != nil {
 		w.bad("checkpoint %d of %s does not parse: %v", w.count+1, display(w.name), err)
 		return
@@ -172,10 +120,10 @@ func (w *prefixWatch) end(n int64) {
 // compared. It returns the key_id of the last note's signer.
 func (w *prefixWatch) checkSignatures(r io.Reader, keys []ed25519.PublicKey) (string, *Reason) {
 	d := sha256.New()
-	br := bufio.NewReaderSize(io.TeeReader(r, d), maxNote+16)
+	br := bufio.NewReaderSize(io.TeeReader(r, d), schemas.MaxNote+16)
 	signer := ""
 	for i := 1; ; i++ {
-		msg, err := readNote(br)
+		msg, err := schemas.ReadNote(br)
 		if errors.Is(err, io.EOF) {
 			break
 		}

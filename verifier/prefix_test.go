@@ -97,7 +97,7 @@ func FuzzPrefixCheckpoints(f *testing.F) {
 		br := bufio.NewReader(bytes.NewReader(sidecar))
 		prev := int64(0)
 		for {
-			msg, err := readNote(br)
+			msg, err := schemas.ReadNote(br)
 			if err == io.EOF {
 				break
 			}

@@ -73,6 +73,9 @@ const (
 	// trust slice) signed it. Whoever can edit a record can delete its
 	// checkpoint, but cannot forge one.
 	BadCheckpoint Code = "bad_checkpoint"
+	// BadProof: a proof document does not hold: its numbers are not those
+	// of its checkpoint, or the RFC 6962 proof fails.
+	BadProof Code = "bad_proof"
 )
 
 // Reasons for Indeterminate.
@@ -99,7 +102,7 @@ const (
 func Codes() []Code {
 	return []Code{
 		ChainBroken, SeqOutOfOrder, BadSignature, SessionBoundaryBroken, MalformedLine, UntrustedKey, DuplicateDecision,
-		CheckpointMismatch, BadCheckpoint,
+		CheckpointMismatch, BadCheckpoint, BadProof,
 		UnknownLineType, ReservedCheckpoint, TornFinalLine, UnanchoredTail, MissingLine, EmptyChain, RecordGap,
 	}
 }
@@ -108,7 +111,7 @@ func Codes() []Code {
 func (c Code) Verdict() Verdict {
 	switch c {
 	case ChainBroken, SeqOutOfOrder, BadSignature, SessionBoundaryBroken, MalformedLine, UntrustedKey, DuplicateDecision,
-		CheckpointMismatch, BadCheckpoint:
+		CheckpointMismatch, BadCheckpoint, BadProof:
 		return Tampered
 	case UnknownLineType, ReservedCheckpoint, TornFinalLine, UnanchoredTail, MissingLine, EmptyChain, RecordGap:
 		return Indeterminate

@@ -30,6 +30,7 @@ Commands:
   gateway    front several MCP servers behind default-deny profiles
   keygen     make an Ed25519 signing key for audit records
   verify     check an audit record offline: Verified, Tampered or Indeterminate
+  prove      print a proof that a line is in a checkpoint, or that a record only grew
   export     rebuild an audit record from the event stream
   events     list or append events in a state directory's stream
   sessions   list the recorded sessions: calls, refusals, approvals, how they ended
@@ -85,6 +86,7 @@ func (m *Main) commands() []command {
 		{"gateway", "front several MCP servers behind profiles", (*Main).runGateway, gatewayUsage},
 		{"keygen", "make a signing key for audit records", (*Main).runKeygen, keygenUsage},
 		{"verify", "check an audit record offline", (*Main).runVerify, verifyUsage},
+		{"prove", "print an RFC 6962 proof over a record's checkpoints", (*Main).runProve, proveUsage},
 		{"export", "rebuild an audit record from the event stream", (*Main).runExport, exportUsage},
 		{"events", "list or append events", (*Main).runEvents, eventsUsage},
 		{"sessions", "list the recorded sessions and how they ended", (*Main).runSessions, sessionsUsage},

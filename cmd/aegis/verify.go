@@ -17,6 +17,7 @@ import (
 
 const verifyUsage = `Usage:
   aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] [--checkpoint FILE]… RECORD…
+  aegis verify --key HEX… | --trust-store PATH --proof FILE
 
 Checks an audit record offline (no state directory, no network) and prints:
 
@@ -66,8 +67,13 @@ there, and whoever drops lines can write one. --allow-gaps says the record
 is a salvage: gap lines then make it Indeterminate (record_gap), and every
 line around them is still checked.
 
-Exit codes: 0 Verified, 1 Tampered (or a usage error), 2 a record, checkpoint
-or trust store could not be read, 3 Indeterminate.
+--proof FILE checks a proof that 'aegis prove' printed, without the
+record: its checkpoints must be signed by a pinned key, and the RFC 6962
+inclusion or consistency proof must hold. It prints Verified and what was
+proven, or Tampered and why.
+
+Exit codes: 0 Verified, 1 Tampered (or a usage error), 2 a record, checkpoint,
+proof or trust store could not be read, 3 Indeterminate.
 
 Examples:
   $ aegis verify --key 3de537a0…4e2c calls.aarl
@@ -99,6 +105,7 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 	allowGaps := fs.Bool("allow-gaps", false, "the record is a salvage: read gap lines as lost lines, not dropped ones")
 	var checkpoints multiFlag
 	fs.Var(&checkpoints, "checkpoint", "signed checkpoint of one RECORD (repeatable, once per RECORD)")
+	proof := fs.String("proof", "", "check a proof that aegis prove printed, instead of a record")
 	if err := m.parseFlags(fs, verifyUsage, args); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
@@ -106,7 +113,11 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 		}
 		return err
 	}
-	if fs.NArg() == 0 {
+	if *proof != "" {
+		if fs.NArg() > 0 || len(checkpoints) > 0 || *allowGaps {
+			return &exitError{code: 1, err: errors.New("verify --proof checks the proof alone: no RECORD, --checkpoint or --allow-gaps"), hint: "aegis verify --key PUBLIC_KEY_HEX --proof FILE"}
+		}
+	} else if fs.NArg() == 0 {
 		return &exitError{code: 1, err: errors.New("verify takes one RECORD path, or the files of a rotated record oldest first; got none"), hint: verifySynopsis}
 	}
 	opts := verifier.Options{Keys: keys, AllowGaps: *allowGaps}
@@ -125,6 +136,9 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 			return &exitError{code: 2, err: fmt.Errorf("read trust store: %w", err)}
 		}
 		opts.TrustStore = ts
+	}
+	if *proof != "" {
+		return m.verifyProof(*proof, opts)
 	}
 	paths := fs.Args()
 	segs := make([]verifier.Segment, len(paths))
@@ -180,7 +194,7 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 	return ee
 }
 
-const verifySynopsis = "aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] [--checkpoint FILE]… RECORD…"
+const verifySynopsis = "aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] [--checkpoint FILE]… RECORD…   or: aegis verify --key HEX --proof FILE"
 
 // readCheckpoint reads a checkpoint file, at most maxCheckpointFile bytes
 // and one more (which the verifier then refuses).
@@ -279,4 +293,42 @@ func splitExt(base string) (stem, ext string) {
 		return base[:i], base[i:]
 	}
 	return base, ""
+}
+
+// verifyProof checks a proof document against the pinned keys.
+func (m *Main) verifyProof(path string, opts verifier.Options) error {
+	keys := opts.Keys
+	if opts.TrustStore != nil {
+		keys = append(keys[:len(keys):len(keys)], opts.TrustStore.Keys...)
+	}
+	if len(keys) == 0 {
+		return &exitError{code: 1, err: errors.New("verify --proof needs the key that signed the checkpoints: a proof checked against no key proves nothing"),
+			hint: "aegis verify --key PUBLIC_KEY_HEX --proof " + path + " (or --trust-store PATH)"}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("read proof: %w", err)}
+	}
+	p, err := schemas.ParseProof(f)
+	f.Close()
+	if err != nil {
+		if errors.Is(err, schemas.ErrProof) {
+			return &exitError{code: 1, err: fmt.Errorf("proof %s: %w", path, err), hint: "a proof is the JSON object that 'aegis prove' prints"}
+		}
+		return &exitError{code: 2, err: fmt.Errorf("read proof: %w", err)}
+	}
+	res, reason := verifier.CheckProof(p, keys)
+	if reason != nil {
+		fmt.Fprintf(m.Stdout, "Tampered: %s\n", reason.Message)
+		return &exitError{code: 1}
+	}
+	cp := res.Checkpoint
+	fmt.Fprintf(m.Stdout, "Verified (pinned to %s)\n", res.Signer)
+	switch p.Kind {
+	case schemas.ProofInclusion:
+		fmt.Fprintf(m.Stdout, "line %d (leaf hash %s) is in the tree of %d lines, root %s, of %s\n", p.LineNumber, p.LeafHash, cp.Size, p.Root, cp.Origin)
+	case schemas.ProofConsistency:
+		fmt.Fprintf(m.Stdout, "the tree of %d lines, root %s, is a prefix of the tree of %d lines, root %s, of %s\n", res.Old.Size, p.OldRoot, cp.Size, p.Root, cp.Origin)
+	}
+	return nil
 }

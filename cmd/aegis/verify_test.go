@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -449,5 +450,76 @@ func TestVerifyLiveCheckpoints(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// aegis prove prints proofs over a real record's checkpoints that aegis
+// verify --proof accepts under the record's key only, without the record;
+// a proof bent in transit is Tampered, and a record cut after a
+// checkpoint gets no proof.
+func TestProveAndVerifyProof(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis wrap")
+	}
+	l := newLive(t, "")
+	for range 2 {
+		w := l.wrap(false)
+		w.initialize()
+		w.call(1, "tools/call", `{"name":"echo","arguments":{"message":"hello"}}`)
+		w.finish()
+	}
+	pub := l.publicKey()
+	dir := t.TempDir()
+	prove := func(name string, args ...string) string {
+		t.Helper()
+		code, out, stderr := cmd(t, nil, append([]string{"prove"}, args...)...)
+		if code != 0 {
+			t.Fatalf("prove %q: exit %d\n%s", args, code, stderr)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(out), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	line3 := prove("line3.proof", "inclusion", "--line", "3", l.audit)
+	grew := prove("grew.proof", "consistency", "4", "8", l.audit)
+	for _, tc := range []struct{ proof, want string }{
+		{line3, "line 3 (leaf hash "},
+		{grew, "the tree of 4 lines, root "},
+	} {
+		code, out, stderr := cmd(t, nil, "verify", "--key", pub, "--proof", tc.proof)
+		if code != 0 || !strings.HasPrefix(out, "Verified (pinned to ") || !strings.Contains(out, tc.want) {
+			t.Fatalf("exit %d\n%s%s", code, out, stderr)
+		}
+	}
+
+	other := filepath.Join(dir, "other.key")
+	if code, _, stderr := cmd(t, nil, "keygen", "--out", other); code != 0 {
+		t.Fatal(stderr)
+	}
+	k, err := projector.LoadKeyFile(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := cmd(t, nil, "verify", "--key", hex.EncodeToString(k.PublicKey()), "--proof", line3); code != 1 || !strings.Contains(out, "Tampered: checkpoint of the proof is signed by aegis-") {
+		t.Fatalf("another key: exit %d\n%s", code, out)
+	}
+	if code, _, stderr := cmd(t, nil, "verify", "--proof", line3); code != 1 || !strings.Contains(stderr, "needs the key that signed the checkpoints") {
+		t.Fatalf("no key: exit %d\n%s", code, stderr)
+	}
+	editFile(t, line3, `"line_number":3`, `"line_number":4`)
+	editFile(t, line3, `"leaf_index":2`, `"leaf_index":3`)
+	if code, out, _ := cmd(t, nil, "verify", "--key", pub, "--proof", line3); code != 1 || !strings.Contains(out, "Tampered: line 4 is not in the tree") {
+		t.Fatalf("another index: exit %d\n%s", code, out)
+	}
+
+	truncateLines(t, l.audit, 1)
+	code, _, stderr := cmd(t, nil, "prove", "inclusion", "--line", "1", l.audit)
+	if code != 1 || !strings.Contains(stderr, "no proof made: record does not hold what the checkpoint covers") || !strings.Contains(stderr, "aegis: hint: ") {
+		t.Fatalf("a cut record: exit %d\n%s", code, stderr)
+	}
+	if code, _, stderr := cmd(t, nil, "prove", "consistency", "4", "5", l.audit); code != 1 || !strings.Contains(stderr, "holds no checkpoint of 5 lines") {
+		t.Fatalf("no such checkpoint: exit %d\n%s", code, stderr)
 	}
 }
