@@ -86,6 +86,10 @@ type Config struct {
 	// relay from reading faster than the disk takes its frames. An event
 	// that finds the queue empty is always queued, whatever its size.
 	MaxQueueBytes int
+	// Hub, when set, links the embedded server to a NATS hub as a leaf
+	// node (see hub.go). Nothing waits for the hub: commits are
+	// acknowledged by the local stream alone.
+	Hub *HubConfig
 
 	finishRoll bool // set by FinishRoll only
 }
@@ -310,6 +314,11 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 			return nil, err
 		}
 		s.approvals.Apply(opts)
+	}
+	if cfg.Hub != nil {
+		if err := cfg.Hub.apply(opts); err != nil {
+			return nil, err
+		}
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

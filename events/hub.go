@@ -1,0 +1,118 @@
+package events
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A fleet. With a [HubConfig] the embedded server is also a leaf node of
+// a NATS hub (a stock JetStream cluster), under a JetStream domain named
+// after the host, so the hub reaches this stream as $JS.<host>.API. The
+// hub keeps a mirror of it, AEGIS_<host>, which a hub admin creates
+// ([MirrorConfig]); the mirror pulls, so nothing here waits for the hub:
+// a commit is acknowledged by the local stream alone, and while the link
+// is down the events wait here and the mirror catches up, in order and
+// once each, when it is back.
+
+// HubConfig links the embedded server to a hub.
+type HubConfig struct {
+	// URLs are the hub's leaf node URLs (nats://, tls://), one per
+	// node; the link fails over between them.
+	URLs []string
+	// Host names this machine in the fleet: the JetStream domain and the
+	// mirror's name. See [ValidHost].
+	Host string
+	// Credentials is a NATS credentials file for the link, "" for none.
+	Credentials string
+	// CAFile is a PEM bundle the hub's certificate must chain to, for
+	// tls:// URLs; "" uses the system's roots.
+	CAFile string
+}
+
+var hostPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,62}$`)
+
+// ValidHost reports whether host can name a host of a fleet: letters,
+// digits, '-' and '_', 1 to 63 of them, not starting with '-' or '_' (it
+// is a JetStream domain and part of a stream name and of subjects).
+func ValidHost(host string) bool { return hostPattern.MatchString(host) }
+
+// MirrorName is the name of the hub's mirror of host's stream.
+func MirrorName(host string) string { return StreamName + "_" + host }
+
+func (h *HubConfig) apply(opts *server.Options) error {
+	if !ValidHost(h.Host) {
+		return fmt.Errorf("hub: host name %q: use letters, digits, - and _ (at most 63)", h.Host)
+	}
+	if len(h.URLs) == 0 {
+		return errors.New("hub: no URL")
+	}
+	remote := &server.RemoteLeafOpts{Credentials: h.Credentials}
+	for _, u := range h.URLs {
+		pu, err := url.Parse(u)
+		if err != nil || pu.Host == "" {
+			return fmt.Errorf("hub: %q is not a URL such as nats://hub.example:7422", u)
+		}
+		switch pu.Scheme {
+		case "nats":
+		case "tls":
+			remote.TLS = true
+		default:
+			return fmt.Errorf("hub: %q: the scheme is nats:// or tls://", u)
+		}
+		remote.URLs = append(remote.URLs, pu)
+	}
+	if remote.TLS || h.CAFile != "" {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if h.CAFile != "" {
+			pem, err := os.ReadFile(h.CAFile)
+			if err != nil {
+				return fmt.Errorf("hub: CA bundle: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return fmt.Errorf("hub: CA bundle %s holds no PEM certificate", h.CAFile)
+			}
+			cfg.RootCAs = pool
+		}
+		remote.TLS, remote.TLSConfig = true, cfg
+	}
+	opts.JetStreamDomain = h.Host
+	opts.LeafNode.Remotes = append(opts.LeafNode.Remotes, remote)
+	opts.LeafNode.ReconnectInterval = reconnectInterval
+	return nil
+}
+
+// reconnectInterval is how often the leaf tries the hub again while the
+// link is down.
+const reconnectInterval = time.Second
+
+// MirrorConfig is the hub's mirror of host's stream: replicated, file
+// stored, with delete and purge denied, so neither the host nor anyone
+// with only stream-level rights can rewrite what reached the hub.
+func MirrorConfig(host string, replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        MirrorName(host),
+		Description: "aegis events of host " + host + ", mirrored from its own stream",
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardNew,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		DenyDelete:  true,
+		DenyPurge:   true,
+		Mirror: &jetstream.StreamSource{
+			Name:     StreamName,
+			External: &jetstream.ExternalStream{APIPrefix: "$JS." + host + ".API"},
+		},
+	}
+}

@@ -1,0 +1,170 @@
+// Package hubtest runs a real NATS hub for tests: a JetStream cluster of
+// separate nats-server processes on loopback, built from the nats-server
+// module that go.mod names, with a leaf node listener on every node. It
+// holds no state outside the Hub it returns; every process dies with the
+// test.
+package hubtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var (
+	natsServerOnce sync.Once
+	natsServerBin  string
+	natsServerErr  error
+)
+
+// natsServer builds the nats-server of go.mod, the stock server a hub
+// runs, once per test binary.
+func natsServer(t testing.TB) string {
+	t.Helper()
+	natsServerOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "aegis-nats-server-")
+		if err != nil {
+			natsServerErr = err
+			return
+		}
+		natsServerBin = filepath.Join(dir, "nats-server")
+		out, err := exec.Command("go", "build", "-o", natsServerBin, "github.com/nats-io/nats-server/v2").CombinedOutput()
+		if err != nil {
+			natsServerErr = fmt.Errorf("build nats-server: %v\n%s", err, out)
+		}
+	})
+	if natsServerErr != nil {
+		t.Fatal(natsServerErr)
+	}
+	return natsServerBin
+}
+
+// Node is one node of a hub, a nats-server process.
+type Node struct {
+	name         string
+	conf, dir    string
+	client, leaf int
+	cmd          *exec.Cmd
+}
+
+// Hub is a real JetStream cluster (domain "hub") of separate nats-server
+// processes on loopback, with a leaf node listener on each node.
+type Hub struct {
+	t     *testing.T
+	bin   string
+	Nodes []*Node
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// New starts a hub of n nodes; they are killed when the test ends.
+func New(t *testing.T, n int) *Hub {
+	h := &Hub{t: t, bin: natsServer(t)}
+	dir := t.TempDir()
+	routes := make([]int, n)
+	for i := range n {
+		routes[i] = freePort(t)
+	}
+	var routeURLs []string
+	for _, p := range routes {
+		routeURLs = append(routeURLs, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	for i := range n {
+		nd := &Node{name: fmt.Sprintf("n%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), client: freePort(t), leaf: freePort(t)}
+		nd.conf = filepath.Join(dir, nd.name+".conf")
+		conf := fmt.Sprintf(`server_name: %s
+listen: 127.0.0.1:%d
+jetstream { store_dir: %q, domain: hub }
+cluster { name: hub, listen: 127.0.0.1:%d, routes: [%s] }
+leafnodes { listen: 127.0.0.1:%d }
+`, nd.name, nd.client, nd.dir, routes[i], strings.Join(routeURLs, ", "), nd.leaf)
+		if err := os.WriteFile(nd.conf, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		h.Nodes = append(h.Nodes, nd)
+		h.Start(nd)
+	}
+	t.Cleanup(func() {
+		for _, nd := range h.Nodes {
+			h.Kill(nd)
+		}
+	})
+	return h
+}
+
+// Start starts a node (again, with its store as it was).
+func (h *Hub) Start(nd *Node) {
+	h.t.Helper()
+	nd.cmd = exec.Command(h.bin, "-c", nd.conf)
+	if err := nd.cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// Kill kills a node with SIGKILL, as a crash would.
+func (h *Hub) Kill(nd *Node) {
+	if nd.cmd != nil && nd.cmd.Process != nil {
+		nd.cmd.Process.Signal(syscall.SIGKILL)
+		nd.cmd.Wait()
+		nd.cmd = nil
+	}
+}
+
+// LeafURLs are the nodes' leaf node URLs, for aegis --hub.
+func (h *Hub) LeafURLs() []string {
+	var out []string
+	for _, nd := range h.Nodes {
+		out = append(out, fmt.Sprintf("nats://127.0.0.1:%d", nd.leaf))
+	}
+	return out
+}
+
+// ClientURLs are the nodes' client URLs, for an admin or a reader.
+func (h *Hub) ClientURLs() []string {
+	var out []string
+	for _, nd := range h.Nodes {
+		out = append(out, fmt.Sprintf("nats://127.0.0.1:%d", nd.client))
+	}
+	return out
+}
+
+// JetStream connects to the hub's JetStream, waiting until the cluster
+// is up.
+func (h *Hub) JetStream(ctx context.Context) (*nats.Conn, jetstream.JetStream) {
+	h.t.Helper()
+	urls := h.ClientURLs()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1))
+		if err == nil {
+			js, _ := jetstream.New(nc)
+			if _, err = js.AccountInfo(ctx); err == nil {
+				return nc, js
+			}
+			nc.Close()
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("hub not ready: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
