@@ -118,5 +118,13 @@
 //     mode 0700, and XDG_RUNTIME_DIR one that only this user can write;
 //     anything else is refused with the reason, never worked around.
 //
-// Nothing outside this package imports nats-server or nats.go.
+//
+// A fleet (hub.go): with [Config.Hub] the embedded server is also a leaf
+// node of a NATS hub, under a JetStream domain named after the host, and
+// the hub mirrors the stream ([MirrorConfig], [Enroll]). The hub pulls;
+// a commit is acknowledged by the local stream alone and never waits for
+// the link.
+//
+// Nothing outside this package (and events/hubtest, which runs a real hub
+// for tests) imports nats-server or nats.go.
 package events

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -8,9 +9,11 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -115,4 +118,46 @@ func MirrorConfig(host string, replicas int) jetstream.StreamConfig {
 			External: &jetstream.ExternalStream{APIPrefix: "$JS." + host + ".API"},
 		},
 	}
+}
+
+// HubAdmin connects to a hub's client URLs as an admin of its JetStream.
+type HubAdmin struct {
+	URLs        []string
+	Credentials string // NATS credentials file, "" for none
+	CAFile      string // PEM bundle for tls:// URLs, "" for the system's
+}
+
+// ErrMirrorConflict is returned by [Enroll] when the hub holds a stream of
+// the mirror's name with other settings.
+var ErrMirrorConflict = errors.New("the hub holds a stream of that name that is not this mirror")
+
+// Enroll makes the hub's mirror of host's stream ([MirrorConfig]). A
+// mirror that is there with the same settings is left as it is.
+func Enroll(ctx context.Context, admin HubAdmin, host string, replicas int) error {
+	if !ValidHost(host) {
+		return fmt.Errorf("host name %q: use letters, digits, - and _ (at most 63)", host)
+	}
+	opts := []nats.Option{nats.Name("aegis hub enroll"), nats.Timeout(10 * time.Second)}
+	if admin.Credentials != "" {
+		opts = append(opts, nats.UserCredentials(admin.Credentials))
+	}
+	if admin.CAFile != "" {
+		opts = append(opts, nats.RootCAs(admin.CAFile))
+	}
+	nc, err := nats.Connect(strings.Join(admin.URLs, ","), opts...)
+	if err != nil {
+		return fmt.Errorf("connect to the hub: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cfg := MirrorConfig(host, replicas)
+	if _, err = js.CreateStream(ctx, cfg); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("%s: %w", cfg.Name, ErrMirrorConflict)
+	} else if err != nil {
+		return fmt.Errorf("create the mirror %s: %w", cfg.Name, err)
+	}
+	return nil
 }

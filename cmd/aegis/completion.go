@@ -40,6 +40,9 @@ func (m *Main) completionWords() (names []string, words map[string][]string, sho
 		if c.name == "events" {
 			ws = append([]string{"list", "append"}, ws...)
 		}
+		if c.name == "hub" {
+			ws = append([]string{"enroll"}, ws...)
+		}
 		if c.name == "prove" {
 			ws = append([]string{"inclusion", "consistency"}, ws...)
 		}

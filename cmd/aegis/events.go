@@ -69,17 +69,18 @@ func (m *Main) openStore(ctx context.Context, dirFlag string) (*events.Store, er
 // openStoreWith opens the store, with the approval channel when approvals
 // is set.
 func (m *Main) openStoreWith(ctx context.Context, dirFlag string, approvals bool) (*events.Store, error) {
-	return m.openStoreCapped(ctx, dirFlag, approvals, 0)
+	return m.openStoreCapped(ctx, dirFlag, approvals, 0, nil)
 }
 
 // openStoreCapped opens the store with the state directory capped at
-// maxBytes (0: no cap, see events.Config.MaxBytes).
-func (m *Main) openStoreCapped(ctx context.Context, dirFlag string, approvals bool, maxBytes int64) (*events.Store, error) {
+// maxBytes (0: no cap, see events.Config.MaxBytes), linked to hub when it
+// is not nil.
+func (m *Main) openStoreCapped(ctx context.Context, dirFlag string, approvals bool, maxBytes int64, hub *events.HubConfig) (*events.Store, error) {
 	dir, err := m.stateDir(dirFlag)
 	if err != nil {
 		return nil, err
 	}
-	s, err := events.Open(ctx, events.Config{Dir: dir, Logger: m.logger(), Approvals: approvals, MaxBytes: maxBytes})
+	s, err := events.Open(ctx, events.Config{Dir: dir, Logger: m.logger(), Approvals: approvals, MaxBytes: maxBytes, Hub: hub})
 	if err != nil {
 		var le *events.LockedError
 		if errors.As(err, &le) {
@@ -105,8 +106,8 @@ func openError(dir string, err error) error {
 // openStoreToRecord opens the store for a command that records (wrap,
 // gateway). A session appended after lost messages would go on as if
 // they had never been, so it refuses a damaged stream.
-func (m *Main) openStoreToRecord(ctx context.Context, dirFlag string, approvals bool, maxBytes int64) (*events.Store, error) {
-	s, err := m.openStoreCapped(ctx, dirFlag, approvals, maxBytes)
+func (m *Main) openStoreToRecord(ctx context.Context, dirFlag string, approvals bool, maxBytes int64, hub *events.HubConfig) (*events.Store, error) {
+	s, err := m.openStoreCapped(ctx, dirFlag, approvals, maxBytes, hub)
 	if err != nil {
 		return nil, err
 	}

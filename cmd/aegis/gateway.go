@@ -19,7 +19,7 @@ import (
 
 const gatewayUsage = `Usage:
   aegis gateway --config FILE --audit PATH --signing-key PATH [--state-dir DIR] [--approval-ttl D]
-                [--max-state-size SIZE]
+                [--max-state-size SIZE] [--hub URL[,URL…] [--host NAME] [--hub-creds FILE] [--hub-ca FILE]]
   aegis            (with AEGIS_CONFIG, default ./aegis.yaml, AEGIS_AUDIT and AEGIS_SIGNING_KEY;
                     AEGIS_STATE_DIR and AEGIS_MAX_STATE_SIZE are optional)
 
@@ -81,6 +81,9 @@ can be recorded, so every call is refused and not run, with an error saying
 the directory reached its cap. Nothing is dropped or deleted. Recording
 applies backpressure as in wrap, so memory stays bounded under a flood.
 
+--hub, --host, --hub-creds and --hub-ca link the event store to a fleet's
+NATS hub, as for aegis wrap (aegis help hub).
+
 Example (Claude Desktop / Cursor "mcpServers" entry):
   "aegis": {"command": "aegis", "args": ["gateway", "--config", "/etc/aegis/aegis.yaml",
             "--audit", "/var/log/aegis/calls.aarl", "--signing-key", "/etc/aegis/signing.key"]}
@@ -95,10 +98,15 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
 	var maxState sizeFlag
 	fs.Var(&maxState, "max-state-size", "cap on the state directory's event stream, such as 10GiB")
+	hubf := addHubFlags(fs)
 	if err := m.parseFlags(fs, gatewayUsage, args); err != nil {
 		return err
 	}
 	maxBytes, err := stateSizeCap(maxState)
+	if err != nil {
+		return err
+	}
+	hub, err := hubf.config()
 	if err != nil {
 		return err
 	}
@@ -108,7 +116,7 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	if *config == "" || *audit == "" || *keyPath == "" {
 		return usagef("aegis gateway --config aegis.yaml --audit calls.aarl --signing-key KEY", "gateway needs --config, --audit and --signing-key")
 	}
-	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes)
+	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub)
 }
 
 // runBareGateway is the seed's bare 'aegis': the gateway from AEGIS_CONFIG
@@ -136,12 +144,12 @@ func (m *Main) runBareGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes)
+	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil)
 }
 
 var errNoGateway = errors.New("no gateway configured")
 
-func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64) error {
+func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig) error {
 	data, err := os.ReadFile(config)
 	if err != nil {
 		return withHint(fmt.Errorf("could not read gateway file: %w", err), "--config (or AEGIS_CONFIG) names the YAML file")
@@ -187,7 +195,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 
-	store, err := m.openStoreToRecord(start.ctx, stateDirFlag, true, maxBytes)
+	store, err := m.openStoreToRecord(start.ctx, stateDirFlag, true, maxBytes, hub)
 	if err != nil {
 		return start.err(err)
 	}

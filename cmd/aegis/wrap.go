@@ -21,6 +21,7 @@ import (
 
 const wrapUsage = `Usage:
   aegis wrap --audit PATH --signing-key PATH [--state-dir DIR] [--max-state-size SIZE]
+             [--hub URL[,URL…] [--host NAME] [--hub-creds FILE] [--hub-ca FILE]]
              [--policy FILE [--approval-ttl D]]
              [--confine [--allow-read P]… [--allow-write P]… [--allow-net HOST:PORT]…
                         [--allow-exec-support] [--allow-udp] [--allow-mptcp] [--best-effort]]
@@ -76,6 +77,14 @@ acknowledged event stays. Raise the cap, or export the record and start a
 new --state-dir. Without it the stream grows until the disk is full, which
 fails the same way.
 
+--hub links the event store to a fleet's NATS hub as a leaf node (the
+hub's leaf node URLs, nats:// or tls://), under the JetStream domain
+--host (default: this machine's host name), with --hub-creds and --hub-ca
+for the link. The hub mirrors the stream once 'aegis hub enroll HOST' made
+its mirror. Nothing waits for the hub: a call still waits only for this
+machine's disk, and while the link is down the events wait here. See
+'aegis help hub' and docs/fleet.md.
+
 Not covered by --confine: file metadata outside the grants (stat, and
 chmod/chown/utimes/xattrs: a root server can chmod the signing key, though
 not read it); system calls the filter does not name, System V IPC and POSIX
@@ -122,6 +131,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	stateDir := fs.String("state-dir", "", "state directory")
 	var maxState sizeFlag
 	fs.Var(&maxState, "max-state-size", "cap on the state directory's event stream, such as 10GiB")
+	hubf := addHubFlags(fs)
 	grace := fs.Duration("grace", proxy.DefaultGrace, "how long the server may answer after the host closed stdin")
 	policyPath := fs.String("policy", "", "policy file deciding every tools/call")
 	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
@@ -149,6 +159,10 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	}
 
 	maxBytes, err := stateSizeCap(maxState)
+	if err != nil {
+		return err
+	}
+	hub, err := hubf.config()
 	if err != nil {
 		return err
 	}
@@ -190,7 +204,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	start := m.watchStart(ctx, sigs)
 	defer start.done()
 
-	store, err := m.openStoreToRecord(start.ctx, *stateDir, set != nil, maxBytes)
+	store, err := m.openStoreToRecord(start.ctx, *stateDir, set != nil, maxBytes, hub)
 	if err != nil {
 		return start.err(err)
 	}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/aegis-dev/aegis/events"
+)
+
+const hubUsage = `Usage:
+  aegis hub enroll HOST --hub URL[,URL…] [--creds FILE] [--ca FILE] [--replicas N]
+
+A fleet of aegis proxies keeps each machine's events off the machine too:
+each aegis (wrap or gateway, with --hub) links its embedded store to a NATS
+hub, a stock JetStream cluster, as a leaf node under a JetStream domain
+named after its host, and the hub mirrors that stream. A call still waits
+only for the machine's own disk; while the hub is away the events wait on
+the machine, and the mirror catches up when it is back.
+
+enroll makes the hub's mirror of HOST's stream, AEGIS_<HOST>: file stored,
+N replicas (default 3, one per node of a three-node hub), with delete and
+purge denied, mirroring $JS.<HOST>.API's AEGIS. Run it once per host, as
+an admin of the hub's JetStream account; --hub takes the hub's client
+URLs. It is safe to run again: an existing mirror is left as it is if it
+is the same, and refused otherwise.
+
+docs/fleet.md (aegis help fleet) has the hub's configuration.
+
+Example:
+  $ aegis hub enroll laptop-7 --hub nats://hub-1:4222,nats://hub-2:4222 --creds admin.creds
+  $ aegis wrap --hub nats://hub-1:7422,nats://hub-2:7422 --host laptop-7 --audit calls.aarl --signing-key key -- server
+`
+
+// hubFlags are the flags of a command that records with a hub: wrap and
+// gateway.
+type hubFlags struct {
+	urls, creds, ca, host *string
+}
+
+func addHubFlags(fs *flag.FlagSet) *hubFlags {
+	return &hubFlags{
+		urls:  fs.String("hub", "", "link the event store to this NATS hub (leaf node URLs, comma-separated)"),
+		creds: fs.String("hub-creds", "", "NATS credentials file for the hub link"),
+		ca:    fs.String("hub-ca", "", "CA bundle (PEM) the hub's certificate must chain to"),
+		host:  fs.String("host", "", "this machine's name in the fleet (default: the host name)"),
+	}
+}
+
+// config returns the store's hub configuration, nil without --hub.
+func (h *hubFlags) config() (*events.HubConfig, error) {
+	if *h.urls == "" {
+		if *h.creds != "" || *h.ca != "" || *h.host != "" {
+			return nil, usagef("add --hub URL", "--hub-creds, --hub-ca and --host need --hub")
+		}
+		return nil, nil
+	}
+	host := *h.host
+	if host == "" {
+		name, err := os.Hostname()
+		if err != nil {
+			return nil, usagef("name it with --host NAME", "this machine has no host name: %v", err)
+		}
+		host, _, _ = strings.Cut(name, ".")
+	}
+	if !events.ValidHost(host) {
+		return nil, usagef("name it with --host NAME: letters, digits, - and _", "host name %q cannot name a host of a fleet", host)
+	}
+	return &events.HubConfig{URLs: splitURLs(*h.urls), Host: host, Credentials: *h.creds, CAFile: *h.ca}, nil
+}
+
+func splitURLs(s string) []string {
+	var out []string
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func (m *Main) runHub(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usagef("aegis hub enroll HOST --hub URL", "hub: missing subcommand")
+	}
+	if args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(m.Stdout, hubUsage)
+		return nil
+	}
+	if args[0] != "enroll" {
+		return usagef("aegis hub enroll HOST --hub URL", "hub: unknown subcommand %q", args[0])
+	}
+	fs := m.newFlagSet("hub enroll")
+	urls := fs.String("hub", "", "the hub's client URLs, comma-separated")
+	creds := fs.String("creds", "", "NATS credentials file of a hub admin")
+	ca := fs.String("ca", "", "CA bundle (PEM) for tls:// URLs")
+	replicas := fs.Int("replicas", 3, "replicas of the mirror")
+	rest, host := args[1:], ""
+	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		host, rest = rest[0], rest[1:] // HOST first, as the usage shows
+	}
+	if err := m.parseFlags(fs, hubUsage, rest); err != nil {
+		return err
+	}
+	if host == "" && fs.NArg() == 1 {
+		host = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		return usagef("aegis hub enroll HOST --hub URL", "hub enroll: unexpected argument %q", fs.Arg(0))
+	}
+	if host == "" || *urls == "" {
+		return usagef("aegis hub enroll HOST --hub URL", "hub enroll: needs one HOST and --hub")
+	}
+	if !events.ValidHost(host) {
+		return usagef("letters, digits, - and _, at most 63", "hub enroll: host name %q", host)
+	}
+	if *replicas < 1 || *replicas > 5 {
+		return usagef("--replicas 1 to 5 (JetStream's limit)", "hub enroll: --replicas %d", *replicas)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := events.Enroll(ctx, events.HubAdmin{URLs: splitURLs(*urls), Credentials: *creds, CAFile: *ca}, host, *replicas)
+	switch {
+	case errors.Is(err, events.ErrMirrorConflict):
+		return withHint(err, "it was made by hand or with other settings; look at it with the nats CLI before you remove anything")
+	case err != nil:
+		return withHint(err, "--hub takes the hub's client URLs (the port clients use, not the leaf node port), and enroll needs rights to create streams in the hub's JetStream account")
+	}
+	name := events.MirrorName(host)
+	fmt.Fprintf(m.Stdout, "enrolled %s: the hub mirrors its stream as %s (%d replicas, delete and purge denied)\n", host, name, *replicas)
+	fmt.Fprintf(m.Stdout, "on %s: aegis wrap|gateway --hub LEAF_URLS --host %s …\n", host, host)
+	return nil
+}

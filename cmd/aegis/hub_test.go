@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/events/hubtest"
+)
+
+// A host enrolled with aegis hub enroll and wrapped with --hub has its
+// events mirrored on a real three-node hub, every one, once; enrolling
+// again is refused only for a stream that is not the mirror.
+func TestFleetMirrorsAWrap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a hub and aegis wrap")
+	}
+	h := hubtest.New(t, 3)
+	ctx := context.Background()
+	nc, js := h.JetStream(ctx)
+	defer nc.Close()
+	l := newLive(t, "")
+	hubURLs := strings.Join(h.ClientURLs(), ",")
+	if out, code := l.aegis("hub", "enroll", "laptop-1", "--hub", hubURLs); code != 0 || !strings.Contains(out, "enrolled laptop-1: the hub mirrors its stream as AEGIS_laptop-1 (3 replicas") {
+		t.Fatalf("enroll: exit %d\n%s", code, out)
+	}
+	if out, code := l.aegis("hub", "enroll", "laptop-1", "--hub", hubURLs); code != 0 {
+		t.Fatalf("enroll again: exit %d\n%s", code, out)
+	}
+	if out, code := l.aegis("hub", "enroll", "laptop-1", "--hub", hubURLs, "--replicas", "1"); code != 1 || !strings.Contains(out, "is not this mirror") {
+		t.Fatalf("enroll with other settings: exit %d\n%s", code, out)
+	}
+
+	w := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
+		"--hub", strings.Join(h.LeafURLs(), ","), "--host", "laptop-1", "--", filepath.Join(l.bin, "aegis-example-server")))
+	w.initialize()
+	for i := range 5 {
+		if a := w.call(i+1, "tools/call", `{"name":"echo","arguments":{"message":"fleet"}}`); !strings.Contains(a, "fleet") {
+			t.Fatalf("echo: %s", a)
+		}
+	}
+	// The hub pulls while the host's aegis runs, as a host's does for
+	// hours; what a run leaves behind waits for the next. The mirror holds
+	// every message of the calls, the first call's intent included.
+	mirror, err := js.Stream(ctx, events.MirrorName("laptop-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		info, err := mirror.Info(ctx)
+		if err == nil && info.State.Msgs >= 10 && info.State.Msgs == info.State.LastSeq {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mirror holds %+v (%v)", info.State, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	w.finish()
+
+	// The next run on the host lets the hub take what the last one left.
+	st, err := events.Open(ctx, events.Config{Dir: l.state, Hub: &events.HubConfig{URLs: h.LeafURLs(), Host: "laptop-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(ctx)
+	var local uint64
+	st.Replay(ctx, events.Position{}, func(r events.Record) error { local = r.Pos.Seq; return nil })
+	deadline = time.Now().Add(90 * time.Second)
+	for {
+		info, err := mirror.Info(ctx)
+		if err == nil && info.State.LastSeq == local && info.State.Msgs == local {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mirror holds %+v, the host %d messages (%v)", info.State, local, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
