@@ -118,7 +118,6 @@
 //     mode 0700, and XDG_RUNTIME_DIR one that only this user can write;
 //     anything else is refused with the reason, never worked around.
 //
-//
 // A fleet (hub.go): with [Config.Hub] the embedded server is also a leaf
 // node of a NATS hub, under a JetStream domain named after the host, and
 // the hub mirrors the stream ([MirrorConfig], [Enroll]). The hub pulls;
