@@ -35,10 +35,22 @@ type item struct {
 	pos     Position
 	err     error
 
+	// alone: the event is committed in a message of its own, under its
+	// own subject (see committedAlone).
+	alone    bool
 	deferred bool
 	kind     schemas.Kind
 	at       time.Time
 	frame    []byte
+}
+
+// committedAlone reports whether events of kind k are committed each in a
+// message of its own, under the subject aegis.<session>.<kind>, so that a
+// reader (a catch-up, a hub reading a mirror) finds the last one by its
+// subject without reading the stream: a session's start and a record's
+// checkpoints.
+func committedAlone(k schemas.Kind) bool {
+	return k == schemas.KindSessionOpened || k == schemas.KindRecordCheckpoint
 }
 
 // Receipt is the promise of an enqueued event. Wait blocks until the event
@@ -209,7 +221,7 @@ func (s *Store) enqueue(lazy bool, evs []schemas.Event) ([]*Receipt, error) {
 		if len(data) > s.cfg.MaxEventBytes {
 			return nil, fmt.Errorf("append %s event of %d bytes: %w (limit %d)", e.Kind, len(data), ErrTooLarge, s.cfg.MaxEventBytes)
 		}
-		items[i] = &item{store: s, lazy: lazy, session: e.Session, subject: e.Subject(), data: data, size: len(data), done: make(chan struct{})}
+		items[i] = &item{store: s, lazy: lazy, session: e.Session, subject: e.Subject(), data: data, size: len(data), done: make(chan struct{}), alone: committedAlone(e.Kind)}
 	}
 	return s.queueItems(lazy, items)
 }
@@ -325,7 +337,7 @@ func (s *Store) takeLocked() ([]*item, error) {
 	n, size := 0, 0
 	for n < len(s.queue) && n < s.cfg.MaxBatchEvents {
 		it := s.queue[n]
-		if n > 0 && (it.session != s.queue[0].session || size+it.size+1 > s.cfg.MaxBatchBytes) {
+		if n > 0 && (it.session != s.queue[0].session || it.alone || s.queue[0].alone || size+it.size+1 > s.cfg.MaxBatchBytes) {
 			break
 		}
 		size += it.size + 1

@@ -137,22 +137,11 @@ func Enroll(ctx context.Context, admin HubAdmin, host string, replicas int) erro
 	if !ValidHost(host) {
 		return fmt.Errorf("host name %q: use letters, digits, - and _ (at most 63)", host)
 	}
-	opts := []nats.Option{nats.Name("aegis hub enroll"), nats.Timeout(10 * time.Second)}
-	if admin.Credentials != "" {
-		opts = append(opts, nats.UserCredentials(admin.Credentials))
-	}
-	if admin.CAFile != "" {
-		opts = append(opts, nats.RootCAs(admin.CAFile))
-	}
-	nc, err := nats.Connect(strings.Join(admin.URLs, ","), opts...)
-	if err != nil {
-		return fmt.Errorf("connect to the hub: %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	nc, js, err := admin.connect("aegis hub enroll")
 	if err != nil {
 		return err
 	}
+	defer nc.Close()
 	cfg := MirrorConfig(host, replicas)
 	if _, err = js.CreateStream(ctx, cfg); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return fmt.Errorf("%s: %w", cfg.Name, ErrMirrorConflict)
@@ -160,4 +149,25 @@ func Enroll(ctx context.Context, admin HubAdmin, host string, replicas int) erro
 		return fmt.Errorf("create the mirror %s: %w", cfg.Name, err)
 	}
 	return nil
+}
+
+// connect connects to the hub as the admin.
+func (a HubAdmin) connect(name string) (*nats.Conn, jetstream.JetStream, error) {
+	opts := []nats.Option{nats.Name(name), nats.Timeout(10 * time.Second)}
+	if a.Credentials != "" {
+		opts = append(opts, nats.UserCredentials(a.Credentials))
+	}
+	if a.CAFile != "" {
+		opts = append(opts, nats.RootCAs(a.CAFile))
+	}
+	nc, err := nats.Connect(strings.Join(a.URLs, ","), opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to the hub: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }

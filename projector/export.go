@@ -462,3 +462,38 @@ func tailOfFile(f *os.File, size int64) (Tail, error) {
 	t.NeedsNewline = needsNewline
 	return t, nil
 }
+
+// ExportReplay writes to w the audit lines of the events that replay
+// delivers, in its order, each followed by '\n', keeping the sessions that
+// keep accepts (nil: all) by their session.opened: what [Export] writes of
+// a store, for a stream read elsewhere, such as a hub's mirror. It holds one
+// event at a time.
+func ExportReplay(replay func(func(events.Record) error) error, keep func(id string, so SessionOpened) bool, w io.Writer) (lines, sessions int, err error) {
+	chosen := map[string]bool{}
+	err = replay(func(r events.Record) error {
+		e := r.Event
+		if e.Kind == schemas.KindSessionOpened {
+			var so SessionOpened
+			if json.Unmarshal(e.Payload, &so) == nil && (keep == nil || keep(e.Session, so)) && !chosen[e.Session] {
+				chosen[e.Session] = true
+				sessions++
+			}
+		}
+		if !chosen[e.Session] {
+			return nil
+		}
+		line, ok := lineOf(e)
+		if !ok {
+			return nil
+		}
+		if _, err := io.WriteString(w, line); err != nil {
+			return err
+		}
+		if _, err := w.Write([]byte{'\n'}); err != nil {
+			return err
+		}
+		lines++
+		return nil
+	})
+	return lines, sessions, err
+}

@@ -18,6 +18,7 @@ import (
 
 const exportUsage = `Usage:
   aegis export [--state-dir DIR] [--session ID]… [--audit PATH] [--salvage] --out FILE
+  aegis export --hub URL --host HOST [--hub-creds FILE] [--hub-ca FILE] [--session ID]… [--audit PATH] --out FILE
 
 Rebuilds an audit record from the event stream: the canonical lines of the
 chosen sessions, in stream order (whatever the order of --session), byte
@@ -42,6 +43,11 @@ as Indeterminate (record_gap) and checks every line around the gaps;
 without --allow-gaps a gap is lines dropped, Tampered. A salvage that
 found gaps still exits 1, after writing FILE.
 
+--hub reads the host's mirror on a fleet's hub instead of a state
+directory (the hub's client URLs; --host names the host, --hub-creds and
+--hub-ca the connection): the same lines, from the copy off the machine.
+--audit then matches the path exactly as the host recorded it.
+
 Example:
   $ aegis export --state-dir ~/.local/state/aegis --audit calls.aarl --out rebuilt.aarl
   $ cmp calls.aarl rebuilt.aarl
@@ -60,7 +66,11 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 	audit := fs.String("audit", "", "only sessions that recorded to this path")
 	out := fs.String("out", "", "output file, or - for stdout")
 	salvage := fs.Bool("salvage", false, "write what a damaged stream still holds, with its gaps marked")
+	hub := addReaderFlags(fs)
 	if err := m.parseFlags(fs, exportUsage, args); err != nil {
+		return err
+	}
+	if err := hub.noneWithout(); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -73,6 +83,12 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 		if !schemas.ValidID(s) {
 			return usagef("session ids are printed by 'aegis events list'", "export: bad --session %q", s)
 		}
+	}
+	if hub.set() {
+		if *dir != "" || *salvage {
+			return usagef("aegis export --hub URL --host HOST [--session ID]… [--audit PATH] --out FILE", "export --hub reads the hub's mirror: no --state-dir or --salvage")
+		}
+		return m.exportMirror(ctx, hub, sessions, *audit, *out)
 	}
 	// Reading never creates a state directory.
 	stateDir, err := m.stateDir(*dir)
@@ -140,6 +156,38 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 		return fmt.Errorf("export: %w", err)
 	}
 	fmt.Fprintf(m.Stderr, "aegis: exported %d lines of %d sessions to %s\n", n, len(ids), *out)
+	return nil
+}
+
+// exportMirror exports from a host's mirror on the hub: the sessions
+// named, or those that recorded to audit (the path as the host recorded
+// it), or all.
+func (m *Main) exportMirror(ctx context.Context, hub *readerFlags, sessions []string, audit, out string) error {
+	mirror, err := hub.open(ctx, "export")
+	if err != nil {
+		return err
+	}
+	defer mirror.Close()
+	var keep func(string, projector.SessionOpened) bool
+	switch {
+	case len(sessions) > 0:
+		want := map[string]bool{}
+		for _, s := range sessions {
+			want[s] = true
+		}
+		keep = func(id string, _ projector.SessionOpened) bool { return want[id] }
+	case audit != "":
+		keep = func(_ string, so projector.SessionOpened) bool { return so.AuditPath == audit }
+	}
+	var lines, n int
+	err = writeOut(out, m.Stdout, func(w io.Writer) (err error) {
+		lines, n, err = projector.ExportReplay(func(fn func(events.Record) error) error { return mirror.Replay(ctx, fn) }, keep, w)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("export from the hub: %w", err)
+	}
+	fmt.Fprintf(m.Stderr, "aegis: exported %d lines of %d sessions from the hub's mirror of %s to %s\n", lines, n, *hub.host, out)
 	return nil
 }
 

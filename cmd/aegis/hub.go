@@ -134,3 +134,43 @@ func (m *Main) runHub(ctx context.Context, args []string) error {
 	fmt.Fprintf(m.Stdout, "on %s: aegis wrap|gateway --hub LEAF_URLS --host %s …\n", host, host)
 	return nil
 }
+
+// readerFlags are the flags of a command that reads a host's mirror on
+// the hub (export, verify): the hub's client URLs, not its leaf URLs.
+type readerFlags struct {
+	urls, creds, ca, host *string
+}
+
+func addReaderFlags(fs *flag.FlagSet) *readerFlags {
+	return &readerFlags{
+		urls:  fs.String("hub", "", "read the host's mirror on this NATS hub (client URLs, comma-separated)"),
+		creds: fs.String("hub-creds", "", "NATS credentials file for the hub"),
+		ca:    fs.String("hub-ca", "", "CA bundle (PEM) the hub's certificate must chain to"),
+		host:  fs.String("host", "", "the host whose mirror to read"),
+	}
+}
+
+func (r *readerFlags) set() bool { return *r.urls != "" }
+
+// open opens the mirror the flags name.
+func (r *readerFlags) open(ctx context.Context, cmd string) (*events.Mirror, error) {
+	if *r.host == "" {
+		return nil, usagef("aegis "+cmd+" --hub URL --host HOST …", "%s: --hub needs --host, the host whose mirror to read", cmd)
+	}
+	mirror, err := events.OpenMirror(ctx, events.HubAdmin{URLs: splitURLs(*r.urls), Credentials: *r.creds, CAFile: *r.ca}, *r.host)
+	switch {
+	case errors.Is(err, events.ErrNotEnrolled):
+		return nil, withHint(err, "enroll it with: aegis hub enroll "+*r.host+" --hub URL")
+	case err != nil:
+		return nil, withHint(err, "--hub takes the hub's client URLs (the port clients use, not the leaf node port)")
+	}
+	return mirror, nil
+}
+
+// noneWithout refuses the reader flags without --hub.
+func (r *readerFlags) noneWithout() error {
+	if *r.urls == "" && (*r.creds != "" || *r.ca != "" || *r.host != "") {
+		return usagef("add --hub URL", "--hub-creds, --hub-ca and --host need --hub")
+	}
+	return nil
+}

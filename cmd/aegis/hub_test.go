@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/events/hubtest"
+	"github.com/aegis-dev/aegis/projector"
 )
 
 // A host enrolled with aegis hub enroll and wrapped with --hub has its
@@ -62,6 +65,12 @@ func TestFleetMirrorsAWrap(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	w.finish()
+	// A second, short session: its lines reach the hub with the next run.
+	w = l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
+		"--hub", strings.Join(h.LeafURLs(), ","), "--host", "laptop-1", "--", filepath.Join(l.bin, "aegis-example-server")))
+	w.initialize()
+	w.call(1, "tools/call", `{"name":"echo","arguments":{"message":"second"}}`)
+	w.finish()
 
 	// The next run on the host lets the hub take what the last one left.
 	st, err := events.Open(ctx, events.Config{Dir: l.state, Hub: &events.HubConfig{URLs: h.LeafURLs(), Host: "laptop-1"}})
@@ -81,5 +90,31 @@ func TestFleetMirrorsAWrap(t *testing.T) {
 			t.Fatalf("the mirror holds %+v, the host %d messages (%v)", info.State, local, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	st.Close(ctx)
+
+	// The hub's copy exports byte for byte what the host recorded.
+	fromHub, fromHost := filepath.Join(l.dir, "hub.aarl"), filepath.Join(l.dir, "host.aarl")
+	if out, code := l.aegis("export", "--hub", hubURLs, "--host", "laptop-1", "--out", fromHub); code != 0 {
+		t.Fatalf("export --hub: exit %d\n%s", code, out)
+	}
+	l.mustAegis("export", "--state-dir", l.state, "--out", fromHost)
+	if a, b, c := readFile(t, fromHub), readFile(t, fromHost), readFile(t, l.audit); !bytes.Equal(a, b) || !bytes.Equal(b, c) {
+		t.Fatalf("the hub's export (%d bytes), the host's (%d) and the record (%d) differ", len(a), len(b), len(c))
+	}
+	pub := l.publicKey()
+	if out, code := l.aegis("verify", "--key", pub, "--hub", hubURLs, "--host", "laptop-1", l.audit); code != 0 || !strings.Contains(out, "checkpoints hub:AEGIS_laptop-1: 1, the last of ") {
+		t.Fatalf("verify --hub: exit %d\n%s", code, out)
+	}
+
+	// The last session cut from the record, and its sidecar with it: the
+	// machine's copies agree, the hub's checkpoint does not.
+	truncateLines(t, l.audit, 4)
+	os.Remove(l.audit + projector.CheckpointsSuffix)
+	if out, code := l.aegis("verify", "--key", pub, l.audit); code != 0 {
+		t.Fatalf("the cut record alone: exit %d\n%s", code, out)
+	}
+	if out, code := l.aegis("verify", "--key", pub, "--hub", hubURLs, "--host", "laptop-1", l.audit); code != 1 || !strings.Contains(out, "Tampered: ") || !strings.Contains(out, "lines were cut from its end") {
+		t.Fatalf("the cut record against the hub: exit %d\n%s", code, out)
 	}
 }

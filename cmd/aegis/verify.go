@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 	"github.com/aegis-dev/aegis/verifier"
@@ -18,6 +21,7 @@ import (
 const verifyUsage = `Usage:
   aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] [--checkpoint FILE]… RECORD…
   aegis verify --key HEX… | --trust-store PATH --proof FILE
+  aegis verify --hub URL --host HOST [--hub-creds FILE] [--hub-ca FILE] [--key HEX]… RECORD…
 
 Checks an audit record offline (no state directory, no network) and prints:
 
@@ -67,6 +71,12 @@ there, and whoever drops lines can write one. --allow-gaps says the record
 is a salvage: gap lines then make it Indeterminate (record_gap), and every
 line around them is still checked.
 
+--hub (the hub's client URLs) with --host checks the live file against
+the last checkpoint of it that the host's mirror on a fleet's hub holds,
+in place of RECORD.checkpoints: a record cut on the machine after that
+checkpoint reached the hub is Tampered, even with its sidecar cut too (an
+'aegis export' of a cut stream as well).
+
 --proof FILE checks a proof that 'aegis prove' printed, without the
 record: its checkpoints must be signed by a pinned key, and the RFC 6962
 inclusion or consistency proof must hold. It prints Verified and what was
@@ -97,7 +107,7 @@ func (f *keysFlag) Set(v string) error {
 const maxCheckpointFile = 64 << 10
 
 // verify exits 1 on a usage error, not 2: 2 means "unreadable" here.
-func (m *Main) runVerify(_ context.Context, args []string) error {
+func (m *Main) runVerify(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("verify")
 	var keys keysFlag
 	fs.Var(&keys, "key", "trusted public key (repeatable)")
@@ -106,6 +116,7 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 	var checkpoints multiFlag
 	fs.Var(&checkpoints, "checkpoint", "signed checkpoint of one RECORD (repeatable, once per RECORD)")
 	proof := fs.String("proof", "", "check a proof that aegis prove printed, instead of a record")
+	hub := addReaderFlags(fs)
 	if err := m.parseFlags(fs, verifyUsage, args); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
@@ -113,8 +124,11 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 		}
 		return err
 	}
+	if err := hub.noneWithout(); err != nil {
+		return &exitError{code: 1, err: err}
+	}
 	if *proof != "" {
-		if fs.NArg() > 0 || len(checkpoints) > 0 || *allowGaps {
+		if fs.NArg() > 0 || len(checkpoints) > 0 || *allowGaps || hub.set() {
 			return &exitError{code: 1, err: errors.New("verify --proof checks the proof alone: no RECORD, --checkpoint or --allow-gaps"), hint: "aegis verify --key PUBLIC_KEY_HEX --proof FILE"}
 		}
 	} else if fs.NArg() == 0 {
@@ -166,6 +180,11 @@ func (m *Main) runVerify(_ context.Context, args []string) error {
 	}
 	if err := assignCheckpoints(segs, checkpoints); err != nil {
 		return err
+	}
+	if hub.set() {
+		if err := m.hubCheckpoint(ctx, hub, &segs[len(segs)-1]); err != nil {
+			return err
+		}
 	}
 	var res verifier.Result
 	if len(segs) == 1 && segs[0].Checkpoint == nil && segs[0].Checkpoints == nil {
@@ -330,5 +349,41 @@ func (m *Main) verifyProof(path string, opts verifier.Options) error {
 	case schemas.ProofConsistency:
 		fmt.Fprintf(m.Stdout, "the tree of %d lines, root %s, is a prefix of the tree of %d lines, root %s, of %s\n", res.Old.Size, p.OldRoot, cp.Size, p.Root, cp.Origin)
 	}
+	return nil
+}
+
+// hubMirrorLookback bounds how far back from a mirror's end verify --hub
+// looks for a checkpoint of the record when the last one is of another
+// file.
+const hubMirrorLookback = 1 << 20
+
+// hubCheckpoint sets the live record file's checkpoints to the last one
+// of it that the hub's mirror of the host holds: the record must hold
+// what that one covers, whatever was done to the machine's copies.
+func (m *Main) hubCheckpoint(ctx context.Context, hub *readerFlags, seg *verifier.Segment) error {
+	mirror, err := hub.open(ctx, "verify")
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer mirror.Close()
+	base := filepath.Base(seg.Name)
+	rec, ok, err := mirror.LastCheckpoint(ctx, hubMirrorLookback, func(e schemas.Event) bool {
+		var c projector.RecordCheckpoint
+		return json.Unmarshal(e.Payload, &c) == nil && filepath.Base(c.AuditPath) == base
+	})
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("read the hub: %w", err)}
+	}
+	if !ok {
+		return &exitError{code: 2, err: fmt.Errorf("the hub's mirror of %s holds no checkpoint of a record named %s", *hub.host, base),
+			hint: "checkpoints reach the hub once the host's aegis signed one (every 1024 lines, 10 s, at close) and the mirror pulled it"}
+	}
+	var c projector.RecordCheckpoint
+	if err := json.Unmarshal(rec.Event.Payload, &c); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("the hub's checkpoint at %d: %w", rec.Pos.Seq, err)}
+	}
+	note := []byte(c.Note + "\n")
+	seg.Checkpoints = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(note)), nil }
+	seg.CheckpointsName = "hub:" + events.MirrorName(*hub.host)
 	return nil
 }

@@ -1,0 +1,151 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// Mirror reads one host's mirror on a hub: the events of that host's
+// stream as the hub holds them, off the host. Positions are the mirror's
+// sequences, which are the host stream's.
+type Mirror struct {
+	nc     *nats.Conn
+	stream jetstream.Stream
+	js     jetstream.JetStream
+	host   string
+}
+
+// ErrNotEnrolled is returned by [OpenMirror] when the hub has no mirror of
+// the host.
+var ErrNotEnrolled = errors.New("the hub has no mirror of that host")
+
+// OpenMirror opens the hub's mirror of host.
+func OpenMirror(ctx context.Context, admin HubAdmin, host string) (*Mirror, error) {
+	if !ValidHost(host) {
+		return nil, fmt.Errorf("host name %q: use letters, digits, - and _ (at most 63)", host)
+	}
+	nc, js, err := admin.connect("aegis reader")
+	if err != nil {
+		return nil, err
+	}
+	stream, err := js.Stream(ctx, MirrorName(host))
+	if err != nil {
+		nc.Close()
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("%s: %w", MirrorName(host), ErrNotEnrolled)
+		}
+		return nil, fmt.Errorf("open the mirror %s: %w", MirrorName(host), err)
+	}
+	return &Mirror{nc: nc, js: js, stream: stream, host: host}, nil
+}
+
+// Close closes the connection to the hub.
+func (m *Mirror) Close() { m.nc.Close() }
+
+// last returns the mirror's last sequence now.
+func (m *Mirror) last(ctx context.Context) (uint64, error) {
+	info, err := m.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the mirror %s: %w", MirrorName(m.host), err)
+	}
+	return info.State.LastSeq, nil
+}
+
+// Replay calls fn, in order, for every event the mirror holds when it
+// is called, holding one message at a time. A gap in the mirror's
+// sequences is a [*DamageError].
+func (m *Mirror) Replay(ctx context.Context, fn func(Record) error) error {
+	last, err := m.last(ctx)
+	if err != nil || last == 0 {
+		return err
+	}
+	cons, err := m.js.OrderedConsumer(ctx, MirrorName(m.host), jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: consumerIdle,
+	})
+	if err != nil {
+		return fmt.Errorf("read the mirror: %w", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("read the mirror: %w", err)
+	}
+	defer it.Stop()
+	for want := uint64(1); want <= last; want++ {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return fmt.Errorf("read the mirror at %d of %d: %w", want, last, err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("read the mirror: %w", err)
+		}
+		seq := meta.Sequence.Stream
+		if seq != want {
+			return &DamageError{Dir: "hub:" + MirrorName(m.host), First: 1, Last: last, Missing: []SeqRange{{want, seq - 1}},
+				Detail: "the hub's mirror does not hold them"}
+		}
+		evs, err := decodeMessage(msg.Data(), msg.Headers())
+		if err != nil {
+			return &DecodeError{Seq: seq, Err: err}
+		}
+		for i, e := range evs {
+			if err := fn(Record{Pos: Position{Seq: seq, Index: i}, Event: e}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// LastEvent returns the last event of the mirror that match accepts,
+// reading back from the mirror's end at most limit messages, and false
+// when none of them holds one.
+func (m *Mirror) LastEvent(ctx context.Context, limit int, match func(schemas.Event) bool) (Record, bool, error) {
+	last, err := m.last(ctx)
+	if err != nil {
+		return Record{}, false, err
+	}
+	for seq := last; seq > 0 && last-seq < uint64(limit); seq-- {
+		msg, err := m.stream.GetMsg(ctx, seq)
+		if err != nil {
+			return Record{}, false, fmt.Errorf("read the mirror at %d: %w", seq, err)
+		}
+		evs, err := decodeMessage(msg.Data, msg.Header)
+		if err != nil {
+			return Record{}, false, &DecodeError{Seq: seq, Err: err}
+		}
+		for i := len(evs) - 1; i >= 0; i-- {
+			if match(evs[i]) {
+				return Record{Pos: Position{Seq: seq, Index: i}, Event: evs[i]}, true, nil
+			}
+		}
+	}
+	return Record{}, false, nil
+}
+
+// LastCheckpoint returns the mirror's last record.checkpoint event that
+// match accepts: the last of all by its subject (checkpoints are committed
+// alone), else the last one reading back at most limit messages.
+func (m *Mirror) LastCheckpoint(ctx context.Context, limit int, match func(schemas.Event) bool) (Record, bool, error) {
+	msg, err := m.stream.GetLastMsgForSubject(ctx, "aegis.*."+string(schemas.KindRecordCheckpoint))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return Record{}, false, nil
+	case err != nil:
+		return Record{}, false, fmt.Errorf("read the mirror's last checkpoint: %w", err)
+	}
+	evs, err := decodeMessage(msg.Data, msg.Header)
+	if err != nil {
+		return Record{}, false, &DecodeError{Seq: msg.Sequence, Err: err}
+	}
+	if len(evs) == 1 && match(evs[0]) {
+		return Record{Pos: Position{Seq: msg.Sequence}, Event: evs[0]}, true, nil
+	}
+	return m.LastEvent(ctx, limit, func(e schemas.Event) bool { return e.Kind == schemas.KindRecordCheckpoint && match(e) })
+}
