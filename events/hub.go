@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 )
 
 // A fleet. With a [HubConfig] the embedded server is also a leaf node of
@@ -34,8 +35,12 @@ type HubConfig struct {
 	// Host names this machine in the fleet: the JetStream domain and the
 	// mirror's name. See [ValidHost].
 	Host string
-	// Credentials is a NATS credentials file for the link, "" for none.
+	// Credentials is a NATS credentials file (JWT) for the link, "" for
+	// none.
 	Credentials string
+	// NkeySeed is the seed of the host's nkey ([NewLeafKey]), which
+	// signs the link's connect, "" for none.
+	NkeySeed string
 	// CAFile is a PEM bundle the hub's certificate must chain to, for
 	// tls:// URLs; "" uses the system's roots.
 	CAFile string
@@ -58,7 +63,7 @@ func (h *HubConfig) apply(opts *server.Options) error {
 	if len(h.URLs) == 0 {
 		return errors.New("hub: no URL")
 	}
-	remote := &server.RemoteLeafOpts{Credentials: h.Credentials}
+	remote := &server.RemoteLeafOpts{Credentials: h.Credentials, Nkey: h.NkeySeed}
 	for _, u := range h.URLs {
 		pu, err := url.Parse(u)
 		if err != nil || pu.Host == "" {
@@ -114,8 +119,14 @@ func MirrorConfig(host string, replicas int) jetstream.StreamConfig {
 		DenyDelete:  true,
 		DenyPurge:   true,
 		Mirror: &jetstream.StreamSource{
-			Name:     StreamName,
-			External: &jetstream.ExternalStream{APIPrefix: "$JS." + host + ".API"},
+			Name: StreamName,
+			External: &jetstream.ExternalStream{
+				APIPrefix: "$JS." + host + ".API",
+				// The host's messages come to a subject of its own, so
+				// that its credentials can be let publish there and
+				// nowhere else (see LeafUser).
+				DeliverPrefix: DeliverPrefix(host),
+			},
 		},
 	}
 }
@@ -170,4 +181,45 @@ func (a HubAdmin) connect(name string) (*nats.Conn, jetstream.JetStream, error) 
 		return nil, nil, err
 	}
 	return nc, js, nil
+}
+
+// DeliverPrefix is the subject prefix under which host's stream delivers
+// to its mirror on the hub.
+func DeliverPrefix(host string) string { return "aegis-deliver." + host }
+
+// NewLeafKey makes a host's nkey (a NATS user key): the seed the host
+// keeps and signs its link with, and the public key the hub's
+// configuration names ([LeafUser]).
+func NewLeafKey() (seed []byte, public string, err error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, "", err
+	}
+	if seed, err = kp.Seed(); err != nil {
+		return nil, "", err
+	}
+	public, err = kp.PublicKey()
+	return seed, public, err
+}
+
+// LeafUser is the hub configuration of host's link: a user of the hub's
+// JetStream account, known by its nkey, that may connect only as a leaf
+// node and, as seen from the host, may
+//   - receive only its own domain's JetStream API requests (the mirror's
+//     consumer) and flow control;
+//   - send only its stream's deliveries to its own mirror and the replies
+//     to the mirror's requests, which the hub addresses per domain when
+//     its configuration sets feature_flags { js_api_reply_v2: true }.
+//
+// So the host's credentials reach no JetStream API of the hub (not its
+// own mirror's, not another host's) and no other host's subjects.
+func LeafUser(host, nkey string) string {
+	return fmt.Sprintf(`{
+  nkey: %q
+  allowed_connection_types: ["LEAFNODE"]
+  permissions: {
+    publish: { allow: [%q, %q] }
+    subscribe: { allow: [%q, "$JS.FC.>"] }
+  }
+}`, nkey, DeliverPrefix(host)+".>", "$JSC.R."+host+".>", "$JS."+host+".API.>")
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/aegis-dev/aegis/events/hubtest"
 	"github.com/aegis-dev/aegis/schemas"
@@ -126,5 +129,80 @@ func TestHubMirrorsTheStream(t *testing.T) {
 	}
 	if seq != 200 {
 		t.Fatalf("the host's stream holds %d events", seq)
+	}
+}
+
+// A host's link credentials, configured as LeafUser says, carry its
+// stream to its mirror and nothing else: through them the host cannot
+// delete or purge its own mirror, read or write another host's, or reach
+// the hub's JetStream API at all, and they are refused on the client
+// port.
+func TestHubLeafCredentialsReachOnlyTheirMirror(t *testing.T) {
+	seed1, pub1, err := NewLeafKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pub2, err := NewLeafKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hubtest.NewSecured(t, 3, LeafUser("laptop-1", pub1), LeafUser("laptop-2", pub2))
+	ctx := context.Background()
+	nc, js := h.JetStream(ctx)
+	defer nc.Close()
+	for _, host := range []string{"laptop-1", "laptop-2"} {
+		if _, err := js.CreateStream(ctx, MirrorConfig(host, 3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := Open(ctx, Config{Dir: filepath.Join(t.TempDir(), "state"), Hub: &HubConfig{URLs: h.LeafURLs(), Host: "laptop-1", NkeySeed: string(seed1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(ctx)
+	appendNotes(t, st, 20)
+	waitMirror(t, js, "laptop-1", 20, 90*time.Second)
+
+	// The host, through its own link, tries the hub's JetStream API.
+	hubJS, err := jetstream.NewWithDomain(st.nc, "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	try := func(what string, f func(context.Context) error) {
+		t.Helper()
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := f(c); err == nil {
+			t.Errorf("through the host's link: %s succeeded", what)
+		}
+	}
+	try("delete its own mirror", func(c context.Context) error { return hubJS.DeleteStream(c, MirrorName("laptop-1")) })
+	try("read another host's mirror", func(c context.Context) error { _, err := hubJS.Stream(c, MirrorName("laptop-2")); return err })
+	try("list the hub's streams", func(c context.Context) error { _, err := hubJS.AccountInfo(c); return err })
+	try("purge its own mirror", func(c context.Context) error {
+		s, err := hubJS.Stream(c, MirrorName("laptop-1"))
+		if err != nil {
+			return err
+		}
+		return s.Purge(c)
+	})
+	// On the client port the host's key is no user at all.
+	kp, err := nkeys.FromSeed(seed1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := nats.Connect(strings.Replace(h.ClientURLs()[0], "admin:admin@", "", 1), nats.Nkey(pub1, kp.Sign)); err == nil {
+		c.Close()
+		t.Error("the host's key connects as a client")
+	}
+	for _, host := range []string{"laptop-1", "laptop-2"} {
+		s, err := js.Stream(ctx, MirrorName(host))
+		if err != nil {
+			t.Fatalf("the mirror of %s is gone: %v", host, err)
+		}
+		info, _ := s.Info(ctx)
+		if host == "laptop-1" && info.State.Msgs != 20 {
+			t.Errorf("the mirror of laptop-1 holds %d messages", info.State.Msgs)
+		}
 	}
 }

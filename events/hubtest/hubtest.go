@@ -63,6 +63,7 @@ type Node struct {
 type Hub struct {
 	t     *testing.T
 	bin   string
+	admin string // userinfo of the admin, for a secured hub
 	Nodes []*Node
 }
 
@@ -76,9 +77,29 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// New starts a hub of n nodes; they are killed when the test ends.
-func New(t *testing.T, n int) *Hub {
+// New starts a hub of n nodes that takes any client and any leaf node
+// into one account; they are killed when the test ends.
+func New(t *testing.T, n int) *Hub { return start(t, n, nil) }
+
+// NewSecured starts a hub of n nodes with accounts: FLEET, whose
+// JetStream holds the mirrors, with the user admin (password admin,
+// [Hub.ClientURLs] carry it) and the leaf users given (LeafUser blocks),
+// and a system account. A connection without credentials is refused.
+func NewSecured(t *testing.T, n int, leafUsers ...string) *Hub { return start(t, n, leafUsers) }
+
+func start(t *testing.T, n int, leafUsers []string) *Hub {
 	h := &Hub{t: t, bin: natsServer(t)}
+	accounts := ""
+	if leafUsers != nil {
+		h.admin = "admin:admin@"
+		accounts = fmt.Sprintf(`accounts {
+  FLEET: { jetstream: enabled, users: [ {user: admin, password: admin}, %s ] }
+  SYS: { users: [ {user: sys, password: sys} ] }
+}
+system_account: SYS
+feature_flags { js_api_reply_v2: true }
+`, strings.Join(leafUsers, ", "))
+	}
 	dir := t.TempDir()
 	routes := make([]int, n)
 	for i := range n {
@@ -96,7 +117,7 @@ listen: 127.0.0.1:%d
 jetstream { store_dir: %q, domain: hub }
 cluster { name: hub, listen: 127.0.0.1:%d, routes: [%s] }
 leafnodes { listen: 127.0.0.1:%d }
-`, nd.name, nd.client, nd.dir, routes[i], strings.Join(routeURLs, ", "), nd.leaf)
+%s`, nd.name, nd.client, nd.dir, routes[i], strings.Join(routeURLs, ", "), nd.leaf, accounts)
 		if err := os.WriteFile(nd.conf, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +163,7 @@ func (h *Hub) LeafURLs() []string {
 func (h *Hub) ClientURLs() []string {
 	var out []string
 	for _, nd := range h.Nodes {
-		out = append(out, fmt.Sprintf("nats://127.0.0.1:%d", nd.client))
+		out = append(out, fmt.Sprintf("nats://%s127.0.0.1:%d", h.admin, nd.client))
 	}
 	return out
 }
