@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -200,6 +201,16 @@ func NewLeafKey() (seed []byte, public string, err error) {
 	}
 	public, err = kp.PublicKey()
 	return seed, public, err
+}
+
+// LeafKeyPublic returns the public key of a host's link key seed.
+func LeafKeyPublic(seed []byte) (string, error) {
+	kp, err := nkeys.FromSeed(bytes.Clone(seed)) // Wipe zeroes what it was given
+	if err != nil {
+		return "", err
+	}
+	defer kp.Wipe()
+	return kp.PublicKey()
 }
 
 // LeafUser is the hub configuration of host's link: a user of the hub's

@@ -35,7 +35,7 @@ func TestUsageErrorsExit2WithHint(t *testing.T) {
 		{"hub without subcommand", []string{"hub"}, "hub: missing subcommand"},
 		{"hub enroll without the hub", []string{"hub", "enroll", "laptop-1"}, "hub enroll: needs one HOST and --hub"},
 		{"hub enroll of a host that cannot be a domain", []string{"hub", "enroll", "a.b", "--hub", "nats://127.0.0.1:1"}, `hub enroll: host name "a.b"`},
-		{"a host without a hub", []string{"wrap", "--audit", "a.aarl", "--signing-key", "k", "--host", "x", "--", "true"}, "--hub-creds, --hub-ca and --host need --hub"},
+		{"a host without a hub", []string{"wrap", "--audit", "a.aarl", "--signing-key", "k", "--host", "x", "--", "true"}, "--hub-creds, --hub-nkey, --hub-ca and --host need --hub"},
 		{"a host name that cannot be a domain", []string{"wrap", "--audit", "a.aarl", "--signing-key", "k", "--hub", "nats://127.0.0.1:1", "--host", "a.b", "--", "true"}, `host name "a.b" cannot name a host of a fleet`},
 		{"prove without a proof kind", []string{"prove"}, "prove: missing inclusion or consistency"},
 		{"prove inclusion without a line", []string{"prove", "inclusion", "calls.aarl"}, "prove inclusion: needs --line N"},

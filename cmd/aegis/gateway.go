@@ -19,7 +19,7 @@ import (
 
 const gatewayUsage = `Usage:
   aegis gateway --config FILE --audit PATH --signing-key PATH [--state-dir DIR] [--approval-ttl D]
-                [--max-state-size SIZE] [--hub URL[,URL…] [--host NAME] [--hub-creds FILE] [--hub-ca FILE]]
+                [--max-state-size SIZE] [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
   aegis            (with AEGIS_CONFIG, default ./aegis.yaml, AEGIS_AUDIT and AEGIS_SIGNING_KEY;
                     AEGIS_STATE_DIR and AEGIS_MAX_STATE_SIZE are optional)
 
@@ -81,7 +81,7 @@ can be recorded, so every call is refused and not run, with an error saying
 the directory reached its cap. Nothing is dropped or deleted. Recording
 applies backpressure as in wrap, so memory stays bounded under a flood.
 
---hub, --host, --hub-creds and --hub-ca link the event store to a fleet's
+--hub, --host, --hub-nkey, --hub-creds and --hub-ca link the event store to a fleet's
 NATS hub, as for aegis wrap (aegis help hub).
 
 Example (Claude Desktop / Cursor "mcpServers" entry):

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -13,7 +16,7 @@ import (
 )
 
 const hubUsage = `Usage:
-  aegis hub enroll HOST --hub URL[,URL…] [--creds FILE] [--ca FILE] [--replicas N]
+  aegis hub enroll HOST --hub URL[,URL…] [--creds FILE] [--ca FILE] [--replicas N] [--key-out FILE]
 
 A fleet of aegis proxies keeps each machine's events off the machine too:
 each aegis (wrap or gateway, with --hub) links its embedded store to a NATS
@@ -26,26 +29,32 @@ enroll makes the hub's mirror of HOST's stream, AEGIS_<HOST>: file stored,
 N replicas (default 3, one per node of a three-node hub), with delete and
 purge denied, mirroring $JS.<HOST>.API's AEGIS. Run it once per host, as
 an admin of the hub's JetStream account; --hub takes the hub's client
-URLs. It is safe to run again: an existing mirror is left as it is if it
-is the same, and refused otherwise.
+URLs. It also makes the host's link key (an nkey, written to --key-out,
+default HOST.nkey, mode 0600) and prints the hub user to add for it: one
+that can link only as a leaf node, receive only its own domain's API
+requests and send only its own stream to its own mirror. Through it the
+host reaches no JetStream API of the hub, not its own mirror's nor
+another host's. It is safe to run again: an existing key is kept and an
+existing mirror left as it is if it is the same (refused otherwise).
 
 docs/fleet.md (aegis help fleet) has the hub's configuration.
 
 Example:
   $ aegis hub enroll laptop-7 --hub nats://hub-1:4222,nats://hub-2:4222 --creds admin.creds
-  $ aegis wrap --hub nats://hub-1:7422,nats://hub-2:7422 --host laptop-7 --audit calls.aarl --signing-key key -- server
+  $ aegis wrap --hub tls://hub-1:7422,tls://hub-2:7422 --host laptop-7 --hub-nkey laptop-7.nkey --audit calls.aarl --signing-key key -- server
 `
 
 // hubFlags are the flags of a command that records with a hub: wrap and
 // gateway.
 type hubFlags struct {
-	urls, creds, ca, host *string
+	urls, creds, nkey, ca, host *string
 }
 
 func addHubFlags(fs *flag.FlagSet) *hubFlags {
 	return &hubFlags{
 		urls:  fs.String("hub", "", "link the event store to this NATS hub (leaf node URLs, comma-separated)"),
 		creds: fs.String("hub-creds", "", "NATS credentials file for the hub link"),
+		nkey:  fs.String("hub-nkey", "", "the host's link key, as aegis hub enroll wrote it"),
 		ca:    fs.String("hub-ca", "", "CA bundle (PEM) the hub's certificate must chain to"),
 		host:  fs.String("host", "", "this machine's name in the fleet (default: the host name)"),
 	}
@@ -54,10 +63,20 @@ func addHubFlags(fs *flag.FlagSet) *hubFlags {
 // config returns the store's hub configuration, nil without --hub.
 func (h *hubFlags) config() (*events.HubConfig, error) {
 	if *h.urls == "" {
-		if *h.creds != "" || *h.ca != "" || *h.host != "" {
-			return nil, usagef("add --hub URL", "--hub-creds, --hub-ca and --host need --hub")
+		if *h.creds != "" || *h.nkey != "" || *h.ca != "" || *h.host != "" {
+			return nil, usagef("add --hub URL", "--hub-creds, --hub-nkey, --hub-ca and --host need --hub")
 		}
 		return nil, nil
+	}
+	var seed []byte
+	if *h.nkey != "" {
+		var err error
+		if seed, err = readSeed(*h.nkey); err != nil {
+			return nil, withHint(fmt.Errorf("--hub-nkey: %w", err), "give the file aegis hub enroll wrote for this host (mode 0600)")
+		}
+		if _, err := events.LeafKeyPublic(seed); err != nil {
+			return nil, withHint(fmt.Errorf("--hub-nkey %s: %w", *h.nkey, err), "give the file aegis hub enroll wrote for this host")
+		}
 	}
 	host := *h.host
 	if host == "" {
@@ -70,7 +89,7 @@ func (h *hubFlags) config() (*events.HubConfig, error) {
 	if !events.ValidHost(host) {
 		return nil, usagef("name it with --host NAME: letters, digits, - and _", "host name %q cannot name a host of a fleet", host)
 	}
-	return &events.HubConfig{URLs: splitURLs(*h.urls), Host: host, Credentials: *h.creds, CAFile: *h.ca}, nil
+	return &events.HubConfig{URLs: splitURLs(*h.urls), Host: host, Credentials: *h.creds, NkeySeed: string(seed), CAFile: *h.ca}, nil
 }
 
 func splitURLs(s string) []string {
@@ -99,6 +118,7 @@ func (m *Main) runHub(ctx context.Context, args []string) error {
 	creds := fs.String("creds", "", "NATS credentials file of a hub admin")
 	ca := fs.String("ca", "", "CA bundle (PEM) for tls:// URLs")
 	replicas := fs.Int("replicas", 3, "replicas of the mirror")
+	keyOut := fs.String("key-out", "", "where to write the host's link key (default HOST.nkey; an existing one is kept)")
 	rest, host := args[1:], ""
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		host, rest = rest[0], rest[1:] // HOST first, as the usage shows
@@ -130,9 +150,74 @@ func (m *Main) runHub(ctx context.Context, args []string) error {
 		return withHint(err, "--hub takes the hub's client URLs (the port clients use, not the leaf node port), and enroll needs rights to create streams in the hub's JetStream account")
 	}
 	name := events.MirrorName(host)
-	fmt.Fprintf(m.Stdout, "enrolled %s: the hub mirrors its stream as %s (%d replicas, delete and purge denied)\n", host, name, *replicas)
-	fmt.Fprintf(m.Stdout, "on %s: aegis wrap|gateway --hub LEAF_URLS --host %s …\n", host, host)
+	if *keyOut == "" {
+		*keyOut = host + ".nkey"
+	}
+	public, isNew, err := hostKey(*keyOut)
+	if err != nil {
+		return err
+	}
+	said := "kept: it was there"
+	if isNew {
+		said = "new"
+	}
+	fmt.Fprintf(m.Stdout, "enrolled %s: the hub mirrors its stream as %s (%d replicas, delete and purge denied)\n\n", host, name, *replicas)
+	fmt.Fprintf(m.Stdout, "its link key: %s (%s); copy it to %s, mode 0600, and give it there with --hub-nkey\n\n", *keyOut, said, host)
+	fmt.Fprintf(m.Stdout, "add this user to the users of the hub's JetStream account on every node, then reload them (nats-server --signal reload):\n%s\n\n", events.LeafUser(host, public))
+	fmt.Fprintf(m.Stdout, "the hub's configuration must also set: feature_flags { js_api_reply_v2: true }\n\n")
+	fmt.Fprintf(m.Stdout, "on %s: aegis wrap|gateway --hub LEAF_URLS --host %s --hub-nkey %s …\n", host, host, filepath.Base(*keyOut))
 	return nil
+}
+
+// hostKey returns the public key of the host's link key at path, making
+// it (mode 0600, never replacing a file) when there is none.
+func hostKey(path string) (public string, isNew bool, err error) {
+	if seed, err := readSeed(path); err == nil {
+		public, err := events.LeafKeyPublic(seed)
+		if err != nil {
+			return "", false, withHint(fmt.Errorf("the link key %s: %w", path, err), "move it away to make a new one")
+		}
+		return public, false, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", false, err
+	}
+	seed, public, err := events.NewLeafKey()
+	if err != nil {
+		return "", false, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", false, fmt.Errorf("write the link key: %w", err)
+	}
+	_, err = f.Write(append(seed, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return public, true, err
+}
+
+// readSeed reads an nkey seed file, which must be private to its owner.
+func readSeed(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, withHint(fmt.Errorf("the link key %s is readable by others (mode %04o)", path, fi.Mode().Perm()), "chmod 600 "+path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return nil, err
+	}
+	return bytes.TrimSpace(b), nil
 }
 
 // readerFlags are the flags of a command that reads a host's mirror on

@@ -22,24 +22,30 @@ func TestFleetMirrorsAWrap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a hub and aegis wrap")
 	}
-	h := hubtest.New(t, 3)
+	h := hubtest.NewSecured(t, 3) // no host may link yet
 	ctx := context.Background()
 	nc, js := h.JetStream(ctx)
 	defer nc.Close()
 	l := newLive(t, "")
 	hubURLs := strings.Join(h.ClientURLs(), ",")
-	if out, code := l.aegis("hub", "enroll", "laptop-1", "--hub", hubURLs); code != 0 || !strings.Contains(out, "enrolled laptop-1: the hub mirrors its stream as AEGIS_laptop-1 (3 replicas") {
+	keyFile := filepath.Join(l.dir, "laptop-1.nkey")
+	out, code := l.aegis("hub", "enroll", "laptop-1", "--hub", hubURLs, "--key-out", keyFile)
+	if code != 0 || !strings.Contains(out, "enrolled laptop-1: the hub mirrors its stream as AEGIS_laptop-1 (3 replicas") || !strings.Contains(out, keyFile+" (new)") {
 		t.Fatalf("enroll: exit %d\n%s", code, out)
 	}
-	if out, code := l.aegis("hub", "enroll", "laptop-1", "--hub", hubURLs); code != 0 {
-		t.Fatalf("enroll again: exit %d\n%s", code, out)
+	// The admin adds the user enroll printed to the hub, and reloads it.
+	_, block, _ := strings.Cut(out, "then reload them (nats-server --signal reload):\n")
+	block, _, _ = strings.Cut(block, "\n\n")
+	h.SetLeafUsers(block)
+	if again, code := l.aegis("hub", "enroll", "laptop-1", "--hub", hubURLs, "--key-out", keyFile); code != 0 || !strings.Contains(again, keyFile+" (kept: it was there)") || !strings.Contains(again, block) {
+		t.Fatalf("enroll again: exit %d\n%s", code, again)
 	}
-	if out, code := l.aegis("hub", "enroll", "laptop-1", "--hub", hubURLs, "--replicas", "1"); code != 1 || !strings.Contains(out, "is not this mirror") {
+	if out, code := l.aegis("hub", "enroll", "laptop-1", "--hub", hubURLs, "--key-out", keyFile, "--replicas", "1"); code != 1 || !strings.Contains(out, "is not this mirror") {
 		t.Fatalf("enroll with other settings: exit %d\n%s", code, out)
 	}
 
 	w := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
-		"--hub", strings.Join(h.LeafURLs(), ","), "--host", "laptop-1", "--", filepath.Join(l.bin, "aegis-example-server")))
+		"--hub", strings.Join(h.LeafURLs(), ","), "--host", "laptop-1", "--hub-nkey", keyFile, "--", filepath.Join(l.bin, "aegis-example-server")))
 	w.initialize()
 	for i := range 5 {
 		if a := w.call(i+1, "tools/call", `{"name":"echo","arguments":{"message":"fleet"}}`); !strings.Contains(a, "fleet") {
@@ -67,13 +73,17 @@ func TestFleetMirrorsAWrap(t *testing.T) {
 	w.finish()
 	// A second, short session: its lines reach the hub with the next run.
 	w = l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
-		"--hub", strings.Join(h.LeafURLs(), ","), "--host", "laptop-1", "--", filepath.Join(l.bin, "aegis-example-server")))
+		"--hub", strings.Join(h.LeafURLs(), ","), "--host", "laptop-1", "--hub-nkey", keyFile, "--", filepath.Join(l.bin, "aegis-example-server")))
 	w.initialize()
 	w.call(1, "tools/call", `{"name":"echo","arguments":{"message":"second"}}`)
 	w.finish()
 
 	// The next run on the host lets the hub take what the last one left.
-	st, err := events.Open(ctx, events.Config{Dir: l.state, Hub: &events.HubConfig{URLs: h.LeafURLs(), Host: "laptop-1"}})
+	seed, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := events.Open(ctx, events.Config{Dir: l.state, Hub: &events.HubConfig{URLs: h.LeafURLs(), Host: "laptop-1", NkeySeed: strings.TrimSpace(string(seed))}})
 	if err != nil {
 		t.Fatal(err)
 	}

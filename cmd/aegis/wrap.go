@@ -21,7 +21,7 @@ import (
 
 const wrapUsage = `Usage:
   aegis wrap --audit PATH --signing-key PATH [--state-dir DIR] [--max-state-size SIZE]
-             [--hub URL[,URL…] [--host NAME] [--hub-creds FILE] [--hub-ca FILE]]
+             [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
              [--policy FILE [--approval-ttl D]]
              [--confine [--allow-read P]… [--allow-write P]… [--allow-net HOST:PORT]…
                         [--allow-exec-support] [--allow-udp] [--allow-mptcp] [--best-effort]]
@@ -79,8 +79,9 @@ fails the same way.
 
 --hub links the event store to a fleet's NATS hub as a leaf node (the
 hub's leaf node URLs, nats:// or tls://), under the JetStream domain
---host (default: this machine's host name), with --hub-creds and --hub-ca
-for the link. The hub mirrors the stream once 'aegis hub enroll HOST' made
+--host (default: this machine's host name), with --hub-nkey (the link key
+'aegis hub enroll' made for this host) or --hub-creds, and --hub-ca, for
+the link. The hub mirrors the stream once 'aegis hub enroll HOST' made
 its mirror. Nothing waits for the hub: a call still waits only for this
 machine's disk, and while the link is down the events wait here. See
 'aegis help hub' and docs/fleet.md.

@@ -54,6 +54,7 @@ func natsServer(t testing.TB) string {
 type Node struct {
 	name         string
 	conf, dir    string
+	base         string // the configuration without accounts
 	client, leaf int
 	cmd          *exec.Cmd
 }
@@ -61,10 +62,41 @@ type Node struct {
 // Hub is a real JetStream cluster (domain "hub") of separate nats-server
 // processes on loopback, with a leaf node listener on each node.
 type Hub struct {
-	t     *testing.T
-	bin   string
-	admin string // userinfo of the admin, for a secured hub
-	Nodes []*Node
+	t       *testing.T
+	bin     string
+	admin   string // userinfo of the admin, for a secured hub
+	secured bool
+	Nodes   []*Node
+}
+
+// accounts is the accounts block of a secured hub with these leaf users.
+func (h *Hub) accounts(leafUsers []string) string {
+	if !h.secured {
+		return ""
+	}
+	users := append([]string{"{user: admin, password: admin}"}, leafUsers...)
+	return fmt.Sprintf(`accounts {
+  FLEET: { jetstream: enabled, users: [ %s ] }
+  SYS: { users: [ {user: sys, password: sys} ] }
+}
+system_account: SYS
+feature_flags { js_api_reply_v2: true }
+`, strings.Join(users, ", "))
+}
+
+// SetLeafUsers rewrites a secured hub's leaf users and has every running
+// node reload its configuration, as an admin does after enrolling a host.
+func (h *Hub) SetLeafUsers(leafUsers ...string) {
+	h.t.Helper()
+	for _, nd := range h.Nodes {
+		if err := os.WriteFile(nd.conf, []byte(nd.base+h.accounts(leafUsers)), 0o600); err != nil {
+			h.t.Fatal(err)
+		}
+		if nd.cmd != nil {
+			nd.cmd.Process.Signal(syscall.SIGHUP)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // a reload is asynchronous
 }
 
 func freePort(t testing.TB) int {
@@ -88,18 +120,11 @@ func New(t *testing.T, n int) *Hub { return start(t, n, nil) }
 func NewSecured(t *testing.T, n int, leafUsers ...string) *Hub { return start(t, n, leafUsers) }
 
 func start(t *testing.T, n int, leafUsers []string) *Hub {
-	h := &Hub{t: t, bin: natsServer(t)}
-	accounts := ""
-	if leafUsers != nil {
+	h := &Hub{t: t, bin: natsServer(t), secured: leafUsers != nil}
+	if h.secured {
 		h.admin = "admin:admin@"
-		accounts = fmt.Sprintf(`accounts {
-  FLEET: { jetstream: enabled, users: [ {user: admin, password: admin}, %s ] }
-  SYS: { users: [ {user: sys, password: sys} ] }
-}
-system_account: SYS
-feature_flags { js_api_reply_v2: true }
-`, strings.Join(leafUsers, ", "))
 	}
+	accounts := h.accounts(leafUsers)
 	dir := t.TempDir()
 	routes := make([]int, n)
 	for i := range n {
@@ -112,13 +137,13 @@ feature_flags { js_api_reply_v2: true }
 	for i := range n {
 		nd := &Node{name: fmt.Sprintf("n%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), client: freePort(t), leaf: freePort(t)}
 		nd.conf = filepath.Join(dir, nd.name+".conf")
-		conf := fmt.Sprintf(`server_name: %s
+		nd.base = fmt.Sprintf(`server_name: %s
 listen: 127.0.0.1:%d
 jetstream { store_dir: %q, domain: hub }
 cluster { name: hub, listen: 127.0.0.1:%d, routes: [%s] }
 leafnodes { listen: 127.0.0.1:%d }
-%s`, nd.name, nd.client, nd.dir, routes[i], strings.Join(routeURLs, ", "), nd.leaf, accounts)
-		if err := os.WriteFile(nd.conf, []byte(conf), 0o600); err != nil {
+`, nd.name, nd.client, nd.dir, routes[i], strings.Join(routeURLs, ", "), nd.leaf)
+		if err := os.WriteFile(nd.conf, []byte(nd.base+accounts), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		h.Nodes = append(h.Nodes, nd)
