@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,13 +30,20 @@ var (
 )
 
 // natsServer builds the nats-server of go.mod, the stock server a hub
-// runs, once per test binary.
+// runs, once per test binary, into a folder named after this process; the
+// folders of processes that are gone are removed first.
 func natsServer(t testing.TB) string {
 	t.Helper()
 	natsServerOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "aegis-nats-server-")
-		if err != nil {
-			natsServerErr = err
+		const prefix = "aegis-nats-server-"
+		old, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
+		for _, d := range old {
+			if pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), prefix)); err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+				os.RemoveAll(d)
+			}
+		}
+		dir := filepath.Join(os.TempDir(), prefix+strconv.Itoa(os.Getpid()))
+		if natsServerErr = os.MkdirAll(dir, 0o755); natsServerErr != nil {
 			return
 		}
 		natsServerBin = filepath.Join(dir, "nats-server")
