@@ -16,7 +16,7 @@ import (
 	"github.com/aegis-dev/aegis/schemas"
 )
 
-func appendNotes(t *testing.T, st *Store, n int) {
+func appendNotes(t testing.TB, st *Store, n int) {
 	t.Helper()
 	session, err := st.NewSession()
 	if err != nil {
@@ -38,7 +38,7 @@ func appendNotes(t *testing.T, st *Store, n int) {
 }
 
 // waitMirror waits until the hub's mirror of host holds n messages.
-func waitMirror(t *testing.T, js jetstream.JetStream, host string, n uint64, limit time.Duration) {
+func waitMirror(t testing.TB, js jetstream.JetStream, host string, n uint64, limit time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	var last uint64

@@ -1,7 +1,7 @@
 // Command aegis-benchreport reads the JSON that make bench writes (the
 // benchmarks of ./events, ./proxy and ./cmd/aegis merge their figures into
 // the file named by AEGIS_BENCH_JSON) and prints the performance goals P1–P6,
-// M1 and S1–S5 with each figure, its goal, and whether it is met.
+// M1, S1–S5 and F1–F2 with each figure, its goal, and whether it is met.
 //
 // Usage:
 //
@@ -201,6 +201,9 @@ var goalSpecs = []figure{
 	{ID: "S4", What: "aegis sessions on the big store, wall time", Unit: "s", Bench: "BenchmarkScale", Key: "sessions-s", Cmp: "<=", Limit: 1},
 	{ID: "S5", What: "after aegis rotate of the big store: first start after an unclean stop − small store", Unit: "ms", Bench: "BenchmarkScale", Key: "startup-after-rotate-kill-diff-ms", Cmp: "<=", Limit: 50},
 	{ID: "S5", What: "peak RSS of aegis rotate of the big store", Unit: "MiB", Bench: "BenchmarkScale", Key: "rotate-rss-MiB", Cmp: "<=", Limit: 256},
+	{ID: "F1", What: "fleet: local ack to the hub's mirror, p99, 1 leaf at up to 1000 events/s", Unit: "ms", Bench: "BenchmarkHubMirror/leaves=1", Key: "lag-p99-ms", Cmp: "<=", Limit: 250},
+	{ID: "F1", What: "the same, 4 leaves at up to 1000 events/s each", Unit: "ms", Bench: "BenchmarkHubMirror/leaves=4", Key: "lag-p99-ms", Cmp: "<=", Limit: 250},
+	{ID: "F2", What: "fleet: durable append (a call's wait) on a store linked to a hub − on one without (p50s)", Unit: "µs", Bench: "BenchmarkHubCallCost", Key: "hub-minus-alone-µs", Cmp: "<=", Limit: 50},
 }
 
 // The figures behind the goals, and the ones docs/BENCHMARKS.md compares.
@@ -241,6 +244,12 @@ var contextSpecs = []figure{
 	{What: "events: bare fsync started after a 300 µs idle wait − one back to back (p50s)", Unit: "µs", Bench: "BenchmarkAppendVsFsync", Key: "idle-fsync-minus-fsync-µs"},
 	{What: "events: durable appends/s, 64 appenders", Unit: "events/s", Bench: "BenchmarkAppendConcurrent/appenders=64", Key: "events/s"},
 	{What: "events: events per commit, 64 appenders", Unit: "", Bench: "BenchmarkAppendConcurrent/appenders=64", Key: "events/commit"},
+	{What: "fleet: local ack to the hub's mirror, p50, 1 leaf", Unit: "ms", Bench: "BenchmarkHubMirror/leaves=1", Key: "lag-p50-ms"},
+	{What: "fleet: events/s mirrored, 1 leaf loaded at up to 1000/s", Unit: "events/s", Bench: "BenchmarkHubMirror/leaves=1", Key: "mirrored-events/s/leaf"},
+	{What: "fleet: local ack to the hub's mirror, p50, 4 leaves", Unit: "ms", Bench: "BenchmarkHubMirror/leaves=4", Key: "lag-p50-ms"},
+	{What: "fleet: events/s mirrored per leaf, 4 leaves loaded at up to 1000/s each", Unit: "events/s", Bench: "BenchmarkHubMirror/leaves=4", Key: "mirrored-events/s/leaf"},
+	{What: "fleet: durable append p50, store linked to a hub", Unit: "µs", Bench: "BenchmarkHubCallCost", Key: "hub-append-p50-µs"},
+	{What: "fleet: durable append p50, store without a hub (same run)", Unit: "µs", Bench: "BenchmarkHubCallCost", Key: "alone-append-p50-µs"},
 	{What: "gateway: recorded tools/call through aegis gateway, p50", Unit: "µs", Bench: "BenchmarkGateway", Key: "gateway-call-p50-µs"},
 	{What: "gateway: the same call through aegis wrap on the same server, p50 (same run)", Unit: "µs", Bench: "BenchmarkGateway", Key: "wrap-call-p50-µs"},
 	{What: "gateway: recorded call through aegis gateway − through aegis wrap (p50s)", Unit: "µs", Bench: "BenchmarkGateway", Key: "gateway-minus-wrap-µs"},

@@ -70,7 +70,7 @@ type Node struct {
 // Hub is a real JetStream cluster (domain "hub") of separate nats-server
 // processes on loopback, with a leaf node listener on each node.
 type Hub struct {
-	t       *testing.T
+	t       testing.TB
 	bin     string
 	admin   string // userinfo of the admin, for a secured hub
 	secured bool
@@ -119,15 +119,15 @@ func freePort(t testing.TB) int {
 
 // New starts a hub of n nodes that takes any client and any leaf node
 // into one account; they are killed when the test ends.
-func New(t *testing.T, n int) *Hub { return start(t, n, nil) }
+func New(t testing.TB, n int) *Hub { return start(t, n, nil) }
 
 // NewSecured starts a hub of n nodes with accounts: FLEET, whose
 // JetStream holds the mirrors, with the user admin (password admin,
 // [Hub.ClientURLs] carry it) and the leaf users given (LeafUser blocks),
 // and a system account. A connection without credentials is refused.
-func NewSecured(t *testing.T, n int, leafUsers ...string) *Hub { return start(t, n, leafUsers) }
+func NewSecured(t testing.TB, n int, leafUsers ...string) *Hub { return start(t, n, leafUsers) }
 
-func start(t *testing.T, n int, leafUsers []string) *Hub {
+func start(t testing.TB, n int, leafUsers []string) *Hub {
 	h := &Hub{t: t, bin: natsServer(t), secured: leafUsers != nil}
 	if h.secured {
 		h.admin = "admin:admin@"
