@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,74 +63,147 @@ func waitMirror(t testing.TB, js jetstream.JetStream, host string, n uint64, lim
 	t.Fatalf("the mirror of %s holds %d messages, not %d", host, last, n)
 }
 
-// The embedded stream, linked to a real three-node hub as a leaf, is
-// mirrored there; the mirror keeps its replicas when a hub node is killed,
-// and catches up, once each message and in order, after the whole hub
-// was down while events were acknowledged locally.
+// loadLeaves appends to each store from 4 appenders, each waiting for its
+// own ack, until stop; counts[i] is how many events store i acknowledged.
+func loadLeaves(t *testing.T, stores []*Store, counts []atomic.Int64, stop chan struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for i, st := range stores {
+		session, err := st.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					ev, err := st.NewEvent(session, schemas.KindNote, map[string]any{"text": "load"})
+					if err == nil {
+						var r *Receipt
+						if r, err = st.Enqueue(ev); err == nil {
+							_, err = r.Wait(context.Background())
+						}
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					counts[i].Add(1)
+				}
+			}()
+		}
+	}
+	return &wg
+}
+
+// Three embedded streams, linked to a real three-node hub as leaves and
+// loaded all along, are mirrored there: through a node killed with
+// SIGKILL, and through the whole hub down for 10 s, during which every
+// leaf goes on acknowledging events. Each mirror then holds its host's
+// stream whole, each message once and in order, on three replicas.
 func TestHubMirrorsTheStream(t *testing.T) {
 	h := hubtest.New(t, 3)
 	ctx := context.Background()
+	hosts := []string{"laptop-1", "laptop-2", "laptop-3"}
+	stores := make([]*Store, len(hosts))
+	for i, host := range hosts {
+		st, err := Open(ctx, Config{Dir: filepath.Join(t.TempDir(), "state"), Hub: &HubConfig{URLs: h.LeafURLs(), Host: host}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close(ctx)
+		stores[i] = st
+	}
 	nc, js := h.JetStream(ctx)
 	defer nc.Close()
-	st, err := Open(ctx, Config{Dir: filepath.Join(t.TempDir(), "state"), Hub: &HubConfig{URLs: h.LeafURLs(), Host: "laptop-1"}})
-	if err != nil {
-		t.Fatal(err)
+	time.Sleep(time.Second) // linked first: a mirror made then pulls at once
+	for _, host := range hosts {
+		if _, err := js.CreateStream(ctx, MirrorConfig(host, 3)); err != nil {
+			t.Fatalf("enroll: %v", err)
+		}
 	}
-	defer st.Close(ctx)
-	appendNotes(t, st, 50)
-	if _, err := js.CreateStream(ctx, MirrorConfig("laptop-1", 3)); err != nil {
-		t.Fatalf("enroll: %v", err)
-	}
-	waitMirror(t, js, "laptop-1", 50, 30*time.Second)
+	counts := make([]atomic.Int64, len(hosts))
+	stop := make(chan struct{})
+	load := loadLeaves(t, stores, counts, stop)
 
-	// kill -9 one node: the other two keep the mirror and take more.
-	h.Kill(h.Nodes[0])
-	appendNotes(t, st, 50)
-	waitMirror(t, js, "laptop-1", 100, 60*time.Second)
+	time.Sleep(2 * time.Second)
+	h.Kill(h.Nodes[0]) // kill -9 one node under load
+	time.Sleep(2 * time.Second)
 	h.Start(h.Nodes[0])
-
-	// The whole hub down: events are still acknowledged here, and wait.
-	for _, nd := range h.Nodes {
+	time.Sleep(2 * time.Second)
+	for _, nd := range h.Nodes { // the whole hub, for 10 s
 		h.Kill(nd)
 	}
-	appendNotes(t, st, 100)
+	before := make([]int64, len(hosts))
+	for i := range counts {
+		before[i] = counts[i].Load()
+	}
+	time.Sleep(10 * time.Second)
+	for i, host := range hosts {
+		if n := counts[i].Load() - before[i]; n == 0 {
+			t.Errorf("%s acknowledged nothing while the hub was down", host)
+		}
+	}
 	for _, nd := range h.Nodes {
 		h.Start(nd)
 	}
+	time.Sleep(2 * time.Second)
+	close(stop)
+	load.Wait()
+
 	nc.Close()
 	nc, js = h.JetStream(ctx)
 	defer nc.Close()
-	waitMirror(t, js, "laptop-1", 200, 60*time.Second)
-
-	// Each message once, in order, as the host holds it.
-	mirror, err := js.Stream(ctx, MirrorName("laptop-1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := mirror.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(info.Cluster.Replicas)+1 != 3 {
-		t.Errorf("the mirror has %d replicas besides its leader, want 2", len(info.Cluster.Replicas))
-	}
-	var seq uint64
-	if err := st.Replay(ctx, Position{}, func(r Record) error {
-		seq++
-		m, err := mirror.GetMsg(ctx, r.Pos.Seq)
+	for i, host := range hosts {
+		st := stores[i]
+		var (
+			last   uint64
+			events int64
+			ids    = map[uint64][]string{} // the host's events, by message
+		)
+		if err := st.Replay(ctx, Position{}, func(r Record) error {
+			last, events = r.Pos.Seq, events+1
+			ids[r.Pos.Seq] = append(ids[r.Pos.Seq], r.Event.ID)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if events < counts[i].Load() {
+			t.Fatalf("%s holds %d events, %d were acknowledged", host, events, counts[i].Load())
+		}
+		waitMirror(t, js, host, last, 3*time.Minute)
+		mirror, err := js.Stream(ctx, MirrorName(host))
 		if err != nil {
-			return fmt.Errorf("mirror message %d: %w", r.Pos.Seq, err)
+			t.Fatal(err)
 		}
-		evs, err := decodeMessage(m.Data, m.Header)
-		if err != nil || r.Pos.Index >= len(evs) || evs[r.Pos.Index].ID != r.Event.ID {
-			return fmt.Errorf("mirror message %d does not hold the host's event %s at %d (%v)", r.Pos.Seq, r.Event.ID, r.Pos.Index, err)
+		info, err := mirror.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if seq != 200 {
-		t.Fatalf("the host's stream holds %d events", seq)
+		if info.State.LastSeq != last || len(info.Cluster.Replicas)+1 != 3 {
+			t.Errorf("the mirror of %s ends at %d (the host at %d), with %d replicas besides its leader", host, info.State.LastSeq, last, len(info.Cluster.Replicas))
+		}
+		// Each message once, in order, as the host holds it.
+		for seq := uint64(1); seq <= last; seq++ {
+			m, err := mirror.GetMsg(ctx, seq)
+			if err != nil {
+				t.Fatalf("%s: mirror message %d: %v", host, seq, err)
+			}
+			evs, err := decodeMessage(m.Data, m.Header)
+			if err != nil || len(evs) != len(ids[seq]) {
+				t.Fatalf("%s: mirror message %d holds %d events, the host's %d (%v)", host, seq, len(evs), len(ids[seq]), err)
+			}
+			for k, e := range evs {
+				if e.ID != ids[seq][k] {
+					t.Fatalf("%s: mirror message %d holds %s at %d, the host %s", host, seq, e.ID, k, ids[seq][k])
+				}
+			}
+		}
 	}
 }
 
