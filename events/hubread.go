@@ -65,9 +65,51 @@ func (m *Mirror) Replay(ctx context.Context, fn func(Record) error) error {
 	if err != nil || last == 0 {
 		return err
 	}
-	cons, err := m.js.OrderedConsumer(ctx, MirrorName(m.host), jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: consumerIdle,
-	})
+	return m.read(ctx, last, "", fn)
+}
+
+// ReplaySession calls fn, in order, for every event of one session the
+// mirror holds when it is called: only that session's messages are read.
+func (m *Mirror) ReplaySession(ctx context.Context, session string, fn func(Record) error) error {
+	if !schemas.ValidID(session) {
+		return fmt.Errorf("bad session id %q", session)
+	}
+	subject := "aegis." + session + ".>"
+	msg, err := m.stream.GetLastMsgForSubject(ctx, subject)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the mirror: %w", err)
+	}
+	return m.read(ctx, msg.Sequence, subject, fn)
+}
+
+// LastSession returns the id of the last session the mirror holds the
+// start of (session.opened is committed alone, under its own subject).
+func (m *Mirror) LastSession(ctx context.Context) (string, bool, error) {
+	msg, err := m.stream.GetLastMsgForSubject(ctx, "aegis.*."+string(schemas.KindSessionOpened))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("read the mirror: %w", err)
+	}
+	evs, err := decodeMessage(msg.Data, msg.Header)
+	if err != nil || len(evs) != 1 {
+		return "", false, &DecodeError{Seq: msg.Sequence, Err: fmt.Errorf("not one session.opened event: %v", err)}
+	}
+	return evs[0].Session, true, nil
+}
+
+// read delivers the events of the messages up to last (those whose
+// subject matches filter, "" for all), in order.
+func (m *Mirror) read(ctx context.Context, last uint64, filter string, fn func(Record) error) error {
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: consumerIdle}
+	if filter != "" {
+		cfg.FilterSubjects = []string{filter}
+	}
+	cons, err := m.js.OrderedConsumer(ctx, MirrorName(m.host), cfg)
 	if err != nil {
 		return fmt.Errorf("read the mirror: %w", err)
 	}
@@ -76,7 +118,7 @@ func (m *Mirror) Replay(ctx context.Context, fn func(Record) error) error {
 		return fmt.Errorf("read the mirror: %w", err)
 	}
 	defer it.Stop()
-	for want := uint64(1); want <= last; want++ {
+	for want := uint64(1); want <= last; {
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return fmt.Errorf("read the mirror at %d of %d: %w", want, last, err)
@@ -86,10 +128,11 @@ func (m *Mirror) Replay(ctx context.Context, fn func(Record) error) error {
 			return fmt.Errorf("read the mirror: %w", err)
 		}
 		seq := meta.Sequence.Stream
-		if seq != want {
+		if seq != want && filter == "" {
 			return &DamageError{Dir: "hub:" + MirrorName(m.host), First: 1, Last: last, Missing: []SeqRange{{want, seq - 1}},
 				Detail: "the hub's mirror does not hold them"}
 		}
+		want = seq + 1
 		evs, err := decodeMessage(msg.Data(), msg.Headers())
 		if err != nil {
 			return &DecodeError{Seq: seq, Err: err}

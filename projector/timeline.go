@@ -19,6 +19,9 @@ const (
 	StateClosed  = "closed"  // a session.closed event is in the stream
 	StateKilled  = "killed"  // no close, and its process is gone
 	StateRunning = "running" // no close yet; its process holds the store
+	// StateUnclosed: no close in a copy of the stream read elsewhere (a
+	// hub's mirror), where whether its process still runs is not known.
+	StateUnclosed = "unclosed"
 )
 
 // Synthetic step kinds that [Timeline.Finish] adds after a session's last

@@ -176,6 +176,8 @@ func (s Step) text() string {
 		switch e.State {
 		case StateRunning:
 			fmt.Fprintf(&b, "running: aegis process %d still holds the store; this is the session as far as it is durable", e.PID)
+		case StateUnclosed:
+			fmt.Fprintf(&b, "unclosed: no close line has reached this copy; aegis process %d may still be running on its host, or was stopped before it wrote one", e.PID)
 		default:
 			fmt.Fprintf(&b, "%s: no close line, and its process (pid %d) is gone", e.State, e.PID)
 		}

@@ -112,6 +112,12 @@ func TestFleetMirrorsAWrap(t *testing.T) {
 	if a, b, c := readFile(t, fromHub), readFile(t, fromHost), readFile(t, l.audit); !bytes.Equal(a, b) || !bytes.Equal(b, c) {
 		t.Fatalf("the hub's export (%d bytes), the host's (%d) and the record (%d) differ", len(a), len(b), len(c))
 	}
+	// The hub's copy replays as the host's does.
+	hostReplay := l.mustAegis("replay", "--state-dir", l.state, "last")
+	hubReplay, code := l.aegis("replay", "--hub", hubURLs, "--host", "laptop-1", "last")
+	if code != 0 || hubReplay != hostReplay {
+		t.Fatalf("replay --hub: exit %d\n%s\nthe host's:\n%s", code, hubReplay, hostReplay)
+	}
 	pub := l.publicKey()
 	if out, code := l.aegis("verify", "--key", pub, "--hub", hubURLs, "--host", "laptop-1", l.audit); code != 0 || !strings.Contains(out, "checkpoints hub:AEGIS_laptop-1: 1, the last of ") {
 		t.Fatalf("verify --hub: exit %d\n%s", code, out)

@@ -21,6 +21,7 @@ import (
 const replayUsage = `Usage:
   aegis replay [--state-dir DIR] [--frames] [--json] [--follow] SESSION
   aegis replay [--state-dir DIR] [--frames] [--json] --follow
+  aegis replay --hub URL --host HOST [--hub-creds FILE] [--hub-ca FILE] [--frames] [--json] SESSION|last
 
 Prints a session as a transcript, one line per event in stream order (the
 order aegis made them durable):
@@ -63,6 +64,12 @@ aegis wrap from starting, and it goes on following when one process ends
 and the next begins. Long replays show progress on stderr when it is a
 terminal.
 
+--hub (a fleet hub's client URLs) with --host prints the session from
+that host's mirror on the hub, reading only the session's own messages.
+SESSION is then a whole id, as 'aegis sessions' prints it on the host, or
+last (the last session that began). A session without a close line there
+ends "unclosed": the hub cannot tell whether it still runs.
+
 Example:
   $ aegis replay last
   $ aegis replay --follow --frames 01KAQ3T5PS
@@ -87,8 +94,12 @@ func (m *Main) runReplay(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.frames, "frames", false, "print each frame's exact bytes")
 	fs.BoolVar(&o.asJSON, "json", false, "one JSON object per step")
 	fs.BoolVar(&o.follow, "follow", false, "keep printing as the stream grows")
+	hub := addReaderFlags(fs)
 	pos, err := m.parseInterspersed(fs, replayUsage, args)
 	if err != nil {
+		return err
+	}
+	if err := hub.noneWithout(); err != nil {
 		return err
 	}
 	if f, ok := m.Stdout.(*os.File); ok && isTerminal(f) {
@@ -105,6 +116,12 @@ func (m *Main) runReplay(ctx context.Context, args []string) error {
 		return usagef("replay one session at a time", "replay: want one SESSION, got %d", len(pos))
 	case !o.follow:
 		return usagef("list sessions with 'aegis sessions', then: aegis replay SESSION (or aegis replay --follow)", "replay: which session? give SESSION")
+	}
+	if hub.set() {
+		if o.follow || *dir != "" {
+			return usagef("aegis replay --hub URL --host HOST SESSION", "replay --hub reads the hub's mirror: no --follow or --state-dir")
+		}
+		return m.replayMirror(ctx, hub, arg, o)
 	}
 	if o.follow {
 		stateDir, err := m.stateDir(*dir)
@@ -159,6 +176,59 @@ func (m *Main) runReplay(ctx context.Context, args []string) error {
 		return withHint(fmt.Errorf("no session %s in the stream", id), "list them with: aegis sessions")
 	}
 	for _, st := range tl.Finish(id, sum.State, last) {
+		if err := writeStep(w, st, last, o); err != nil {
+			return err
+		}
+	}
+	return w.Flush()
+}
+
+// replayMirror prints a session from a host's mirror on the hub, reading
+// that session's messages only. SESSION is a full id or last.
+func (m *Main) replayMirror(ctx context.Context, hub *readerFlags, arg string, o replayOpts) error {
+	mirror, err := hub.open(ctx, "replay")
+	if err != nil {
+		return err
+	}
+	defer mirror.Close()
+	id := arg
+	switch {
+	case arg == "last":
+		var ok bool
+		if id, ok, err = mirror.LastSession(ctx); err != nil {
+			return fmt.Errorf("read the hub: %w", err)
+		} else if !ok {
+			return fmt.Errorf("the hub's mirror of %s holds no session", *hub.host)
+		}
+	case !schemas.ValidID(arg):
+		return usagef("with --hub, give the whole session id (as aegis sessions prints it on the host) or last", "replay --hub: %q is not a whole session id", arg)
+	}
+	w := bufio.NewWriterSize(m.Stdout, 64<<10)
+	defer w.Flush()
+	tl := projector.NewTimeline(id)
+	var ix projector.SessionIndex
+	var last events.Record
+	err = mirror.ReplaySession(ctx, id, func(r events.Record) error {
+		ix.Fold(r)
+		st, ok := tl.Fold(r)
+		if !ok {
+			return nil
+		}
+		last = r
+		return writeStep(w, st, r, o)
+	})
+	if err != nil {
+		return fmt.Errorf("read the hub: %w", err)
+	}
+	sum, ok := ix.Get(id, 0)
+	if !ok {
+		return withHint(fmt.Errorf("the hub's mirror of %s holds no session %s", *hub.host, id), "list sessions on the host with: aegis sessions")
+	}
+	state := projector.StateUnclosed
+	if sum.State == projector.StateClosed {
+		state = projector.StateClosed
+	}
+	for _, st := range tl.Finish(id, state, last) {
 		if err := writeStep(w, st, last, o); err != nil {
 			return err
 		}
