@@ -17,6 +17,19 @@ import (
 	"github.com/aegis-dev/aegis/schemas"
 )
 
+// recordStore opens a store in a temp dir, closed with the test, and
+// names a record file beside it.
+func recordStore(t *testing.T) (*events.Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := events.Open(context.Background(), events.Config{Dir: filepath.Join(dir, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(context.Background()) })
+	return st, filepath.Join(dir, "calls.aarl")
+}
+
 // calls records n answered calls in sess, each waited for.
 func calls(t *testing.T, sess *projector.Session, n int) {
 	t.Helper()
@@ -98,14 +111,8 @@ func checkNotes(t *testing.T, audit string, key projector.PrivateKey) []int64 {
 // tree from the last checkpoint the stream holds, including after a
 // session that signed none, so its checkpoints cover the whole file.
 func TestLiveCheckpointsCoverTheRecord(t *testing.T) {
-	dir := t.TempDir()
 	ctx := context.Background()
-	st, err := events.Open(ctx, events.Config{Dir: filepath.Join(dir, "state")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close(ctx)
-	audit := filepath.Join(dir, "calls.aarl")
+	st, audit := recordStore(t)
 	key := projector.InsecureDevKey()
 	open := func(p projector.CheckpointPolicy) *projector.Session {
 		t.Helper()

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 	"github.com/aegis-dev/aegis/verifier"
@@ -42,14 +41,9 @@ func signedPrefix(t *testing.T, key projector.PrivateKey, path string, n int) []
 // the verifier accepts each, and the prover refuses a record that does not
 // hold what a checkpoint covers.
 func TestProofsOverARecord(t *testing.T) {
-	dir := t.TempDir()
 	ctx := context.Background()
-	st, err := events.Open(ctx, events.Config{Dir: filepath.Join(dir, "state")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close(ctx)
-	audit := filepath.Join(dir, "calls.aarl")
+	st, audit := recordStore(t)
+	dir := filepath.Dir(audit)
 	key := projector.InsecureDevKey()
 	for range 2 {
 		s, err := projector.OpenSession(ctx, projector.SessionConfig{Store: st, Key: key, AuditPath: audit})

@@ -168,17 +168,11 @@ func (m *Main) exportMirror(ctx context.Context, hub *readerFlags, sessions []st
 		return err
 	}
 	defer mirror.Close()
-	var keep func(string, projector.SessionOpened) bool
-	switch {
-	case len(sessions) > 0:
-		want := map[string]bool{}
-		for _, s := range sessions {
-			want[s] = true
-		}
-		keep = func(id string, _ projector.SessionOpened) bool { return want[id] }
-	case audit != "":
-		keep = func(_ string, so projector.SessionOpened) bool { return so.AuditPath == audit }
+	var names map[string]bool
+	if audit != "" {
+		names = map[string]bool{audit: true}
 	}
+	keep := keepSessions(sessions, names)
 	var lines, n int
 	err = writeOut(out, m.Stdout, func(w io.Writer) (err error) {
 		lines, n, err = projector.ExportReplay(func(fn func(events.Record) error) error { return mirror.Replay(ctx, fn) }, keep, w)
@@ -196,21 +190,14 @@ func (m *Main) exportMirror(ctx context.Context, hub *readerFlags, sessions []st
 // lost; otherwise it writes the record that is left to out, with gap
 // lines, and returns an error if it found any gap.
 func (m *Main) salvage(ctx context.Context, store *events.Store, damage error, sessions []string, audit, out string, dry bool) error {
-	var keep func(string, projector.SessionOpened) bool
-	switch {
-	case len(sessions) > 0:
-		want := map[string]bool{}
-		for _, s := range sessions {
-			want[s] = true
-		}
-		keep = func(id string, _ projector.SessionOpened) bool { return want[id] }
-	case audit != "":
-		_, names, err := recordNames(audit)
-		if err != nil {
+	var names map[string]bool
+	if audit != "" {
+		var err error
+		if _, names, err = recordNames(audit); err != nil {
 			return err
 		}
-		keep = func(_ string, so projector.SessionOpened) bool { return names[so.AuditPath] }
 	}
+	keep := keepSessions(sessions, names)
 	prog := m.newProgress("salvage")
 	if dry {
 		rep, err := projector.Salvage(ctx, store, keep, io.Discard, prog.add)
@@ -286,4 +273,21 @@ func recordNames(p string) (string, map[string]bool, error) {
 		names[r] = true
 	}
 	return abs, names, nil
+}
+
+// keepSessions chooses sessions by id when any are named, else by the
+// record path their session.opened names (one of auditNames), else all
+// (nil).
+func keepSessions(sessions []string, auditNames map[string]bool) func(string, projector.SessionOpened) bool {
+	switch {
+	case len(sessions) > 0:
+		want := map[string]bool{}
+		for _, s := range sessions {
+			want[s] = true
+		}
+		return func(id string, _ projector.SessionOpened) bool { return want[id] }
+	case auditNames != nil:
+		return func(_ string, so projector.SessionOpened) bool { return auditNames[so.AuditPath] }
+	}
+	return nil
 }

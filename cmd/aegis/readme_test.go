@@ -111,6 +111,65 @@ func TestReadmeInstallWorksAsWritten(t *testing.T) {
 	}
 }
 
+// quickstart runs one of the README's quickstarts as a user would: in a
+// fresh HOME, with the commands of its sh blocks.
+type quickstart struct {
+	t                  *testing.T
+	root, readme, home string
+	env                []string
+	cmds               []string
+}
+
+func newQuickstart(t *testing.T, section, first string) *quickstart {
+	mcptest.EverythingServer(t) // node and the package, or a clear failure
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &quickstart{t: t, root: root, readme: filepath.Join(root, "README.md"), home: t.TempDir()}
+	q.env = []string{"HOME=" + q.home, "PATH=" + bins(t) + ":" + os.Getenv("PATH"), "NPM_CONFIG_UPDATE_NOTIFIER=false"}
+	q.cmds = readmeCommands(t, q.readme, section)
+	if len(q.cmds) != 4 || !strings.HasPrefix(q.cmds[0], first) {
+		t.Fatalf("the quickstart's commands: %q", q.cmds)
+	}
+	return q
+}
+
+// sh runs one command line as the README shows it.
+func (q *quickstart) sh(c string) string {
+	q.t.Helper()
+	cmd := exec.Command("bash", "-c", c)
+	cmd.Env = q.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		q.t.Fatalf("the README's %q: %v\n%s", c, err, out)
+	}
+	return string(out)
+}
+
+// init runs the first command, aegis init, and returns the entry it
+// printed for Claude Desktop and the public key.
+func (q *quickstart) init() (hostEntry, string) {
+	q.t.Helper()
+	out := q.sh(q.cmds[0])
+	_, after, _ := strings.Cut(out, "public key")
+	return hostJSON(q.t, []byte(out), "Claude Desktop")["mcpServers"]["server-everything"], strings.Fields(after)[0]
+}
+
+// connect starts the entry as a host starts it (npx finds the pinned
+// server-everything of .cache/node there, as it would find the
+// registry's) and connects a real client.
+func (q *quickstart) connect(ctx context.Context, entry hostEntry) *mcp.ClientSession {
+	q.t.Helper()
+	launch := exec.Command(entry.Command, entry.Args...)
+	launch.Env, launch.Dir = q.env, filepath.Join(q.root, ".cache", "node")
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: launch}, nil)
+	if err != nil {
+		q.t.Fatalf("start the entry as a host would: %v", err)
+	}
+	return cs
+}
+
 // The README's first quickstart works as written, in a fresh HOME: aegis
 // init, the printed entry started as a host starts it (npx finds the
 // pinned server-everything of .cache/node there, as it would find the
@@ -118,40 +177,12 @@ func TestReadmeInstallWorksAsWritten(t *testing.T) {
 // sessions, replay and verify lines, with the public key init printed in
 // place of PUBLIC_KEY.
 func TestReadmeQuickstartWorksAsWritten(t *testing.T) {
-	mcptest.EverythingServer(t) // node and the package, or a clear failure
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := t.TempDir()
-	env := []string{"HOME=" + home, "PATH=" + bins(t) + ":" + os.Getenv("PATH"), "NPM_CONFIG_UPDATE_NOTIFIER=false"}
-	cmds := readmeCommands(t, filepath.Join(root, "README.md"), "Quickstart: one server")
-	if len(cmds) != 4 || !strings.HasPrefix(cmds[0], "aegis init ") {
-		t.Fatalf("the quickstart's commands: %q", cmds)
-	}
-	sh := func(c string) string {
-		t.Helper()
-		cmd := exec.Command("bash", "-c", c)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("the README's %q: %v\n%s", c, err, out)
-		}
-		return string(out)
-	}
-	out := sh(cmds[0])
-	entry := hostJSON(t, []byte(out), "Claude Desktop")["mcpServers"]["server-everything"]
-	_, after, _ := strings.Cut(out, "public key")
-	pub := strings.Fields(after)[0]
-
+	q := newQuickstart(t, "Quickstart: one server", "aegis init ")
+	cmds, sh := q.cmds, q.sh
+	entry, pub := q.init()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	launch := exec.Command(entry.Command, entry.Args...)
-	launch.Env, launch.Dir = env, filepath.Join(root, ".cache", "node")
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: launch}, nil)
-	if err != nil {
-		t.Fatalf("start the entry as a host would: %v", err)
-	}
+	cs := q.connect(ctx, entry)
 	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "quickstart"}}); err != nil || res.IsError {
 		t.Fatalf("echo through aegis: %v %+v", err, res)
 	}
@@ -175,33 +206,10 @@ func TestReadmeQuickstartWorksAsWritten(t *testing.T) {
 // aegis approvals and granted with its aegis approve; then its verify
 // line.
 func TestReadmeGatewayQuickstartWorksAsWritten(t *testing.T) {
-	mcptest.EverythingServer(t)
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := filepath.Join(root, "README.md")
-	home := t.TempDir()
-	env := []string{"HOME=" + home, "PATH=" + bins(t) + ":" + os.Getenv("PATH"), "NPM_CONFIG_UPDATE_NOTIFIER=false"}
 	const section = "Quickstart: several servers"
-	cmds := readmeCommands(t, readme, section)
-	if len(cmds) != 4 || !strings.HasPrefix(cmds[0], "aegis init --mode gateway ") {
-		t.Fatalf("the quickstart's commands: %q", cmds)
-	}
-	sh := func(c string) string {
-		t.Helper()
-		cmd := exec.Command("bash", "-c", c)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("the README's %q: %v\n%s", c, err, out)
-		}
-		return string(out)
-	}
-	out := sh(cmds[0])
-	entry := hostJSON(t, []byte(out), "Claude Desktop")["mcpServers"]["server-everything"]
-	_, after, _ := strings.Cut(out, "public key")
-	pub := strings.Fields(after)[0]
+	q := newQuickstart(t, section, "aegis init --mode gateway ")
+	cmds, sh, readme, home := q.cmds, q.sh, q.readme, q.home
+	entry, pub := q.init()
 
 	// Step 2: the README's profiles in place of the starter's.
 	file := filepath.Join(home, ".config", "aegis", "aegis.yaml")
@@ -221,12 +229,7 @@ func TestReadmeGatewayQuickstartWorksAsWritten(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	launch := exec.Command(entry.Command, entry.Args...)
-	launch.Env, launch.Dir = env, filepath.Join(root, ".cache", "node")
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: launch}, nil)
-	if err != nil {
-		t.Fatalf("start the entry as a host would: %v\n%s", err, edited)
-	}
+	cs := q.connect(ctx, entry)
 	defer cs.Close()
 	served := func() []string {
 		t.Helper()
