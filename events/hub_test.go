@@ -60,7 +60,13 @@ func waitMirror(t testing.TB, js jetstream.JetStream, host string, n uint64, lim
 		cancel()
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("the mirror of %s holds %d messages, not %d", host, last, n)
+	state := "unknown"
+	if s, err := js.Stream(context.Background(), MirrorName(host)); err == nil {
+		if info, err := s.Info(context.Background()); err == nil && info.Mirror != nil {
+			state = fmt.Sprintf("lag %d, active %v ago, error %v", info.Mirror.Lag, info.Mirror.Active, info.Mirror.Error)
+		}
+	}
+	t.Fatalf("the mirror of %s holds %d messages, not %d (its source: %s)", host, last, n, state)
 }
 
 // loadLeaves appends to each store from 4 appenders, each waiting for its

@@ -8,6 +8,7 @@ package hubtest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -107,14 +108,23 @@ func (h *Hub) SetLeafUsers(leafUsers ...string) {
 	time.Sleep(500 * time.Millisecond) // a reload is asynchronous
 }
 
+// freePort returns a port that is free now, taken at random below the
+// kernel's ephemeral range (32768 and up on Linux). A node that is killed
+// and started again must get its port back: a port the kernel hands out
+// for outgoing connections, or that another test process asked it for,
+// could be gone by then.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		port := 10000 + rand.IntN(22000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			l.Close()
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port below 32000")
+	return 0
 }
 
 // New starts a hub of n nodes that takes any client and any leaf node
