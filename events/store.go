@@ -342,7 +342,22 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	if !ns.JetStreamEnabled() {
 		return nil, fmt.Errorf("start JetStream in %s: not enabled (is the directory writable and is there free space?)", opts.StoreDir)
 	}
-	connOpts := []nats.Option{nats.InProcessServer(ns), nats.Name("aegis-events"), nats.MaxReconnects(-1)}
+	connOpts := []nats.Option{nats.InProcessServer(ns), nats.Name("aegis-events"), nats.MaxReconnects(-1),
+		// nats.go prints what it cannot hand back to a caller straight to
+		// stderr, which a host shows as aegis's own; it goes to the log.
+		// A slow consumer is a long replay's ordered consumer catching
+		// up, which resets itself and loses nothing.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				cfg.Logger.Debug("event store: a reader fell behind and resumes", "subject", subject, "err", err)
+				return
+			}
+			cfg.Logger.Warn("event store connection", "subject", subject, "err", err)
+		})}
 	var user, pass string
 	if s.approvals != nil {
 		if err := s.approvals.Started(ns); err != nil {
