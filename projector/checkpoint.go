@@ -206,58 +206,83 @@ func CheckpointFile(ctx context.Context, key PrivateKey, path, origin string) (n
 	return note, cp, nil
 }
 
+// errTornLine is wrapped by [eachLine]'s error for a last line without
+// '\n'.
+var errTornLine = errors.New("it does not end in a newline")
+
+// errStopLines, returned by the fn of [eachLine], ends the read early.
+var errStopLines = errors.New("stop")
+
+// eachLine calls fn for each whole line of r, without its '\n', holding
+// one line at a time, and checks ctx every 4096 lines. It returns how many
+// lines fn took. A line longer than [MaxCheckpointLine], or a last line
+// without '\n' ([errTornLine]), is an error wrapping
+// [ErrCheckpointRecord]; fn returning errStopLines ends the read with no
+// error. The line passed to fn is valid only during the call.
+func eachLine(ctx context.Context, r io.Reader, fn func(line []byte) error) (int64, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var (
+		n   int64
+		buf []byte
+	)
+	for {
+		if n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return n, err
+			}
+		}
+		buf = buf[:0]
+		var err error
+		for {
+			var frag []byte
+			frag, err = br.ReadSlice('\n')
+			if len(buf)+len(frag) > MaxCheckpointLine+1 {
+				return n, fmt.Errorf("%w: line %d is longer than %d bytes", ErrCheckpointRecord, n+1, MaxCheckpointLine)
+			}
+			buf = append(buf, frag...)
+			if !errors.Is(err, bufio.ErrBufferFull) {
+				break
+			}
+		}
+		switch {
+		case errors.Is(err, io.EOF) && len(buf) == 0:
+			return n, nil
+		case errors.Is(err, io.EOF):
+			return n, fmt.Errorf("%w: %w (line %d is torn)", ErrCheckpointRecord, errTornLine, n+1)
+		case err != nil:
+			return n, err
+		}
+		if err := fn(buf[:len(buf)-1]); errors.Is(err, errStopLines) {
+			return n + 1, nil
+		} else if err != nil {
+			return n, err
+		}
+		n++
+		if cap(buf) > 1<<20 {
+			buf = nil // do not keep one long line's buffer for the rest
+		}
+	}
+}
+
 // checkpointOf computes size, root and tail of the record in r; name is
 // for messages.
 func checkpointOf(ctx context.Context, r io.Reader, name string) (schemas.Checkpoint, error) {
 	var (
 		cp   schemas.Checkpoint
 		tree TreeHasher
-		buf  []byte
 	)
-	br := bufio.NewReaderSize(r, 64<<10)
-	for {
-		if err := ctx.Err(); err != nil {
-			return cp, fmt.Errorf("checkpoint %s: %w", name, err)
-		}
-		buf = buf[:0]
-		complete := false
-		for {
-			frag, err := br.ReadSlice('\n')
-			if len(buf)+len(frag) > MaxCheckpointLine+1 {
-				return cp, fmt.Errorf("checkpoint %s: %w: line %d is longer than %d bytes",
-					name, ErrCheckpointRecord, tree.Size()+1, MaxCheckpointLine)
-			}
-			buf = append(buf, frag...)
-			if err == bufio.ErrBufferFull {
-				continue
-			}
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return cp, fmt.Errorf("checkpoint %s: %w", name, err)
-			}
-			complete = true
-			break
-		}
-		if !complete {
-			if len(buf) > 0 {
-				return cp, fmt.Errorf("checkpoint %s: %w: it does not end in a newline (line %d is torn)",
-					name, ErrCheckpointRecord, tree.Size()+1)
-			}
-			break
-		}
-		line := buf[:len(buf)-1]
+	_, err := eachLine(ctx, r, func(line []byte) error {
 		if len(line) == 0 {
-			return cp, fmt.Errorf("checkpoint %s: %w: line %d is empty", name, ErrCheckpointRecord, tree.Size()+1)
+			return fmt.Errorf("%w: line %d is empty", ErrCheckpointRecord, tree.Size()+1)
 		}
 		if err := tree.Add(line); err != nil {
-			return cp, fmt.Errorf("checkpoint %s: %w", name, err)
+			return err
 		}
 		cp.Tail = schemas.HashHex(line)
-		if cap(buf) > 1<<20 {
-			buf = nil // do not keep one long line's buffer for the rest
-		}
+		return nil
+	})
+	if err != nil {
+		return cp, fmt.Errorf("checkpoint %s: %w", name, err)
 	}
 	root, err := tree.Root()
 	if err != nil {

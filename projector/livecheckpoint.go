@@ -1,11 +1,9 @@
 package projector
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -158,36 +156,20 @@ func resumeCheckpoints(path string, st *TreeState, end int64) (*TreeHasher, int6
 	defer f.Close()
 	tree, from := &TreeHasher{}, int64(0)
 	if st != nil && st.Bytes <= end {
-		t, err := resumeTree(*st)
-		if err != nil {
+		if tree, err = resumeTree(*st); err != nil {
 			return nil, 0, "", err
 		}
-		tree, from = t, st.Bytes
+		from = st.Bytes
 	}
-	br := bufio.NewReaderSize(io.NewSectionReader(f, from, end-from), 64<<10)
 	tail := ""
-	for {
-		line, err := br.ReadSlice('\n')
-		for errors.Is(err, bufio.ErrBufferFull) {
-			var more []byte
-			more, err = br.ReadSlice('\n')
-			line = append(append([]byte(nil), line...), more...)
-		}
-		if errors.Is(err, io.EOF) {
-			if len(line) > 0 {
-				return nil, 0, "", fmt.Errorf("record file does not end in a whole line at byte %d", end)
-			}
-			return tree, end, tail, nil
-		}
-		if err != nil {
-			return nil, 0, "", err
-		}
-		l := line[:len(line)-1]
-		if err := tree.Add(l); err != nil {
-			return nil, 0, "", err
-		}
-		tail = schemas.HashHex(l)
+	_, err = eachLine(context.Background(), io.NewSectionReader(f, from, end-from), func(line []byte) error {
+		tail = schemas.HashHex(line)
+		return tree.Add(line)
+	})
+	if err != nil {
+		return nil, 0, "", err
 	}
+	return tree, end, tail, nil
 }
 
 // add feeds one line written to the file.

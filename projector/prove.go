@@ -1,11 +1,9 @@
 package projector
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"golang.org/x/mod/sumdb/tlog"
@@ -94,50 +92,32 @@ func readTree(ctx context.Context, path string, size, want int64) (*recordTree, 
 	}
 	os.Remove(tmp.Name()) // unnamed from now on; gone when closed
 	t := &recordTree{hashes: &hashFile{f: tmp}}
-	br := bufio.NewReaderSize(f, 64<<10)
-	var buf []byte
-	for t.size < size {
-		if t.size%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				t.close()
-				return nil, err
-			}
-		}
-		buf = buf[:0]
-		var err error
-		for {
-			var frag []byte
-			frag, err = br.ReadSlice('\n')
-			if len(buf)+len(frag) > MaxCheckpointLine+1 {
-				t.close()
-				return nil, fmt.Errorf("line %d is longer than %d bytes", t.size+1, MaxCheckpointLine)
-			}
-			buf = append(buf, frag...)
-			if !errors.Is(err, bufio.ErrBufferFull) {
-				break
-			}
-		}
-		if errors.Is(err, io.EOF) || (err == nil && len(buf) == 0) {
-			t.close()
-			return nil, fmt.Errorf("%w: %s holds %d whole lines, fewer than the %d it covers", ErrProve, path, t.size, size)
-		}
-		if err != nil {
-			t.close()
-			return nil, err
-		}
-		line := buf[:len(buf)-1]
+	if size == 0 {
+		return t, nil
+	}
+	_, err = eachLine(ctx, f, func(line []byte) error {
 		hs, err := tlog.StoredHashes(t.size, line, t.hashes)
 		if err == nil {
 			err = t.hashes.append(hs)
 		}
 		if err != nil {
-			t.close()
-			return nil, err
+			return err
 		}
 		t.size++
 		if t.size == want {
 			t.line = append([]byte(nil), line...)
 		}
+		if t.size == size {
+			return errStopLines
+		}
+		return nil
+	})
+	if err == nil && t.size < size || errors.Is(err, errTornLine) {
+		err = fmt.Errorf("%w: %s holds %d whole lines, fewer than the %d it covers", ErrProve, path, t.size, size)
+	}
+	if err != nil {
+		t.close()
+		return nil, err
 	}
 	return t, nil
 }
