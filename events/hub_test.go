@@ -287,3 +287,79 @@ func TestHubLeafCredentialsReachOnlyTheirMirror(t *testing.T) {
 		}
 	}
 }
+
+// A mirror is read without reading it whole: the last checkpoint of a
+// record file (by the checkpoints' own subject, also when a later one is
+// of another file), the last session, and one session's events only.
+func TestMirrorReadsBySubject(t *testing.T) {
+	h := hubtest.New(t, 3)
+	ctx := context.Background()
+	st, err := Open(ctx, Config{Dir: filepath.Join(t.TempDir(), "state"), Hub: &HubConfig{URLs: h.LeafURLs(), Host: "laptop-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(ctx)
+	var sessions []string
+	for _, path := range []string{"/a.aarl", "/b.aarl"} {
+		sess, err := st.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions = append(sessions, sess)
+		for _, ev := range []struct {
+			kind    schemas.Kind
+			payload any
+		}{
+			{schemas.KindSessionOpened, map[string]any{"audit_path": path}},
+			{schemas.KindNote, map[string]any{"text": path}},
+			{schemas.KindRecordCheckpoint, map[string]any{"audit_path": path}},
+		} {
+			e, err := st.NewEvent(sess, ev.kind, ev.payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Append(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	nc, js := h.JetStream(ctx)
+	defer nc.Close()
+	time.Sleep(time.Second)
+	if _, err := js.CreateStream(ctx, MirrorConfig("laptop-1", 3)); err != nil {
+		t.Fatal(err)
+	}
+	waitMirror(t, js, "laptop-1", 6, 3*time.Minute)
+
+	m, err := OpenMirror(ctx, HubAdmin{URLs: h.ClientURLs()}, "laptop-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	of := func(path string) func(schemas.Event) bool {
+		return func(e schemas.Event) bool { return strings.Contains(string(e.Payload), path) }
+	}
+	for i, path := range []string{"/a.aarl", "/b.aarl"} {
+		r, ok, err := m.LastCheckpoint(ctx, of(path))
+		if err != nil || !ok || r.Event.Session != sessions[i] || r.Event.Kind != schemas.KindRecordCheckpoint {
+			t.Errorf("last checkpoint of %s: %+v %v %v", path, r, ok, err)
+		}
+	}
+	if _, ok, err := m.LastCheckpoint(ctx, of("/c.aarl")); ok || err != nil {
+		t.Errorf("a checkpoint of a file never recorded: %v %v", ok, err)
+	}
+	if last, ok, err := m.LastSession(ctx); err != nil || !ok || last != sessions[1] {
+		t.Errorf("last session %q %v %v, want %s", last, ok, err, sessions[1])
+	}
+	var got []string
+	if err := m.ReplaySession(ctx, sessions[0], func(r Record) error {
+		got = append(got, string(r.Event.Kind)+" "+r.Event.Session)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"session.opened " + sessions[0], "note " + sessions[0], "record.checkpoint " + sessions[0]}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("session %s replays as %q", sessions[0], got)
+	}
+}

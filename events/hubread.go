@@ -146,37 +146,14 @@ func (m *Mirror) read(ctx context.Context, last uint64, filter string, fn func(R
 	return nil
 }
 
-// LastEvent returns the last event of the mirror that match accepts,
-// reading back from the mirror's end at most limit messages, and false
-// when none of them holds one.
-func (m *Mirror) LastEvent(ctx context.Context, limit int, match func(schemas.Event) bool) (Record, bool, error) {
-	last, err := m.last(ctx)
-	if err != nil {
-		return Record{}, false, err
-	}
-	for seq := last; seq > 0 && last-seq < uint64(limit); seq-- {
-		msg, err := m.stream.GetMsg(ctx, seq)
-		if err != nil {
-			return Record{}, false, fmt.Errorf("read the mirror at %d: %w", seq, err)
-		}
-		evs, err := decodeMessage(msg.Data, msg.Header)
-		if err != nil {
-			return Record{}, false, &DecodeError{Seq: seq, Err: err}
-		}
-		for i := len(evs) - 1; i >= 0; i-- {
-			if match(evs[i]) {
-				return Record{Pos: Position{Seq: seq, Index: i}, Event: evs[i]}, true, nil
-			}
-		}
-	}
-	return Record{}, false, nil
-}
-
 // LastCheckpoint returns the mirror's last record.checkpoint event that
-// match accepts: the last of all by its subject (checkpoints are committed
-// alone), else the last one reading back at most limit messages.
-func (m *Mirror) LastCheckpoint(ctx context.Context, limit int, match func(schemas.Event) bool) (Record, bool, error) {
-	msg, err := m.stream.GetLastMsgForSubject(ctx, "aegis.*."+string(schemas.KindRecordCheckpoint))
+// match accepts. Checkpoints are committed alone, under their own subject:
+// the last of all is read by that subject; when match refuses it (it is
+// of another record file), the checkpoints alone are read, not the rest
+// of the mirror.
+func (m *Mirror) LastCheckpoint(ctx context.Context, match func(schemas.Event) bool) (Record, bool, error) {
+	subject := "aegis.*." + string(schemas.KindRecordCheckpoint)
+	msg, err := m.stream.GetLastMsgForSubject(ctx, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return Record{}, false, nil
@@ -190,5 +167,13 @@ func (m *Mirror) LastCheckpoint(ctx context.Context, limit int, match func(schem
 	if len(evs) == 1 && match(evs[0]) {
 		return Record{Pos: Position{Seq: msg.Sequence}, Event: evs[0]}, true, nil
 	}
-	return m.LastEvent(ctx, limit, func(e schemas.Event) bool { return e.Kind == schemas.KindRecordCheckpoint && match(e) })
+	var found Record
+	ok := false
+	err = m.read(ctx, msg.Sequence, subject, func(r Record) error {
+		if match(r.Event) {
+			found, ok = r, true
+		}
+		return nil
+	})
+	return found, ok, err
 }

@@ -352,11 +352,6 @@ func (m *Main) verifyProof(path string, opts verifier.Options) error {
 	return nil
 }
 
-// hubMirrorLookback bounds how far back from a mirror's end verify --hub
-// looks for a checkpoint of the record when the last one is of another
-// file.
-const hubMirrorLookback = 1 << 20
-
 // hubCheckpoint sets the live record file's checkpoints to the last one
 // of it that the hub's mirror of the host holds: the record must hold
 // what that one covers, whatever was done to the machine's copies.
@@ -367,7 +362,7 @@ func (m *Main) hubCheckpoint(ctx context.Context, hub *readerFlags, seg *verifie
 	}
 	defer mirror.Close()
 	base := filepath.Base(seg.Name)
-	rec, ok, err := mirror.LastCheckpoint(ctx, hubMirrorLookback, func(e schemas.Event) bool {
+	rec, ok, err := mirror.LastCheckpoint(ctx, func(e schemas.Event) bool {
 		var c projector.RecordCheckpoint
 		return json.Unmarshal(e.Payload, &c) == nil && filepath.Base(c.AuditPath) == base
 	})
