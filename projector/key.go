@@ -187,23 +187,12 @@ const maxKeyFile = 4096
 // refused with [ErrInsecureDevKey]. There is no fallback: any error means no
 // key.
 func LoadKeyFile(path string) (PrivateKey, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return PrivateKey{}, fmt.Errorf("load key file: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return PrivateKey{}, fmt.Errorf("load key file: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return PrivateKey{}, fmt.Errorf("load key file %q: not a regular file", path)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return PrivateKey{}, fmt.Errorf("load key file %q: %w (mode %#o)", path, ErrKeyFilePermissions, perm)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
-	if err != nil {
+	b, err := ReadPrivateFile(path, maxKeyFile)
+	var pe *PrivateFileError
+	switch {
+	case errors.As(err, &pe):
+		return PrivateKey{}, fmt.Errorf("load key file %w", err)
+	case err != nil:
 		return PrivateKey{}, fmt.Errorf("load key file: %w", err)
 	}
 	seed, err := parseKeyFile(b)
@@ -243,4 +232,51 @@ func parseKeyFile(b []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %v", ErrKeyFileMalformed, err)
 	}
 	return seed, nil
+}
+
+// PrivateFileError is a secret's file that [ReadPrivateFile] refused
+// before reading it. It wraps [ErrKeyFilePermissions] when group or
+// others can access the file.
+type PrivateFileError struct {
+	Path string
+	Perm os.FileMode
+	// NotRegular: the path is not a regular file.
+	NotRegular bool
+}
+
+func (e *PrivateFileError) Error() string {
+	if e.NotRegular {
+		return fmt.Sprintf("%q: not a regular file", e.Path)
+	}
+	return fmt.Sprintf("%q: %v (mode %#o)", e.Path, ErrKeyFilePermissions, e.Perm)
+}
+
+func (e *PrivateFileError) Unwrap() error {
+	if e.NotRegular {
+		return nil
+	}
+	return ErrKeyFilePermissions
+}
+
+// ReadPrivateFile reads a file that holds a secret (a signing key, a
+// hub link key): it refuses, before reading any byte, a file that is not
+// regular or that group or others can access in any way
+// ([*PrivateFileError]), and reads at most limit bytes and one more.
+func ReadPrivateFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, &PrivateFileError{Path: path, NotRegular: true}
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, &PrivateFileError{Path: path, Perm: perm}
+	}
+	return io.ReadAll(io.LimitReader(f, limit+1))
 }

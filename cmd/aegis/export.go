@@ -162,7 +162,7 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 // exportMirror exports from a host's mirror on the hub: the sessions
 // named, or those that recorded to audit (the path as the host recorded
 // it), or all.
-func (m *Main) exportMirror(ctx context.Context, hub *readerFlags, sessions []string, audit, out string) error {
+func (m *Main) exportMirror(ctx context.Context, hub *hubFlags, sessions []string, audit, out string) error {
 	mirror, err := hub.open(ctx, "export")
 	if err != nil {
 		return err

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/projector"
 )
 
 const hubUsage = `Usage:
@@ -44,8 +44,10 @@ Example:
   $ aegis wrap --hub tls://hub-1:7422,tls://hub-2:7422 --host laptop-7 --hub-nkey laptop-7.nkey --audit calls.aarl --signing-key key -- server
 `
 
-// hubFlags are the flags of a command that records with a hub: wrap and
-// gateway.
+// hubFlags are the flags of a command that uses a fleet's hub: one that
+// records with it (wrap, gateway: --hub takes its leaf node URLs, and
+// --hub-nkey the host's link key) or one that reads a host's mirror on it
+// (export, verify, replay: its client URLs; nkey is nil).
 type hubFlags struct {
 	urls, creds, nkey, ca, host *string
 }
@@ -60,13 +62,36 @@ func addHubFlags(fs *flag.FlagSet) *hubFlags {
 	}
 }
 
+func addReaderFlags(fs *flag.FlagSet) *hubFlags {
+	return &hubFlags{
+		urls:  fs.String("hub", "", "read the host's mirror on this NATS hub (client URLs, comma-separated)"),
+		creds: fs.String("hub-creds", "", "NATS credentials file for the hub"),
+		ca:    fs.String("hub-ca", "", "CA bundle (PEM) the hub's certificate must chain to"),
+		host:  fs.String("host", "", "the host whose mirror to read"),
+	}
+}
+
+func (h *hubFlags) set() bool { return *h.urls != "" }
+
+// noneWithout refuses the other hub flags without --hub.
+func (h *hubFlags) noneWithout() error {
+	if h.set() {
+		return nil
+	}
+	if h.nkey != nil {
+		if *h.creds != "" || *h.nkey != "" || *h.ca != "" || *h.host != "" {
+			return usagef("add --hub URL", "--hub-creds, --hub-nkey, --hub-ca and --host need --hub")
+		}
+	} else if *h.creds != "" || *h.ca != "" || *h.host != "" {
+		return usagef("add --hub URL", "--hub-creds, --hub-ca and --host need --hub")
+	}
+	return nil
+}
+
 // config returns the store's hub configuration, nil without --hub.
 func (h *hubFlags) config() (*events.HubConfig, error) {
-	if *h.urls == "" {
-		if *h.creds != "" || *h.nkey != "" || *h.ca != "" || *h.host != "" {
-			return nil, usagef("add --hub URL", "--hub-creds, --hub-nkey, --hub-ca and --host need --hub")
-		}
-		return nil, nil
+	if err := h.noneWithout(); err != nil || !h.set() {
+		return nil, err
 	}
 	var seed []byte
 	if *h.nkey != "" {
@@ -90,6 +115,21 @@ func (h *hubFlags) config() (*events.HubConfig, error) {
 		return nil, usagef("name it with --host NAME: letters, digits, - and _", "host name %q cannot name a host of a fleet", host)
 	}
 	return &events.HubConfig{URLs: splitURLs(*h.urls), Host: host, Credentials: *h.creds, NkeySeed: string(seed), CAFile: *h.ca}, nil
+}
+
+// open opens the mirror of the host the reader flags name.
+func (h *hubFlags) open(ctx context.Context, cmd string) (*events.Mirror, error) {
+	if *h.host == "" {
+		return nil, usagef("aegis "+cmd+" --hub URL --host HOST …", "%s: --hub needs --host, the host whose mirror to read", cmd)
+	}
+	mirror, err := events.OpenMirror(ctx, events.HubAdmin{URLs: splitURLs(*h.urls), Credentials: *h.creds, CAFile: *h.ca}, *h.host)
+	switch {
+	case errors.Is(err, events.ErrNotEnrolled):
+		return nil, withHint(err, "enroll it with: aegis hub enroll "+*h.host+" --hub URL")
+	case err != nil:
+		return nil, withHint(err, "--hub takes the hub's client URLs (the port clients use, not the leaf node port)")
+	}
+	return mirror, nil
 }
 
 func splitURLs(s string) []string {
@@ -201,61 +241,9 @@ func hostKey(path string) (public string, isNew bool, err error) {
 
 // readSeed reads an nkey seed file, which must be private to its owner.
 func readSeed(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+	b, err := projector.ReadPrivateFile(path, 4096)
+	if errors.Is(err, projector.ErrKeyFilePermissions) {
+		return nil, withHint(fmt.Errorf("the link key %w", err), "chmod 600 "+path)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, withHint(fmt.Errorf("the link key %s is readable by others (mode %04o)", path, fi.Mode().Perm()), "chmod 600 "+path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return nil, err
-	}
-	return bytes.TrimSpace(b), nil
-}
-
-// readerFlags are the flags of a command that reads a host's mirror on
-// the hub (export, verify): the hub's client URLs, not its leaf URLs.
-type readerFlags struct {
-	urls, creds, ca, host *string
-}
-
-func addReaderFlags(fs *flag.FlagSet) *readerFlags {
-	return &readerFlags{
-		urls:  fs.String("hub", "", "read the host's mirror on this NATS hub (client URLs, comma-separated)"),
-		creds: fs.String("hub-creds", "", "NATS credentials file for the hub"),
-		ca:    fs.String("hub-ca", "", "CA bundle (PEM) the hub's certificate must chain to"),
-		host:  fs.String("host", "", "the host whose mirror to read"),
-	}
-}
-
-func (r *readerFlags) set() bool { return *r.urls != "" }
-
-// open opens the mirror the flags name.
-func (r *readerFlags) open(ctx context.Context, cmd string) (*events.Mirror, error) {
-	if *r.host == "" {
-		return nil, usagef("aegis "+cmd+" --hub URL --host HOST …", "%s: --hub needs --host, the host whose mirror to read", cmd)
-	}
-	mirror, err := events.OpenMirror(ctx, events.HubAdmin{URLs: splitURLs(*r.urls), Credentials: *r.creds, CAFile: *r.ca}, *r.host)
-	switch {
-	case errors.Is(err, events.ErrNotEnrolled):
-		return nil, withHint(err, "enroll it with: aegis hub enroll "+*r.host+" --hub URL")
-	case err != nil:
-		return nil, withHint(err, "--hub takes the hub's client URLs (the port clients use, not the leaf node port)")
-	}
-	return mirror, nil
-}
-
-// noneWithout refuses the reader flags without --hub.
-func (r *readerFlags) noneWithout() error {
-	if *r.urls == "" && (*r.creds != "" || *r.ca != "" || *r.host != "") {
-		return usagef("add --hub URL", "--hub-creds, --hub-ca and --host need --hub")
-	}
-	return nil
+	return bytes.TrimSpace(b), err
 }

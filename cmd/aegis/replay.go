@@ -185,7 +185,7 @@ func (m *Main) runReplay(ctx context.Context, args []string) error {
 
 // replayMirror prints a session from a host's mirror on the hub, reading
 // that session's messages only. SESSION is a full id or last.
-func (m *Main) replayMirror(ctx context.Context, hub *readerFlags, arg string, o replayOpts) error {
+func (m *Main) replayMirror(ctx context.Context, hub *hubFlags, arg string, o replayOpts) error {
 	mirror, err := hub.open(ctx, "replay")
 	if err != nil {
 		return err

@@ -355,7 +355,7 @@ func (m *Main) verifyProof(path string, opts verifier.Options) error {
 // hubCheckpoint sets the live record file's checkpoints to the last one
 // of it that the hub's mirror of the host holds: the record must hold
 // what that one covers, whatever was done to the machine's copies.
-func (m *Main) hubCheckpoint(ctx context.Context, hub *readerFlags, seg *verifier.Segment) error {
+func (m *Main) hubCheckpoint(ctx context.Context, hub *hubFlags, seg *verifier.Segment) error {
 	mirror, err := hub.open(ctx, "verify")
 	if err != nil {
 		return &exitError{code: 2, err: err}
