@@ -90,6 +90,18 @@ func (m *Main) runCompletion(_ context.Context, args []string) error {
 		return usagef("run: aegis completion bash (or zsh, or fish)", "completion takes one shell name")
 	}
 	names, words, short := m.completionWords()
+	// The commands whose next word is a subcommand or a topic, not a flag
+	// or a file: events list, prove inclusion, help policy, …
+	var subs []string
+	for _, n := range names {
+		if slices.ContainsFunc(words[n], func(w string) bool { return !strings.HasPrefix(w, "-") }) {
+			subs = append(subs, n)
+		}
+	}
+	if !slices.Contains(subs, "help") {
+		subs = append(subs, "help")
+	}
+	alt := strings.Join(subs, "|")
 	var b strings.Builder
 	switch args[0] {
 	case "bash":
@@ -101,7 +113,7 @@ func (m *Main) runCompletion(_ context.Context, args []string) error {
 			fmt.Fprintf(&b, "\t%s) words=%q ;;\n", n, strings.Join(words[n], " "))
 		}
 		fmt.Fprintf(&b, "\tesac\n")
-		fmt.Fprintf(&b, "\tif [[ \"$cur\" == -* || ( \"${COMP_WORDS[1]}\" =~ ^(events|completion|help)$ && $COMP_CWORD -eq 2 ) ]]; then\n")
+		fmt.Fprintf(&b, "\tif [[ \"$cur\" == -* || ( \"${COMP_WORDS[1]}\" =~ ^(%s)$ && $COMP_CWORD -eq 2 ) ]]; then\n", alt)
 		fmt.Fprintf(&b, "\t\tCOMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n\telse\n\t\tCOMPREPLY=($(compgen -f -- \"$cur\"))\n\tfi\n}\n")
 		fmt.Fprintf(&b, "complete -o filenames -F _aegis aegis\n")
 	case "zsh":
@@ -116,7 +128,7 @@ func (m *Main) runCompletion(_ context.Context, args []string) error {
 			fmt.Fprintf(&b, "\t%s) opts=(%s) ;;\n", n, strings.Join(words[n], " "))
 		}
 		fmt.Fprintf(&b, "\tesac\n")
-		fmt.Fprintf(&b, "\tif [[ $PREFIX == -* || ( $words[2] == (events|completion|help) && CURRENT -eq 3 ) ]]; then\n")
+		fmt.Fprintf(&b, "\tif [[ $PREFIX == -* || ( $words[2] == (%s) && CURRENT -eq 3 ) ]]; then\n", alt)
 		fmt.Fprintf(&b, "\t\tcompadd -- $opts\n\telse\n\t\t_files\n\tfi\n}\n")
 		fmt.Fprintf(&b, "compdef _aegis aegis\n")
 	case "fish":

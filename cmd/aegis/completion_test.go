@@ -44,6 +44,9 @@ func TestCompletionBashCompletes(t *testing.T) {
 		{[]string{"aegis", "verify", "--k"}, "--key"},
 		{[]string{"aegis", "rotate", "--if-"}, "--if-larger --if-older"},
 		{[]string{"aegis", "events", "l"}, "list"},
+		{[]string{"aegis", "prove", "i"}, "inclusion"},
+		{[]string{"aegis", "hub", "e"}, "enroll"},
+		{[]string{"aegis", "help", "fle"}, "fleet"},
 		{[]string{"aegis", "verify", "cal"}, "calls.aarl"},
 	} {
 		quoted := make([]string, len(tc.words))
