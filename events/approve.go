@@ -110,6 +110,11 @@ type ApprovalReply struct {
 	Error   string            `json:"error,omitempty"`
 	Pending []PendingApproval `json:"pending,omitempty"`
 	Message string            `json:"message,omitempty"`
+	// Session and PID name the session that answered and its process,
+	// Host its fleet host name ("" without a hub).
+	Session string `json:"session,omitempty"`
+	PID     int    `json:"pid,omitempty"`
+	Host    string `json:"host,omitempty"`
 }
 
 // PendingApproval is one tools/call that waits for a human.
@@ -140,6 +145,7 @@ type ApprovalConfig struct {
 	mu      sync.Mutex
 	session string
 	url     string
+	host    string // the fleet host name when the store links to a hub
 }
 
 // ApprovalOptions makes the identities of an approval channel with fresh
@@ -273,7 +279,10 @@ func (c *ApprovalConfig) Listen(ns *server.Server, session, stateDir string, han
 	if err != nil {
 		return nil, fmt.Errorf("approval channel: connect responder: %w", err)
 	}
-	l, err := ListenApprovals(nc, session, handle)
+	c.mu.Lock()
+	host := c.host
+	c.mu.Unlock()
+	l, err := listenApprovals(nc, session, host, handle)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -314,10 +323,10 @@ func (a approvalAuth) Check(ca server.ClientAuthentication) bool {
 		if isTCP || addr == nil || session == "" || !samePassword(o.Password, c.responderPassword) {
 			return false
 		}
-		ca.RegisterUser(&server.User{Username: responderUser, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{ApprovalReplyPrefix(session) + ".>"}},
-			Subscribe: &server.SubjectPermission{Allow: []string{ApprovalSubject(session)}},
-		}})
+		c.mu.Lock()
+		host := c.host
+		c.mu.Unlock()
+		ca.RegisterUser(&server.User{Username: responderUser, Permissions: responderPermissions(session, host)})
 		return true
 	case ApproverUser:
 		if !isTCP || !tcp.IP.IsLoopback() || session == "" || !samePassword(o.Password, c.approverPassword) {
@@ -327,6 +336,20 @@ func (a approvalAuth) Check(ca server.ClientAuthentication) bool {
 		return true
 	}
 	return false
+}
+
+// responderPermissions: take the session's requests and answer them; with
+// a fleet host, also those that come over the hub (see fleet.go).
+func responderPermissions(session, host string) *server.Permissions {
+	p := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{ApprovalReplyPrefix(session) + ".>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{ApprovalSubject(session)}},
+	}
+	if host != "" {
+		p.Publish.Allow = append(p.Publish.Allow, fleetReplyPrefix+"*", fleetReplyPrefix+host+".*")
+		p.Subscribe.Allow = append(p.Subscribe.Allow, FleetSubject(host, session), FleetHostSubject(host), FleetListSubject)
+	}
+	return p
 }
 
 // approverPermissions: publish the session's requests, receive the replies.
@@ -351,8 +374,9 @@ type ApprovalListener struct {
 	ownConn bool
 	creds   Creds
 	session string
+	host    string // fleet host name, "" without a hub
 	handle  func(ApprovalRequest) ApprovalReply
-	sub     *nats.Subscription
+	subs    []*nats.Subscription
 	msgs    chan *nats.Msg
 	stop    chan struct{}
 	done    chan struct{}
@@ -368,31 +392,57 @@ type ApprovalListener struct {
 // [ApprovalReplyPrefix](session) is dropped unanswered and never reaches
 // handle.
 func ListenApprovals(nc *nats.Conn, session string, handle func(ApprovalRequest) ApprovalReply) (*ApprovalListener, error) {
+	return listenApprovals(nc, session, "", handle)
+}
+
+// listenApprovals is ListenApprovals that, with a fleet host name, also
+// takes the session's requests that come over the hub ([FleetSubject],
+// [FleetListSubject]).
+func listenApprovals(nc *nats.Conn, session, host string, handle func(ApprovalRequest) ApprovalReply) (*ApprovalListener, error) {
 	if !schemas.ValidID(session) {
 		return nil, fmt.Errorf("approval channel: bad session id %q", session)
+	}
+	if host != "" && !ValidHost(host) {
+		return nil, fmt.Errorf("approval channel: bad host name %q", host)
 	}
 	if handle == nil {
 		return nil, errors.New("approval channel: no handler")
 	}
 	l := &ApprovalListener{
-		nc: nc, session: session, handle: handle,
+		nc: nc, session: session, host: host, handle: handle,
 		msgs: make(chan *nats.Msg, 64), stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	sub, err := nc.ChanSubscribe(ApprovalSubject(session), l.msgs)
-	if err != nil {
-		return nil, fmt.Errorf("approval channel: subscribe: %w", err)
+	subjects := []string{ApprovalSubject(session)}
+	if host != "" {
+		subjects = append(subjects, FleetSubject(host, session), FleetHostSubject(host), FleetListSubject)
+	}
+	unsubscribe := func() {
+		for _, sub := range l.subs {
+			sub.Unsubscribe()
+		}
+	}
+	for _, subject := range subjects {
+		sub, err := nc.ChanSubscribe(subject, l.msgs)
+		if err != nil {
+			unsubscribe()
+			return nil, fmt.Errorf("approval channel: subscribe: %w", err)
+		}
+		l.subs = append(l.subs, sub)
 	}
 	if err := nc.FlushTimeout(10 * time.Second); err != nil {
-		sub.Unsubscribe()
+		unsubscribe()
 		return nil, fmt.Errorf("approval channel: subscribe: %w", err)
 	}
 	// A subscription the server refused shows as the connection's last
 	// error once the flush is through.
-	if err := nc.LastError(); err != nil && errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), ApprovalSubject(session)) {
-		sub.Unsubscribe()
-		return nil, fmt.Errorf("approval channel: subscribe: %w", err)
+	if err := nc.LastError(); err != nil && errors.Is(err, nats.ErrPermissionViolation) {
+		for _, subject := range subjects {
+			if strings.Contains(err.Error(), subject) {
+				unsubscribe()
+				return nil, fmt.Errorf("approval channel: subscribe: %w", err)
+			}
+		}
 	}
-	l.sub = sub
 	go l.loop()
 	return l, nil
 }
@@ -420,7 +470,11 @@ func (l *ApprovalListener) Creds() Creds { return l.creds }
 func (l *ApprovalListener) Close() error {
 	var err error
 	l.once.Do(func() {
-		err = l.sub.Unsubscribe()
+		for _, sub := range l.subs {
+			if uerr := sub.Unsubscribe(); err == nil {
+				err = uerr
+			}
+		}
 		close(l.stop)
 		<-l.done
 		if l.ownConn {
@@ -450,27 +504,39 @@ func (l *ApprovalListener) loop() {
 }
 
 func (l *ApprovalListener) serve(m *nats.Msg, closing bool) {
-	prefix := ApprovalReplyPrefix(l.session) + "."
-	if !strings.HasPrefix(m.Reply, prefix) || len(m.Reply) == len(prefix) || strings.ContainsAny(m.Reply, "*> \t\r\n") {
+	reply, ok := l.replyTo(m)
+	if !ok {
 		return
 	}
+	fleet := m.Subject != ApprovalSubject(l.session)
 	var rep ApprovalReply
 	switch req, err := decodeApprovalRequest(m.Data); {
 	case closing:
 		rep = ApprovalReply{Error: "the aegis process is closing this session"}
 	case err != nil:
 		rep = ApprovalReply{Error: err.Error()}
+	case fleet && m.Subject != FleetSubject(l.host, l.session) && req.Op != OpList:
+		rep = ApprovalReply{Error: "only list requests go to a whole host or fleet; send approve and deny to the session's own subject"}
+	case m.Subject == FleetListSubject:
+		// Anyone on the hub can answer here in any host's name: say
+		// only who is here, and let the asker ask each host on the
+		// subjects only that host can answer.
+		rep = ApprovalReply{OK: true}
 	default:
+		if fleet {
+			req.By = overTheHub(req.By)
+		}
 		rep = l.handle(req)
 		if !rep.OK && rep.Error == "" {
 			rep.Error = "refused"
 		}
 	}
+	rep.Session, rep.PID, rep.Host = l.session, os.Getpid(), l.host
 	b, err := json.Marshal(rep)
 	if err != nil {
-		b, _ = json.Marshal(ApprovalReply{Error: "internal error: " + err.Error()})
+		b, _ = json.Marshal(ApprovalReply{Error: "internal error: " + err.Error(), Session: l.session})
 	}
-	l.nc.Publish(m.Reply, b)
+	l.nc.Publish(reply, b)
 }
 
 func decodeApprovalRequest(data []byte) (ApprovalRequest, error) {

@@ -95,6 +95,10 @@ func (h *HubConfig) apply(opts *server.Options) error {
 		remote.TLS, remote.TLSConfig = true, cfg
 	}
 	opts.JetStreamDomain = h.Host
+	// The hub tells its leaves apart by server name: two leaves of one
+	// name are taken for one server reconnecting, and each link drops
+	// the other's.
+	opts.ServerName = "aegis-" + h.Host
 	opts.LeafNode.Remotes = append(opts.LeafNode.Remotes, remote)
 	opts.LeafNode.ReconnectInterval = reconnectInterval
 	return nil
@@ -136,6 +140,7 @@ func MirrorConfig(host string, replicas int) jetstream.StreamConfig {
 type HubAdmin struct {
 	URLs        []string
 	Credentials string // NATS credentials file, "" for none
+	NkeySeed    string // an nkey seed to sign the connect with, "" for none
 	CAFile      string // PEM bundle for tls:// URLs, "" for the system's
 }
 
@@ -165,16 +170,9 @@ func Enroll(ctx context.Context, admin HubAdmin, host string, replicas int) erro
 
 // connect connects to the hub as the admin.
 func (a HubAdmin) connect(name string) (*nats.Conn, jetstream.JetStream, error) {
-	opts := []nats.Option{nats.Name(name), nats.Timeout(10 * time.Second)}
-	if a.Credentials != "" {
-		opts = append(opts, nats.UserCredentials(a.Credentials))
-	}
-	if a.CAFile != "" {
-		opts = append(opts, nats.RootCAs(a.CAFile))
-	}
-	nc, err := nats.Connect(strings.Join(a.URLs, ","), opts...)
+	nc, err := a.dial(context.Background(), name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to the hub: %w", err)
+		return nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -182,6 +180,40 @@ func (a HubAdmin) connect(name string) (*nats.Conn, jetstream.JetStream, error) 
 		return nil, nil, err
 	}
 	return nc, js, nil
+}
+
+// dial connects to the hub's client URLs with a's credentials.
+func (a HubAdmin) dial(ctx context.Context, name string, extra ...nats.Option) (*nats.Conn, error) {
+	timeout := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	if timeout <= 0 {
+		return nil, ctx.Err()
+	}
+	opts := append([]nats.Option{nats.Name(name), nats.Timeout(timeout)}, extra...)
+	if a.Credentials != "" {
+		opts = append(opts, nats.UserCredentials(a.Credentials))
+	}
+	if a.NkeySeed != "" {
+		kp, err := nkeys.FromSeed([]byte(a.NkeySeed))
+		if err != nil {
+			return nil, fmt.Errorf("hub key: %w", err)
+		}
+		public, err := kp.PublicKey()
+		if err != nil {
+			return nil, fmt.Errorf("hub key: %w", err)
+		}
+		opts = append(opts, nats.Nkey(public, kp.Sign))
+	}
+	if a.CAFile != "" {
+		opts = append(opts, nats.RootCAs(a.CAFile))
+	}
+	nc, err := nats.Connect(strings.Join(a.URLs, ","), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the hub: %w", err)
+	}
+	return nc, nil
 }
 
 // DeliverPrefix is the subject prefix under which host's stream delivers
@@ -217,20 +249,42 @@ func LeafKeyPublic(seed []byte) (string, error) {
 // JetStream account, known by its nkey, that may connect only as a leaf
 // node and, as seen from the host, may
 //   - receive only its own domain's JetStream API requests (the mirror's
-//     consumer) and flow control;
-//   - send only its stream's deliveries to its own mirror and the replies
-//     to the mirror's requests, which the hub addresses per domain when
-//     its configuration sets feature_flags { js_api_reply_v2: true }.
+//     consumer) and flow control, and the approval requests of the fleet
+//     (see [FleetSubject]) addressed to the whole fleet or to itself;
+//   - send only its stream's deliveries to its own mirror, the replies to
+//     the mirror's requests, which the hub addresses per domain when its
+//     configuration sets feature_flags { js_api_reply_v2: true }, and
+//     answers to approvers: under its own name, and to the fleet-wide
+//     question of who is there.
 //
 // So the host's credentials reach no JetStream API of the hub (not its
-// own mirror's, not another host's) and no other host's subjects.
+// own mirror's, not another host's), no other host's subjects, and cannot
+// ask any host for a decision.
 func LeafUser(host, nkey string) string {
 	return fmt.Sprintf(`{
   nkey: %q
   allowed_connection_types: ["LEAFNODE"]
   permissions: {
-    publish: { allow: [%q, %q] }
-    subscribe: { allow: [%q, "$JS.FC.>"] }
+    publish: { allow: [%q, %q, %q, %q] }
+    subscribe: { allow: [%q, "$JS.FC.>", %q, %q] }
   }
-}`, nkey, DeliverPrefix(host)+".>", "$JSC.R."+host+".>", "$JS."+host+".API.>")
+}`, nkey, DeliverPrefix(host)+".>", "$JSC.R."+host+".>", fleetReplyPrefix+host+".*", fleetReplyPrefix+"*",
+		"$JS."+host+".API.>", "aegis-fleet."+host+".>", FleetListSubject)
+}
+
+// FleetApproverUser is the hub configuration of a fleet approver: a user of
+// the hub's JetStream account, known by its nkey, that may connect only
+// as a client and may only send approval requests to the hosts' aegis
+// processes ([FleetSubject], [FleetListSubject]) and read their answers.
+// It reaches no stream and no JetStream API: an approver decides, it does
+// not read or change the record.
+func FleetApproverUser(nkey string) string {
+	return fmt.Sprintf(`{
+  nkey: %q
+  allowed_connection_types: ["STANDARD"]
+  permissions: {
+    publish: { allow: [%q, %q] }
+    subscribe: { allow: [%q, %q] }
+  }
+}`, nkey, FleetListSubject, "aegis-fleet.*.*", fleetReplyPrefix+"*", fleetReplyPrefix+"*.*")
 }

@@ -319,6 +319,9 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		if err := cfg.Hub.apply(opts); err != nil {
 			return nil, err
 		}
+		if s.approvals != nil {
+			s.approvals.host = cfg.Hub.Host // approvals come over the hub too
+		}
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

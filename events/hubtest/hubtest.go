@@ -178,10 +178,16 @@ leafnodes { listen: 127.0.0.1:%d }
 // Start starts a node (again, with its store as it was).
 func (h *Hub) Start(nd *Node) {
 	h.t.Helper()
-	nd.cmd = exec.Command(h.bin, "-c", nd.conf)
+	nd.cmd = exec.Command(h.bin, "-c", nd.conf, "-l", nd.conf+".log")
 	if err := nd.cmd.Start(); err != nil {
 		h.t.Fatal(err)
 	}
+}
+
+// Log returns what the node has logged so far.
+func (nd *Node) Log() string {
+	b, _ := os.ReadFile(nd.conf + ".log")
+	return string(b)
 }
 
 // Kill kills a node with SIGKILL, as a crash would.
