@@ -122,7 +122,10 @@
 // node of a NATS hub, under a JetStream domain named after the host, and
 // the hub mirrors the stream ([MirrorConfig], [Enroll]). The hub pulls;
 // a commit is acknowledged by the local stream alone and never waits for
-// the link.
+// the link. A reader of a host's mirror (hubread.go) reads it from a
+// position on, as [Store.Replay] reads the stream, and a [MirrorIndex]
+// keeps the index of a mirror in a private folder on the reading machine,
+// a cache checked against the mirror like the store's.
 //
 // Nothing outside this package (and events/hubtest, which runs a real hub
 // for tests) imports nats-server or nats.go.

@@ -57,15 +57,29 @@ func (m *Mirror) last(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
-// Replay calls fn, in order, for every event the mirror holds when it
-// is called, holding one message at a time. A gap in the mirror's
-// sequences is a [*DamageError].
-func (m *Mirror) Replay(ctx context.Context, fn func(Record) error) error {
+// Replay calls fn, in order, for every event at or after from that the
+// mirror holds when it is called, holding one message at a time: a read
+// from a later position costs what follows it, not the mirror's whole
+// history. A gap in the mirror's sequences from from on is a
+// [*DamageError].
+func (m *Mirror) Replay(ctx context.Context, from Position, fn func(Record) error) error {
 	last, err := m.last(ctx)
-	if err != nil || last == 0 {
+	if err != nil || last == 0 || from.Seq > last {
 		return err
 	}
-	return m.read(ctx, last, "", fn)
+	return m.read(ctx, from, last, "", fn)
+}
+
+// MessageDigest returns the digest of the mirror's message at seq, the
+// same as [Store.MessageDigest] gives of the host's message at seq: an
+// index folded from the mirror is checked by it, as one folded on the
+// host is by the host's.
+func (m *Mirror) MessageDigest(ctx context.Context, seq uint64) (string, error) {
+	msg, err := m.stream.GetMsg(ctx, seq)
+	if err != nil {
+		return "", fmt.Errorf("mirror message %d: %w", seq, err)
+	}
+	return messageDigest(msg.Subject, msg.Header, msg.Data), nil
 }
 
 // ReplaySession calls fn, in order, for every event of one session the
@@ -82,7 +96,7 @@ func (m *Mirror) ReplaySession(ctx context.Context, session string, fn func(Reco
 	case err != nil:
 		return fmt.Errorf("read the mirror: %w", err)
 	}
-	return m.read(ctx, msg.Sequence, subject, fn)
+	return m.read(ctx, Position{}, msg.Sequence, subject, fn)
 }
 
 // LastSession returns the id of the last session the mirror holds the
@@ -102,10 +116,14 @@ func (m *Mirror) LastSession(ctx context.Context) (string, bool, error) {
 	return evs[0].Session, true, nil
 }
 
-// read delivers the events of the messages up to last (those whose
-// subject matches filter, "" for all), in order.
-func (m *Mirror) read(ctx context.Context, last uint64, filter string, fn func(Record) error) error {
+// read delivers the events at or after from of the messages up to last
+// (those whose subject matches filter, "" for all), in order.
+func (m *Mirror) read(ctx context.Context, from Position, last uint64, filter string, fn func(Record) error) error {
+	start := max(from.Seq, 1)
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: consumerIdle}
+	if start > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
+	}
 	if filter != "" {
 		cfg.FilterSubjects = []string{filter}
 	}
@@ -118,7 +136,7 @@ func (m *Mirror) read(ctx context.Context, last uint64, filter string, fn func(R
 		return fmt.Errorf("read the mirror: %w", err)
 	}
 	defer it.Stop()
-	for want := uint64(1); want <= last; {
+	for want := start; want <= last; {
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return fmt.Errorf("read the mirror at %d of %d: %w", want, last, err)
@@ -138,6 +156,9 @@ func (m *Mirror) read(ctx context.Context, last uint64, filter string, fn func(R
 			return &DecodeError{Seq: seq, Err: err}
 		}
 		for i, e := range evs {
+			if seq == from.Seq && i < from.Index {
+				continue
+			}
 			if err := fn(Record{Pos: Position{Seq: seq, Index: i}, Event: e}); err != nil {
 				return err
 			}
@@ -169,7 +190,7 @@ func (m *Mirror) LastCheckpoint(ctx context.Context, match func(schemas.Event) b
 	}
 	var found Record
 	ok := false
-	err = m.read(ctx, msg.Sequence, subject, func(r Record) error {
+	err = m.read(ctx, Position{}, msg.Sequence, subject, func(r Record) error {
 		if match(r.Event) {
 			found, ok = r, true
 		}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/nats-io/nats.go"
 )
 
 // IndexDir is the folder of the state directory where projections keep
@@ -54,7 +56,8 @@ func (s *Store) IndexGet(ctx context.Context, key string) ([]byte, uint64, error
 // ReadIndex is [Store.IndexGet] for a state directory that another process
 // holds: it reads the index folder without opening the store. What it
 // returns was written whole (values are replaced atomically), but it is
-// not checked against the stream, which only the holder can read.
+// not checked against the stream, which only the holder can read. It
+// reads a [MirrorIndex]'s folder the same way.
 func ReadIndex(dir, key string) ([]byte, uint64, error) {
 	if !validIndexKey(key) {
 		return nil, 0, fmt.Errorf("index key %q", key)
@@ -81,13 +84,21 @@ func ReadIndex(dir, key string) ([]byte, uint64, error) {
 // append, it returns once the value is on disk; a reader sees the old
 // value or the new one, never a mix.
 func (s *Store) IndexPut(ctx context.Context, key string, val []byte) (uint64, error) {
+	return WriteIndex(s.dir, key, val)
+}
+
+// WriteIndex is [Store.IndexPut] for the index folder of dir, which it
+// creates (mode 0700) if it is missing: dir is a state directory, or
+// another private directory that keeps an index the same way (a
+// [MirrorIndex]).
+func WriteIndex(dir, key string, val []byte) (uint64, error) {
 	if !validIndexKey(key) {
 		return 0, fmt.Errorf("index key %q", key)
 	}
 	if len(val) > indexMaxValue {
 		return 0, fmt.Errorf("index %s: %d bytes, more than %d", key, len(val), indexMaxValue)
 	}
-	dir := filepath.Join(s.dir, IndexDir)
+	dir = filepath.Join(dir, IndexDir)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return 0, fmt.Errorf("index: %w", err)
 	}
@@ -112,24 +123,31 @@ func (s *Store) MessageDigest(ctx context.Context, seq uint64) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("stream message %d: %w", seq, err)
 	}
+	return messageDigest(m.Subject, m.Header, m.Data), nil
+}
+
+// messageDigest is the digest [Store.MessageDigest] and
+// [Mirror.MessageDigest] give of a message: its subject and data, each
+// after its length, then its headers in the order of their names.
+func messageDigest(subject string, header nats.Header, data []byte) string {
 	h := sha256.New()
 	var n [8]byte
-	for _, part := range [][]byte{[]byte(m.Subject), m.Data} {
+	for _, part := range [][]byte{[]byte(subject), data} {
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
 		h.Write(n[:])
 		h.Write(part)
 	}
-	keys := make([]string, 0, len(m.Header))
-	for k := range m.Header {
+	keys := make([]string, 0, len(header))
+	for k := range header {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		for _, v := range m.Header[k] {
+		for _, v := range header[k] {
 			h.Write([]byte(k + ":" + v + "\n"))
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // StoredBytes returns how many bytes the stream's messages take.

@@ -49,22 +49,26 @@ func (e *LockedError) Unwrap() error { return ErrLocked }
 // prepareDir creates dir with mode 0700 if it is missing and refuses one
 // that others can read or write, or that is not a directory: the stream
 // holds every frame the host and the servers exchanged.
-func prepareDir(dir string) error {
+func prepareDir(dir string) error { return privateDir(dir, "state directory") }
+
+// privateDir is prepareDir for any directory of this user's that must be
+// private; what names it in errors.
+func privateDir(dir, what string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create state directory: %w", err)
+		return fmt.Errorf("create %s: %w", what, err)
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return fmt.Errorf("state directory: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("state directory %s is not a directory", dir)
+		return fmt.Errorf("%s %s is not a directory", what, dir)
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("state directory %s has mode %#o; it must be private (run: chmod 700 %s)", dir, perm, dir)
+		return fmt.Errorf("%s %s has mode %#o; it must be private (run: chmod 700 %s)", what, dir, perm, dir)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("state directory %s is owned by uid %d, not by this user (uid %d)", dir, st.Uid, os.Geteuid())
+		return fmt.Errorf("%s %s is owned by uid %d, not by this user (uid %d)", what, dir, st.Uid, os.Geteuid())
 	}
 	return nil
 }

@@ -175,7 +175,7 @@ func (m *Main) exportMirror(ctx context.Context, hub *hubFlags, sessions []strin
 	keep := keepSessions(sessions, names)
 	var lines, n int
 	err = writeOut(out, m.Stdout, func(w io.Writer) (err error) {
-		lines, n, err = projector.ExportReplay(func(fn func(events.Record) error) error { return mirror.Replay(ctx, fn) }, keep, w)
+		lines, n, err = projector.ExportReplay(func(fn func(events.Record) error) error { return mirror.Replay(ctx, events.Position{}, fn) }, keep, w)
 		return err
 	})
 	if err != nil {
