@@ -86,6 +86,12 @@
 // from it what it checks ([Index.CatchUp]), and [Export] streams the
 // record in one pass, one event at a time.
 //
+// An index is folded from and saved beside an [IndexSource]: the store,
+// or a host's mirror on a hub with a cache folder on the reading machine
+// ([events.MirrorIndex]), checked against the mirror the same way. Read
+// there, a session without a close line is unclosed ([ReadElsewhere]),
+// not killed: the hub cannot tell whether it still runs.
+//
 // # Rotation
 //
 // A rotation (rotate.go) seals each record file the stream knows of only

@@ -62,12 +62,34 @@ type snapshotState struct {
 	ok   bool            // at is set
 }
 
-// LoadIndex returns the index of the store's stream: its snapshot from the
-// index folder, if there is a sound one, with every later event folded in.
+// IndexSource is what an [Index] is folded from and saved beside: a
+// stream and an index folder that belongs to it. [*events.Store] is one
+// (its own stream and folder); [*events.MirrorIndex] is another (a host's
+// mirror on a hub, with a folder on the reading machine).
+type IndexSource interface {
+	// Replay calls fn for every event at or after from, in stream order,
+	// as [events.Store.Replay] does.
+	Replay(ctx context.Context, from events.Position, fn func(events.Record) error) error
+	// MessageDigest names the message at seq, as
+	// [events.Store.MessageDigest] does.
+	MessageDigest(ctx context.Context, seq uint64) (string, error)
+	// IndexGet and IndexPut read and replace one value of the folder, as
+	// [events.Store.IndexGet] and [events.Store.IndexPut] do.
+	IndexGet(ctx context.Context, key string) ([]byte, uint64, error)
+	IndexPut(ctx context.Context, key string, val []byte) (uint64, error)
+}
+
+var (
+	_ IndexSource = (*events.Store)(nil)
+	_ IndexSource = (*events.MirrorIndex)(nil)
+)
+
+// LoadIndex returns the index of st's stream: its snapshot from st's index
+// folder, if there is a sound one, with every later event folded in.
 // A snapshot that cannot be used is logged and the whole stream folded;
 // the index is a cache, never a source. each, if not nil, is called per
 // event folded. Damage is returned as [Store.Replay] returns it.
-func LoadIndex(ctx context.Context, st *events.Store, log *slog.Logger, each func()) (*Index, error) {
+func LoadIndex(ctx context.Context, st IndexSource, log *slog.Logger, each func()) (*Index, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -85,7 +107,7 @@ func LoadIndex(ctx context.Context, st *events.Store, log *slog.Logger, each fun
 }
 
 // Update folds the events after the last one folded.
-func (ix *Index) Update(ctx context.Context, st *events.Store, each func()) error {
+func (ix *Index) Update(ctx context.Context, st IndexSource, each func()) error {
 	_, err := ix.update(ctx, st, 0, each)
 	return err
 }
@@ -97,14 +119,14 @@ func (ix *Index) Update(ctx context.Context, st *events.Store, each func()) erro
 // pace instead of all at once: the embedded server keeps every block it
 // reads cached for a while, and a fold that kept up with a flood of
 // 16 MiB frames more than doubled the process's memory.
-func (ix *Index) UpdateSome(ctx context.Context, st *events.Store, budget int64) (more bool, err error) {
+func (ix *Index) UpdateSome(ctx context.Context, st IndexSource, budget int64) (more bool, err error) {
 	return ix.update(ctx, st, budget, nil)
 }
 
 // errBudget stops a replay at a message boundary once the budget is spent.
 var errBudget = errors.New("fold budget spent")
 
-func (ix *Index) update(ctx context.Context, st *events.Store, budget int64, each func()) (bool, error) {
+func (ix *Index) update(ctx context.Context, st IndexSource, budget int64, each func()) (bool, error) {
 	from := events.Position{}
 	if ix.Folded {
 		// A replay hands out every event of a message before it returns,
@@ -135,7 +157,7 @@ func (ix *Index) update(ctx context.Context, st *events.Store, budget int64, eac
 	return false, nil
 }
 
-func loadSnapshot(ctx context.Context, st *events.Store) (*Index, error) {
+func loadSnapshot(ctx context.Context, st IndexSource) (*Index, error) {
 	return decodeSnapshot(func(key string) ([]byte, uint64, error) { return st.IndexGet(ctx, key) },
 		func(seq uint64) (string, error) { return st.MessageDigest(ctx, seq) })
 }
@@ -238,10 +260,10 @@ func (ix *Index) restore(s sessionSnap) error {
 	return nil
 }
 
-// Save writes the index to the store's index folder: the chunks that
+// Save writes the index to st's index folder: the chunks that
 // changed since the last save, then the head. A snapshot cut short by a
 // crash is detected and thrown away by the next [LoadIndex].
-func (ix *Index) Save(ctx context.Context, st *events.Store) error {
+func (ix *Index) Save(ctx context.Context, st IndexSource) error {
 	if !ix.Folded || ix.saved.ok && ix.saved.at == ix.At && !ix.filesNew {
 		return nil // nothing new since the last save
 	}

@@ -17,8 +17,8 @@ type SessionSummary struct {
 	// close.
 	Ended     *time.Time `json:"ended,omitempty"`
 	LastEvent time.Time  `json:"last_event"`
-	// State is StateClosed, StateKilled or StateRunning (see
-	// [SessionIndex.Sessions]).
+	// State is StateClosed, StateKilled, StateRunning or StateUnclosed
+	// (see [SessionIndex.Sessions]).
 	State string `json:"state"`
 	PID   int    `json:"pid"`
 	// Argv is the wrapped command; Config the gateway configuration of a
@@ -170,10 +170,17 @@ func (ix *SessionIndex) fold(rec events.Record) int {
 	return en.pos
 }
 
+// ReadElsewhere is the holderPID to pass to [SessionIndex.Sessions] for a
+// copy of a stream read away from its machine (a host's mirror on a hub):
+// a session without a close line is then StateUnclosed, since whether its
+// process still runs cannot be known there.
+const ReadElsewhere = -1
+
 // Sessions returns the summaries in stream order with State filled in:
 // closed when the session has a close line; running for the last session
 // opened by holderPID, the process that holds the state directory now (0:
-// none); killed otherwise.
+// none); killed otherwise. With holderPID [ReadElsewhere], a session
+// without a close line is unclosed.
 func (ix *SessionIndex) Sessions(holderPID int) []SessionSummary {
 	running := -1
 	if holderPID > 0 {
@@ -192,6 +199,8 @@ func (ix *SessionIndex) Sessions(holderPID int) []SessionSummary {
 			out[i].State = StateClosed
 		case i == running:
 			out[i].State = StateRunning
+		case holderPID == ReadElsewhere:
+			out[i].State = StateUnclosed
 		default:
 			out[i].State = StateKilled
 		}
