@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,21 +30,24 @@ import (
 
 const sessionsUsage = `Usage:
   aegis sessions [--state-dir DIR] [--json]
+  aegis sessions --hub URL --host HOST [--hub-creds FILE] [--hub-ca FILE] [--json]
 
 Lists every session in the state directory's stream, oldest first, one
 line each:
   SESSION  STARTED  ENDED  STATE  EXIT  CALLS  REFUSED  APPROVALS  COMMAND
 
 STATE is how the session ended: closed (it has a close line), running (no
-close line yet, and its aegis process holds the state directory now) or
+close line yet, and its aegis process holds the state directory now),
 killed (no close line, and its process is gone: killed, crashed, or its
-recording failed). ENDED is the close time; for a session that did not
-close, ~ marks the time of its last event. EXIT is the wrapped server's
-exit status. CALLS counts recorded tools/calls, REFUSED the ones aegis kept
-from the server, APPROVALS the approvals requested (and what became of
-them: one revoked after its approval counts as denied). COMMAND is the
-wrapped command, or a gateway's configuration followed by the servers it
-skipped and where they failed ("· skipped: fs (start)"); replay shows why.
+recording failed) or, read from a hub, unclosed (no close line there; the
+hub cannot tell whether it still runs). ENDED is the close time; for a
+session that did not close, ~ marks the time of its last event. EXIT is
+the wrapped server's exit status. CALLS counts recorded tools/calls,
+REFUSED the ones aegis kept from the server, APPROVALS the approvals
+requested (and what became of them: one revoked after its approval counts
+as denied). COMMAND is the wrapped command, or a gateway's configuration
+followed by the servers it skipped and where they failed
+("· skipped: fs (start)"); replay shows why.
 
 --json prints a JSON array with one object per session (id, started,
 ended, last_event, state, pid, argv, audit_path, key_id, events, frames,
@@ -64,19 +69,39 @@ the running session may be missing from its counts). A directory without
 an index (from an older aegis) is read from a private snapshot copy of the
 stream instead (made under DIR/readers and removed afterwards).
 
-Example:
+--hub (a fleet hub's client URLs) with --host lists the sessions of that
+host's mirror on the hub, off the host. The index of the mirror is kept
+in a cache on this machine, $XDG_CACHE_HOME/aegis/hub/HOST-XXXXXXXX (else
+~/.cache/aegis/hub/…; XXXXXXXX names the hub by its URLs), mode 0700, so
+that each run reads only the messages that reached the mirror since the
+last. The cache is never a source: one that does not match the mirror is
+thrown away and the mirror read again; removing it loses nothing but
+time.
+
+Examples:
   $ aegis sessions --state-dir ~/.local/state/aegis
+  $ aegis sessions --hub nats://hub-1:4222 --host laptop-7
 `
 
 func (m *Main) runSessions(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("sessions")
 	dir := fs.String("state-dir", "", "state directory")
 	asJSON := fs.Bool("json", false, "print a JSON array")
+	hub := addReaderFlags(fs)
 	if err := m.parseFlags(fs, sessionsUsage, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("run: aegis sessions [--state-dir DIR] [--json]", "sessions: unexpected argument %q", fs.Arg(0))
+	}
+	if err := hub.noneWithout(); err != nil {
+		return err
+	}
+	if hub.set() {
+		if *dir != "" {
+			return usagef("aegis sessions --hub URL --host HOST [--json]", "sessions --hub reads the hub's mirror: no --state-dir")
+		}
+		return m.sessionsMirror(ctx, hub, *asJSON)
 	}
 	ix, holder, err := m.heldIndex(*dir)
 	if err != nil {
@@ -103,9 +128,72 @@ func (m *Main) runSessions(ctx context.Context, args []string) error {
 		fmt.Fprintf(m.Stderr, "aegis: note: the sessions before %s were sealed by a rotation; their stream is %s\n",
 			r.Time.UTC().Format(time.RFC3339), where)
 	}
+	where, _ := m.stateDir(*dir)
+	return m.printSessions(list, *asJSON, where)
+}
+
+// sessionsMirror lists the sessions of a host's mirror on the hub. It
+// folds the mirror into an index kept in a cache on this machine
+// (hubCacheDir), so that each run reads only the messages that reached
+// the mirror since the last; a cache that does not match the mirror is
+// thrown away and the mirror folded again. A session without a close line
+// there is unclosed: the hub cannot tell whether it still runs.
+func (m *Main) sessionsMirror(ctx context.Context, hub *hubFlags, asJSON bool) error {
+	cache, err := hubCacheDir(m.Getenv, splitURLs(*hub.urls), *hub.host)
+	if err != nil {
+		return err
+	}
+	mirror, err := hub.open(ctx, "sessions")
+	if err != nil {
+		return err
+	}
+	defer mirror.Close()
+	src, err := events.NewMirrorIndex(mirror, cache)
+	if err != nil {
+		return withHint(err, "the cache is only a copy of what the hub holds: make it private (chmod 700) or remove it")
+	}
+	log := m.logger()
+	prog := m.newProgress("sessions")
+	var folded int64
+	ix, err := projector.LoadIndex(ctx, src, log, func() { folded++; prog.add() })
+	prog.done()
+	if err != nil {
+		return fmt.Errorf("read the hub: %w", err)
+	}
+	log.Debug("folded the hub's mirror", "host", *hub.host, "events", folded, "at", ix.At.Seq, "cache", cache)
+	if err := ix.Save(ctx, src); err != nil {
+		// The next run folds more; this one's listing is whole.
+		log.Debug("the cache of the hub's mirror was not saved", "cache", cache, "reason", err)
+	}
+	return m.printSessions(ix.Sessions(projector.ReadElsewhere), asJSON, "the hub's mirror of "+*hub.host)
+}
+
+// hubCacheDir is the folder where aegis keeps its index of host's mirror
+// on the hub at urls: $XDG_CACHE_HOME/aegis/hub/<host>-<hub>, else
+// ~/.cache/aegis/hub/<host>-<hub>, where <hub> is 8 hex digits of the
+// SHA-256 of the hub's URLs (sorted, comma-separated), so that the
+// mirrors of one host on two hubs keep two caches.
+func hubCacheDir(getenv func(string) string, urls []string, host string) (string, error) {
+	base := getenv("XDG_CACHE_HOME")
+	if !filepath.IsAbs(base) {
+		home := getenv("HOME")
+		if home == "" {
+			return "", withHint(errors.New("sessions --hub keeps a cache, and neither XDG_CACHE_HOME nor HOME is set"), "set XDG_CACHE_HOME to a folder of yours")
+		}
+		base = filepath.Join(home, ".cache")
+	}
+	urls = slices.Clone(urls)
+	slices.Sort(urls)
+	sum := sha256.Sum256([]byte(strings.Join(urls, ",")))
+	return filepath.Join(base, "aegis", "hub", host+"-"+hex.EncodeToString(sum[:4])), nil
+}
+
+// printSessions prints a listing, as a table or (asJSON) a JSON array;
+// where names what was read, for the note that it holds no session.
+func (m *Main) printSessions(list []projector.SessionSummary, asJSON bool, where string) error {
 	w := bufio.NewWriter(m.Stdout)
 	defer w.Flush()
-	if *asJSON {
+	if asJSON {
 		if list == nil {
 			list = []projector.SessionSummary{}
 		}
@@ -118,8 +206,7 @@ func (m *Main) runSessions(ctx context.Context, args []string) error {
 		return nil
 	}
 	if len(list) == 0 {
-		dir, _ := m.stateDir(*dir)
-		fmt.Fprintf(m.Stderr, "aegis: no sessions in %s\n", dir)
+		fmt.Fprintf(m.Stderr, "aegis: no sessions in %s\n", where)
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
