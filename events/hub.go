@@ -94,6 +94,13 @@ func (h *HubConfig) apply(opts *server.Options) error {
 		}
 		remote.TLS, remote.TLSConfig = true, cfg
 	}
+	// What is this machine's alone stays off the link whatever the hub's
+	// configuration says: the stream's subjects (a hub, or another host
+	// through it, could otherwise write into the stream or take its
+	// writes, and their acknowledgements), the inboxes of the store and
+	// of its readers, and the local approval channel.
+	remote.DenyImports = localSubjects
+	remote.DenyExports = localSubjects
 	opts.JetStreamDomain = h.Host
 	// The hub tells its leaves apart by server name: two leaves of one
 	// name are taken for one server reconnecting, and each link drops
@@ -103,6 +110,9 @@ func (h *HubConfig) apply(opts *server.Options) error {
 	opts.LeafNode.ReconnectInterval = reconnectInterval
 	return nil
 }
+
+// localSubjects never cross the leaf link, in either direction.
+var localSubjects = []string{"aegis.>", "_INBOX.>", "aegis-approve.>", "aegis-approve-reply.>"}
 
 // reconnectInterval is how often the leaf tries the hub again while the
 // link is down.

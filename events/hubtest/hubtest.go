@@ -109,36 +109,39 @@ func (h *Hub) SetLeafUsers(leafUsers ...string) {
 }
 
 // freePort returns a port that is free now, taken at random below the
-// kernel's ephemeral range (32768 and up on Linux). A node that is killed
-// and started again must get its port back: a port the kernel hands out
-// for outgoing connections, or that another test process asked it for,
-// could be gone by then.
+// kernel's ephemeral range (32768 and up on Linux), from a band of 2000
+// ports chosen by this process's PID. A node that is killed and started
+// again must get its port back: a port the kernel hands out for outgoing
+// connections could be gone by then, and so could one that another test
+// process (go test runs packages side by side) took for a hub of its
+// own, which the band makes unlikely.
 func freePort(t testing.TB) int {
 	t.Helper()
+	base := 10000 + os.Getpid()%11*2000
 	for range 1000 {
-		port := 10000 + rand.IntN(22000)
+		port := base + rand.IntN(2000)
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err == nil {
 			l.Close()
 			return port
 		}
 	}
-	t.Fatal("no free port below 32000")
+	t.Fatalf("no free port in %d-%d", base, base+1999)
 	return 0
 }
 
 // New starts a hub of n nodes that takes any client and any leaf node
 // into one account; they are killed when the test ends.
-func New(t testing.TB, n int) *Hub { return start(t, n, nil) }
+func New(t testing.TB, n int) *Hub { return start(t, n, false, nil) }
 
 // NewSecured starts a hub of n nodes with accounts: FLEET, whose
 // JetStream holds the mirrors, with the user admin (password admin,
 // [Hub.ClientURLs] carry it) and the leaf users given (LeafUser blocks),
 // and a system account. A connection without credentials is refused.
-func NewSecured(t testing.TB, n int, leafUsers ...string) *Hub { return start(t, n, leafUsers) }
+func NewSecured(t testing.TB, n int, leafUsers ...string) *Hub { return start(t, n, true, leafUsers) }
 
-func start(t testing.TB, n int, leafUsers []string) *Hub {
-	h := &Hub{t: t, bin: natsServer(t), secured: leafUsers != nil}
+func start(t testing.TB, n int, secured bool, leafUsers []string) *Hub {
+	h := &Hub{t: t, bin: natsServer(t), secured: secured}
 	if h.secured {
 		h.admin = "admin:admin@"
 	}
