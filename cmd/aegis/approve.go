@@ -26,6 +26,7 @@ import (
 
 const approvalsUsage = `Usage:
   aegis approvals [--json] [--state-dir DIR]
+  aegis approvals --hub URL [--host HOST] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE] [--json]
 
 Lists the tools/calls that wait for a human decision in every running
 aegis process of this user, oldest first:
@@ -50,6 +51,13 @@ the state directory (--state-dir, default $XDG_STATE_HOME/aegis or
 carry approval requests and nothing else. Files of processes that have
 exited are removed.
 
+With --hub (a fleet hub's client URLs) it asks the hosts of the fleet
+instead, over the hub, as a fleet approver (--hub-nkey, the key aegis hub
+approver wrote, or --hub-creds): every host whose aegis runs linked to
+the hub with an approval channel, or only --host. It waits two seconds to
+learn which hosts are there, then asks each on a subject only that host
+can answer on; the table gets a HOST column, and --json a host field.
+
 Example:
   $ aegis approvals
   APPROVAL          TOOL   SESSION                     PID   REQUESTED            EXPIRES   ARGUMENTS
@@ -58,6 +66,7 @@ Example:
 
 const approveUsage = `Usage:
   aegis approve APPROVAL_ID [--session ID] [--state-dir DIR]
+  aegis approve APPROVAL_ID --hub URL [--host HOST] [--session ID] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]
 
 Approves one pending tools/call: the aegis process that holds it checks the
 request (known id, still pending, not expired, its own session), records a
@@ -79,19 +88,29 @@ process's own reason for refusing an id it no longer holds. Processes are
 found as for 'aegis approvals' (--state-dir matters when XDG_RUNTIME_DIR is
 unset).
 
+With --hub (a fleet hub's client URLs) the approval goes over the hub to
+the host that holds it, as a fleet approver (see 'aegis approvals'): the
+hosts are asked which one holds APPROVAL_ID as pending (--host and
+--session narrow it down, and are needed when several do), and that
+host's aegis decides exactly as for a local approval; its signed decision
+line says the request came over the hub.
+
 Exit status: 0 approved; 1 refused (unknown, expired or already used) or no
 process could be asked; 2 usage error.
 
 Example:
   $ aegis approve apr-gate-dream-1
+  $ aegis approve apr-gate-dream-1 --hub nats://hub-1:4222 --hub-nkey alice.nkey
 `
 
 const denyUsage = `Usage:
   aegis deny APPROVAL_ID [--reason TEXT] [--session ID] [--state-dir DIR]
+  aegis deny APPROVAL_ID [--reason TEXT] --hub URL [--host HOST] [--session ID] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]
 
 Denies one pending tools/call: the aegis process that holds it records a
 signed decision with the reason and answers the call with an error. Its
-answer is printed. The process is found as for 'aegis approve'.
+answer is printed. The process is found as for 'aegis approve', over a
+fleet's hub with --hub.
 
 Exit status: 0 denied; 1 refused (unknown, expired or already used) or no
 process could be asked; 2 usage error.
@@ -113,6 +132,7 @@ func (m *Main) runDeny(ctx context.Context, args []string) error {
 
 // approvalRow is one pending approval of one process, as --json prints it.
 type approvalRow struct {
+	Host    string `json:"host,omitempty"`
 	Session string `json:"session"`
 	PID     int    `json:"pid"`
 	events.PendingApproval
@@ -122,11 +142,25 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("approvals")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	stateDir := fs.String("state-dir", "", "state directory of the wrap (used when XDG_RUNTIME_DIR is unset)")
+	hub := addApproverFlags(fs)
 	if err := m.parseFlags(fs, approvalsUsage, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("run: aegis approvals [--json] [--state-dir DIR]", "approvals: unexpected argument %q", fs.Arg(0))
+	}
+	if err := hub.noneWithout(); err != nil {
+		return err
+	}
+	if hub.set() {
+		if *stateDir != "" {
+			return usagef("aegis approvals --hub URL [--host HOST]", "approvals --hub asks the hosts over the hub: no --state-dir")
+		}
+		rows, err := m.fleetApprovals(ctx, hub)
+		if err != nil {
+			return err
+		}
+		return m.printApprovals(rows, *asJSON, true)
 	}
 	procs, err := m.approvalProcesses(*stateDir)
 	if err != nil {
@@ -149,26 +183,7 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 			rows = append(rows, approvalRow{Session: r.creds.Session, PID: r.creds.PID, PendingApproval: p})
 		}
 	}
-	sort.Slice(rows, func(i, j int) bool {
-		a, b := rows[i], rows[j]
-		if !a.RequestedAt.Equal(b.RequestedAt) {
-			return a.RequestedAt.Before(b.RequestedAt)
-		}
-		if a.Session != b.Session {
-			return a.Session < b.Session
-		}
-		return a.ApprovalID < b.ApprovalID
-	})
-	if *asJSON {
-		if rows == nil {
-			rows = []approvalRow{}
-		}
-		b, err := json.MarshalIndent(rows, "", "  ")
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(m.Stdout, "%s\n", escapeJSONText(b))
-	} else if len(rows) == 0 {
+	if len(rows) == 0 && !*asJSON {
 		switch {
 		case len(procs) == 0:
 			fmt.Fprintln(m.Stdout, "no pending approvals: no aegis process of yours is running with an approval channel")
@@ -178,27 +193,63 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 		default:
 			fmt.Fprintf(m.Stdout, "no pending approvals (%d aegis %s asked)\n", len(procs)-failed, plural(len(procs)-failed, "process", "processes"))
 		}
-	} else {
-		now := time.Now()
-		tw := tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "APPROVAL\tTOOL\tSESSION\tPID\tREQUESTED\tEXPIRES\tARGUMENTS")
-		for _, r := range rows {
-			// Every field is escaped: ids and tools are chosen by the
-			// host, and must not act on the terminal.
-			args := "-"
-			if r.ArgumentsBytes > 0 {
-				args = proxy.ShowArgs(r.Arguments, r.ArgumentsBytes, r.ArgsDigest)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", projector.Printable(r.ApprovalID), projector.Printable(r.ToolID), projector.Printable(r.Session), r.PID,
-				r.RequestedAt.Local().Format("2006-01-02 15:04:05"), expiresIn(r.ExpiresAt, now), args)
-		}
-		tw.Flush()
+	} else if err := m.printApprovals(rows, *asJSON, false); err != nil {
+		return err
 	}
 	if failed > 0 {
 		return &exitError{code: 1, err: fmt.Errorf("could not list the approvals of %d of %d aegis %s", failed, len(procs), plural(len(procs), "process", "processes")),
 			hint: "the warnings above say why; a process that has just exited is listed until its credentials file is gone"}
 	}
 	return nil
+}
+
+// printApprovals prints pending approvals oldest first, as a table (with
+// a HOST column when they come from a fleet) or as a JSON array.
+func (m *Main) printApprovals(rows []approvalRow, asJSON, fleet bool) error {
+	sort.Slice(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		if !a.RequestedAt.Equal(b.RequestedAt) {
+			return a.RequestedAt.Before(b.RequestedAt)
+		}
+		if a.Host != b.Host {
+			return a.Host < b.Host
+		}
+		if a.Session != b.Session {
+			return a.Session < b.Session
+		}
+		return a.ApprovalID < b.ApprovalID
+	})
+	if asJSON {
+		if rows == nil {
+			rows = []approvalRow{}
+		}
+		b, err := json.MarshalIndent(rows, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(m.Stdout, "%s\n", escapeJSONText(b))
+		return nil
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)
+	host := func(r approvalRow) string { return "" }
+	if fleet {
+		fmt.Fprintln(tw, "APPROVAL\tTOOL\tHOST\tSESSION\tPID\tREQUESTED\tEXPIRES\tARGUMENTS")
+		host = func(r approvalRow) string { return projector.Printable(r.Host) + "\t" }
+	} else {
+		fmt.Fprintln(tw, "APPROVAL\tTOOL\tSESSION\tPID\tREQUESTED\tEXPIRES\tARGUMENTS")
+	}
+	for _, r := range rows {
+		// Every field is escaped: ids and tools are chosen by the
+		// host, and must not act on the terminal.
+		args := "-"
+		if r.ArgumentsBytes > 0 {
+			args = proxy.ShowArgs(r.Arguments, r.ArgumentsBytes, r.ArgsDigest)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%d\t%s\t%s\t%s\n", projector.Printable(r.ApprovalID), projector.Printable(r.ToolID), host(r), projector.Printable(r.Session), r.PID,
+			r.RequestedAt.Local().Format("2006-01-02 15:04:05"), expiresIn(r.ExpiresAt, now), args)
+	}
+	return tw.Flush()
 }
 
 // escapeJSONText writes as \uXXXX escapes the characters of JSON text
@@ -252,6 +303,7 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 	if op == events.OpDeny {
 		reason = fs.String("reason", "", "why the call is denied")
 	}
+	hub := addApproverFlags(fs)
 	pos, err := m.parseInterspersed(fs, help, args)
 	if err != nil {
 		return err
@@ -274,6 +326,15 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 	req := events.ApprovalRequest{Op: op, ApprovalID: id, By: m.requester()}
 	if reason != nil {
 		req.Reason = *reason
+	}
+	if err := hub.noneWithout(); err != nil {
+		return err
+	}
+	if hub.set() {
+		if *stateDir != "" {
+			return usagef("aegis "+op+" --hub URL [--host HOST] [--session ID] APPROVAL_ID", "%s --hub asks the hosts over the hub: no --state-dir", op)
+		}
+		return m.fleetDecide(ctx, hub, *session, req)
 	}
 
 	procs, err := m.approvalProcesses(*stateDir)

@@ -37,7 +37,7 @@ Commands:
   replay     print a session as a transcript (aegis replay SESSION [--follow])
   recheck    list the recorded calls another policy would decide differently
   rotate     seal the record files and roll the event stream over (bounds the disk)
-  hub        enroll a host in a fleet's NATS hub, which mirrors its events
+  hub        enroll a host or an approver in a fleet's NATS hub
   approvals  list the tool calls that wait for a human decision
   approve    approve a pending tool call (aegis approve APPROVAL_ID)
   deny       deny a pending tool call (aegis deny APPROVAL_ID --reason TEXT)
@@ -94,7 +94,7 @@ func (m *Main) commands() []command {
 		{"replay", "print a session as a transcript", (*Main).runReplay, replayUsage},
 		{"recheck", "re-evaluate recorded tool calls under another policy", (*Main).runRecheck, recheckUsage},
 		{"rotate", "seal the record files and roll the event stream over", (*Main).runRotate, rotateUsage},
-		{"hub", "enroll a host in a fleet's NATS hub", (*Main).runHub, hubUsage},
+		{"hub", "enroll a host or an approver in a fleet's NATS hub", (*Main).runHub, hubUsage},
 		{"approvals", "list the tool calls that wait for approval", (*Main).runApprovals, approvalsUsage},
 		{"approve", "approve a pending tool call", (*Main).runApprove, approveUsage},
 		{"deny", "deny a pending tool call", (*Main).runDeny, denyUsage},

@@ -41,7 +41,7 @@ func (m *Main) completionWords() (names []string, words map[string][]string, sho
 			ws = append([]string{"list", "append"}, ws...)
 		}
 		if c.name == "hub" {
-			ws = append([]string{"enroll"}, ws...)
+			ws = append([]string{"enroll", "approver"}, ws...)
 		}
 		if c.name == "prove" {
 			ws = append([]string{"inclusion", "consistency"}, ws...)

@@ -17,6 +17,7 @@ import (
 
 const hubUsage = `Usage:
   aegis hub enroll HOST --hub URL[,URL…] [--creds FILE] [--ca FILE] [--replicas N] [--key-out FILE]
+  aegis hub approver NAME [--key-out FILE]
 
 A fleet of aegis proxies keeps each machine's events off the machine too:
 each aegis (wrap or gateway, with --hub) links its embedded store to a NATS
@@ -37,11 +38,21 @@ host reaches no JetStream API of the hub, not its own mirror's nor
 another host's. It is safe to run again: an existing key is kept and an
 existing mirror left as it is if it is the same (refused otherwise).
 
+approver makes a fleet approver's key (an nkey, written to --key-out,
+default NAME.nkey, mode 0600) and prints the hub user to add for it: one
+that may only ask the hosts' aegis processes for their pending approvals
+and send them approve and deny (aegis approvals, approve and deny with
+--hub and --hub-nkey), and read the answers. It reaches no stream: it
+cannot read or change any host's record, and a host's link key cannot
+ask for a decision. Keep approvers' keys apart from the hosts' keys.
+
 docs/fleet.md (aegis help fleet) has the hub's configuration.
 
 Example:
   $ aegis hub enroll laptop-7 --hub nats://hub-1:4222,nats://hub-2:4222 --creds admin.creds
   $ aegis wrap --hub tls://hub-1:7422,tls://hub-2:7422 --host laptop-7 --hub-nkey laptop-7.nkey --audit calls.aarl --signing-key key -- server
+  $ aegis hub approver alice
+  $ aegis approve --hub nats://hub-1:4222 --hub-nkey alice.nkey apr-gate-dream-1
 `
 
 // hubFlags are the flags of a command that uses a fleet's hub: one that
@@ -150,16 +161,63 @@ func (m *Main) runHub(ctx context.Context, args []string) error {
 		fmt.Fprint(m.Stdout, hubUsage)
 		return nil
 	}
-	if args[0] != "enroll" {
-		return usagef("aegis hub enroll HOST --hub URL", "hub: unknown subcommand %q", args[0])
+	switch args[0] {
+	case "enroll":
+		return m.hubEnroll(ctx, args[1:])
+	case "approver":
+		return m.hubApprover(args[1:])
 	}
+	return usagef("aegis hub enroll HOST --hub URL, or aegis hub approver NAME", "hub: unknown subcommand %q", args[0])
+}
+
+// hubApprover makes a fleet approver's key and prints its hub user.
+func (m *Main) hubApprover(args []string) error {
+	fs := m.newFlagSet("hub approver")
+	keyOut := fs.String("key-out", "", "where to write the approver's key (default NAME.nkey; an existing one is kept)")
+	rest, name := args, ""
+	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		name, rest = rest[0], rest[1:]
+	}
+	if err := m.parseFlags(fs, hubUsage, rest); err != nil {
+		return err
+	}
+	if name == "" && fs.NArg() == 1 {
+		name = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		return usagef("aegis hub approver NAME", "hub approver: unexpected argument %q", fs.Arg(0))
+	}
+	if name == "" {
+		return usagef("aegis hub approver NAME", "hub approver: needs a NAME for the key file")
+	}
+	if !events.ValidHost(name) {
+		return usagef("letters, digits, - and _, at most 63", "hub approver: name %q", name)
+	}
+	if *keyOut == "" {
+		*keyOut = name + ".nkey"
+	}
+	public, isNew, err := hostKey(*keyOut)
+	if err != nil {
+		return err
+	}
+	said := "kept: it was there"
+	if isNew {
+		said = "new"
+	}
+	fmt.Fprintf(m.Stdout, "approver %s: its key is %s (%s); keep it private (mode 0600) and give it to aegis approvals, approve and deny with --hub-nkey\n\n", name, *keyOut, said)
+	fmt.Fprintf(m.Stdout, "add this user to the users of the hub's JetStream account on every node, then reload them (nats-server --signal reload):\n%s\n\n", events.FleetApproverUser(public))
+	fmt.Fprintf(m.Stdout, "then: aegis approvals --hub CLIENT_URLS --hub-nkey %s\n", filepath.Base(*keyOut))
+	return nil
+}
+
+// hubEnroll makes a host's mirror and link key.
+func (m *Main) hubEnroll(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("hub enroll")
 	urls := fs.String("hub", "", "the hub's client URLs, comma-separated")
 	creds := fs.String("creds", "", "NATS credentials file of a hub admin")
 	ca := fs.String("ca", "", "CA bundle (PEM) for tls:// URLs")
 	replicas := fs.Int("replicas", 3, "replicas of the mirror")
 	keyOut := fs.String("key-out", "", "where to write the host's link key (default HOST.nkey; an existing one is kept)")
-	rest, host := args[1:], ""
+	rest, host := args, ""
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		host, rest = rest[0], rest[1:] // HOST first, as the usage shows
 	}

@@ -1,0 +1,331 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/events/hubtest"
+	"github.com/aegis-dev/aegis/projector"
+)
+
+// fleetHost is one machine of a fleet test: its own state directory,
+// record and key, and its aegis wrap linked to the hub.
+type fleetHost struct {
+	name string
+	l    *live
+	key  string // the host's link key
+	w    *wrapProc
+
+	mu    sync.Mutex
+	done  []time.Time // when each load call was answered
+	err   error
+	next  int
+	stop  chan struct{}
+	ended chan struct{}
+}
+
+// load sends echo calls one after another until stop, as a host's agent
+// would, noting when each is answered.
+func (h *fleetHost) load() {
+	defer close(h.ended)
+	for {
+		select {
+		case <-h.stop:
+			return
+		default:
+		}
+		h.next++
+		id := 1000 + h.next
+		line := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"message":"load %d"}}}`+"\n", id, id)
+		if _, err := h.w.in.Write([]byte(line)); err != nil {
+			h.fail(err)
+			return
+		}
+		want := []byte(fmt.Sprintf(`"id":%d,`, id))
+		for {
+			got, err := h.w.out.ReadBytes('\n')
+			if err != nil {
+				h.fail(fmt.Errorf("answer to call %d: %w", id, err))
+				return
+			}
+			if bytes.Contains(got, want) {
+				if !bytes.Contains(got, []byte("load")) {
+					h.fail(fmt.Errorf("answer to call %d: %s", id, got))
+					return
+				}
+				break
+			}
+		}
+		h.mu.Lock()
+		h.done = append(h.done, time.Now())
+		h.mu.Unlock()
+	}
+}
+
+func (h *fleetHost) fail(err error) {
+	h.mu.Lock()
+	h.err = err
+	h.mu.Unlock()
+}
+
+// answered counts the calls answered between from and to.
+func (h *fleetHost) answered(from, to time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, t := range h.done {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// Three aegis wraps, each on its own state directory as on its own
+// machine, linked to a real three-node hub under a steady load of calls.
+// A hub node killed with SIGKILL, and then the whole hub stopped for ten
+// seconds, hold up no call; the mirrors converge, each exports byte for
+// byte what its host recorded, a record cut on its machine after its
+// checkpoint reached the hub is caught, and an approver's approval over
+// the hub lets exactly one call through on exactly the host that held it.
+func TestFleetOfThreeWrapsUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a hub and three aegis wraps")
+	}
+	h := hubtest.NewSecured(t, 3)
+	ctx := context.Background()
+	nc, js := h.JetStream(ctx)
+	defer nc.Close()
+	clientURLs := strings.Join(h.ClientURLs(), ",")
+	const policy = "version: 1\ndefault: allow\nrules:\n  - {id: gate-add, action: pending_approval, tool: add}\n"
+
+	var hosts []*fleetHost
+	var users []string
+	userBlock := func(out string) string {
+		_, block, _ := strings.Cut(out, "then reload them (nats-server --signal reload):\n")
+		block, _, _ = strings.Cut(block, "\n\n")
+		return block
+	}
+	for i := range 3 {
+		fh := &fleetHost{name: fmt.Sprintf("host-%d", i+1), l: newLive(t, policy), stop: make(chan struct{}), ended: make(chan struct{})}
+		fh.key = filepath.Join(fh.l.dir, fh.name+".nkey")
+		out, code := fh.l.aegis("hub", "enroll", fh.name, "--hub", clientURLs, "--key-out", fh.key)
+		if code != 0 {
+			t.Fatalf("enroll %s: exit %d\n%s", fh.name, code, out)
+		}
+		users = append(users, userBlock(out))
+		hosts = append(hosts, fh)
+	}
+	approverKey := filepath.Join(hosts[0].l.dir, "alice.nkey")
+	out, code := hosts[0].l.aegis("hub", "approver", "alice", "--key-out", approverKey)
+	if code != 0 || !strings.Contains(out, "approver alice: its key is "+approverKey+" (new)") {
+		t.Fatalf("hub approver: exit %d\n%s", code, out)
+	}
+	users = append(users, userBlock(out))
+	h.SetLeafUsers(users...)
+
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, fh := range hosts {
+			if fh.w == nil {
+				continue
+			}
+			for {
+				select {
+				case p, ok := <-fh.w.prompts:
+					if ok {
+						t.Logf("%s: %s", fh.name, p)
+						continue
+					}
+				default:
+				}
+				break
+			}
+		}
+	})
+	for _, fh := range hosts {
+		fh.w = fh.l.start(exec.Command(filepath.Join(fh.l.bin, "aegis"), "wrap", "--audit", fh.l.audit, "--signing-key", fh.l.key, "--state-dir", fh.l.state,
+			"--policy", fh.l.policy, "--hub", strings.Join(h.LeafURLs(), ","), "--host", fh.name, "--hub-nkey", fh.key,
+			"--", filepath.Join(fh.l.bin, "aegis-example-server")))
+		fh.w.initialize()
+		go fh.load()
+	}
+	mirrored := func(host string) jetstream.StreamState {
+		s, err := js.Stream(ctx, events.MirrorName(host))
+		if err != nil {
+			return jetstream.StreamState{}
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return jetstream.StreamState{}
+		}
+		return info.State
+	}
+	// The mirrors start pulling (the hub retries a mirror it made before
+	// its host linked on a backoff of its own).
+	waitFor(t, 150*time.Second, "every mirror pulls", func() bool {
+		for _, fh := range hosts {
+			if mirrored(fh.name).Msgs < 20 {
+				return false
+			}
+		}
+		return true
+	})
+
+	// A hub node dies mid-load and comes back.
+	h.Kill(h.Nodes[0])
+	time.Sleep(5 * time.Second)
+	h.Start(h.Nodes[0])
+	time.Sleep(5 * time.Second)
+
+	// The whole hub is down for ten seconds: the calls go on.
+	for _, nd := range h.Nodes {
+		h.Kill(nd)
+	}
+	down := time.Now()
+	time.Sleep(10 * time.Second)
+	up := time.Now()
+	for _, nd := range h.Nodes {
+		h.Start(nd)
+	}
+	for _, fh := range hosts {
+		n := fh.answered(down, up)
+		t.Logf("%s: %d calls answered while the hub was down", fh.name, n)
+		if n < 5 {
+			t.Errorf("%s: %d calls answered in the 10 s the hub was down", fh.name, n)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	for _, fh := range hosts {
+		close(fh.stop)
+		<-fh.ended
+		if fh.err != nil {
+			t.Fatalf("%s: %v", fh.name, fh.err)
+		}
+	}
+	nc.Close()
+	nc, js = h.JetStream(ctx)
+	defer nc.Close()
+
+	// host-2 and host-3 each hold a call that waits for a human; the
+	// approver, over the hub, sees both and approves host-2's.
+	add := `{"name":"add","arguments":{"a":2,"b":3}}`
+	var ids []string
+	for _, fh := range hosts[1:] {
+		if a := fh.w.call(1, "tools/call", add); !strings.Contains(a, "PENDING_APPROVAL") {
+			t.Fatalf("%s: add: %s", fh.name, a)
+		}
+		ids = append(ids, fh.w.approvalID())
+	}
+	hub := []string{"--hub", clientURLs, "--hub-nkey", approverKey}
+	// Reader URLs carry the admin's password; the approver's are bare.
+	for i := range hub {
+		hub[i] = strings.ReplaceAll(hub[i], "admin:admin@", "")
+	}
+	var rows []approvalRow
+	var last string
+	waitFor(t, 60*time.Second, "the approver sees both pending calls", func() bool {
+		out, errs, code := hosts[0].l.aegisStdout(append([]string{"approvals", "--json"}, hub...)...)
+		rows, last = nil, fmt.Sprintf("exit %d\n%s\n%s", code, out, errs)
+		return code == 0 && json.Unmarshal([]byte(out), &rows) == nil && len(rows) == 2
+	}, func() string { return last })
+	for i, r := range rows {
+		if want := hosts[1+i].name; r.Host != want || r.ApprovalID != ids[i] || r.ToolID != "add" {
+			t.Fatalf("pending %d: %+v, want %s on %s", i, r, ids[i], want)
+		}
+	}
+	target := []string{"approve", ids[0]}
+	if ids[0] == ids[1] {
+		// One id on two hosts: the approver must say which.
+		if out, code := hosts[0].l.aegis(append(target, hub...)...); code != 1 || !strings.Contains(out, "pending on 2 hosts or sessions") {
+			t.Fatalf("ambiguous approve: exit %d\n%s", code, out)
+		}
+		target = append(target, "--host", "host-2")
+	}
+	if out, code := hosts[0].l.aegis(append(target, hub...)...); code != 0 || !strings.Contains(out, "(host host-2)") {
+		t.Fatalf("approve over the hub: exit %d\n%s", code, out)
+	}
+	if a := hosts[1].w.call(2, "tools/call", add); !strings.Contains(a, `"sum":5`) {
+		t.Fatalf("host-2's approved call: %s", a)
+	}
+	if a := hosts[1].w.call(3, "tools/call", add); !strings.Contains(a, "PENDING_APPROVAL") {
+		t.Fatalf("host-2's second call got through on one approval: %s", a)
+	}
+	if a := hosts[2].w.call(2, "tools/call", add); !strings.Contains(a, "PENDING_APPROVAL") {
+		t.Fatalf("host-3's call got through on host-2's approval: %s", a)
+	}
+	for _, fh := range hosts {
+		fh.w.finish()
+	}
+	if out := hosts[1].l.mustAegis("replay", "--state-dir", hosts[1].l.state, "last"); !strings.Contains(out, "over the hub") {
+		t.Errorf("host-2's replay does not say the approval came over the hub:\n%s", out[max(0, len(out)-3000):])
+	}
+
+	// Every mirror converges on its host's stream, and exports byte for
+	// byte what the host recorded.
+	for _, fh := range hosts {
+		seed, err := os.ReadFile(fh.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := events.Open(ctx, events.Config{Dir: fh.l.state, Hub: &events.HubConfig{URLs: h.LeafURLs(), Host: fh.name, NkeySeed: strings.TrimSpace(string(seed))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var local uint64
+		st.Replay(ctx, events.Position{}, func(r events.Record) error { local = r.Pos.Seq; return nil })
+		waitFor(t, 150*time.Second, fh.name+"'s mirror converges", func() bool {
+			s := mirrored(fh.name)
+			return s.LastSeq == local && s.Msgs == local
+		})
+		st.Close(ctx)
+		fromHub, fromHost := filepath.Join(fh.l.dir, "hub.aarl"), filepath.Join(fh.l.dir, "host.aarl")
+		if out, code := fh.l.aegis("export", "--hub", clientURLs, "--host", fh.name, "--out", fromHub); code != 0 {
+			t.Fatalf("%s: export --hub: exit %d\n%s", fh.name, code, out)
+		}
+		fh.l.mustAegis("export", "--state-dir", fh.l.state, "--out", fromHost)
+		if a, b, c := readFile(t, fromHub), readFile(t, fromHost), readFile(t, fh.l.audit); !bytes.Equal(a, b) || !bytes.Equal(b, c) {
+			t.Fatalf("%s: the hub's export (%d bytes), the host's (%d) and the record (%d) differ", fh.name, len(a), len(b), len(c))
+		}
+		t.Logf("%s: %d messages mirrored, %d calls under load", fh.name, local, len(fh.done))
+	}
+
+	// host-3's record cut on its machine, sidecar and all: the hub's
+	// checkpoint catches it.
+	fh := hosts[2]
+	truncateLines(t, fh.l.audit, 2)
+	os.Remove(fh.l.audit + projector.CheckpointsSuffix)
+	pub := fh.l.publicKey()
+	if out, code := fh.l.aegis("verify", "--key", pub, "--hub", clientURLs, "--host", fh.name, fh.l.audit); code != 1 || !strings.Contains(out, "Tampered: ") {
+		t.Fatalf("the cut record against the hub: exit %d\n%s", code, out)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool, state ...func() string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			for _, s := range state {
+				t.Log(s())
+			}
+			t.Fatalf("%s: not within %v", what, limit)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
