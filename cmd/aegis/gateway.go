@@ -20,6 +20,7 @@ import (
 const gatewayUsage = `Usage:
   aegis gateway --config FILE --audit PATH --signing-key PATH [--state-dir DIR] [--approval-ttl D]
                 [--max-state-size SIZE] [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
+                [--checkpoint-lines N] [--checkpoint-interval D]
   aegis            (with AEGIS_CONFIG, default ./aegis.yaml, AEGIS_AUDIT and AEGIS_SIGNING_KEY;
                     AEGIS_STATE_DIR and AEGIS_MAX_STATE_SIZE are optional)
 
@@ -82,7 +83,9 @@ the directory reached its cap. Nothing is dropped or deleted. Recording
 applies backpressure as in wrap, so memory stays bounded under a flood.
 
 --hub, --host, --hub-nkey, --hub-creds and --hub-ca link the event store to a fleet's
-NATS hub, as for aegis wrap (aegis help hub).
+NATS hub, as for aegis wrap (aegis help hub). --checkpoint-lines and
+--checkpoint-interval set how often the record gets a signed checkpoint, as
+for aegis wrap.
 
 Example (Claude Desktop / Cursor "mcpServers" entry):
   "aegis": {"command": "aegis", "args": ["gateway", "--config", "/etc/aegis/aegis.yaml",
@@ -99,7 +102,12 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	var maxState sizeFlag
 	fs.Var(&maxState, "max-state-size", "cap on the state directory's event stream, such as 10GiB")
 	hubf := addHubFlags(fs)
+	cpf := addCheckpointFlags(fs)
 	if err := m.parseFlags(fs, gatewayUsage, args); err != nil {
+		return err
+	}
+	checkpoints, err := cpf.policy()
+	if err != nil {
 		return err
 	}
 	maxBytes, err := stateSizeCap(maxState)
@@ -116,7 +124,7 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	if *config == "" || *audit == "" || *keyPath == "" {
 		return usagef("aegis gateway --config aegis.yaml --audit calls.aarl --signing-key KEY", "gateway needs --config, --audit and --signing-key")
 	}
-	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub)
+	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints)
 }
 
 // runBareGateway is the seed's bare 'aegis': the gateway from AEGIS_CONFIG
@@ -144,12 +152,12 @@ func (m *Main) runBareGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil)
+	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{})
 }
 
 var errNoGateway = errors.New("no gateway configured")
 
-func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig) error {
+func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig, checkpoints projector.CheckpointPolicy) error {
 	data, err := os.ReadFile(config)
 	if err != nil {
 		return withHint(fmt.Errorf("could not read gateway file: %w", err), "--config (or AEGIS_CONFIG) names the YAML file")
@@ -204,7 +212,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	abs, _ := filepath.Abs(config)
 	open := func(facts map[string]sandbox.Fact) (*projector.Session, error) {
 		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
-			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery}
+			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints}
 		if len(facts) > 0 {
 			cfg.Confinement = facts
 		}

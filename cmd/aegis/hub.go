@@ -143,6 +143,31 @@ func (h *hubFlags) open(ctx context.Context, cmd string) (*events.Mirror, error)
 	return mirror, nil
 }
 
+// checkpointFlags are wrap's and gateway's --checkpoint-lines and
+// --checkpoint-interval: how often the record gets a signed checkpoint.
+type checkpointFlags struct {
+	lines    *int
+	interval *time.Duration
+}
+
+func addCheckpointFlags(fs *flag.FlagSet) *checkpointFlags {
+	return &checkpointFlags{
+		lines:    fs.Int("checkpoint-lines", projector.DefaultCheckpointLines, "sign a checkpoint of the record after this many lines"),
+		interval: fs.Duration("checkpoint-interval", projector.DefaultCheckpointInterval, "sign a checkpoint this long after the first line none covers"),
+	}
+}
+
+// policy returns the checkpoint policy the flags set.
+func (c *checkpointFlags) policy() (projector.CheckpointPolicy, error) {
+	if *c.lines < 1 {
+		return projector.CheckpointPolicy{}, usagef("for example --checkpoint-lines 1024", "--checkpoint-lines must be at least 1")
+	}
+	if *c.interval < 100*time.Millisecond {
+		return projector.CheckpointPolicy{}, usagef("for example --checkpoint-interval 10s", "--checkpoint-interval must be at least 100ms")
+	}
+	return projector.CheckpointPolicy{Lines: *c.lines, Interval: *c.interval}, nil
+}
+
 func splitURLs(s string) []string {
 	var out []string
 	for _, u := range strings.Split(s, ",") {

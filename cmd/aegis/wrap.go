@@ -22,6 +22,7 @@ import (
 const wrapUsage = `Usage:
   aegis wrap --audit PATH --signing-key PATH [--state-dir DIR] [--max-state-size SIZE]
              [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
+             [--checkpoint-lines N] [--checkpoint-interval D]
              [--policy FILE [--approval-ttl D]]
              [--confine [--allow-read P]… [--allow-write P]… [--allow-net HOST:PORT]…
                         [--allow-exec-support] [--allow-udp] [--allow-mptcp] [--best-effort]]
@@ -84,7 +85,14 @@ hub's leaf node URLs, nats:// or tls://), under the JetStream domain
 the link. The hub mirrors the stream once 'aegis hub enroll HOST' made
 its mirror. Nothing waits for the hub: a call still waits only for this
 machine's disk, and while the link is down the events wait here. See
-'aegis help hub' and docs/fleet.md.
+'aegis help hub' and docs/fleet.md. With --policy, approvals can also be
+given over the hub by a fleet approver (aegis approve --hub).
+
+The record gets a signed checkpoint (its Merkle tree's size and root) every
+--checkpoint-lines lines (default 1024), --checkpoint-interval after the
+first line none covers yet (default 10s), and at every close: an event in
+the stream, and a line of the RECORD.checkpoints file beside it. See
+'aegis help verify'.
 
 Not covered by --confine: file metadata outside the grants (stat, and
 chmod/chown/utimes/xattrs: a root server can chmod the signing key, though
@@ -133,6 +141,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	var maxState sizeFlag
 	fs.Var(&maxState, "max-state-size", "cap on the state directory's event stream, such as 10GiB")
 	hubf := addHubFlags(fs)
+	cpf := addCheckpointFlags(fs)
 	grace := fs.Duration("grace", proxy.DefaultGrace, "how long the server may answer after the host closed stdin")
 	policyPath := fs.String("policy", "", "policy file deciding every tools/call")
 	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
@@ -164,6 +173,10 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		return err
 	}
 	hub, err := hubf.config()
+	if err != nil {
+		return err
+	}
+	checkpoints, err := cpf.policy()
 	if err != nil {
 		return err
 	}
@@ -213,7 +226,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	log := m.logger()
 
 	open := func(fact *sandbox.Fact) (*projector.Session, error) {
-		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: *audit, Argv: argv, Version: Version, Logger: log, IndexEvery: indexEvery}
+		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: *audit, Argv: argv, Version: Version, Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints}
 		if fact != nil {
 			cfg.Confinement = fact
 		}
