@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 )
 
@@ -18,6 +19,9 @@ func (n natsLogger) log(level slog.Level, format string, v ...any) {
 	if strings.Contains(msg, "exceeds recommended") || strings.Contains(msg, "generally discouraged") {
 		level = slog.LevelDebug
 	}
+	if retry, ok := leafRetry(msg); ok {
+		level = retry
+	}
 	n.l.Log(context.Background(), level, msg, "component", "nats")
 }
 
@@ -27,3 +31,25 @@ func (n natsLogger) Fatalf(format string, v ...any)  { n.log(slog.LevelError, fo
 func (n natsLogger) Errorf(format string, v ...any)  { n.log(slog.LevelError, format, v...) }
 func (n natsLogger) Debugf(format string, v ...any)  { n.log(slog.LevelDebug, format, v...) }
 func (n natsLogger) Tracef(format string, v ...any)  { n.log(slog.LevelDebug-4, format, v...) }
+
+// leafRetryEvery is how many of the hub link's failed attempts (one a
+// second, see reconnectInterval) go by between two that are logged above
+// debug level.
+const leafRetryEvery = 60
+
+// leafRetry is the level of the server's message about a failed attempt
+// to link to the hub: while the hub is away the server tries every second,
+// and a host's log (often the MCP host's own log file) should say so when
+// it starts and about once a minute after that, not every second.
+func leafRetry(msg string) (slog.Level, bool) {
+	if !strings.HasPrefix(msg, "Error trying to connect as leafnode") {
+		return 0, false
+	}
+	_, rest, _ := strings.Cut(msg, "(attempt ")
+	num, _, _ := strings.Cut(rest, ")")
+	n, err := strconv.Atoi(num)
+	if err != nil || n <= 1 || n%leafRetryEvery == 0 {
+		return slog.LevelWarn, true
+	}
+	return slog.LevelDebug, true
+}

@@ -199,34 +199,19 @@ func (m *Main) runHub(ctx context.Context, args []string) error {
 func (m *Main) hubApprover(args []string) error {
 	fs := m.newFlagSet("hub approver")
 	keyOut := fs.String("key-out", "", "where to write the approver's key (default NAME.nkey; an existing one is kept)")
-	rest, name := args, ""
-	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
-		name, rest = rest[0], rest[1:]
-	}
-	if err := m.parseFlags(fs, hubUsage, rest); err != nil {
+	name, err := m.parseNamed(fs, "hub approver", "aegis hub approver NAME", args)
+	if err != nil {
 		return err
-	}
-	if name == "" && fs.NArg() == 1 {
-		name = fs.Arg(0)
-	} else if fs.NArg() > 0 {
-		return usagef("aegis hub approver NAME", "hub approver: unexpected argument %q", fs.Arg(0))
 	}
 	if name == "" {
 		return usagef("aegis hub approver NAME", "hub approver: needs a NAME for the key file")
 	}
-	if !events.ValidHost(name) {
-		return usagef("letters, digits, - and _, at most 63", "hub approver: name %q", name)
-	}
 	if *keyOut == "" {
 		*keyOut = name + ".nkey"
 	}
-	public, isNew, err := hostKey(*keyOut)
+	public, said, err := hostKey(*keyOut)
 	if err != nil {
 		return err
-	}
-	said := "kept: it was there"
-	if isNew {
-		said = "new"
 	}
 	fmt.Fprintf(m.Stdout, "approver %s: its key is %s (%s); keep it private (mode 0600) and give it to aegis approvals, approve and deny with --hub-nkey\n\n", name, *keyOut, said)
 	fmt.Fprintf(m.Stdout, "add this user to the users of the hub's JetStream account on every node, then reload them (nats-server --signal reload):\n%s\n\n", events.FleetApproverUser(public))
@@ -242,30 +227,19 @@ func (m *Main) hubEnroll(ctx context.Context, args []string) error {
 	ca := fs.String("ca", "", "CA bundle (PEM) for tls:// URLs")
 	replicas := fs.Int("replicas", 3, "replicas of the mirror")
 	keyOut := fs.String("key-out", "", "where to write the host's link key (default HOST.nkey; an existing one is kept)")
-	rest, host := args, ""
-	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
-		host, rest = rest[0], rest[1:] // HOST first, as the usage shows
-	}
-	if err := m.parseFlags(fs, hubUsage, rest); err != nil {
+	host, err := m.parseNamed(fs, "hub enroll", "aegis hub enroll HOST --hub URL", args)
+	if err != nil {
 		return err
-	}
-	if host == "" && fs.NArg() == 1 {
-		host = fs.Arg(0)
-	} else if fs.NArg() > 0 {
-		return usagef("aegis hub enroll HOST --hub URL", "hub enroll: unexpected argument %q", fs.Arg(0))
 	}
 	if host == "" || *urls == "" {
 		return usagef("aegis hub enroll HOST --hub URL", "hub enroll: needs one HOST and --hub")
-	}
-	if !events.ValidHost(host) {
-		return usagef("letters, digits, - and _, at most 63", "hub enroll: host name %q", host)
 	}
 	if *replicas < 1 || *replicas > 5 {
 		return usagef("--replicas 1 to 5 (JetStream's limit)", "hub enroll: --replicas %d", *replicas)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err := events.Enroll(ctx, events.HubAdmin{URLs: splitURLs(*urls), Credentials: *creds, CAFile: *ca}, host, *replicas)
+	err = events.Enroll(ctx, events.HubAdmin{URLs: splitURLs(*urls), Credentials: *creds, CAFile: *ca}, host, *replicas)
 	switch {
 	case errors.Is(err, events.ErrMirrorConflict):
 		return withHint(err, "it was made by hand or with other settings; look at it with the nats CLI before you remove anything")
@@ -276,13 +250,9 @@ func (m *Main) hubEnroll(ctx context.Context, args []string) error {
 	if *keyOut == "" {
 		*keyOut = host + ".nkey"
 	}
-	public, isNew, err := hostKey(*keyOut)
+	public, said, err := hostKey(*keyOut)
 	if err != nil {
 		return err
-	}
-	said := "kept: it was there"
-	if isNew {
-		said = "new"
 	}
 	fmt.Fprintf(m.Stdout, "enrolled %s: the hub mirrors its stream as %s (%d replicas, delete and purge denied)\n\n", host, name, *replicas)
 	fmt.Fprintf(m.Stdout, "its link key: %s (%s); copy it to %s, mode 0600, and give it there with --hub-nkey\n\n", *keyOut, said, host)
@@ -292,25 +262,47 @@ func (m *Main) hubEnroll(ctx context.Context, args []string) error {
 	return nil
 }
 
-// hostKey returns the public key of the host's link key at path, making
-// it (mode 0600, never replacing a file) when there is none.
-func hostKey(path string) (public string, isNew bool, err error) {
+// parseNamed parses a hub subcommand's NAME (before or after its flags)
+// and flags; the name, "" when none was given, is a valid host name.
+func (m *Main) parseNamed(fs *flag.FlagSet, cmd, synopsis string, args []string) (string, error) {
+	name := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:] // NAME first, as the usage shows
+	}
+	if err := m.parseFlags(fs, hubUsage, args); err != nil {
+		return "", err
+	}
+	if name == "" && fs.NArg() == 1 {
+		name = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		return "", usagef(synopsis, "%s: unexpected argument %q", cmd, fs.Arg(0))
+	}
+	if name != "" && !events.ValidHost(name) {
+		return "", usagef("letters, digits, - and _, at most 63", "%s: name %q: use letters, digits, - and _", cmd, name)
+	}
+	return name, nil
+}
+
+// hostKey returns the public key of the nkey at path (a host's link key or
+// an approver's key), making it (mode 0600, never replacing a file) when
+// there is none, and says which it did.
+func hostKey(path string) (public, said string, err error) {
 	if seed, err := readSeed(path); err == nil {
 		public, err := events.LeafKeyPublic(seed)
 		if err != nil {
-			return "", false, withHint(fmt.Errorf("the link key %s: %w", path, err), "move it away to make a new one")
+			return "", "", withHint(fmt.Errorf("the key %s: %w", path, err), "move it away to make a new one")
 		}
-		return public, false, nil
+		return public, "kept: it was there", nil
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", false, err
+		return "", "", err
 	}
 	seed, public, err := events.NewLeafKey()
 	if err != nil {
-		return "", false, err
+		return "", "", err
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", false, fmt.Errorf("write the link key: %w", err)
+		return "", "", fmt.Errorf("write the key: %w", err)
 	}
 	_, err = f.Write(append(seed, '\n'))
 	if err == nil {
@@ -319,7 +311,7 @@ func hostKey(path string) (public string, isNew bool, err error) {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return public, true, err
+	return public, "new", err
 }
 
 // readSeed reads an nkey seed file, which must be private to its owner.
