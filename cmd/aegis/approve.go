@@ -156,9 +156,13 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 		if *stateDir != "" {
 			return usagef("aegis approvals --hub URL [--host HOST]", "approvals --hub asks the hosts over the hub: no --state-dir")
 		}
-		rows, err := m.fleetApprovals(ctx, hub)
+		rows, answered, err := m.fleetApprovals(ctx, hub)
 		if err != nil {
 			return err
+		}
+		if len(rows) == 0 && !*asJSON {
+			fmt.Fprintf(m.Stdout, "no pending approvals (%d aegis %s asked over the hub)\n", answered, plural(answered, "process", "processes"))
+			return nil
 		}
 		return m.printApprovals(rows, *asJSON, true)
 	}

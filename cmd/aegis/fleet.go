@@ -48,15 +48,16 @@ func (h *hubFlags) approver(ctx context.Context) (*events.FleetApprover, error) 
 }
 
 // fleetApprovals lists the pending approvals of the hosts the flags name.
-func (m *Main) fleetApprovals(ctx context.Context, h *hubFlags) ([]approvalRow, error) {
+// It also returns how many sessions answered.
+func (m *Main) fleetApprovals(ctx context.Context, h *hubFlags) ([]approvalRow, int, error) {
 	f, err := h.approver(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer f.Close()
 	answers, err := f.List(ctx, *h.host, m.requester())
 	if err != nil {
-		return nil, withHint(fmt.Errorf("ask the fleet: %w", err), fleetHint)
+		return nil, 0, withHint(fmt.Errorf("ask the fleet: %w", err), fleetHint)
 	}
 	var rows []approvalRow
 	for _, a := range answers {
@@ -75,7 +76,7 @@ func (m *Main) fleetApprovals(ctx context.Context, h *hubFlags) ([]approvalRow, 
 		}
 		m.warnf("no aegis process of %s answered: none is running with an approval channel and a link to this hub", where)
 	}
-	return rows, nil
+	return rows, len(answers), nil
 }
 
 const fleetHint = "a host answers while its aegis runs with --policy and --hub; the hub must carry the users aegis hub enroll and aegis hub approver printed"
