@@ -296,9 +296,18 @@ type NetAxis struct {
 }
 
 // Decision is the payload of a decision line: a human verdict on an approval.
+//
+// ApproverKeyID, when set, is the key id of the approver whose signature
+// the approval carried (a proxy run with an approvers file). It is a
+// member that schema v2 does not name: the specification has verifiers
+// ignore unknown members and still hash and sign over the whole line, so
+// the line stays verifiable by any implementation, and the signature
+// covers the member. Without an approvers file it is omitted and the
+// line is exactly as before.
 type Decision struct {
-	ApprovalID string          `json:"approval_id"`
-	Verdict    ApprovalVerdict `json:"verdict"`
+	ApprovalID    string          `json:"approval_id"`
+	Verdict       ApprovalVerdict `json:"verdict"`
+	ApproverKeyID string          `json:"approver_key_id,omitempty"`
 }
 
 // Line returns the decision line without header position and signature.
