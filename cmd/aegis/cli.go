@@ -41,6 +41,7 @@ Commands:
   approvals  list the tool calls that wait for a human decision
   approve    approve a pending tool call (aegis approve APPROVAL_ID)
   deny       deny a pending tool call (aegis deny APPROVAL_ID --reason TEXT)
+  console    a web page: sessions, transcripts, approvals (live, on loopback)
   version    print the version (also: aegis -v)
   completion print a shell completion script (aegis completion bash|zsh|fish)
   help       print this help, a command's help (aegis help events), or a
@@ -98,6 +99,7 @@ func (m *Main) commands() []command {
 		{"approvals", "list the tool calls that wait for approval", (*Main).runApprovals, approvalsUsage},
 		{"approve", "approve a pending tool call", (*Main).runApprove, approveUsage},
 		{"deny", "deny a pending tool call", (*Main).runDeny, denyUsage},
+		{"console", "serve a web page of sessions and approvals", (*Main).runConsole, consoleUsage},
 		{"version", "print the version", (*Main).runVersion, versionHelp},
 		{"completion", "print a shell completion script", (*Main).runCompletion, completionUsage},
 	}

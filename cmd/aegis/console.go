@@ -1,0 +1,303 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aegis-dev/aegis/cmd/aegis/console"
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/projector"
+)
+
+const consoleUsage = `Usage:
+  aegis console [--state-dir DIR] [--listen 127.0.0.1:PORT] [--allow-remote]
+
+Serves a web page for the human at the keyboard: the sessions of the
+state directory (the columns of 'aegis sessions'), one session's
+transcript (what 'aegis replay' prints, following it while it runs), and
+the tool calls that wait for approval in every running aegis process of
+yours (as 'aegis approvals' lists them: tool, arguments, digest, session,
+expiry), with Approve and Deny buttons that send exactly what 'aegis
+approve --session' and 'aegis deny --session' send. The page updates
+itself over server-sent events; its tab title counts the approvals that
+wait, and it raises a browser notification when you allow it. Every
+asset is in the binary: the page loads nothing from the network.
+
+On start it prints a login link on stdout. The link works once: opening
+it sets a session cookie (HttpOnly, SameSite=Strict) in that browser, and
+any later use of it is refused; restart aegis console for a new one.
+Every request must carry that cookie and a Host header naming the
+console's address; a request that changes something must also come from
+the console's own page (its Origin).
+
+  --state-dir DIR   the state directory of the aegis processes to show
+                    (default $XDG_STATE_HOME/aegis or ~/.local/state/aegis);
+                    running processes are found as 'aegis approvals'
+                    finds them
+  --listen ADDR     the address to serve on (default 127.0.0.1 and a free
+                    port). An address off loopback is refused unless
+                    --allow-remote is given as well
+  --allow-remote    allow a --listen address off loopback (plain HTTP: a
+                    warning says so); it must name one address
+
+What it reads: while an aegis process holds the state directory, the
+index that process saves every second (so the sessions list may be a
+second behind); otherwise a private snapshot copy of the stream. The
+approvals come live from the running processes over their approval
+channel. A transcript is read as 'aegis replay --follow' reads it, from
+snapshot copies. The console never takes the state directory's lock, so
+it never keeps an aegis wrap from starting.
+
+Stop it with Ctrl-C.
+
+Example:
+  $ aegis console
+  aegis console: open this link once to log in:
+  http://127.0.0.1:40117/login?token=5f0c…
+`
+
+func (m *Main) runConsole(ctx context.Context, args []string) error {
+	fs := m.newFlagSet("console")
+	dir := fs.String("state-dir", "", "state directory")
+	listen := fs.String("listen", "127.0.0.1:0", "address to serve on")
+	allowRemote := fs.Bool("allow-remote", false, "allow an address off loopback")
+	if err := m.parseFlags(fs, consoleUsage, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("run: aegis console [--state-dir DIR] [--listen 127.0.0.1:PORT]", "console: unexpected argument %q", fs.Arg(0))
+	}
+	remote, err := console.CheckListen(*listen, *allowRemote)
+	if err != nil {
+		if remote && !*allowRemote {
+			return usagef("serve on loopback (127.0.0.1:PORT), or add --allow-remote if you mean it", "console: %v", err)
+		}
+		return usagef("name one address, such as --listen 192.0.2.7:8700", "console: %v", err)
+	}
+	stateDir, err := m.stateDir(*dir)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return withHint(fmt.Errorf("console: listen on %s: %w", *listen, err), "choose another port with --listen 127.0.0.1:PORT")
+	}
+	defer ln.Close()
+	hosts := console.ListenHosts(ln.Addr())
+	if h, _, _ := net.SplitHostPort(*listen); remote && net.ParseIP(h) == nil {
+		hosts = append([]string{net.JoinHostPort(h, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))}, hosts...)
+	}
+	if remote {
+		m.warnf("the console listens on %s, off loopback, over plain HTTP: anyone who can reach it and read the login link, or the cookie on the wire, can approve calls", ln.Addr())
+	}
+	src := &consoleSource{m: m, dirFlag: *dir, stateDir: stateDir}
+	srv, err := console.New(console.Config{Source: src, Logger: m.logger(), Hosts: hosts, Random: rand.Reader})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "aegis console: open this link once to log in:\n%s\n", srv.LoginURL())
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go srv.Run(ctx)
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("console: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	hs.Shutdown(sctx)
+	return nil
+}
+
+// consoleSource is the console's read model and its way to decide: the
+// helpers of aegis sessions, replay, approvals, approve and deny.
+type consoleSource struct {
+	m        *Main
+	dirFlag  string
+	stateDir string
+
+	mu     sync.Mutex
+	cached []console.SessionRow // read from a snapshot while nobody held the directory
+}
+
+// Sessions lists the sessions as aegis sessions does: from the index the
+// holding process keeps, else from a snapshot of the stream (read again
+// only after a process has held the directory since).
+func (s *consoleSource) Sessions(ctx context.Context) ([]console.SessionRow, []string, error) {
+	if err := hasStream(s.stateDir); err != nil {
+		return nil, []string{fmt.Sprintf("no event stream in %s yet: aegis wrap records there", s.stateDir)}, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pid := lockHolder(s.stateDir); pid > 0 {
+		s.cached = nil
+		ix, err := projector.ReadHeldIndex(s.stateDir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("aegis process %d holds %s and its index could not be read yet: %w", pid, s.stateDir, err)
+		}
+		return sessionRows(ix.Sessions(pid)), []string{fmt.Sprintf("sessions from the index that aegis process %d keeps of %s (saved every second)", pid, s.stateDir)}, nil
+	}
+	note := []string{fmt.Sprintf("sessions from a snapshot of the stream in %s (no aegis process holds it)", s.stateDir)}
+	if s.cached != nil {
+		return s.cached, note, nil
+	}
+	snap, err := newSnapshot(s.stateDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot of the stream: %w", err)
+	}
+	defer snap.remove()
+	if _, err := snap.refresh(); err != nil {
+		return nil, nil, fmt.Errorf("snapshot of the stream: %w", err)
+	}
+	st, err := snap.open(ctx, &Main{Stdout: io.Discard, Stderr: io.Discard, Getenv: s.m.Getenv})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read a snapshot of the stream: %w", err)
+	}
+	defer st.Close(context.Background())
+	ix, err := sessionIndex(ctx, st, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A holder may have started meanwhile: then read its index next time.
+	if lockHolder(s.stateDir) == 0 {
+		s.cached = sessionRows(ix.Sessions(0))
+	}
+	return sessionRows(ix.Sessions(0)), note, nil
+}
+
+// sessionRows formats sessions as aegis sessions prints them.
+func sessionRows(list []projector.SessionSummary) []console.SessionRow {
+	rows := make([]console.SessionRow, 0, len(list))
+	for _, s := range list {
+		ended := "~" + s.LastEvent.UTC().Format(time.RFC3339)
+		if s.Ended != nil {
+			ended = s.Ended.UTC().Format(time.RFC3339)
+		}
+		exit := "-"
+		if s.Exit != nil && s.Exit.Code != nil {
+			exit = strconv.Itoa(*s.Exit.Code)
+		}
+		rows = append(rows, console.SessionRow{ID: s.ID, Started: s.Started.UTC().Format(time.RFC3339), Ended: ended, State: s.State, Exit: exit,
+			Calls: s.Calls, Refused: s.Refusals, Approvals: approvalCell(s.Approvals), Command: commandOf(s)})
+	}
+	return rows
+}
+
+// Pending asks every running process for its pending approvals, as aegis
+// approvals does.
+func (s *consoleSource) Pending(ctx context.Context) ([]console.Pending, []string, error) {
+	q := s.quiet()
+	procs, err := q.approvalProcesses(s.dirFlag)
+	if err != nil {
+		return nil, nil, err
+	}
+	var notes []string
+	if len(procs) == 0 {
+		notes = append(notes, "no aegis process of yours is running with an approval channel")
+	}
+	var rows []console.Pending
+	for _, r := range q.askAll(ctx, procs, events.ApprovalRequest{Op: events.OpList, By: s.m.requester()}) {
+		switch {
+		case r.err != nil:
+			notes = append(notes, r.err.Error())
+		case !r.rep.OK:
+			notes = append(notes, fmt.Sprintf("session %s (pid %d) refused to list its approvals: %s", r.creds.Session, r.creds.PID, r.rep.Error))
+		default:
+			for _, p := range r.rep.Pending {
+				rows = append(rows, console.Pending{Session: r.creds.Session, PID: r.creds.PID, PendingApproval: p})
+			}
+		}
+	}
+	return rows, notes, nil
+}
+
+// quiet is the command line with its warnings (about credentials files
+// of processes that have exited, say) sent to the console's log instead
+// of repeated on stderr every second.
+func (s *consoleSource) quiet() *Main {
+	return &Main{Stdin: s.m.Stdin, Stdout: io.Discard, Stderr: io.Discard, Getenv: s.m.Getenv}
+}
+
+// Decide sends the request aegis approve --session SESSION ID (or deny,
+// with --reason) sends, to the process that serves the session.
+func (s *consoleSource) Decide(ctx context.Context, d console.Decision) (string, error) {
+	procs, err := s.quiet().approvalProcesses(s.dirFlag)
+	if err != nil {
+		return "", err
+	}
+	var target *events.Creds
+	for i := range procs {
+		if procs[i].Session == d.Session {
+			target = &procs[i]
+		}
+	}
+	if target == nil {
+		return "", fmt.Errorf("no running aegis process serves session %s", d.Session)
+	}
+	req := events.ApprovalRequest{Op: d.Op, ApprovalID: d.ApprovalID, By: s.m.requester()}
+	if d.Op == events.OpDeny {
+		req.Reason = d.Reason
+	}
+	rep, err := s.m.ask(ctx, *target, req)
+	if err != nil {
+		return "", fmt.Errorf("%w (%s)", err, approverHint(err))
+	}
+	if !rep.OK {
+		return "", fmt.Errorf("session %s refused to %s %s: %s", target.Session, d.Op, d.ApprovalID, rep.Error)
+	}
+	msg := rep.Message
+	if msg == "" {
+		msg = fmt.Sprintf("%s %s in session %s", map[string]string{events.OpApprove: "approved", events.OpDeny: "denied"}[d.Op], d.ApprovalID, target.Session)
+	}
+	return msg, nil
+}
+
+// Transcript follows one session as aegis replay --follow SESSION does,
+// line by line.
+func (s *consoleSource) Transcript(ctx context.Context, session string, line func(string) error) error {
+	lw := &lineWriter{fn: line}
+	fm := &Main{Stdin: s.m.Stdin, Stdout: lw, Stderr: io.Discard, Getenv: s.m.Getenv}
+	err := fm.follow(ctx, s.stateDir, session, replayOpts{})
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// lineWriter calls fn with each whole line written to it.
+type lineWriter struct {
+	fn  func(string) error
+	buf []byte
+}
+
+func (w *lineWriter) Write(b []byte) (int, error) {
+	w.buf = append(w.buf, b...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		line := string(w.buf[:i])
+		w.buf = w.buf[i+1:]
+		if err := w.fn(line); err != nil {
+			return 0, err
+		}
+	}
+}

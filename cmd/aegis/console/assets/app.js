@@ -1,0 +1,209 @@
+// aegis console: the page. Everything host-chosen is set with
+// textContent, never as HTML.
+"use strict";
+
+const $ = (sel, root) => (root || document).querySelector(sel);
+let offset = 0;          // server clock minus this clock, in ms
+let pending = [];
+let seen = null;         // approval keys already shown (null: first state)
+let transcript = null;   // the open transcript's EventSource
+
+function text(el, s) { el.textContent = s == null ? "" : String(s); return el; }
+
+function el(tag, cls, s) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (s != null) e.textContent = String(s);
+  return e;
+}
+
+function key(p) { return p.session + "/" + p.approval_id; }
+
+function connect() {
+  const es = new EventSource("/api/events");
+  const live = $("#live");
+  es.onopen = () => { live.classList.remove("off"); text(live, "live"); };
+  es.onerror = () => { live.classList.add("off"); text(live, "reconnecting…"); };
+  es.addEventListener("state", (ev) => {
+    const msg = JSON.parse(ev.data);
+    offset = Date.parse(msg.now) - Date.now();
+    render(msg.state);
+  });
+}
+
+function render(st) {
+  renderPending(st.pending || []);
+  renderSessions(st.sessions || []);
+  const notes = $("#notes");
+  notes.replaceChildren();
+  for (const n of st.errors || []) notes.append(el("li", "err", n));
+  for (const n of st.notes || []) notes.append(el("li", "", n));
+}
+
+function renderPending(list) {
+  pending = list;
+  const keys = new Set(list.map(key));
+  const box = $("#approvals");
+  // Keep the cards of approvals still pending (a half-typed reason
+  // survives an update); add the new ones, drop the gone ones.
+  for (const card of [...box.children]) {
+    if (!keys.has(card.dataset.key)) card.remove();
+  }
+  const have = new Set([...box.children].map((c) => c.dataset.key));
+  const fresh = [];
+  for (const p of list) {
+    if (have.has(key(p))) continue;
+    box.append(card(p));
+    if (seen !== null && !seen.has(key(p))) fresh.push(p);
+  }
+  seen = new Set([...(seen || []), ...keys]);
+  const n = list.length;
+  const count = $("#pending-count");
+  text(count, n);
+  count.classList.toggle("hot", n > 0);
+  $("#no-pending").hidden = n > 0;
+  document.title = (n > 0 ? "(" + n + ") " : "") + "aegis console";
+  tick();
+  notify(fresh);
+}
+
+function prettyArgs(p) {
+  const s = p.arguments || "";
+  const whole = new TextEncoder().encode(s).length >= (p.arguments_bytes || 0);
+  if (whole && s) {
+    try { return JSON.stringify(JSON.parse(s), null, 2); } catch (e) { /* shown as it is */ }
+  }
+  return s + (whole ? "" : "…");
+}
+
+function card(p) {
+  const c = $("#approval-tpl").content.firstElementChild.cloneNode(true);
+  c.dataset.key = key(p);
+  c.dataset.expires = p.expires_at || "";
+  text($(".tool", c), p.tool_id);
+  text($(".id", c), p.approval_id);
+  text($(".session", c), p.session + "  (pid " + p.pid + ")");
+  text($(".requested", c), new Date(p.requested_at).toLocaleString());
+  text($(".args", c), p.arguments_bytes ? prettyArgs(p) : "(none)");
+  if (p.arguments_bytes) {
+    const cut = new TextEncoder().encode(p.arguments || "").length < p.arguments_bytes;
+    text($(".digest", c), p.arguments_bytes + " bytes" + (cut ? " (cut for display)" : "") + " · sha256 " + (p.args_digest || "-"));
+  }
+  $(".approve", c).addEventListener("click", () => decide(c, p, "approve"));
+  $(".deny", c).addEventListener("click", () => decide(c, p, "deny"));
+  return c;
+}
+
+async function decide(c, p, op) {
+  const result = $(".result", c);
+  for (const b of c.querySelectorAll("button")) b.disabled = true;
+  result.classList.remove("bad");
+  text(result, op === "approve" ? "approving…" : "denying…");
+  const body = { op: op, session: p.session, approval_id: p.approval_id };
+  const reason = $(".reason", c).value.trim();
+  if (op === "deny" && reason) body.reason = reason;
+  try {
+    const r = await fetch("/api/decide", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const j = await r.json().catch(() => ({ error: "HTTP " + r.status }));
+    if (!r.ok) throw new Error(j.error || "HTTP " + r.status);
+    text(result, j.message || "done");
+  } catch (e) {
+    result.classList.add("bad");
+    text(result, String(e.message || e));
+    for (const b of c.querySelectorAll("button")) b.disabled = false;
+  }
+}
+
+function tick() {
+  const now = Date.now() + offset;
+  for (const c of $("#approvals").children) {
+    const exp = $(".expires", c);
+    if (!c.dataset.expires) { text(exp, ""); continue; }
+    const left = Math.round((Date.parse(c.dataset.expires) - now) / 1000);
+    exp.classList.toggle("gone", left <= 0);
+    if (left <= 0) { text(exp, "expired"); continue; }
+    const m = Math.floor(left / 60), s = left % 60;
+    text(exp, "expires in " + (m > 0 ? m + "m" + String(s).padStart(2, "0") + "s" : s + "s"));
+  }
+}
+
+function notify(fresh) {
+  if (!fresh.length || !("Notification" in window) || Notification.permission !== "granted") return;
+  const p = fresh[0];
+  const more = fresh.length > 1 ? " and " + (fresh.length - 1) + " more" : "";
+  try {
+    new Notification("aegis: approval needed", { body: p.tool_id + more, tag: "aegis-approval" });
+  } catch (e) { /* some browsers allow notifications only from a service worker */ }
+}
+
+function setupNotify() {
+  const b = $("#notify");
+  if (!("Notification" in window) || Notification.permission !== "default") return;
+  b.hidden = false;
+  b.addEventListener("click", async () => {
+    await Notification.requestPermission();
+    b.hidden = Notification.permission === "default";
+  });
+}
+
+function renderSessions(list) {
+  const tbody = $("#sessions tbody");
+  tbody.replaceChildren();
+  $("#no-sessions").hidden = list.length > 0;
+  const open = transcript ? transcript.session : "";
+  for (let i = list.length - 1; i >= 0; i--) { // newest first
+    const s = list[i];
+    const tr = el("tr", s.id === open ? "sel" : "");
+    tr.dataset.session = s.id;
+    const id = el("td", "mono");
+    const a = el("a", "sid", s.id);
+    a.href = "#session=" + encodeURIComponent(s.id);
+    id.append(a);
+    tr.append(id, el("td", "", s.started), el("td", "", s.ended), el("td", "st-" + s.state, s.state),
+      el("td", "", s.exit), el("td", "", s.calls), el("td", "", s.refused), el("td", "", s.approvals),
+      el("td", "cmd mono", s.command));
+    tr.addEventListener("click", (ev) => { ev.preventDefault(); location.hash = "session=" + encodeURIComponent(s.id); });
+    tbody.append(tr);
+  }
+}
+
+function openTranscript(id) {
+  if (transcript) transcript.es.close();
+  transcript = null;
+  const sec = $("#transcript-section");
+  if (!id) { sec.hidden = true; return; }
+  sec.hidden = false;
+  text($("#transcript-id"), id);
+  const state = $("#transcript-state");
+  text(state, "following");
+  const pre = $("#transcript");
+  pre.replaceChildren();
+  const es = new EventSource("/api/transcript?session=" + encodeURIComponent(id));
+  transcript = { es: es, session: id };
+  es.addEventListener("line", (ev) => {
+    const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    pre.append(document.createTextNode(JSON.parse(ev.data) + "\n"));
+    if (atEnd) pre.scrollTop = pre.scrollHeight;
+  });
+  es.addEventListener("end", () => { text(state, "ended"); es.close(); });
+  es.addEventListener("failed", (ev) => { text(state, "failed: " + JSON.parse(ev.data)); es.close(); });
+  for (const tr of document.querySelectorAll("#sessions tbody tr")) tr.classList.toggle("sel", tr.dataset.session === id);
+}
+
+function route() {
+  const m = /^#session=([0-9A-Za-z]+)$/.exec(location.hash);
+  openTranscript(m ? decodeURIComponent(m[1]) : "");
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  setupNotify();
+  $("#transcript-close").addEventListener("click", () => { history.replaceState(null, "", location.pathname); openTranscript(""); });
+  window.addEventListener("hashchange", route);
+  route();
+  connect();
+  setInterval(tick, 1000);
+});

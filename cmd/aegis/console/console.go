@@ -1,0 +1,398 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// SessionRow is one row of the sessions list: the columns of aegis
+// sessions, already formatted as that command prints them.
+type SessionRow struct {
+	ID        string `json:"id"`
+	Started   string `json:"started"`
+	Ended     string `json:"ended"`
+	State     string `json:"state"`
+	Exit      string `json:"exit"`
+	Calls     int    `json:"calls"`
+	Refused   int    `json:"refused"`
+	Approvals string `json:"approvals"`
+	Command   string `json:"command"`
+}
+
+// Pending is one approval that a running aegis process holds, as aegis
+// approvals lists it.
+type Pending struct {
+	Session string `json:"session"`
+	PID     int    `json:"pid"`
+	events.PendingApproval
+}
+
+// Decision is what an Approve or Deny button asks for.
+type Decision struct {
+	Op         string `json:"op"` // events.OpApprove or events.OpDeny
+	Session    string `json:"session"`
+	ApprovalID string `json:"approval_id"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// Source is where the console reads and what it decides through. Notes
+// are what a user should know about a read (whose index it came from, a
+// process that could not be asked); an error means nothing could be read.
+type Source interface {
+	Sessions(ctx context.Context) (rows []SessionRow, notes []string, err error)
+	Pending(ctx context.Context) (rows []Pending, notes []string, err error)
+	// Decide sends the decision to the process that serves its session
+	// and returns that process's answer.
+	Decide(ctx context.Context, d Decision) (message string, err error)
+	// Transcript calls line with each line of the session's transcript,
+	// in order, until the session has ended or ctx is done.
+	Transcript(ctx context.Context, session string, line func(string) error) error
+}
+
+// Config configures a console server.
+type Config struct {
+	Source Source
+	Logger *slog.Logger
+	// Hosts are the values of the Host header a request may carry: the
+	// address the console listens on, as host:port (and localhost:port
+	// for a loopback address). The first is the one the login link uses.
+	Hosts []string
+	// Random is the source of the login token and session ids.
+	Random io.Reader
+	// Interval is how often the state is read (default one second).
+	Interval time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Server is the console's HTTP handler and its poller.
+type Server struct {
+	cfg   Config
+	auth  *auth
+	mux   *http.ServeMux
+	kick  chan struct{}
+	mu    sync.Mutex
+	state []byte // the last state, JSON
+	subs  map[chan []byte]struct{}
+}
+
+// New makes a server and draws its login token.
+func New(cfg Config) (*Server, error) {
+	if cfg.Source == nil || len(cfg.Hosts) == 0 || cfg.Random == nil {
+		return nil, errors.New("console: a source, the listen hosts and a random source are needed")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	a, err := newAuth(cfg.Random, cfg.Hosts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, auth: a, kick: make(chan struct{}, 1), subs: map[chan []byte]struct{}{}}
+	s.mux = http.NewServeMux()
+	static, _ := fs.Sub(assets, "assets")
+	s.mux.HandleFunc("GET /login", s.login)
+	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { serveAsset(w, r, static, "index.html") })
+	s.mux.HandleFunc("GET /assets/{name}", func(w http.ResponseWriter, r *http.Request) { serveAsset(w, r, static, r.PathValue("name")) })
+	s.mux.HandleFunc("GET /api/state", s.getState)
+	s.mux.HandleFunc("GET /api/events", s.stateEvents)
+	s.mux.HandleFunc("GET /api/transcript", s.transcript)
+	s.mux.HandleFunc("POST /api/decide", s.decide)
+	return s, nil
+}
+
+// LoginURL is the one-time login link.
+func (s *Server) LoginURL() string {
+	return "http://" + s.cfg.Hosts[0] + "/login?token=" + s.auth.token
+}
+
+// ServeHTTP checks Host on every request, the session cookie on every
+// request but the login, and Origin on every POST, then serves it.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	if err := s.auth.check(r); err != nil {
+		var re *refusal
+		if errors.As(err, &re) {
+			s.cfg.Logger.Warn("console: request refused", "method", r.Method, "path", r.URL.Path, "reason", re.msg)
+			refuse(w, re)
+			return
+		}
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func serveAsset(w http.ResponseWriter, r *http.Request, static fs.FS, name string) {
+	b, err := fs.ReadFile(static, name)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	ct := "application/octet-stream"
+	switch {
+	case strings.HasSuffix(name, ".html"):
+		ct = "text/html; charset=utf-8"
+	case strings.HasSuffix(name, ".js"):
+		ct = "text/javascript; charset=utf-8"
+	case strings.HasSuffix(name, ".css"):
+		ct = "text/css; charset=utf-8"
+	case strings.HasSuffix(name, ".svg"):
+		ct = "image/svg+xml"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Write(b)
+}
+
+// Run polls the source until ctx is done, pushing each new state to the
+// open pages.
+func (s *Server) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		s.poll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+	}
+}
+
+// state is what a page shows, but for transcripts.
+type state struct {
+	Sessions []SessionRow `json:"sessions"`
+	Pending  []Pending    `json:"pending"`
+	Notes    []string     `json:"notes"`
+	Errors   []string     `json:"errors"`
+}
+
+func (s *Server) poll(ctx context.Context) {
+	st := state{Sessions: []SessionRow{}, Pending: []Pending{}, Notes: []string{}, Errors: []string{}}
+	rows, notes, err := s.cfg.Source.Sessions(ctx)
+	if err != nil {
+		st.Errors = append(st.Errors, "sessions: "+err.Error())
+	}
+	if rows != nil {
+		st.Sessions = rows
+	}
+	st.Notes = append(st.Notes, notes...)
+	pend, notes, err := s.cfg.Source.Pending(ctx)
+	if err != nil {
+		st.Errors = append(st.Errors, "approvals: "+err.Error())
+	}
+	if pend != nil {
+		st.Pending = pend
+	}
+	st.Notes = append(st.Notes, notes...)
+	printable(&st)
+	b, err := json.Marshal(st)
+	if err != nil {
+		s.cfg.Logger.Error("console: encode the state", "err", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if bytes.Equal(b, s.state) {
+		return
+	}
+	s.state = b
+	for c := range s.subs {
+		select {
+		case <-c: // drop the older state the page has not taken yet
+		default:
+		}
+		c <- b
+	}
+}
+
+// printable escapes every host-chosen string the way the command line
+// shows it, so that no control or bidi character reaches the page.
+func printable(st *state) {
+	for i := range st.Sessions {
+		r := &st.Sessions[i]
+		r.ID, r.Command = projector.Printable(r.ID), projector.Printable(r.Command)
+	}
+	for i := range st.Pending {
+		p := &st.Pending[i]
+		p.Session = projector.Printable(p.Session)
+		p.ApprovalID = projector.Printable(p.ApprovalID)
+		p.ToolID = projector.Printable(p.ToolID)
+		p.ArgsDigest = projector.Printable(p.ArgsDigest)
+		p.RequestDigest = projector.Printable(p.RequestDigest)
+		p.Arguments = projector.Printable(p.Arguments)
+	}
+	for i := range st.Notes {
+		st.Notes[i] = projector.Printable(st.Notes[i])
+	}
+	for i := range st.Errors {
+		st.Errors[i] = projector.Printable(st.Errors[i])
+	}
+}
+
+func (s *Server) current() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
+	b := s.current()
+	if b == nil {
+		s.poll(r.Context())
+		b = s.current()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
+}
+
+// stateEvents streams the state: the current one at once, then each new
+// one, as "state" events; a comment every 15 seconds keeps it open.
+func (s *Server) stateEvents(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	c := make(chan []byte, 1)
+	s.mu.Lock()
+	s.subs[c] = struct{}{}
+	if s.state != nil {
+		c <- s.state
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.subs, c)
+		s.mu.Unlock()
+	}()
+	sseHeaders(w)
+	fl.Flush()
+	keep := time.NewTicker(15 * time.Second)
+	defer keep.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case b := <-c:
+			// The server's clock goes with each state as it is sent, so
+			// that the page counts expiry down on this clock.
+			fmt.Fprintf(w, "event: state\ndata: {\"now\":%q,\"state\":%s}\n\n", s.cfg.Now().UTC().Format(time.RFC3339Nano), b)
+		case <-keep.C:
+			io.WriteString(w, ": keep-alive\n\n")
+		}
+		fl.Flush()
+	}
+}
+
+func sseHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("X-Accel-Buffering", "no")
+}
+
+// transcript streams one session's transcript as "line" events (each a
+// JSON string), then an "end" event when the session has ended, or an
+// "failed" event with the reason.
+func (s *Server) transcript(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("session")
+	if !schemas.ValidID(id) {
+		http.Error(w, "aegis console: bad session id", http.StatusBadRequest)
+		return
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	sseHeaders(w)
+	fl.Flush()
+	var mu sync.Mutex
+	send := func(event, text string) error {
+		b, _ := json.Marshal(projector.Printable(text))
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+			return err
+		}
+		fl.Flush()
+		return nil
+	}
+	err := s.cfg.Source.Transcript(r.Context(), id, func(line string) error { return send("line", line) })
+	switch {
+	case r.Context().Err() != nil:
+	case err != nil:
+		send("failed", err.Error())
+	default:
+		send("end", "the session has ended")
+	}
+}
+
+// maxDecisionBody bounds a decision request.
+const maxDecisionBody = 16 << 10
+
+func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
+	var d Decision
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxDecisionBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
+		return
+	}
+	if d.Op != events.OpApprove && d.Op != events.OpDeny {
+		jsonError(w, http.StatusBadRequest, "op must be approve or deny")
+		return
+	}
+	if !schemas.ValidID(d.Session) || d.ApprovalID == "" || len(d.ApprovalID) > events.MaxApprovalIDBytes {
+		jsonError(w, http.StatusBadRequest, "a decision names a session id and an approval id as the page shows them")
+		return
+	}
+	msg, err := s.cfg.Source.Decide(r.Context(), d)
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	if err != nil {
+		s.cfg.Logger.Warn("console: decision refused", "op", d.Op, "approval", d.ApprovalID, "session", d.Session, "err", err)
+		jsonError(w, http.StatusConflict, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]string{"message": projector.Printable(msg)})
+}
+
+func jsonError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]string{"error": projector.Printable(msg)})
+}

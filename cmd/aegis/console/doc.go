@@ -1,0 +1,36 @@
+// Package console is the web face of aegis console: an HTTP server on
+// loopback that shows the recorded sessions, one session's transcript and
+// the pending approvals, live over server-sent events, and sends Approve
+// and Deny. It holds no session or approval state of its own: every view
+// comes from a [Source], which the command line implements with the same
+// read model and the same approval requests as aegis sessions, replay,
+// approvals, approve and deny.
+//
+// # Invariants
+//
+//   - Every asset is embedded (assets/); the page loads nothing from
+//     anywhere else, and its Content-Security-Policy says so (self only,
+//     no inline script, no framing).
+//   - One login. [New] draws a random token; the login link carries it and
+//     works exactly once: the first GET /login with it gets an HttpOnly,
+//     SameSite=Strict session cookie, and every later use is refused (403)
+//     even with the right token. Tokens and session ids are compared in
+//     constant time.
+//   - Every request but /login needs a live session cookie (else 401), and
+//     every request, /login included, needs a Host header that names the
+//     address the console listens on (else 403: a DNS-rebinding page has
+//     the attacker's host name in Host).
+//   - Every state-changing request (POST) also needs an Origin header equal
+//     to the console's own origin and a JSON body (else 403), so that a
+//     page of another site cannot post a form or a simple request to it.
+//   - Host-chosen text (approval ids, tool names, arguments, transcript
+//     lines) reaches the page as JSON strings already passed through
+//     [projector.Printable], and the page sets it as text, never as HTML.
+//   - A decision names the session and the approval id that the page
+//     showed; the [Source] sends exactly the request aegis approve --session
+//     or aegis deny --session sends.
+//   - Live, not stored: a poller asks the Source every Config.Interval and
+//     pushes a new state to every open page when it differs; a transcript
+//     stream is the Source's replay of one session, line by line. Nothing
+//     is cached on disk, and nothing survives the process.
+package console

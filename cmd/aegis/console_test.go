@@ -1,0 +1,405 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"image/png"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+)
+
+const consolePolicy = `version: 1
+rules:
+  - id: gate-add
+    action: pending_approval
+    tool: add
+`
+
+// consoleProc is a running aegis console binary.
+type consoleProc struct {
+	login string // the login link it printed
+	host  string // host:port
+}
+
+// console starts aegis console on the live state and runtime directories
+// and reads its login link.
+func (l *live) console() *consoleProc {
+	l.t.Helper()
+	c := exec.Command(filepath.Join(l.bin, "aegis"), "console", "--state-dir", l.state)
+	c.Env = l.env
+	var errb syncBuffer
+	c.Stderr = &errb
+	out, err := c.StdoutPipe()
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		l.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { c.Wait(); close(done) }()
+	l.t.Cleanup(func() {
+		c.Process.Kill()
+		<-done
+		if l.t.Failed() {
+			l.t.Logf("aegis console stderr:\n%s", errb.String())
+		}
+	})
+	links := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "http://") {
+				links <- sc.Text()
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case link := <-links:
+		u, err := url.Parse(link)
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		return &consoleProc{login: link, host: u.Host}
+	case <-done:
+		l.t.Fatalf("aegis console exited:\n%s", errb.String())
+	case <-time.After(20 * time.Second):
+		l.t.Fatalf("aegis console printed no login link:\n%s", errb.String())
+	}
+	return nil
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// browserPath finds Debian's chromium. make test (console-deps) installs
+// it and sets AEGIS_REQUIRE_BROWSER, so that there the test never skips.
+func browserPath(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("AEGIS_REQUIRE_BROWSER") != "" {
+		t.Fatal("no chromium on PATH: run make console-deps (apt-get install -y chromium)")
+	}
+	t.Skip("chromium is not installed (make console-deps installs it)")
+	return ""
+}
+
+// A human at a real browser sees a pending approval appear in the console
+// without reloading, approves it with the button, and the host's retried
+// call then runs. The page loads nothing but the console's own URLs.
+func TestConsoleBrowserApprovesPendingCall(t *testing.T) {
+	chromium := browserPath(t)
+	start := time.Now()
+	l := newLive(t, consolePolicy)
+	w := l.wrap(false)
+	w.initialize()
+	con := l.console()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 800),
+		// No name resolves: the page must need no network but the console.
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
+		chromedp.Flag("disable-gpu", true))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	bctx, cancelB := chromedp.NewContext(actx)
+	defer cancelB()
+	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
+	defer cancel()
+
+	// Every request the page makes, from the first navigation on.
+	var mu sync.Mutex
+	var requested []string
+	reqs := chromedp.Events(ctx, network.RequestWillBeSent)
+	go func() {
+		for ev, err := range reqs {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			requested = append(requested, ev.Request.URL)
+			mu.Unlock()
+		}
+	}()
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800),
+		chromedp.Navigate(con.login),
+		chromedp.WaitVisible(chromedp.CSS("#sessions")),
+		waitJS(`document.querySelector("#live").textContent === "live"`),
+		// The running session is listed (from the index its process keeps).
+		waitJS(`document.querySelectorAll("#sessions tbody tr").length >= 1`),
+		// A mark that a reload would lose.
+		void(chromedp.Evaluate[int](`window.aegisMark = 42`)),
+	); err != nil {
+		t.Fatalf("open the console: %v", err)
+	}
+	loggedIn := time.Since(start)
+
+	// The host's call waits for approval; the page shows it by itself.
+	if a := w.call(1, "tools/call", `{"name":"add","arguments":{"a":2,"b":3}}`); !strings.Contains(a, "PENDING_APPROVAL") {
+		t.Fatalf("add: %s", a)
+	}
+	id := w.approvalID()
+	asked := time.Now()
+	if err := chromedp.Do(ctx,
+		chromedp.WaitVisible(chromedp.CSS("#approvals .approval")),
+		waitJS(`document.title === "(1) aegis console"`),
+	); err != nil {
+		t.Fatalf("the pending approval did not appear: %v", err)
+	}
+	appeared := time.Since(asked)
+	text := func(sel string) string {
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
+	}
+	shownID, tool, args := text("#approvals .approval .id"), text("#approvals .approval .tool"), text("#approvals .approval .args")
+	if shownID != id || tool != "add" || !strings.Contains(args, `"a": 2`) {
+		t.Fatalf("approval shown as id %q tool %q args %q; want %q, add, the pretty arguments", shownID, tool, args, id)
+	}
+
+	// The session's transcript, followed live, for the screenshots.
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS("#sessions tbody tr a.sid")),
+		waitJS(`document.querySelector("#transcript").textContent.includes("approval")`),
+	); err != nil {
+		t.Fatalf("transcript: %v", err)
+	}
+	shots(t, ctx)
+
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS("#approvals .approval button.approve")),
+		waitJS(`document.querySelectorAll("#approvals .approval").length === 0`),
+		waitJS(`document.title === "aegis console"`),
+	); err != nil {
+		t.Fatalf("approve: %v", err)
+	}
+	if mark, err := chromedp.Run(ctx, chromedp.Evaluate[int](`window.aegisMark || 0`)); err != nil || mark != 42 {
+		t.Fatalf("the page was reloaded (mark %d, %v)", mark, err)
+	}
+	if a := w.call(2, "tools/call", `{"name":"add","arguments":{"a":2,"b":3}}`); !strings.Contains(a, `"sum":5`) {
+		t.Fatalf("approved add: %s", a)
+	}
+	w.finish()
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, u := range requested {
+		if !strings.HasPrefix(u, "http://"+con.host+"/") {
+			t.Errorf("the page requested %s, off the console", u)
+		}
+	}
+	t.Logf("logged in and listed after %v; approval shown %v after the call; %d requests, all to the console", loggedIn.Round(time.Millisecond), appeared.Round(time.Millisecond), len(requested))
+}
+
+// void drops an action's value.
+func void[T any](a chromedp.Action[T]) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := a(ctx, t)
+		return chromedp.Void{}, err
+	}
+}
+
+// waitJS waits until a JavaScript expression is true.
+func waitJS(expr string) chromedp.Action[chromedp.Void] {
+	return void(chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second)))
+}
+
+// shots takes the screenshots at 1280×800 and at a narrow width. With
+// -update they go to docs/ (the README shows them), else to a temporary
+// folder; either way they must decode at those sizes.
+func shots(t *testing.T, ctx context.Context) {
+	dir := t.TempDir()
+	if *updateGolden {
+		_, file, _, _ := runtime.Caller(0)
+		dir = filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(file))), "docs")
+	}
+	for _, s := range []struct {
+		name string
+		w, h int64
+	}{{"console-1280.png", 1280, 800}, {"console-narrow.png", 420, 900}} {
+		if err := chromedp.Do(ctx, chromedp.EmulateViewport(s.w, s.h), chromedp.Sleep(300*time.Millisecond)); err != nil {
+			t.Fatalf("screenshot %s: %v", s.name, err)
+		}
+		b, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", s.name, err)
+		}
+		cfg, err := png.DecodeConfig(bytes.NewReader(b))
+		if err != nil || int64(cfg.Width) != s.w || int64(cfg.Height) != s.h {
+			t.Fatalf("screenshot %s: %dx%d, %v; want %dx%d", s.name, cfg.Width, cfg.Height, err, s.w, s.h)
+		}
+		if err := os.WriteFile(filepath.Join(dir, s.name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Each request an attacker can make to the console is refused with a
+// clear body: a page of another site (no cookie, or a foreign Origin), a
+// DNS-rebinding page (a foreign Host), another local user or process that
+// read the login link after it was used, or one that guesses a cookie.
+func TestConsoleRefusesAttacks(t *testing.T) {
+	l := newLive(t, "")
+	con := l.console()
+	plain := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }, Timeout: 10 * time.Second}
+
+	// The user logs in once.
+	resp, err := plain.Get(con.login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "aegis_console" {
+			cookie = c
+		}
+	}
+	if resp.StatusCode != 200 || cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("login: %d, cookie %+v; want 200 and an HttpOnly, SameSite=Strict cookie", resp.StatusCode, cookie)
+	}
+
+	base := "http://" + con.host
+	decision := `{"op":"approve","session":"01KAQ3T5PS0C6ZJ5X1JQZ4Q1RM","approval_id":"apr-gate-add-1"}`
+	for _, tc := range []struct {
+		attack       string
+		method, path string
+		host, origin string
+		ctype, body  string
+		cookie       string // "" none, "ok" the user's, else this value
+		code         int
+		says         string
+	}{
+		{attack: "page of another site reads the state without the cookie", method: "GET", path: "/api/state", code: 401, says: "not logged in"},
+		{attack: "page of another site opens the event stream without the cookie", method: "GET", path: "/api/events", code: 401, says: "not logged in"},
+		{attack: "approve without the cookie", method: "POST", path: "/api/decide", origin: base, ctype: "application/json", body: decision, code: 401, says: "not logged in"},
+		{attack: "guessed session cookie", method: "GET", path: "/", cookie: strings.Repeat("ab", 32), code: 401, says: "not logged in"},
+		{attack: "cross-site approve from a foreign Origin", method: "POST", path: "/api/decide", cookie: "ok", origin: "http://evil.example", ctype: "application/json", body: decision, code: 403, says: "Origin"},
+		{attack: "cross-site approve from a null Origin", method: "POST", path: "/api/decide", cookie: "ok", origin: "null", ctype: "application/json", body: decision, code: 403, says: "Origin"},
+		{attack: "approve without an Origin", method: "POST", path: "/api/decide", cookie: "ok", ctype: "application/json", body: decision, code: 403, says: "Origin"},
+		{attack: "cross-site form post", method: "POST", path: "/api/decide", cookie: "ok", origin: base, ctype: "application/x-www-form-urlencoded", body: "op=approve", code: 403, says: "JSON"},
+		{attack: "DNS rebinding reads the state", method: "GET", path: "/api/state", cookie: "ok", host: "evil.example:" + portOf(con.host), code: 403, says: "Host"},
+		{attack: "DNS rebinding approves", method: "POST", path: "/api/decide", cookie: "ok", host: "evil.example:" + portOf(con.host), origin: "http://evil.example:" + portOf(con.host), ctype: "application/json", body: decision, code: 403, says: "Host"},
+		{attack: "DNS rebinding logs in", method: "GET", path: strings.TrimPrefix(con.login, base), host: "evil.example:" + portOf(con.host), code: 403, says: "Host"},
+		{attack: "replayed login link", method: "GET", path: strings.TrimPrefix(con.login, base), code: 403, says: "used already"},
+		{attack: "guessed login token", method: "GET", path: "/login?token=" + strings.Repeat("0", 64), code: 403, says: "not the login link"},
+	} {
+		t.Run(tc.attack, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, base+tc.path, strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			if tc.origin != "" {
+				req.Header.Set("Origin", tc.origin)
+			}
+			if tc.ctype != "" {
+				req.Header.Set("Content-Type", tc.ctype)
+			}
+			switch tc.cookie {
+			case "":
+			case "ok":
+				req.AddCookie(&http.Cookie{Name: cookie.Name, Value: cookie.Value})
+			default:
+				req.AddCookie(&http.Cookie{Name: cookie.Name, Value: tc.cookie})
+			}
+			resp, err := plain.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.code || !strings.HasPrefix(string(b), "aegis console: ") || !strings.Contains(string(b), tc.says) {
+				t.Fatalf("%s %s: %d %q; want %d and a body that says %q", tc.method, tc.path, resp.StatusCode, b, tc.code, tc.says)
+			}
+		})
+	}
+
+	// The same requests with the cookie, the Host and the Origin of the
+	// console get through: the decision reaches the approval channel
+	// (which has no such session).
+	req, _ := http.NewRequest("POST", base+"/api/decide", strings.NewReader(decision))
+	req.Header.Set("Origin", base)
+	req.Header.Set("Content-Type", "application/json")
+	req.AddCookie(&http.Cookie{Name: cookie.Name, Value: cookie.Value})
+	resp, err = plain.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), "no running aegis process serves session") {
+		t.Fatalf("the user's own decision: %d %s", resp.StatusCode, b)
+	}
+	req, _ = http.NewRequest("GET", base+"/api/state", nil)
+	req.AddCookie(&http.Cookie{Name: cookie.Name, Value: cookie.Value})
+	resp, err = plain.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("the user's own state: %d", resp.StatusCode)
+	}
+}
+
+func portOf(hostport string) string {
+	return hostport[strings.LastIndexByte(hostport, ':')+1:]
+}
+
+// A console off loopback must be asked for, and must name one address.
+func TestConsoleListenOffLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--listen", "0.0.0.0:0"}, "not a loopback address"},
+		{[]string{"--listen", "192.0.2.7:8700"}, "not a loopback address"},
+		{[]string{"--listen", "0.0.0.0:0", "--allow-remote"}, "every interface"},
+		{[]string{"--listen", ":8700", "--allow-remote"}, "every interface"},
+		{[]string{"--listen", "nonsense"}, "HOST:PORT"},
+	} {
+		code, _, errs := cmd(t, nil, append([]string{"console", "--state-dir", t.TempDir()}, tc.args...)...)
+		if code != 2 || !strings.Contains(errs, tc.says) {
+			t.Errorf("aegis console %v: exit %d, %s; want 2 and %q", tc.args, code, errs, tc.says)
+		}
+	}
+}
