@@ -15,7 +15,7 @@ PREFIX  ?= $(HOME)/.local
 # git can tell it, whatever GOFLAGS says.
 BUILDFLAGS := -buildvcs=auto
 
-.PHONY: all build install test vet fmt-check unit bench fuzz demo interop-deps clean
+.PHONY: all build install test vet fmt-check unit bench fuzz demo interop-deps console-deps clean
 
 all: build
 
@@ -34,9 +34,11 @@ install:
 	  *) echo "note: $(PREFIX)/bin is not on your PATH; add it: export PATH=\"$(PREFIX)/bin:\$$PATH\"" ;; esac
 
 # test: vet, gofmt, then every test with the race detector. The interop
-# suite needs the Node reference servers, installed here first.
-test: vet fmt-check interop-deps
-	$(GO) test -race -count=1 -timeout 30m ./...
+# suite needs the Node reference servers, and the console's browser test
+# Debian's chromium, installed here first; AEGIS_REQUIRE_BROWSER makes that
+# test fail rather than skip without a browser.
+test: vet fmt-check interop-deps console-deps
+	AEGIS_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 vet:
 	$(GO) vet ./...
@@ -53,6 +55,15 @@ $(NODEDIR)/.installed: Makefile
 	cd $(NODEDIR) && { [ -f package.json ] || npm init -y >/dev/null; } && \
 	  npm install --no-audit --no-fund --save-exact $(NPM_PKGS)
 	touch $@
+
+# console-deps installs Debian's chromium (headless, for the console's
+# browser test) when it is missing: with apt-get as root, else it says
+# what to run.
+console-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get install -y chromium || { apt-get update && apt-get install -y chromium; }; \
+	  else echo "console-deps: chromium is missing; run: sudo apt-get install -y chromium" >&2; exit 1; fi; }
 
 # bench: ratios measured within one run (see docs/BENCHMARKS.md): every
 # benchmark of ./events and ./proxy once, then the scale benchmark (a store
