@@ -96,11 +96,17 @@ func ApprovalReplyPrefix(session string) string { return "aegis-approve-reply." 
 // ApprovalRequest is what `aegis approve`, `aegis deny` and `aegis
 // approvals` send. By names who asked ("user@host, pid N"); it is what the
 // requester says, not something the channel checked.
+//
+// Approver is an approver's signature of the approval (aegis approve
+// --approver-key), which a proxy run with an approvers file requires of
+// every approve; without one it is ignored. A request without it is
+// exactly what older clients send.
 type ApprovalRequest struct {
-	Op         string `json:"op"`
-	ApprovalID string `json:"approval_id,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-	By         string `json:"by,omitempty"`
+	Op         string                     `json:"op"`
+	ApprovalID string                     `json:"approval_id,omitempty"`
+	Reason     string                     `json:"reason,omitempty"`
+	By         string                     `json:"by,omitempty"`
+	Approver   *schemas.ApproverSignature `json:"approver,omitempty"`
 }
 
 // ApprovalReply is the proxy's answer. OK false comes with Error; a list

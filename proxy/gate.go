@@ -102,6 +102,10 @@ type ApprovalOp struct {
 	ApprovalID string
 	Reason     string
 	By         string
+	// Approver is the approver's signature an approve carries; with an
+	// approvers file ([WrapConfig.Approvers]) an approve without a valid
+	// one is refused.
+	Approver *schemas.ApproverSignature
 }
 
 // ApprovalReply answers an ApprovalOp.
@@ -341,6 +345,12 @@ func (g *gate) list(now time.Time) []PendingApproval {
 
 // resolve takes a pending approval for a decision, or says why it cannot.
 func (g *gate) resolve(id string, now time.Time) (*PendingApproval, string) {
+	return g.resolveIf(id, now, nil)
+}
+
+// resolveIf is resolve that first asks check (when set) about the pending
+// approval, under the gate's lock; a refusal of check leaves it pending.
+func (g *gate) resolveIf(id string, now time.Time, check func(PendingApproval) string) (*PendingApproval, string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p, ok := g.pending[id]
@@ -354,6 +364,11 @@ func (g *gate) resolve(id string, now time.Time) (*PendingApproval, string) {
 		delete(g.pending, id)
 		g.resolved[id] = "expired"
 		return nil, fmt.Sprintf("approval %s expired at %s", id, p.ExpiresAt.Format(time.RFC3339))
+	}
+	if check != nil {
+		if why := check(*p); why != "" {
+			return nil, why
+		}
 	}
 	delete(g.pending, id)
 	return p, ""

@@ -61,12 +61,16 @@ type GatewayConfig struct {
 	Rules          *policy.Set // optional wrap-style rules on top of profiles
 	// Open opens the audit session once every confinement fact is known
 	// (server name -> fact); no server runs before it returns.
-	Open        func(confinement map[string]sandbox.Fact) (*projector.Session, error)
-	Self        string
-	Stdin       io.ReadCloser
-	Stdout      io.WriteCloser
-	Stderr      io.Writer // downstream stderr and prompts
-	Approvals   func(session string, handle func(ApprovalOp) ApprovalReply) (stop func(), err error)
+	Open      func(confinement map[string]sandbox.Fact) (*projector.Session, error)
+	Self      string
+	Stdin     io.ReadCloser
+	Stdout    io.WriteCloser
+	Stderr    io.Writer // downstream stderr and prompts
+	Approvals func(session string, handle func(ApprovalOp) ApprovalReply) (stop func(), err error)
+	// Approvers is [WrapConfig.Approvers] for the gateway's tool approvals
+	// and escalations alike; an escalation's signed target is
+	// [EscalationTarget].
+	Approvers   *schemas.Approvers
 	ApprovalTTL time.Duration
 	Now         func() time.Time
 	Logger      *slog.Logger
@@ -815,21 +819,21 @@ func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 		out := g.gate.list(now)
 		g.mu.Lock()
 		for _, e := range g.state.Pending() {
-			out = append(out, PendingApproval{ApprovalID: e.ID, ToolID: "aegis.set_profile " + e.From + " -> " + e.To,
+			out = append(out, PendingApproval{ApprovalID: e.ID, ToolID: EscalationTarget(e.From, e.To),
 				Session: g.sess.ID(), RequestedAt: e.RequestedAt, ExpiresAt: e.ExpiresAt})
 		}
 		g.mu.Unlock()
 		return ApprovalReply{OK: true, Pending: out}
 	}
 	if !strings.HasPrefix(op.ApprovalID, "esc-") {
-		return decideApproval(g.sess, g.gate, op, now, func(err error) { g.log.Error("approval", "err", err) })
+		return decideApproval(g.sess, g.gate, g.cfg.Approvers, op, now, func(err error) { g.log.Error("approval", "err", err) })
 	}
 	if op.Op != "approve" && op.Op != "deny" {
 		return ApprovalReply{Error: fmt.Sprintf("unknown request %q", op.Op)}
 	}
 	g.expireDue(now)
 	refuse := func(why string) ApprovalReply {
-		g.sess.Fact(schemas.KindApprovalRefused, map[string]string{"approval_id": op.ApprovalID, "op": op.Op, "by": op.By, "reason": why})
+		g.sess.Fact(schemas.KindApprovalRefused, refusedFact(op, why))
 		return ApprovalReply{Error: why}
 	}
 	g.mu.Lock()
@@ -838,12 +842,20 @@ func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 	if !ok {
 		return refuse(fmt.Sprintf("no approval %q is pending in this session", op.ApprovalID))
 	}
+	var approver schemas.Approver
+	if g.cfg.Approvers != nil && op.Op == "approve" {
+		ap, err := g.cfg.Approvers.Check(schemas.ApprovalClaim{ApprovalID: e.ID, Session: g.sess.ID(), Target: EscalationTarget(e.From, e.To)}, op.Approver)
+		if err != nil {
+			return refuse(err.Error())
+		}
+		approver = ap
+	}
 	kind := policy.EventSwitchApproved
 	if op.Op == "deny" {
 		kind = policy.EventSwitchDenied
 	}
 	ev := policy.ProfileEvent{Kind: kind, ID: op.ApprovalID, Source: policy.SourceHuman, At: now}
-	d := schemas.Decision{ApprovalID: e.ID}
+	d := schemas.Decision{ApprovalID: e.ID, ApproverKeyID: approver.KeyID}
 	msg := fmt.Sprintf("approved %s: the switch from %s to %s applies when the agent asks aegis.approval_status", e.ID, e.From, e.To)
 	if active := g.active(); active != e.From {
 		// Approved all the same: the binding to e.From is checked when the
@@ -864,7 +876,14 @@ func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 	// event it resolves. The state must accept the verdict before anything
 	// is signed, and the check and the record are one step, so a second
 	// approve or deny of the same escalation is refused, never recorded.
-	err := g.recordProfileEvent(ev, map[string]any{"approval_id": e.ID, "op": op.Op, "by": op.By, "from": e.From, "to": e.To},
+	if approver.KeyID != "" && op.Op == "approve" {
+		msg += "; signed by " + approver.Label()
+	}
+	resolved := map[string]any{"from": e.From, "to": e.To}
+	for k, v := range resolvedFact(op, e.ID, approver) {
+		resolved[k] = v
+	}
+	err := g.recordProfileEvent(ev, resolved,
 		func(payload map[string]any) (*events.Receipt, error) { return g.sess.DecisionWith(d, payload) })
 	var re *recordError
 	switch {
@@ -875,6 +894,10 @@ func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 	}
 	return ApprovalReply{OK: true, Message: msg}
 }
+
+// EscalationTarget is what an escalation from one profile to another is
+// listed as, and what an approver signs as its target.
+func EscalationTarget(from, to string) string { return "aegis.set_profile " + from + " -> " + to }
 
 // frameTap records the host's frames as they are read.
 type frameTap struct {

@@ -80,6 +80,13 @@ type WrapConfig struct {
 	// for the session (aegis approve/deny/approvals) with handle; Wrap calls
 	// the returned stop when it ends.
 	Approvals func(session string, handle func(ApprovalOp) ApprovalReply) (stop func(), err error)
+	// Approvers, when set, are the only ones who can approve: an approve
+	// must carry a signature by one of them over the approval id, the
+	// session, the tool and the arguments' digest, and the decision line
+	// names the approver's key id. A deny needs none (it fails closed).
+	// Nil keeps approvals as they were: any process that can reach the
+	// approval channel can approve.
+	Approvers *schemas.Approvers
 	// Prompt receives approval prompts (aegis's stderr).
 	Prompt io.Writer
 }
@@ -1452,14 +1459,20 @@ func (r *relay) handleApproval(op ApprovalOp) ApprovalReply {
 	if op.Op != "list" && r.isStopped() {
 		return ApprovalReply{Error: "the session is ending"}
 	}
-	return decideApproval(r.sess, r.gate, op, r.cfg.Now(), r.fail)
+	return decideApproval(r.sess, r.gate, r.cfg.Approvers, op, r.cfg.Now(), r.fail)
 }
 
 // decideApproval acts on an approval request against a gate: list, or
 // approve/deny a pending approval with a signed decision line durable before
 // the reply. A request that cannot be honoured is refused with the reason
 // and recorded as approval.refused. fail is called if recording fails.
-func decideApproval(sess *projector.Session, g *gate, op ApprovalOp, now time.Time, fail func(error)) ApprovalReply {
+//
+// With approvers, an approve must carry a valid signature by one of them
+// over this approval's id, this session, its tool and its arguments'
+// digest ([schemas.Approvers.Check]); one that does not is refused and
+// recorded with the reason, and the approval stays pending for a signed
+// approve (or a deny, which needs no signature: it only fails closed).
+func decideApproval(sess *projector.Session, g *gate, approvers *schemas.Approvers, op ApprovalOp, now time.Time, fail func(error)) ApprovalReply {
 	switch op.Op {
 	case "list":
 		return ApprovalReply{OK: true, Pending: g.list(now)}
@@ -1467,19 +1480,34 @@ func decideApproval(sess *projector.Session, g *gate, op ApprovalOp, now time.Ti
 	default:
 		return ApprovalReply{Error: fmt.Sprintf("unknown request %q", op.Op)}
 	}
-	p, why := g.resolve(op.ApprovalID, now)
+	var approver schemas.Approver
+	var check func(PendingApproval) string
+	if approvers != nil && op.Op == "approve" {
+		check = func(p PendingApproval) string {
+			ap, err := approvers.Check(schemas.ApprovalClaim{ApprovalID: p.ApprovalID, Session: sess.ID(), Target: p.ToolID, ArgsDigest: p.ArgsDigest}, op.Approver)
+			if err != nil {
+				return err.Error()
+			}
+			approver = ap
+			return ""
+		}
+	}
+	p, why := g.resolveIf(op.ApprovalID, now, check)
 	if p == nil {
-		if _, err := sess.Fact(schemas.KindApprovalRefused, map[string]string{"approval_id": op.ApprovalID, "op": op.Op, "by": op.By, "reason": why}); err != nil {
+		if _, err := sess.Fact(schemas.KindApprovalRefused, refusedFact(op, why)); err != nil {
 			fail(err)
 		}
 		return ApprovalReply{Error: why}
 	}
-	d := schemas.Decision{ApprovalID: p.ApprovalID}
+	d := schemas.Decision{ApprovalID: p.ApprovalID, ApproverKeyID: approver.KeyID}
 	msg := ""
 	if op.Op == "approve" {
 		d.Verdict = schemas.Approved(schemas.ApprovalScope{ToolID: p.ToolID})
 		msg = fmt.Sprintf("approved %s: the next tools/call %q with the same arguments goes through once, until %s (when the approval expires)",
 			p.ApprovalID, p.ToolID, p.ExpiresAt.Local().Format("15:04:05"))
+		if approver.KeyID != "" {
+			msg += "; signed by " + approver.Label()
+		}
 	} else {
 		reason := op.Reason
 		if reason == "" {
@@ -1488,7 +1516,7 @@ func decideApproval(sess *projector.Session, g *gate, op ApprovalOp, now time.Ti
 		d.Verdict = schemas.Rejected(reason)
 		msg = fmt.Sprintf("denied %s (%s)", p.ApprovalID, reason)
 	}
-	rc, err := sess.Decision(d, map[string]string{"approval_id": p.ApprovalID, "op": op.Op, "by": op.By})
+	rc, err := sess.Decision(d, resolvedFact(op, p.ApprovalID, approver))
 	if err == nil {
 		_, err = rc.Wait(context.Background())
 	}
@@ -1502,4 +1530,28 @@ func decideApproval(sess *projector.Session, g *gate, op ApprovalOp, now time.Ti
 		g.denied(p.ApprovalID)
 	}
 	return ApprovalReply{OK: true, Message: msg}
+}
+
+// refusedFact is the payload of an approval.refused event: the request,
+// who sent it, why it was refused and, when it was signed, by which key.
+func refusedFact(op ApprovalOp, why string) map[string]string {
+	m := map[string]string{"approval_id": op.ApprovalID, "op": op.Op, "by": op.By, "reason": why}
+	if op.Approver != nil && op.Approver.KeyID != "" {
+		m["approver_key_id"] = op.Approver.KeyID
+	}
+	return m
+}
+
+// resolvedFact is the payload of an approval.resolved event beside its
+// decision line; approver is the one whose signature the approve carried
+// (zero without approvers).
+func resolvedFact(op ApprovalOp, id string, approver schemas.Approver) map[string]string {
+	m := map[string]string{"approval_id": id, "op": op.Op, "by": op.By}
+	if approver.KeyID != "" {
+		m["approver_key_id"] = approver.KeyID
+		if approver.Name != "" {
+			m["approver"] = approver.Name
+		}
+	}
+	return m
 }
