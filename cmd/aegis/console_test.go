@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"image/png"
 	"io"
 	"net/http"
@@ -402,4 +404,106 @@ func TestConsoleListenOffLoopback(t *testing.T) {
 			t.Errorf("aegis console %v: exit %d, %s; want 2 and %q", tc.args, code, errs, tc.says)
 		}
 	}
+}
+
+// Deny from the console is the request aegis deny --session sends: the
+// process that holds the approval records it with its reason and the
+// user who asked, and a second decision on the same id is refused by that
+// process, its reason shown.
+func TestConsoleDenyIsRecordedAsDeny(t *testing.T) {
+	l := newLive(t, consolePolicy)
+	w := l.wrap(false)
+	w.initialize()
+	con := l.console()
+	jar := loginClient(t, con)
+	if a := w.call(1, "tools/call", `{"name":"add","arguments":{"a":2,"b":3}}`); !strings.Contains(a, "PENDING_APPROVAL") {
+		t.Fatalf("add: %s", a)
+	}
+	id := w.approvalID()
+	var session string
+	deadline := time.Now().Add(20 * time.Second)
+	for session == "" {
+		var st struct {
+			Pending []struct {
+				Session    string `json:"session"`
+				ApprovalID string `json:"approval_id"`
+			} `json:"pending"`
+		}
+		jar.getJSON(t, "/api/state", &st)
+		for _, p := range st.Pending {
+			if p.ApprovalID == id {
+				session = p.Session
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("approval %s never listed: %+v", id, st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	body := fmt.Sprintf(`{"op":"deny","session":%q,"approval_id":%q,"reason":"not on production"}`, session, id)
+	if code, b := jar.post(t, "/api/decide", body); code != 200 || !strings.Contains(b, id) {
+		t.Fatalf("deny: %d %s", code, b)
+	}
+	if code, b := jar.post(t, "/api/decide", body); code != http.StatusConflict || !strings.Contains(b, "refused to deny "+id) {
+		t.Fatalf("second deny: %d %s; want 409 and the process's refusal", code, b)
+	}
+	w.finish()
+	out, code := l.aegis("replay", "--state-dir", l.state, session)
+	if code != 0 || !strings.Contains(out, id+" denied by tester@") || !strings.Contains(out, `"not on production"`) || !strings.Contains(out, "refused: approval "+id+" was already denied") {
+		t.Fatalf("replay: exit %d\n%s", code, out)
+	}
+}
+
+// consoleClient is a logged-in plain HTTP client of a console.
+type consoleClient struct {
+	base   string
+	cookie *http.Cookie
+}
+
+func loginClient(t *testing.T, con *consoleProc) *consoleClient {
+	t.Helper()
+	resp, err := http.Get(con.login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, c := range resp.Cookies() {
+		if c.Name == "aegis_console" {
+			return &consoleClient{base: "http://" + con.host, cookie: c}
+		}
+	}
+	t.Fatalf("login: %d and no cookie", resp.StatusCode)
+	return nil
+}
+
+func (c *consoleClient) do(t *testing.T, req *http.Request) (int, string) {
+	t.Helper()
+	req.AddCookie(&http.Cookie{Name: c.cookie.Name, Value: c.cookie.Value})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (c *consoleClient) getJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", c.base+path, nil)
+	code, b := c.do(t, req)
+	if code != 200 {
+		t.Fatalf("GET %s: %d %s", path, code, b)
+	}
+	if err := json.Unmarshal([]byte(b), v); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
+func (c *consoleClient) post(t *testing.T, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", c.base+path, strings.NewReader(body))
+	req.Header.Set("Origin", c.base)
+	req.Header.Set("Content-Type", "application/json")
+	return c.do(t, req)
 }
