@@ -448,6 +448,29 @@ func TestConsoleDenyIsRecordedAsDeny(t *testing.T) {
 		t.Fatalf("second deny: %d %s; want 409 and the process's refusal", code, b)
 	}
 	w.finish()
+
+	// With the session over and no aegis holding the directory, the list
+	// comes from a snapshot of the stream, and the transcript ends.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var st struct {
+			Sessions []struct {
+				ID, State string
+			} `json:"sessions"`
+		}
+		jar.getJSON(t, "/api/state", &st)
+		if len(st.Sessions) == 1 && st.Sessions[0].ID == session && st.Sessions[0].State == "closed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session is not listed as closed: %+v", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	req, _ := http.NewRequest("GET", jar.base+"/api/transcript?session="+session, nil)
+	if code, b := jar.do(t, req); code != 200 || !strings.Contains(b, id+" denied by tester@") || !strings.HasSuffix(b, "event: end\ndata: \"the session has ended\"\n\n") {
+		t.Fatalf("transcript stream: %d\n%s", code, b)
+	}
+
 	out, code := l.aegis("replay", "--state-dir", l.state, session)
 	if code != 0 || !strings.Contains(out, id+" denied by tester@") || !strings.Contains(out, `"not on production"`) || !strings.Contains(out, "refused: approval "+id+" was already denied") {
 		t.Fatalf("replay: exit %d\n%s", code, out)
