@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
@@ -165,6 +166,23 @@ func TestConsoleBrowserApprovesPendingCall(t *testing.T) {
 	); err != nil {
 		t.Fatalf("open the console: %v", err)
 	}
+	// The user allows notifications; the page's own Notification is
+	// watched (and still shows them).
+	if _, err := chromedp.CallBrowser(ctx, browser.SetPermission, browser.SetPermissionParams{
+		Permission: &browser.PermissionDescriptor{Name: "notifications"}, Setting: browser.PermissionSettingGranted, Origin: "http://" + con.host,
+	}); err != nil {
+		t.Fatalf("allow notifications: %v", err)
+	}
+	if err := chromedp.Do(ctx, void(chromedp.Evaluate[bool](`(() => {
+		window.aegisNotes = [];
+		const N = window.Notification;
+		window.Notification = class extends N {
+			constructor(title, opts) { window.aegisNotes.push(title + "|" + (opts && opts.body)); super(title, opts); }
+		};
+		return Notification.permission === "granted";
+	})()`))); err != nil {
+		t.Fatalf("watch notifications: %v", err)
+	}
 	loggedIn := time.Since(start)
 
 	// The host's call waits for approval; the page shows it by itself.
@@ -176,8 +194,9 @@ func TestConsoleBrowserApprovesPendingCall(t *testing.T) {
 	if err := chromedp.Do(ctx,
 		chromedp.WaitVisible(chromedp.CSS("#approvals .approval")),
 		waitJS(`document.title === "(1) aegis console"`),
+		waitJS(`window.aegisNotes.length === 1 && window.aegisNotes[0] === "aegis: approval needed|add"`),
 	); err != nil {
-		t.Fatalf("the pending approval did not appear: %v", err)
+		t.Fatalf("the pending approval did not appear, or no notification was raised: %v", err)
 	}
 	appeared := time.Since(asked)
 	text := func(sel string) string {
