@@ -174,12 +174,18 @@ func serveAsset(w http.ResponseWriter, r *http.Request, static fs.FS, name strin
 }
 
 // Run polls the source until ctx is done, pushing each new state to the
-// open pages.
+// open pages. While no page is open it asks nothing: a page that opens
+// wakes it.
 func (s *Server) Run(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
-		s.poll(ctx)
+		s.mu.Lock()
+		watched := len(s.subs) > 0
+		s.mu.Unlock()
+		if watched {
+			s.poll(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -266,12 +272,10 @@ func (s *Server) current() []byte {
 	return s.state
 }
 
+// getState reads the state afresh and answers it.
 func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
+	s.poll(r.Context())
 	b := s.current()
-	if b == nil {
-		s.poll(r.Context())
-		b = s.current()
-	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(b)
 }
@@ -291,9 +295,13 @@ func (s *Server) stateEvents(w http.ResponseWriter, r *http.Request) {
 		c <- s.state
 	}
 	s.mu.Unlock()
+	s.wake()
 	defer func() {
 		s.mu.Lock()
 		delete(s.subs, c)
+		if len(s.subs) == 0 {
+			s.state = nil // stale by the time a page opens again
+		}
 		s.mu.Unlock()
 	}()
 	sseHeaders(w)
@@ -378,10 +386,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msg, err := s.cfg.Source.Decide(r.Context(), d)
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
+	s.wake()
 	if err != nil {
 		s.cfg.Logger.Warn("console: decision refused", "op", d.Op, "approval", d.ApprovalID, "session", d.Session, "err", err)
 		jsonError(w, http.StatusConflict, err.Error())
@@ -389,6 +394,14 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]string{"message": projector.Printable(msg)})
+}
+
+// wake makes the poller read the state now.
+func (s *Server) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 func jsonError(w http.ResponseWriter, code int, msg string) {

@@ -29,8 +29,9 @@
 //   - A decision names the session and the approval id that the page
 //     showed; the [Source] sends exactly the request aegis approve --session
 //     or aegis deny --session sends.
-//   - Live, not stored: a poller asks the Source every Config.Interval and
-//     pushes a new state to every open page when it differs; a transcript
+//   - Live, not stored: while a page is open, a poller asks the Source
+//     every Config.Interval (and at once after a decision) and pushes a
+//     new state to every open page when it differs; a transcript
 //     stream is the Source's replay of one session, line by line. Nothing
 //     is cached on disk, and nothing survives the process.
 package console
