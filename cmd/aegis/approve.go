@@ -65,8 +65,8 @@ Example:
 `
 
 const approveUsage = `Usage:
-  aegis approve APPROVAL_ID [--session ID] [--state-dir DIR]
-  aegis approve APPROVAL_ID --hub URL [--host HOST] [--session ID] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]
+  aegis approve APPROVAL_ID [--approver-key FILE] [--session ID] [--state-dir DIR]
+  aegis approve APPROVAL_ID [--approver-key FILE] --hub URL [--host HOST] [--session ID] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]
 
 Approves one pending tools/call: the aegis process that holds it checks the
 request (known id, still pending, not expired, its own session), records a
@@ -95,11 +95,32 @@ hosts are asked which one holds APPROVAL_ID as pending (--host and
 host's aegis decides exactly as for a local approval; its signed decision
 line says the request came over the hub.
 
-Exit status: 0 approved; 1 refused (unknown, expired or already used) or no
-process could be asked; 2 usage error.
+Approvers. An aegis wrap or gateway run without --approvers takes an
+approval from any process of this user that can reach it: an agent that
+can run a shell tool can approve its own call. Run with --approvers FILE,
+it takes only approvals signed by a key that FILE lists; anything else is
+refused and recorded (approval.refused, with what was wrong), and the call
+stays pending. --approver-key KEY (made by 'aegis keygen --approver') signs:
+aegis approve first asks the process for the pending call, shows its tool
+and arguments, then asks for the key's passphrase on the terminal
+(/dev/tty; never from arguments, the environment or stdin, so it fails
+without a terminal) and sends an Ed25519 signature of
+  "aegis approval signature v1\n" + canonical JSON of
+  {approval_id, args_digest, session, target}
+where target is the tool as 'aegis approvals' lists it (for an escalation
+"aegis.set_profile FROM -> TO", with no args_digest). The process checks it
+against its own pending approval and its approvers file, and its signed
+decision line names the approver's key id (approver_key_id). A signature
+is good for that one approval only: not another id, session, tool or
+arguments. A deny needs no signature: it can only keep a call from
+running.
+
+Exit status: 0 approved; 1 refused (unknown, expired, already used, or
+not signed by an approver) or no process could be asked; 2 usage error.
 
 Example:
   $ aegis approve apr-gate-dream-1
+  $ aegis approve apr-gate-dream-1 --approver-key ~/.config/aegis/approver.age
   $ aegis approve apr-gate-dream-1 --hub nats://hub-1:4222 --hub-nkey alice.nkey
 `
 
@@ -110,7 +131,8 @@ const denyUsage = `Usage:
 Denies one pending tools/call: the aegis process that holds it records a
 signed decision with the reason and answers the call with an error. Its
 answer is printed. The process is found as for 'aegis approve', over a
-fleet's hub with --hub.
+fleet's hub with --hub. A deny is never signed, even when the process runs
+with --approvers: it can only keep a call from running (fail closed).
 
 Exit status: 0 denied; 1 refused (unknown, expired or already used) or no
 process could be asked; 2 usage error.
@@ -303,9 +325,11 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 	fs := m.newFlagSet(op)
 	session := fs.String("session", "", "the session that holds the approval")
 	stateDir := fs.String("state-dir", "", "state directory of the wrap (used when XDG_RUNTIME_DIR is unset)")
-	var reason *string
+	var reason, keyPath *string
 	if op == events.OpDeny {
 		reason = fs.String("reason", "", "why the call is denied")
+	} else {
+		keyPath = fs.String("approver-key", "", "sign the approval with this approver key (asks its passphrase on the terminal)")
 	}
 	hub := addApproverFlags(fs)
 	pos, err := m.parseInterspersed(fs, help, args)
@@ -334,11 +358,17 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 	if err := hub.noneWithout(); err != nil {
 		return err
 	}
+	var key *approverKeyFile
+	if keyPath != nil && *keyPath != "" {
+		if key, err = readApproverKey(*keyPath); err != nil {
+			return err
+		}
+	}
 	if hub.set() {
 		if *stateDir != "" {
 			return usagef("aegis "+op+" --hub URL [--host HOST] [--session ID] APPROVAL_ID", "%s --hub asks the hosts over the hub: no --state-dir", op)
 		}
-		return m.fleetDecide(ctx, hub, *session, req)
+		return m.fleetDecide(ctx, hub, *session, req, key)
 	}
 
 	procs, err := m.approvalProcesses(*stateDir)
@@ -400,13 +430,24 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 		}
 	}
 
+	if key != nil {
+		// The claim is what the process itself lists as pending: its
+		// session, tool and arguments' digest.
+		p, err := m.pendingIn(ctx, *target, id)
+		if err != nil {
+			return err
+		}
+		if req.Approver, err = m.sign(key, "", target.Session, p); err != nil {
+			return err
+		}
+	}
 	rep, err := m.ask(ctx, *target, req)
 	if err != nil {
 		return withHint(err, approverHint(err))
 	}
 	if !rep.OK {
 		return &exitError{code: 1, err: fmt.Errorf("session %s refused to %s %s: %s", target.Session, op, id, projector.Printable(rep.Error)),
-			hint: "run 'aegis approvals' to see what is pending; an approval is used once, before it expires"}
+			hint: refusedHint(rep.Error)}
 	}
 	msg := rep.Message
 	if msg == "" {
@@ -414,6 +455,14 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 	}
 	fmt.Fprintln(m.Stdout, projector.Printable(msg))
 	return nil
+}
+
+// refusedHint says what to do about a refused approve or deny.
+func refusedHint(why string) string {
+	if strings.Contains(why, "approver") {
+		return "this aegis takes only approvals signed by a key in its --approvers file: run aegis approve --approver-key KEY ID, from a terminal, with the key 'aegis keygen --approver' made and its passphrase"
+	}
+	return "run 'aegis approvals' to see what is pending; an approval is used once, before it expires"
 }
 
 func approverHint(err error) string {

@@ -72,6 +72,9 @@ type Main struct {
 	// start-up that cannot end it otherwise (a read blocked in the
 	// kernel) ends the process with it; nil leaves it running.
 	Exit func(code int)
+	// OpenTerminal opens the terminal on which aegis asks a human for a
+	// passphrase; nil opens /dev/tty. Tests give one that types for them.
+	OpenTerminal func() (Terminal, error)
 }
 
 type command struct {

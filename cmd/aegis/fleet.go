@@ -84,7 +84,7 @@ const fleetHint = "a host answers while its aegis runs with --policy and --hub; 
 // fleetDecide sends an approve or deny over the hub to the host and
 // session that hold the approval: the ones given, or the one host and
 // session that list it as pending.
-func (m *Main) fleetDecide(ctx context.Context, h *hubFlags, session string, req events.ApprovalRequest) error {
+func (m *Main) fleetDecide(ctx context.Context, h *hubFlags, session string, req events.ApprovalRequest, key *approverKeyFile) error {
 	f, err := h.approver(ctx)
 	if err != nil {
 		return err
@@ -130,6 +130,16 @@ func (m *Main) fleetDecide(ctx context.Context, h *hubFlags, session string, req
 	if !schemas.ValidID(session) {
 		return usagef("a session id is 26 characters of Crockford base32, as printed by 'aegis approvals'", "%s: bad --session %q", req.Op, session)
 	}
+	if key != nil {
+		// Sign what the host itself lists as pending in that session.
+		p, err := fleetPending(ctx, f, host, session, req)
+		if err != nil {
+			return err
+		}
+		if req.Approver, err = m.sign(key, host, session, p); err != nil {
+			return err
+		}
+	}
 	rep, err := f.Do(ctx, host, session, req)
 	if err != nil {
 		if errors.Is(err, events.ErrNotServing) {
@@ -138,8 +148,12 @@ func (m *Main) fleetDecide(ctx context.Context, h *hubFlags, session string, req
 		return withHint(fmt.Errorf("host %s: %w", host, err), fleetHint)
 	}
 	if !rep.OK {
+		hint := "run 'aegis approvals --hub …' to see what is pending; an approval is used once, before it expires"
+		if strings.Contains(rep.Error, "approver") {
+			hint = refusedHint(rep.Error)
+		}
 		return &exitError{code: 1, err: fmt.Errorf("host %s, session %s refused to %s %s: %s", host, session, req.Op, id, projector.Printable(rep.Error)),
-			hint: "run 'aegis approvals --hub …' to see what is pending; an approval is used once, before it expires"}
+			hint: hint}
 	}
 	msg := rep.Message
 	if msg == "" {
@@ -147,4 +161,25 @@ func (m *Main) fleetDecide(ctx context.Context, h *hubFlags, session string, req
 	}
 	fmt.Fprintf(m.Stdout, "%s (host %s)\n", projector.Printable(msg), host)
 	return nil
+}
+
+// fleetPending asks host over the hub for the pending approval that req
+// names in session.
+func fleetPending(ctx context.Context, f *events.FleetApprover, host, session string, req events.ApprovalRequest) (events.PendingApproval, error) {
+	answers, err := f.List(ctx, host, req.By)
+	if err != nil {
+		return events.PendingApproval{}, withHint(fmt.Errorf("ask the fleet: %w", err), fleetHint)
+	}
+	for _, a := range answers {
+		if a.Host != host || a.Session != session {
+			continue
+		}
+		for _, p := range a.Pending {
+			if p.ApprovalID == req.ApprovalID {
+				return p, nil
+			}
+		}
+	}
+	return events.PendingApproval{}, withHint(fmt.Errorf("approval %s is not pending in session %s on host %s, so there is nothing to sign", req.ApprovalID, session, host),
+		"run 'aegis approvals --hub …' to see what is pending; an approval is used once and expires")
 }

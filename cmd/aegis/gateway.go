@@ -15,14 +15,15 @@ import (
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
 	"github.com/aegis-dev/aegis/sandbox"
+	"github.com/aegis-dev/aegis/schemas"
 )
 
 const gatewayUsage = `Usage:
   aegis gateway --config FILE --audit PATH --signing-key PATH [--state-dir DIR] [--approval-ttl D]
                 [--max-state-size SIZE] [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
-                [--checkpoint-lines N] [--checkpoint-interval D]
+                [--checkpoint-lines N] [--checkpoint-interval D] [--approvers FILE]
   aegis            (with AEGIS_CONFIG, default ./aegis.yaml, AEGIS_AUDIT and AEGIS_SIGNING_KEY;
-                    AEGIS_STATE_DIR and AEGIS_MAX_STATE_SIZE are optional)
+                    AEGIS_STATE_DIR, AEGIS_MAX_STATE_SIZE and AEGIS_APPROVERS are optional)
 
 Runs one MCP server for the host that fronts every server in FILE. Their
 tools appear as <server>__<tool>, and only those the active profile allows;
@@ -87,6 +88,12 @@ NATS hub, as for aegis wrap (aegis help hub). --checkpoint-lines and
 --checkpoint-interval set how often the record gets a signed checkpoint, as
 for aegis wrap.
 
+--approvers FILE (AEGIS_APPROVERS for a bare aegis) takes approvals, of
+tool calls and of escalations alike, only when signed with a key the file
+lists, as for aegis wrap: see 'aegis help approve'. An escalation's signed
+target is "aegis.set_profile FROM -> TO", as 'aegis approvals' lists it.
+Without it, any process of this user can approve.
+
 Example (Claude Desktop / Cursor "mcpServers" entry):
   "aegis": {"command": "aegis", "args": ["gateway", "--config", "/etc/aegis/aegis.yaml",
             "--audit", "/var/log/aegis/calls.aarl", "--signing-key", "/etc/aegis/signing.key"]}
@@ -99,6 +106,7 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	keyPath := fs.String("signing-key", "", "signing key file")
 	stateDir := fs.String("state-dir", "", "state directory")
 	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
+	approversPath := fs.String("approvers", "", "approvers file: only their signed approvals are taken")
 	var maxState sizeFlag
 	fs.Var(&maxState, "max-state-size", "cap on the state directory's event stream, such as 10GiB")
 	hubf := addHubFlags(fs)
@@ -124,7 +132,11 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	if *config == "" || *audit == "" || *keyPath == "" {
 		return usagef("aegis gateway --config aegis.yaml --audit calls.aarl --signing-key KEY", "gateway needs --config, --audit and --signing-key")
 	}
-	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints)
+	approvers, err := m.loadApprovers(*approversPath)
+	if err != nil {
+		return err
+	}
+	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints, approvers)
 }
 
 // runBareGateway is the seed's bare 'aegis': the gateway from AEGIS_CONFIG
@@ -152,12 +164,16 @@ func (m *Main) runBareGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{})
+	approvers, err := m.loadApprovers(m.Getenv("AEGIS_APPROVERS"))
+	if err != nil {
+		return err
+	}
+	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, approvers)
 }
 
 var errNoGateway = errors.New("no gateway configured")
 
-func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig, checkpoints projector.CheckpointPolicy) error {
+func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig, checkpoints projector.CheckpointPolicy, approvers *schemas.Approvers) error {
 	data, err := os.ReadFile(config)
 	if err != nil {
 		return withHint(fmt.Errorf("could not read gateway file: %w", err), "--config (or AEGIS_CONFIG) names the YAML file")
@@ -233,7 +249,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	sess, err := proxy.Gateway(ctx, proxy.GatewayConfig{
 		Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
 		Rules: gw.Rules(), Open: open, Self: self, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: m.Stderr,
-		Approvals: m.approvalServer(store), ApprovalTTL: ttl, Logger: log,
+		Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
 	})
 	var oe *proxy.OpenError
 	if errors.As(err, &oe) {

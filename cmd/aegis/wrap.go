@@ -23,7 +23,7 @@ const wrapUsage = `Usage:
   aegis wrap --audit PATH --signing-key PATH [--state-dir DIR] [--max-state-size SIZE]
              [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
              [--checkpoint-lines N] [--checkpoint-interval D]
-             [--policy FILE [--approval-ttl D]]
+             [--policy FILE [--approval-ttl D] [--approvers FILE]]
              [--confine [--allow-read P]… [--allow-write P]… [--allow-net HOST:PORT]…
                         [--allow-exec-support] [--allow-udp] [--allow-mptcp] [--best-effort]]
              -- CMD [ARGS…]
@@ -56,6 +56,16 @@ from the refusal). See 'aegis help approve'. 'aegis approve' finds this
 process through a 0600 credentials file in $XDG_RUNTIME_DIR/aegis, or, with
 XDG_RUNTIME_DIR unset, in run/ inside the state directory: then give it the
 same --state-dir.
+
+Without --approvers, any process of this user that can run 'aegis approve'
+can approve, an agent with a shell tool included. --approvers FILE (public
+keys from 'aegis keygen --approver', one per line) takes an approval only
+when it carries a signature, by one of those keys, of this approval's id,
+this session, the tool and the arguments' digest: 'aegis approve
+--approver-key KEY ID' asks for the key's passphrase on the terminal. Any
+other approve is refused and recorded; the decision line of a signed one
+names the approver's key id. A file that cannot be read or parsed, or that
+lists nobody, refuses the start. See 'aegis help approve'.
 
 --confine runs the server under Landlock and seccomp (deny by default; the
 --allow-* flags grant paths and TCP ports) and signs what was enforced into
@@ -145,6 +155,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	grace := fs.Duration("grace", proxy.DefaultGrace, "how long the server may answer after the host closed stdin")
 	policyPath := fs.String("policy", "", "policy file deciding every tools/call")
 	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
+	approversPath := fs.String("approvers", "", "approvers file: only their signed approvals are taken")
 	confine := fs.Bool("confine", false, "confine the server with Landlock and seccomp")
 	cf := &confineFlags{
 		execSupport: fs.Bool("allow-exec-support", false, "grant read on the system dirs a dynamic program needs"),
@@ -199,6 +210,13 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	if *approvalTTL <= 0 {
 		return usagef("for example --approval-ttl 10m", "--approval-ttl must be positive")
 	}
+	if *approversPath != "" && set == nil {
+		return usagef("add --policy FILE: approvals exist only under a policy", "--approvers needs --policy")
+	}
+	approvers, err := m.loadApprovers(*approversPath)
+	if err != nil {
+		return err
+	}
 	var profile *sandbox.Profile
 	if *confine {
 		p, err := m.confineProfile(cf, *keyPath, *audit, *stateDir)
@@ -238,7 +256,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		Open: open, Confine: profile, Self: self,
 		Stdin: m.Stdin, Stdout: m.Stdout, Stderr: m.Stderr,
 		Argv: argv, Signals: sigs, Grace: *grace, Logger: log,
-		Policy: set, ApprovalTTL: *approvalTTL, Prompt: m.Stderr,
+		Policy: set, ApprovalTTL: *approvalTTL, Approvers: approvers, Prompt: m.Stderr,
 		Approvals: approvalsIf(set != nil, m.approvalServer(store)),
 	})
 	var se *proxy.StartError
@@ -354,7 +372,7 @@ func sameDir(a, b string) bool {
 func (m *Main) approvalServer(store *events.Store) func(string, func(proxy.ApprovalOp) proxy.ApprovalReply) (func(), error) {
 	return func(session string, handle func(proxy.ApprovalOp) proxy.ApprovalReply) (func(), error) {
 		l, err := store.ListenApprovals(session, func(req events.ApprovalRequest) events.ApprovalReply {
-			r := handle(proxy.ApprovalOp{Op: req.Op, ApprovalID: req.ApprovalID, Reason: req.Reason, By: req.By})
+			r := handle(proxy.ApprovalOp{Op: req.Op, ApprovalID: req.ApprovalID, Reason: req.Reason, By: req.By, Approver: req.Approver})
 			out := events.ApprovalReply{OK: r.OK, Error: r.Error, Message: r.Message}
 			for _, p := range r.Pending {
 				out.Pending = append(out.Pending, events.PendingApproval{ApprovalID: p.ApprovalID, ToolID: p.ToolID,
