@@ -381,3 +381,59 @@ func TestWrapRefusesABadApproversFile(t *testing.T) {
 		t.Fatalf("without --policy: %d\n%s", code, out)
 	}
 }
+
+// TestAgentSelfEscalationRefusedWithApprovers: the attack of issue 19 as
+// it was tried: the agent asks for deploy, gets esc-1, runs aegis approve
+// esc-1 through a shell. With --approvers on the gateway that is refused,
+// the agent stays where it was, and only the approver's signed approve
+// promotes it; the decision line names the approver's key id.
+func TestAgentSelfEscalationRefusedWithApprovers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis gateway")
+	}
+	l := newLive(t, "")
+	const pass = "correct horse battery"
+	alice, aliceKey, approvers := approverFiles(t, l.dir, "alice", pass)
+	path := filepath.Join(l.dir, "aegis.yaml")
+	if err := os.WriteFile(path, []byte(movingConfig(l.bin)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "gateway", "--config", path, "--audit", l.audit, "--signing-key", l.key,
+		"--state-dir", l.state, "--approvers", approvers))
+	w.initialize()
+	id := 1
+	call := func(name, args string) string {
+		t.Helper()
+		id++
+		return toolText(t, w.call(id, "tools/call", `{"name":"`+name+`","arguments":`+args+`}`))
+	}
+	if got := call("aegis.set_profile", `{"name":"deploy"}`); got != "code=AEGIS_PENDING_APPROVAL active=developer approval=esc-1" {
+		t.Fatalf("escalation: %q", got)
+	}
+	if out, code := l.aegis("approve", "esc-1"); code != 1 || !strings.Contains(out, "carries no approver signature") {
+		t.Fatalf("the agent's aegis approve esc-1: %d %s", code, out)
+	}
+	if got := call("aegis.approval_status", `{"id":"esc-1"}`); !strings.HasPrefix(got, "pending") {
+		t.Fatalf("status after the agent's approve: %q", got)
+	}
+	env := map[string]string{"XDG_RUNTIME_DIR": l.runtime, "USER": "alice"}
+	code, stdout, stderr := withTerminal(t, env, &typist{lines: []string{pass}}, "approve", "--approver-key", aliceKey, "esc-1")
+	if code != 0 || !strings.Contains(stdout, "approved esc-1") || !strings.Contains(stdout, "signed by alice") ||
+		!strings.Contains(stderr, "aegis.set_profile developer -> deploy") {
+		t.Fatalf("signed approve: %d\n%s\n%s", code, stdout, stderr)
+	}
+	if got := call("aegis.approval_status", `{"id":"esc-1"}`); got != "approved" {
+		t.Fatalf("status after the signed approve: %q", got)
+	}
+	w.finish()
+	b, err := os.ReadFile(l.audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"approver_key_id":"`+alice.KeyID()+`"`)) {
+		t.Fatalf("no decision line names %s:\n%s", alice.KeyID(), b)
+	}
+	if out, code := l.aegis("verify", "--key", schemas.PublicKeyHex(signingPublic(t, l.key)), l.audit); code != 0 {
+		t.Fatalf("verify: %d\n%s", code, out)
+	}
+}
