@@ -30,7 +30,8 @@ transcript (what 'aegis replay' prints, following it while it runs), and
 the tool calls that wait for approval in every running aegis process of
 yours (as 'aegis approvals' lists them: tool, arguments, digest, session,
 expiry), with Approve and Deny buttons that send exactly what 'aegis
-approve --session' and 'aegis deny --session' send. The page updates
+approve --session' and 'aegis deny --session' send (unsigned: a process
+run with --approvers refuses the console's Approve). The page updates
 itself over server-sent events; its tab title counts the approvals that
 wait, and it raises a browser notification when you allow it. Every
 asset is in the binary: the page loads nothing from the network.
