@@ -130,6 +130,12 @@ type ApprovalInfo struct {
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	// By is who asked: aegis approve's "user@host, pid N".
 	By string `json:"by,omitempty"`
+	// ApproverKeyID is the key id of the approver whose signature an
+	// approval carried (a proxy run with --approvers), or that a refused
+	// request was signed with; Approver is that approver's name in the
+	// approvers file.
+	ApproverKeyID string `json:"approver_key_id,omitempty"`
+	Approver      string `json:"approver,omitempty"`
 	// Op is the operation (approve or deny) of a refused request or of a
 	// duplicate resolution.
 	Op     string `json:"op,omitempty"`
@@ -471,6 +477,8 @@ type approvalPayload struct {
 	ExpiresAt     *time.Time `json:"expires_at"`
 	Op            string     `json:"op"`
 	By            string     `json:"by"`
+	ApproverKeyID string     `json:"approver_key_id"`
+	Approver      string     `json:"approver"`
 	Reason        string     `json:"reason"`
 	From          string     `json:"from"`
 	To            string     `json:"to"`
@@ -484,7 +492,7 @@ type approvalPayload struct {
 func decodeApproval(e schemas.Event) (ApprovalInfo, *uint64) {
 	var p approvalPayload
 	json.Unmarshal(e.Payload, &p)
-	a := ApprovalInfo{ApprovalID: p.ApprovalID, Tool: p.ToolID, From: p.From, To: p.To, By: p.By}
+	a := ApprovalInfo{ApprovalID: p.ApprovalID, Tool: p.ToolID, From: p.From, To: p.To, By: p.By, ApproverKeyID: p.ApproverKeyID, Approver: p.Approver}
 	if pe := p.ProfileEvent; pe != nil && a.From == "" && a.To == "" {
 		a.From, a.To = pe.From, pe.To
 	}

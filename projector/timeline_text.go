@@ -347,6 +347,7 @@ func approvalText(a *ApprovalInfo) string {
 		if a.By != "" {
 			s += " by " + a.By
 		}
+		s += signedBy(a)
 		if a.Reason != "" {
 			s += " " + strconv.Quote(a.Reason)
 		}
@@ -368,9 +369,21 @@ func approvalText(a *ApprovalInfo) string {
 		if a.By != "" {
 			s += " by " + a.By
 		}
-		return s + " refused: " + a.Reason
+		return s + signedBy(a) + " refused: " + a.Reason
 	}
 	return a.ApprovalID + " " + a.Event
+}
+
+// signedBy names the approver key an approval event carries, if any.
+func signedBy(a *ApprovalInfo) string {
+	if a.ApproverKeyID == "" {
+		return ""
+	}
+	s := " · signed by "
+	if a.Approver != "" {
+		s += a.Approver + " "
+	}
+	return s + "(key " + short(a.ApproverKeyID, 16) + ")"
 }
 
 // approvalTarget says what an approval is for: the tool of a call's

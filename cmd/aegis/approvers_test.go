@@ -253,6 +253,13 @@ func TestAgentSelfApprovalRefusedWithApprovers(t *testing.T) {
 	if out, code := l.aegis("verify", "--key", schemas.PublicKeyHex(signingPublic(t, l.key)), l.audit); code != 0 {
 		t.Fatalf("verify: %d\n%s", code, out)
 	}
+	// The transcript names the approver, and the key of each forged
+	// signature that was refused.
+	transcript := l.mustAegis("replay", "--state-dir", l.state, "last")
+	if !strings.Contains(transcript, id+" approved by alice@") || !strings.Contains(transcript, "signed by alice (key "+alice.KeyID()[:16]+"…)") ||
+		!strings.Contains(transcript, "signed by (key "+mallory.KeyID()[:16]+"…) refused: the approval is signed by key") {
+		t.Errorf("transcript:\n%s", transcript)
+	}
 	// Every refusal is in the stream, with its reason.
 	code, evs, _ := cmd(t, nil, "events", "list", "--state-dir", l.state, "--json")
 	if code != 0 {
