@@ -121,6 +121,18 @@
 //     under a new approval id, and the lapse is recorded once, as an
 //     approval.expired event with reason "approved, but not used before it
 //     expired" (by whichever of the use and the expiry timer drops it).
+//   - Approvers, when configured ([WrapConfig.Approvers],
+//     [GatewayConfig.Approvers]), are the only ones who can approve: an
+//     approve must carry an approver's Ed25519 signature over the
+//     domain-separated claim of this approval (its id, this session, its
+//     tool or [EscalationTarget], its args digest; see
+//     schemas/approver.go), checked against the pending approval itself
+//     under the gate's lock. One that does not is refused with the reason
+//     and recorded as approval.refused, and the approval stays pending;
+//     the decision line of one that does carries approver_key_id. A deny
+//     is never required to be signed: it only fails closed. Without
+//     approvers, any process that reaches the approval channel can
+//     approve, as before.
 //   - The approver sees what they approve: the stderr prompt and `aegis
 //     approvals` show the tool, and the canonical JSON of the arguments cut
 //     to [ArgsPreviewBytes] with their length and digest ([ShowArgs]).
