@@ -454,7 +454,17 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 		msg = fmt.Sprintf("%s %s in session %s", map[string]string{events.OpApprove: "approved", events.OpDeny: "denied"}[op], id, target.Session)
 	}
 	fmt.Fprintln(m.Stdout, projector.Printable(msg))
+	m.unchecked(key, msg)
 	return nil
+}
+
+// unchecked warns when a signed approve was taken by a process that runs
+// without --approvers: it did not check the signature, and its record
+// does not name the approver.
+func (m *Main) unchecked(key *approverKeyFile, msg string) {
+	if key != nil && !strings.Contains(msg, "signed by") {
+		m.warnf("that aegis process runs without --approvers: it took the approval without checking the signature, and its record does not name the approver")
+	}
 }
 
 // refusedHint says what to do about a refused approve or deny.

@@ -444,3 +444,32 @@ func TestAgentSelfEscalationRefusedWithApprovers(t *testing.T) {
 		t.Fatalf("verify: %d\n%s", code, out)
 	}
 }
+
+// TestSignedApproveToAProcessWithoutApprovers: without --approvers the
+// approval is taken as before, and the approver is told that nobody
+// checked the signature (the record names no approver).
+func TestSignedApproveToAProcessWithoutApprovers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis wrap")
+	}
+	l := newLive(t, scriptedPolicy)
+	const pass = "correct horse battery"
+	_, aliceKey, _ := approverFiles(t, l.dir, "alice", pass)
+	w := l.wrap(false)
+	w.initialize()
+	if a := w.call(1, "tools/call", `{"name":"add","arguments":{"a":2,"b":3}}`); !strings.Contains(a, "PENDING_APPROVAL") {
+		t.Fatalf("add: %s", a)
+	}
+	id := w.approvalID()
+	code, stdout, stderr := withTerminal(t, map[string]string{"XDG_RUNTIME_DIR": l.runtime}, &typist{lines: []string{pass}}, "approve", "--approver-key", aliceKey, id)
+	if code != 0 || !strings.Contains(stdout, "approved "+id) || !strings.Contains(stderr, "aegis: warning: that aegis process runs without --approvers") {
+		t.Fatalf("%d\n%s\n%s", code, stdout, stderr)
+	}
+	if a := w.call(2, "tools/call", `{"name":"add","arguments":{"a":2,"b":3}}`); !strings.Contains(a, `"sum":5`) {
+		t.Fatalf("approved add: %s", a)
+	}
+	w.finish()
+	if b := readFile(t, l.audit); bytes.Contains(b, []byte("approver_key_id")) {
+		t.Fatal("a decision line names an approver nobody checked")
+	}
+}
