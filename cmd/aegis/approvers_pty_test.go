@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,15 +86,38 @@ func TestKeygenApproverOnARealTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stdout %q: %v", stdout.String(), err)
 	}
-	data, err := projector.ReadApproverKeyFile(out)
+	// The key is opened in a child process: at the real work factor
+	// scrypt takes 256 MiB, which must not count as this test process's
+	// peak (the scale tests measure against it).
+	helper := exec.Command(os.Args[0], "-test.run=^TestOpenApproverKeyHelper$")
+	helper.Env = append(os.Environ(), "AEGIS_TEST_OPEN_KEY="+out, "AEGIS_TEST_OPEN_PASS="+pass)
+	got, err := helper.CombinedOutput()
+	if err != nil {
+		t.Fatalf("open the key in a child: %v\n%s", err, got)
+	}
+	keyID, _, _ := strings.Cut(strings.TrimPrefix(string(got), "key_id "), "\n")
+	if _, ok := a.Lookup(keyID); !ok {
+		t.Fatalf("the printed line does not hold the key the file opens to:\n%s", got)
+	}
+}
+
+// TestOpenApproverKeyHelper opens the key file AEGIS_TEST_OPEN_KEY names
+// with AEGIS_TEST_OPEN_PASS and prints its key id; it runs only as the
+// child of TestKeygenApproverOnARealTerminal.
+func TestOpenApproverKeyHelper(t *testing.T) {
+	path := os.Getenv("AEGIS_TEST_OPEN_KEY")
+	if path == "" {
+		t.Skip("a helper of TestKeygenApproverOnARealTerminal")
+	}
+	data, err := projector.ReadApproverKeyFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := projector.OpenApproverKey(data, []byte(pass))
+	k, err := projector.OpenApproverKey(data, []byte(os.Getenv("AEGIS_TEST_OPEN_PASS")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := a.Lookup(k.KeyID()); !ok {
-		t.Fatalf("the printed line does not hold key %s", k.KeyID())
-	}
+	fmt.Printf("key_id %s\n", k.KeyID())
+	os.Stdout.Sync()
+	os.Exit(0)
 }

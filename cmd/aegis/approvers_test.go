@@ -45,7 +45,8 @@ func withTerminal(t *testing.T, env map[string]string, tty *typist, args ...stri
 	t.Helper()
 	var out, errb bytes.Buffer
 	m := &Main{Stdin: strings.NewReader("stdin is not the terminal\n"), Stdout: &out, Stderr: &errb,
-		Getenv: func(k string) string { return env[k] }, OpenTerminal: func() (Terminal, error) { return tty, nil }}
+		Getenv: func(k string) string { return env[k] }, OpenTerminal: func() (Terminal, error) { return tty, nil },
+		approverWorkFactor: 10}
 	ctx, cancel := context.WithTimeout(context.Background(), commandLimit)
 	defer cancel()
 	code := m.Run(ctx, args)

@@ -75,6 +75,11 @@ type Main struct {
 	// OpenTerminal opens the terminal on which aegis asks a human for a
 	// passphrase; nil opens /dev/tty. Tests give one that types for them.
 	OpenTerminal func() (Terminal, error)
+
+	// approverWorkFactor is the scrypt work factor of the approver keys
+	// keygen writes (0: projector.ApproverWorkFactor). In-process tests
+	// lower it, so that they do not take the 256 MiB a real key costs.
+	approverWorkFactor int
 }
 
 type command struct {

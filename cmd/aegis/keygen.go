@@ -108,7 +108,11 @@ func (m *Main) keygenApprover(out, name string, force bool) error {
 		return withHint(fmt.Errorf("the passphrase has %d characters; an approver key needs at least %d", n, projector.MinPassphraseChars),
 			"whoever holds the key file and guesses the passphrase can approve: choose a long one")
 	}
-	if err := projector.WriteApproverKeyFile(out, k, pass, projector.ApproverWorkFactor, force); err != nil {
+	workFactor := projector.ApproverWorkFactor
+	if m.approverWorkFactor > 0 {
+		workFactor = m.approverWorkFactor
+	}
+	if err := projector.WriteApproverKeyFile(out, k, pass, workFactor, force); err != nil {
 		if errors.Is(err, projector.ErrKeyFileExists) {
 			return withHint(fmt.Errorf("key file %s already exists; not overwriting it", out), "pass --force only if you mean to replace it")
 		}
