@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -19,10 +20,11 @@ import (
 	"github.com/aegis-dev/aegis/cmd/aegis/console"
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/schemas"
 )
 
 const consoleUsage = `Usage:
-  aegis console [--state-dir DIR] [--listen 127.0.0.1:PORT] [--allow-remote]
+  aegis console [--state-dir DIR] [--listen 127.0.0.1:PORT] [--allow-remote] [--approver-key FILE]
 
 Serves a web page for the human at the keyboard: the sessions of the
 state directory (the columns of 'aegis sessions'), one session's
@@ -30,8 +32,12 @@ transcript (what 'aegis replay' prints, following it while it runs), and
 the tool calls that wait for approval in every running aegis process of
 yours (as 'aegis approvals' lists them: tool, arguments, digest, session,
 expiry), with Approve and Deny buttons that send exactly what 'aegis
-approve --session' and 'aegis deny --session' send (unsigned: a process
-run with --approvers refuses the console's Approve). The page updates
+approve --session' and 'aegis deny --session' send. With --approver-key
+(the file 'aegis keygen --approver' wrote) every Approve asks for the
+key's passphrase in the page and is signed with the key, as 'aegis
+approve --approver-key' signs it, so a process run with --approvers takes
+it; without it the console's Approve is unsigned, and such a process
+refuses it. The page updates
 itself over server-sent events; its tab title counts the approvals that
 wait, and it raises a browser notification when you allow it. Every
 asset is in the binary: the page loads nothing from the network.
@@ -52,6 +58,9 @@ the console's own page (its Origin).
                     --allow-remote is given as well
   --allow-remote    allow a --listen address off loopback (plain HTTP: a
                     warning says so); it must name one address
+  --approver-key F  sign approvals with this approver key; its passphrase
+                    is asked in the page with each Approve, used for that
+                    one approval and never kept (loopback only)
 
 What it reads: while an aegis process holds the state directory, the
 index that process saves every second (so the sessions list may be a
@@ -74,6 +83,7 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 	dir := fs.String("state-dir", "", "state directory")
 	listen := fs.String("listen", "127.0.0.1:0", "address to serve on")
 	allowRemote := fs.Bool("allow-remote", false, "allow an address off loopback")
+	keyPath := fs.String("approver-key", "", "approver key to sign approvals with")
 	if err := m.parseFlags(fs, consoleUsage, args); err != nil {
 		return err
 	}
@@ -86,6 +96,17 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 			return usagef("serve on loopback (127.0.0.1:PORT), or add --allow-remote if you mean it", "console: %v", err)
 		}
 		return usagef("name one address, such as --listen 192.0.2.7:8700", "console: %v", err)
+	}
+	var key *approverKeyFile
+	signer := ""
+	if *keyPath != "" {
+		if remote {
+			return usagef("serve on loopback to sign approvals in the page", "console: --approver-key with an address off loopback would send the key's passphrase over plain HTTP")
+		}
+		if key, err = readApproverKey(*keyPath); err != nil {
+			return err
+		}
+		signer = filepath.Base(*keyPath)
 	}
 	stateDir, err := m.stateDir(*dir)
 	if err != nil {
@@ -103,8 +124,8 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 	if remote {
 		m.warnf("the console listens on %s, off loopback, over plain HTTP: anyone who can reach it and read the login link, or the cookie on the wire, can approve calls", ln.Addr())
 	}
-	src := &consoleSource{m: m, dirFlag: *dir, stateDir: stateDir}
-	srv, err := console.New(console.Config{Source: src, Logger: m.logger(), Hosts: hosts, Random: rand.Reader})
+	src := &consoleSource{m: m, dirFlag: *dir, stateDir: stateDir, key: key}
+	srv, err := console.New(console.Config{Source: src, Logger: m.logger(), Hosts: hosts, Random: rand.Reader, Signer: signer})
 	if err != nil {
 		return err
 	}
@@ -133,6 +154,7 @@ type consoleSource struct {
 	m        *Main
 	dirFlag  string
 	stateDir string
+	key      *approverKeyFile // signs approvals; nil: they go unsigned
 
 	mu     sync.Mutex
 	cached []console.SessionRow // read from a snapshot while nobody held the directory
@@ -256,6 +278,13 @@ func (s *consoleSource) Decide(ctx context.Context, d console.Decision) (string,
 	if d.Op == events.OpDeny {
 		req.Reason = d.Reason
 	}
+	if d.Op == events.OpApprove && s.key != nil {
+		sig, err := s.sign(ctx, *target, d)
+		if err != nil {
+			return "", err
+		}
+		req.Approver = sig
+	}
 	rep, err := s.m.ask(ctx, *target, req)
 	if err != nil {
 		return "", fmt.Errorf("%w (%s)", err, approverHint(err))
@@ -268,6 +297,24 @@ func (s *consoleSource) Decide(ctx context.Context, d console.Decision) (string,
 		msg = fmt.Sprintf("%s %s in session %s", map[string]string{events.OpApprove: "approved", events.OpDeny: "denied"}[d.Op], d.ApprovalID, target.Session)
 	}
 	return msg, nil
+}
+
+// sign signs the approval d names, as the process of target lists it
+// pending (its session, tool and arguments' digest), with the console's
+// approver key opened by the passphrase the page sent.
+func (s *consoleSource) sign(ctx context.Context, target events.Creds, d console.Decision) (*schemas.ApproverSignature, error) {
+	p, err := s.quiet().pendingIn(ctx, target, d.ApprovalID)
+	if err != nil {
+		return nil, err
+	}
+	key, err := projector.OpenApproverKey(s.key.data, []byte(d.Passphrase))
+	if errors.Is(err, projector.ErrWrongPassphrase) {
+		return nil, fmt.Errorf("that is not the passphrase of %s: nothing was sent, the approval is still pending", filepath.Base(s.key.path))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.key.path, err)
+	}
+	return key.Sign(schemas.ApprovalClaim{ApprovalID: p.ApprovalID, Session: target.Session, Target: p.ToolID, ArgsDigest: p.ArgsDigest})
 }
 
 // Transcript follows one session as aegis replay --follow SESSION does,

@@ -22,6 +22,8 @@ import (
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"github.com/aegis-dev/aegis/schemas"
 )
 
 const consolePolicy = `version: 1
@@ -39,9 +41,9 @@ type consoleProc struct {
 
 // console starts aegis console on the live state and runtime directories
 // and reads its login link.
-func (l *live) console() *consoleProc {
+func (l *live) console(extra ...string) *consoleProc {
 	l.t.Helper()
-	c := exec.Command(filepath.Join(l.bin, "aegis"), "console", "--state-dir", l.state)
+	c := exec.Command(filepath.Join(l.bin, "aegis"), append([]string{"console", "--state-dir", l.state}, extra...)...)
 	c.Env = l.env
 	var errb syncBuffer
 	c.Stderr = &errb
@@ -548,4 +550,68 @@ func (c *consoleClient) post(t *testing.T, path, body string) (int, string) {
 	req.Header.Set("Origin", c.base)
 	req.Header.Set("Content-Type", "application/json")
 	return c.do(t, req)
+}
+
+// A process run with --approvers takes only signed approvals: the console
+// given an approver key asks its passphrase in the page, refuses a wrong
+// one without sending anything, and with the right one signs the
+// approval, which lets the host's retried call through once; the decision
+// line names the approver's key id.
+func TestConsoleSignsApprovalsWithAnApproverKey(t *testing.T) {
+	chromium := browserPath(t)
+	l := newLive(t, consolePolicy)
+	k, keyPath, list := approverFiles(t, l.dir, "alice", "correct horse battery")
+	w := l.wrapWithApprovers(list)
+	w.initialize()
+	con := l.console("--approver-key", keyPath)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 800),
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
+		chromedp.Flag("disable-gpu", true))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	bctx, cancelB := chromedp.NewContext(actx)
+	defer cancelB()
+	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(con.login), chromedp.WaitVisible(chromedp.CSS("#sessions"))); err != nil {
+		t.Fatalf("open the console: %v", err)
+	}
+	if a := w.call(1, "tools/call", `{"name":"add","arguments":{"a":2,"b":3}}`); !strings.Contains(a, "PENDING_APPROVAL") {
+		t.Fatalf("add: %s", a)
+	}
+	w.approvalID()
+	card := "#approvals .approval"
+	if err := chromedp.Do(ctx,
+		chromedp.WaitVisible(chromedp.CSS(card+" .passphrase")),
+		// Approve with no passphrase, then a wrong one: refused, and the
+		// approval is still there.
+		chromedp.Click(chromedp.CSS(card+" button.approve")),
+		waitJS(`document.querySelector("#approvals .approval .result").textContent.includes("passphrase")`),
+		chromedp.SendKeys(chromedp.CSS(card+" .passphrase"), "not it at all"),
+		chromedp.Click(chromedp.CSS(card+" button.approve")),
+		waitJS(`document.querySelector("#approvals .approval .result").textContent.includes("not the passphrase")`),
+	); err != nil {
+		t.Fatalf("a wrong passphrase: %v", err)
+	}
+	if a := w.call(2, "tools/call", `{"name":"add","arguments":{"a":2,"b":3}}`); !strings.Contains(a, "PENDING_APPROVAL") {
+		t.Fatalf("the call got through on a wrong passphrase: %s", a)
+	}
+	w.approvalID()
+	if err := chromedp.Do(ctx,
+		waitJS(`document.querySelectorAll("#approvals .approval").length === 2`),
+		chromedp.SendKeys(chromedp.CSS(card+" .passphrase"), "correct horse battery"),
+		chromedp.Click(chromedp.CSS(card+" button.approve")),
+		waitJS(`document.querySelectorAll("#approvals .approval").length === 1`),
+	); err != nil {
+		t.Fatalf("approve with the passphrase: %v", err)
+	}
+	if a := w.call(3, "tools/call", `{"name":"add","arguments":{"a":2,"b":3}}`); !strings.Contains(a, `"sum":5`) {
+		t.Fatalf("the signed approval did not let the call through: %s", a)
+	}
+	w.finish()
+	if b := readFile(t, l.audit); !bytes.Contains(b, []byte(`"approver_key_id":"`+schemas.KeyID(k.PublicKey())+`"`)) {
+		t.Fatal("the decision line does not name the approver's key id")
+	}
 }

@@ -51,6 +51,10 @@ type Decision struct {
 	Session    string `json:"session"`
 	ApprovalID string `json:"approval_id"`
 	Reason     string `json:"reason,omitempty"`
+	// Passphrase opens the console's approver key to sign an approve
+	// ([Config.Signer]); it is used for that one request and never
+	// stored or logged.
+	Passphrase string `json:"passphrase,omitempty"`
 }
 
 // Source is where the console reads and what it decides through. Notes
@@ -81,6 +85,10 @@ type Config struct {
 	Interval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Signer names the approver key the console signs approvals with
+	// ("" for none): the page then asks its passphrase with each
+	// Approve, and the Source signs.
+	Signer string
 }
 
 // Server is the console's HTTP handler and its poller.
@@ -201,10 +209,11 @@ type state struct {
 	Pending  []Pending    `json:"pending"`
 	Notes    []string     `json:"notes"`
 	Errors   []string     `json:"errors"`
+	Signer   string       `json:"signer,omitempty"`
 }
 
 func (s *Server) poll(ctx context.Context) {
-	st := state{Sessions: []SessionRow{}, Pending: []Pending{}, Notes: []string{}, Errors: []string{}}
+	st := state{Sessions: []SessionRow{}, Pending: []Pending{}, Notes: []string{}, Errors: []string{}, Signer: projector.Printable(s.cfg.Signer)}
 	rows, notes, err := s.cfg.Source.Sessions(ctx)
 	if err != nil {
 		st.Errors = append(st.Errors, "sessions: "+err.Error())
@@ -379,6 +388,10 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	if d.Op != events.OpApprove && d.Op != events.OpDeny {
 		jsonError(w, http.StatusBadRequest, "op must be approve or deny")
+		return
+	}
+	if d.Op == events.OpApprove && s.cfg.Signer != "" && d.Passphrase == "" {
+		jsonError(w, http.StatusBadRequest, "enter the passphrase of the approver key "+s.cfg.Signer+": this console signs every approval with it")
 		return
 	}
 	if !schemas.ValidID(d.Session) || d.ApprovalID == "" || len(d.ApprovalID) > events.MaxApprovalIDBytes {

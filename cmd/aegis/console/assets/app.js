@@ -7,6 +7,7 @@ let offset = 0;          // server clock minus this clock, in ms
 let pending = [];
 let seen = null;         // approval keys already shown (null: first state)
 let transcript = null;   // the open transcript's EventSource
+let signer = "";         // the approver key approvals are signed with, "" for none
 
 function text(el, s) { el.textContent = s == null ? "" : String(s); return el; }
 
@@ -32,6 +33,7 @@ function connect() {
 }
 
 function render(st) {
+  signer = st.signer || "";
   renderPending(st.pending || []);
   renderSessions(st.sessions || []);
   const notes = $("#notes");
@@ -89,6 +91,9 @@ function card(p) {
     const cut = new TextEncoder().encode(p.arguments || "").length < p.arguments_bytes;
     text($(".digest", c), p.arguments_bytes + " bytes" + (cut ? " (cut for display)" : "") + " · sha256 " + (p.args_digest || "-"));
   }
+  const pass = $(".passphrase", c);
+  pass.hidden = !signer;
+  if (signer) pass.placeholder = "passphrase of " + signer;
   $(".approve", c).addEventListener("click", () => decide(c, p, "approve"));
   $(".deny", c).addEventListener("click", () => decide(c, p, "deny"));
   return c;
@@ -102,6 +107,11 @@ async function decide(c, p, op) {
   const body = { op: op, session: p.session, approval_id: p.approval_id };
   const reason = $(".reason", c).value.trim();
   if (op === "deny" && reason) body.reason = reason;
+  const pass = $(".passphrase", c);
+  if (op === "approve" && signer) {
+    body.passphrase = pass.value;
+    pass.value = "";
+  }
   try {
     const r = await fetch("/api/decide", {
       method: "POST",
