@@ -18,8 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
 	"filippo.io/age"
 	"filippo.io/age/armor"
@@ -111,34 +109,11 @@ func WriteApproverKeyFile(path string, k ApproverKey, passphrase []byte, workFac
 	if err := aw.Close(); err != nil {
 		return fmt.Errorf("write approver key: %w", err)
 	}
-	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
-	if force {
-		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
-	}
-	f, err := os.OpenFile(path, flags, 0o600)
-	if err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("write approver key %q: %w", path, ErrKeyFileExists)
+	if err := writeSecretFile(path, buf.Bytes(), force); err != nil {
+		if errors.Is(err, ErrKeyFileExists) {
+			return fmt.Errorf("write approver key %q: %w", path, err)
 		}
 		return fmt.Errorf("write approver key: %w", err)
-	}
-	defer func() {
-		if cerr := f.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("write approver key: %w", cerr)
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil {
-		return fmt.Errorf("write approver key: %w", err)
-	}
-	if _, err := f.Write(buf.Bytes()); err != nil {
-		return fmt.Errorf("write approver key: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("write approver key: %w", err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
 	}
 	return nil
 }

@@ -138,6 +138,22 @@ func WriteKeyFile(path string, k PrivateKey, force bool) (err error) {
 	if k.IsInsecureDev() {
 		return fmt.Errorf("write key file %q: %w", path, ErrInsecureDevKey)
 	}
+	line := make([]byte, 0, 2*ed25519.SeedSize+1)
+	line = hex.AppendEncode(line, k.priv.Seed())
+	line = append(line, '\n')
+	if err := writeSecretFile(path, line, force); err != nil {
+		if errors.Is(err, ErrKeyFileExists) {
+			return fmt.Errorf("write key file %q: %w (pass force to overwrite)", path, err)
+		}
+		return fmt.Errorf("write key file: %w", err)
+	}
+	return nil
+}
+
+// writeSecretFile writes data to a new file at path, mode 0600 (replacing
+// one only with force; else an existing file is [ErrKeyFileExists]), and
+// makes it and its directory entry durable.
+func writeSecretFile(path string, data []byte, force bool) (err error) {
 	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
 	if force {
 		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
@@ -145,26 +161,23 @@ func WriteKeyFile(path string, k PrivateKey, force bool) (err error) {
 	f, err := os.OpenFile(path, flags, 0o600)
 	if err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("write key file %q: %w (pass force to overwrite)", path, ErrKeyFileExists)
+			return ErrKeyFileExists
 		}
-		return fmt.Errorf("write key file: %w", err)
+		return err
 	}
 	defer func() {
 		if cerr := f.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("write key file: %w", cerr)
+			err = cerr
 		}
 	}()
 	if err := f.Chmod(0o600); err != nil {
-		return fmt.Errorf("write key file: %w", err)
+		return err
 	}
-	line := make([]byte, 0, 2*ed25519.SeedSize+1)
-	line = hex.AppendEncode(line, k.priv.Seed())
-	line = append(line, '\n')
-	if _, err := f.Write(line); err != nil {
-		return fmt.Errorf("write key file: %w", err)
+	if _, err := f.Write(data); err != nil {
+		return err
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("write key file: %w", err)
+		return err
 	}
 	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		// Best effort: make the new directory entry durable too.
