@@ -137,6 +137,11 @@ type PendingApproval struct {
 	// host-chosen: escape them before printing.
 	Arguments      string `json:"arguments,omitempty"`
 	ArgumentsBytes int    `json:"arguments_bytes,omitempty"`
+	// MatchedRule is the policy rule that asked for the approval, Profile
+	// the gateway's active profile then (both host-chosen or
+	// operator-chosen text: escape them before printing).
+	MatchedRule string `json:"matched_rule,omitempty"`
+	Profile     string `json:"profile,omitempty"`
 }
 
 // ApprovalConfig is the server side of the approval channel for one store:

@@ -131,6 +131,11 @@ type PendingApproval struct {
 	// approver, not recorded: the frame event holds the arguments.
 	Args      string `json:"-"`
 	ArgsBytes int    `json:"-"`
+	// MatchedRule is the rule that asked for the approval, and Profile
+	// the gateway's active profile when it did ("" in wrap). Shown to the
+	// approver; the outcome line records the rule.
+	MatchedRule string `json:"-"`
+	Profile     string `json:"-"`
 }
 
 // gate holds the policy engine and the approval state of one session.

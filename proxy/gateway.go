@@ -660,7 +660,8 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 			o.DecisionAxes = axes
 			if gd.decision.Verdict == policy.PendingApproval {
 				p := PendingApproval{ApprovalID: gd.decision.ApprovalID, ToolID: name, RequestDigest: dg, ArgsDigest: gd.argsDigest,
-					Session: g.sess.ID(), RequestedAt: start.UTC(), ExpiresAt: start.Add(g.gate.ttl).UTC()}
+					Session: g.sess.ID(), RequestedAt: start.UTC(), ExpiresAt: start.Add(g.gate.ttl).UTC(),
+					MatchedRule: gd.decision.MatchedRule, Profile: profile}
 				p.Args, p.ArgsBytes = argsPreview(canonicalArgs(args))
 				g.sess.Fact(schemas.KindApprovalRequested, p)
 				g.gate.request(p)
@@ -820,7 +821,7 @@ func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 		g.mu.Lock()
 		for _, e := range g.state.Pending() {
 			out = append(out, PendingApproval{ApprovalID: e.ID, ToolID: EscalationTarget(e.From, e.To),
-				Session: g.sess.ID(), RequestedAt: e.RequestedAt, ExpiresAt: e.ExpiresAt})
+				Session: g.sess.ID(), RequestedAt: e.RequestedAt, ExpiresAt: e.ExpiresAt, Profile: e.From})
 		}
 		g.mu.Unlock()
 		return ApprovalReply{OK: true, Pending: out}

@@ -1113,7 +1113,7 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 		with = nil
 		if d.Verdict == policy.PendingApproval {
 			p := PendingApproval{ApprovalID: d.ApprovalID, ToolID: c.Tool, RequestDigest: dg, ArgsDigest: verdicts[i].argsDigest,
-				Session: r.sess.ID(), RequestedAt: now.UTC(), ExpiresAt: now.Add(r.gate.ttl).UTC()}
+				Session: r.sess.ID(), RequestedAt: now.UTC(), ExpiresAt: now.Add(r.gate.ttl).UTC(), MatchedRule: d.MatchedRule}
 			p.Args, p.ArgsBytes = argsPreview(canonicalArgs(c.Args))
 			if _, err = r.sess.Fact(schemas.KindApprovalRequested, p); err != nil {
 				r.fail(err)

@@ -40,7 +40,9 @@ escaped as \uXXXX, in every column.
 
 With --json it prints one JSON array of objects with session, pid,
 approval_id, tool_id, request_digest, args_digest, requested_at,
-expires_at, arguments (the same preview, unescaped) and arguments_bytes.
+expires_at, arguments (the same preview, unescaped), arguments_bytes,
+matched_rule (the policy rule that asked) and, in a gateway, profile (the
+active profile when it asked).
 
 Running processes are found through their credentials files in the
 runtime directory: $XDG_RUNTIME_DIR/aegis when XDG_RUNTIME_DIR is set

@@ -208,9 +208,9 @@ func TestConsoleBrowserApprovesPendingCall(t *testing.T) {
 		}
 		return s
 	}
-	shownID, tool, args := text("#approvals .approval .id"), text("#approvals .approval .tool"), text("#approvals .approval .args")
-	if shownID != id || tool != "add" || !strings.Contains(args, `"a": 2`) {
-		t.Fatalf("approval shown as id %q tool %q args %q; want %q, add, the pretty arguments", shownID, tool, args, id)
+	shownID, tool, args, rule := text("#approvals .approval .id"), text("#approvals .approval .tool"), text("#approvals .approval .args"), text("#approvals .approval .rule")
+	if shownID != id || tool != "add" || !strings.Contains(args, `"a": 2`) || rule != "gate-add" {
+		t.Fatalf("approval shown as id %q tool %q args %q rule %q; want %q, add, the pretty arguments, gate-add", shownID, tool, args, rule, id)
 	}
 
 	// The session's transcript, followed live, for the screenshots.

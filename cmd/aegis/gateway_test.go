@@ -66,6 +66,10 @@ func gatewaySession(t *testing.T) *live {
 		t.Fatalf("add: %s", a)
 	}
 	id := w.approvalID()
+	// The approver sees which rule asked, under which profile.
+	if out, _, code := l.aegisStdout("approvals", "--json"); code != 0 || !strings.Contains(out, `"matched_rule": "add-needs-a-human"`) || !strings.Contains(out, `"profile": "developer"`) {
+		t.Fatalf("approvals --json: exit %d\n%s", code, out)
+	}
 	if out, code := l.aegis("approve", id); code != 0 {
 		t.Fatalf("aegis approve %s: %d %s", id, code, out)
 	}

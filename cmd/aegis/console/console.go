@@ -266,6 +266,7 @@ func printable(st *state) {
 		p.ArgsDigest = projector.Printable(p.ArgsDigest)
 		p.RequestDigest = projector.Printable(p.RequestDigest)
 		p.Arguments = projector.Printable(p.Arguments)
+		p.MatchedRule, p.Profile = projector.Printable(p.MatchedRule), projector.Printable(p.Profile)
 	}
 	for i := range st.Notes {
 		st.Notes[i] = projector.Printable(st.Notes[i])

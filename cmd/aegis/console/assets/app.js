@@ -85,6 +85,7 @@ function card(p) {
   text($(".tool", c), p.tool_id);
   text($(".id", c), p.approval_id);
   text($(".session", c), p.session + "  (pid " + p.pid + ")");
+  text($(".rule", c), (p.matched_rule || "-") + (p.profile ? "  (profile " + p.profile + ")" : ""));
   text($(".requested", c), new Date(p.requested_at).toLocaleString());
   text($(".args", c), p.arguments_bytes ? prettyArgs(p) : "(none)");
   if (p.arguments_bytes) {
