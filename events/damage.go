@@ -111,6 +111,17 @@ func (s *Store) Check(ctx context.Context) error {
 	return s.damage(st, "")
 }
 
+// LastSeq returns the sequence of the stream's last message (0 when it
+// holds none), in one request: what a mirror of it has caught up with
+// once its own last sequence is this.
+func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
+	st, err := s.state(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return st.State.LastSeq, nil
+}
+
 func (s *Store) state(ctx context.Context) (*streamState, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

@@ -79,29 +79,7 @@ func TestFleetMirrorsAWrap(t *testing.T) {
 	w.finish()
 
 	// The next run on the host lets the hub take what the last one left.
-	seed, err := os.ReadFile(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := events.Open(ctx, events.Config{Dir: l.state, Hub: &events.HubConfig{URLs: h.LeafURLs(), Host: "laptop-1", NkeySeed: strings.TrimSpace(string(seed))}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close(ctx)
-	var local uint64
-	st.Replay(ctx, events.Position{}, func(r events.Record) error { local = r.Pos.Seq; return nil })
-	deadline = time.Now().Add(90 * time.Second)
-	for {
-		info, err := mirror.Info(ctx)
-		if err == nil && info.State.LastSeq == local && info.State.Msgs == local {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the mirror holds %+v, the host %d messages (%v)", info.State, local, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	st.Close(ctx)
+	linkUntilMirrored(t, l.state, "laptop-1", keyFile, h)
 
 	// The hub's copy exports byte for byte what the host recorded.
 	fromHub, fromHost := filepath.Join(l.dir, "hub.aarl"), filepath.Join(l.dir, "host.aarl")
