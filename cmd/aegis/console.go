@@ -209,14 +209,7 @@ func (s *consoleSource) Sessions(ctx context.Context) ([]console.SessionRow, []s
 func sessionRows(list []projector.SessionSummary) []console.SessionRow {
 	rows := make([]console.SessionRow, 0, len(list))
 	for _, s := range list {
-		ended := "~" + s.LastEvent.UTC().Format(time.RFC3339)
-		if s.Ended != nil {
-			ended = s.Ended.UTC().Format(time.RFC3339)
-		}
-		exit := "-"
-		if s.Exit != nil && s.Exit.Code != nil {
-			exit = strconv.Itoa(*s.Exit.Code)
-		}
+		ended, exit := endCells(s)
 		rows = append(rows, console.SessionRow{ID: s.ID, Started: s.Started.UTC().Format(time.RFC3339), Ended: ended, State: s.State, Exit: exit,
 			Calls: s.Calls, Refused: s.Refusals, Approvals: approvalCell(s.Approvals), Command: commandOf(s)})
 	}

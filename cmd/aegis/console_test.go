@@ -131,17 +131,7 @@ func TestConsoleBrowserApprovesPendingCall(t *testing.T) {
 	w.initialize()
 	con := l.console()
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 800),
-		// No name resolves: the page must need no network but the console.
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
-		chromedp.Flag("disable-gpu", true))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	bctx, cancelB := chromedp.NewContext(actx)
-	defer cancelB()
-	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
-	defer cancel()
+	ctx := headless(t, chromium)
 
 	// Every request the page makes, from the first navigation on.
 	var mu sync.Mutex
@@ -565,16 +555,7 @@ func TestConsoleSignsApprovalsWithAnApproverKey(t *testing.T) {
 	w.initialize()
 	con := l.console("--approver-key", keyPath)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 800),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
-		chromedp.Flag("disable-gpu", true))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	bctx, cancelB := chromedp.NewContext(actx)
-	defer cancelB()
-	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
-	defer cancel()
+	ctx := headless(t, chromium)
 	if err := chromedp.Do(ctx, chromedp.Navigate(con.login), chromedp.WaitVisible(chromedp.CSS("#sessions"))); err != nil {
 		t.Fatalf("open the console: %v", err)
 	}
@@ -614,4 +595,20 @@ func TestConsoleSignsApprovalsWithAnApproverKey(t *testing.T) {
 	if b := readFile(t, l.audit); !bytes.Contains(b, []byte(`"approver_key_id":"`+schemas.KeyID(k.PublicKey())+`"`)) {
 		t.Fatal("the decision line does not name the approver's key id")
 	}
+}
+
+// headless starts chromium headless at 1280×800, where no host name
+// resolves (the page must need no network but the console), and returns
+// its context, bounded to two minutes; it ends with the test.
+func headless(t *testing.T, chromium string) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 800),
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
+		chromedp.Flag("disable-gpu", true))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelB := chromedp.NewContext(actx)
+	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
+	t.Cleanup(func() { cancel(); cancelB(); cancelA() })
+	return ctx
 }

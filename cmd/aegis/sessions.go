@@ -212,18 +212,26 @@ func (m *Main) printSessions(list []projector.SessionSummary, asJSON bool, where
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SESSION\tSTARTED\tENDED\tSTATE\tEXIT\tCALLS\tREFUSED\tAPPROVALS\tCOMMAND")
 	for _, s := range list {
-		ended := "~" + s.LastEvent.UTC().Format(time.RFC3339)
-		if s.Ended != nil {
-			ended = s.Ended.UTC().Format(time.RFC3339)
-		}
-		exit := "-"
-		if s.Exit != nil && s.Exit.Code != nil {
-			exit = strconv.Itoa(*s.Exit.Code)
-		}
+		ended, exit := endCells(s)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, s.Started.UTC().Format(time.RFC3339), ended, s.State, exit,
 			s.Calls, s.Refusals, approvalCell(s.Approvals), commandOf(s))
 	}
 	return tw.Flush()
+}
+
+// endCells are the ENDED and EXIT columns of a session: its close time,
+// or ~ and its last event's for one that did not close; the wrapped
+// server's exit status, or -.
+func endCells(s projector.SessionSummary) (ended, exit string) {
+	ended = "~" + s.LastEvent.UTC().Format(time.RFC3339)
+	if s.Ended != nil {
+		ended = s.Ended.UTC().Format(time.RFC3339)
+	}
+	exit = "-"
+	if s.Exit != nil && s.Exit.Code != nil {
+		exit = strconv.Itoa(*s.Exit.Code)
+	}
+	return ended, exit
 }
 
 func approvalCell(a projector.ApprovalCounts) string {
