@@ -102,8 +102,14 @@ func (m *Main) sign(k *approverKeyFile, host, session string, p events.PendingAp
 		case err != nil:
 			return nil, withHint(fmt.Errorf("%s: %w", k.path, err), "--approver-key takes the file 'aegis keygen --approver' wrote")
 		}
-		return key.Sign(schemas.ApprovalClaim{ApprovalID: p.ApprovalID, Session: session, Target: p.ToolID, ArgsDigest: p.ArgsDigest})
+		return key.Sign(claimOf(session, p))
 	}
+}
+
+// claimOf is what an approver signs to approve p, pending in session: the
+// fields the process checks, as it listed them.
+func claimOf(session string, p events.PendingApproval) schemas.ApprovalClaim {
+	return schemas.ApprovalClaim{ApprovalID: p.ApprovalID, Session: session, Target: p.ToolID, ArgsDigest: p.ArgsDigest}
 }
 
 // pendingIn asks the process of creds for its pending approval id.

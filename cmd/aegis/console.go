@@ -307,7 +307,7 @@ func (s *consoleSource) sign(ctx context.Context, target events.Creds, d console
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.key.path, err)
 	}
-	return key.Sign(schemas.ApprovalClaim{ApprovalID: p.ApprovalID, Session: target.Session, Target: p.ToolID, ArgsDigest: p.ArgsDigest})
+	return key.Sign(claimOf(target.Session, p))
 }
 
 // Transcript follows one session as aegis replay --follow SESSION does,
