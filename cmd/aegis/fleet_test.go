@@ -166,6 +166,10 @@ func TestFleetOfThreeWrapsUnderLoad(t *testing.T) {
 		if !t.Failed() {
 			return
 		}
+		for _, nd := range h.Nodes {
+			log := nd.Log()
+			t.Logf("hub node log, its end:\n%s", log[max(0, len(log)-4096):])
+		}
 		for _, fh := range hosts {
 			if fh.w == nil {
 				continue
