@@ -99,9 +99,16 @@ func TestFleetApprovalsReachTheRightHost(t *testing.T) {
 		defer l.Close()
 	}
 	clientURLs := []string{strings.Replace(hub.ClientURLs()[0], "admin:admin@", "", 1)}
-	f, err := DialFleet(ctx, HubAdmin{URLs: clientURLs, NkeySeed: string(approverSeed)})
-	if err != nil {
-		t.Fatal(err)
+	// The hub's process may not listen yet.
+	var f *FleetApprover
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if f, err = DialFleet(ctx, HubAdmin{URLs: clientURLs, NkeySeed: string(approverSeed)}); err == nil {
+			break
+		}
+		if !errors.Is(err, nats.ErrNoServers) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	defer f.Close()
 	// A host's link key is no approver: it cannot even connect as one.
