@@ -66,6 +66,7 @@ type Node struct {
 	base         string // the configuration without accounts
 	client, leaf int
 	cmd          *exec.Cmd
+	exited       chan struct{} // closed when cmd has ended
 }
 
 // Hub is a real JetStream cluster (domain "hub") of separate nats-server
@@ -185,6 +186,25 @@ func (h *Hub) Start(nd *Node) {
 	if err := nd.cmd.Start(); err != nil {
 		h.t.Fatal(err)
 	}
+	cmd, exited := nd.cmd, make(chan struct{})
+	nd.exited = exited
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+}
+
+// state says whether a node runs, and how it ended if not.
+func (nd *Node) state() string {
+	if nd.cmd == nil {
+		return "stopped"
+	}
+	select {
+	case <-nd.exited:
+		return "exited: " + nd.cmd.ProcessState.String()
+	default:
+		return "running"
+	}
 }
 
 // Log returns what the node has logged so far.
@@ -197,7 +217,7 @@ func (nd *Node) Log() string {
 func (h *Hub) Kill(nd *Node) {
 	if nd.cmd != nil && nd.cmd.Process != nil {
 		nd.cmd.Process.Signal(syscall.SIGKILL)
-		nd.cmd.Wait()
+		<-nd.exited
 		nd.cmd = nil
 	}
 }
@@ -221,11 +241,14 @@ func (h *Hub) ClientURLs() []string {
 }
 
 // JetStream connects to the hub's JetStream, waiting until the cluster
-// is up.
+// is up: a minute at most, which a loaded machine running -race tests of
+// several packages side by side may need to elect the cluster's leader.
+// If it is not up by then, the test fails with each node's state and the
+// end of its log.
 func (h *Hub) JetStream(ctx context.Context) (*nats.Conn, jetstream.JetStream) {
 	h.t.Helper()
 	urls := h.ClientURLs()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1))
 		if err == nil {
@@ -236,7 +259,15 @@ func (h *Hub) JetStream(ctx context.Context) (*nats.Conn, jetstream.JetStream) {
 			nc.Close()
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("hub not ready: %v", err)
+			var b strings.Builder
+			for _, nd := range h.Nodes {
+				log := nd.Log()
+				if len(log) > 3000 {
+					log = log[len(log)-3000:]
+				}
+				fmt.Fprintf(&b, "\n--- node %s (%s), end of its log:\n%s", nd.name, nd.state(), log)
+			}
+			h.t.Fatalf("hub not ready: %v%s", err, b.String())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
