@@ -1,0 +1,78 @@
+package events
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aegis-dev/aegis/events/hubtest"
+)
+
+// The hub reader lists the mirrors of hosts and nothing else: a linked
+// host's mirror with what it holds and how far behind it is, an enrolled
+// host that never linked as never heard from, and no other stream.
+func TestHubReaderListsTheMirrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a hub")
+	}
+	h := hubtest.New(t, 3)
+	ctx := context.Background()
+	st, err := Open(ctx, Config{Dir: filepath.Join(t.TempDir(), "state"), Hub: &HubConfig{URLs: h.LeafURLs(), Host: "laptop-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(ctx)
+	nc, js := h.JetStream(ctx)
+	defer nc.Close()
+	time.Sleep(time.Second) // linked first: a mirror made then pulls at once
+	admin := HubAdmin{URLs: h.ClientURLs()}
+	for _, host := range []string{"laptop-1", "laptop-2"} {
+		if err := Enroll(ctx, admin, host, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "AEGIS_other", Subjects: []string{"other.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	appendNotes(t, st, 5)
+	last, err := st.LastSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitMirror(t, js, "laptop-1", last, time.Minute)
+
+	r, err := DialHubReader(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var got []MirrorStatus
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if got, err = r.Mirrors(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 2 && got[0].Active >= 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(got) != 2 || got[0].Host != "laptop-1" || got[1].Host != "laptop-2" {
+		t.Fatalf("mirrors %+v; want laptop-1 and laptop-2 only", got)
+	}
+	a, b := got[0], got[1]
+	if a.LastSeq != last || a.Msgs != last || a.Lag != 0 || a.Active < 0 || a.Active > time.Minute || a.LastTime.IsZero() || a.Error != "" {
+		t.Errorf("laptop-1's mirror: %+v; want %d messages, no lag, heard from lately", a, last)
+	}
+	if b.Msgs != 0 || b.LastSeq != 0 || !b.LastTime.IsZero() {
+		t.Errorf("laptop-2's mirror holds %+v; want nothing", b)
+	}
+	if b.Active >= 0 && b.Error == "" {
+		t.Errorf("laptop-2 never linked, yet its mirror was active %v ago with no error", b.Active)
+	}
+	t.Logf("laptop-1: %+v; laptop-2: active %v, error %q", a, b.Active, b.Error)
+
+}
