@@ -20,6 +20,13 @@ package events
 //     only; may publish to aegis-approve.<session> and subscribe to
 //     aegis-approve-reply.<session>.> and nothing else: not to aegis.> (the
 //     stream), $JS.> (the JetStream API), $SYS.>, nor _INBOX.>.
+//   - reader: the other identity in the credentials file, for aegis
+//     console. Loopback TCP only; may publish direct gets of the stream
+//     ($JS.API.DIRECT.GET.AEGIS) and subscribe to aegis-stored.> (the
+//     headers the server republishes of each stored message) and to its
+//     own inboxes (aegis-read-reply.>), and nothing else: it reads the
+//     stream and can change nothing, neither the stream, nor a consumer,
+//     nor an approval.
 //
 // The approver's replies come back on its own inbox prefix, not on _INBOX:
 // the store's connection receives its JetStream acknowledgements and the
@@ -65,7 +72,10 @@ import (
 // The identities of the approval channel.
 const (
 	// ApproverUser is the user name written to the credentials file.
-	ApproverUser  = "approver"
+	ApproverUser = "approver"
+	// ReaderUser is the read-only user name written to the credentials
+	// file beside the approver.
+	ReaderUser    = "reader"
 	internalUser  = "aegis"
 	responderUser = "aegis-approvals"
 )
@@ -152,6 +162,7 @@ type ApprovalConfig struct {
 	internalPassword  string
 	responderPassword string
 	approverPassword  string
+	readerPassword    string
 
 	mu      sync.Mutex
 	session string
@@ -171,7 +182,7 @@ type ApprovalConfig struct {
 //	nats.Connect("", nats.InProcessServer(ns), ac.InternalUserInfo(), …)
 func ApprovalOptions(session string) (*ApprovalConfig, error) {
 	c := &ApprovalConfig{}
-	for _, p := range []*string{&c.internalPassword, &c.responderPassword, &c.approverPassword} {
+	for _, p := range []*string{&c.internalPassword, &c.responderPassword, &c.approverPassword, &c.readerPassword} {
 		var b [32]byte
 		if _, err := io.ReadFull(rand.Reader, b[:]); err != nil {
 			return nil, fmt.Errorf("approval channel: make password: %w", err)
@@ -268,6 +279,7 @@ func (c *ApprovalConfig) Creds(stateDir string, started time.Time) (Creds, error
 	}
 	return Creds{
 		V: CredsVersion, Session: c.session, URL: c.url, User: ApproverUser, Password: c.approverPassword,
+		Reader: ReaderUser, ReaderPassword: c.readerPassword,
 		PID: os.Getpid(), StateDir: stateDir, Started: started.UTC(),
 	}, nil
 }
@@ -345,6 +357,12 @@ func (a approvalAuth) Check(ca server.ClientAuthentication) bool {
 		}
 		ca.RegisterUser(&server.User{Username: ApproverUser, Permissions: approverPermissions(session)})
 		return true
+	case ReaderUser:
+		if !isTCP || !tcp.IP.IsLoopback() || session == "" || !samePassword(o.Password, c.readerPassword) {
+			return false
+		}
+		ca.RegisterUser(&server.User{Username: ReaderUser, Permissions: readerPermissions()})
+		return true
 	}
 	return false
 }
@@ -372,6 +390,19 @@ func approverPermissions(session string) *server.Permissions {
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: []string{ApprovalSubject(session)}, Deny: never},
 		Subscribe: &server.SubjectPermission{Allow: []string{ApprovalReplyPrefix(session) + ".>"}, Deny: never},
+	}
+}
+
+// readerPermissions: direct gets of the stream, the stored-message
+// headers, the reader's own inboxes. Direct gets read and change nothing;
+// the rest of the JetStream API (consumers, which a reader could point
+// anywhere, stream updates, deletes) stays out of reach, as do the stream's
+// subjects themselves, the approval channel and the shared inboxes.
+func readerPermissions() *server.Permissions {
+	never := []string{"aegis.>", "aegis-approve.>", "aegis-approve-reply.>", "$KV.>", "$O.>", "$SYS.>", "_INBOX.>"}
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"$JS.API.DIRECT.GET." + StreamName}, Deny: never},
+		Subscribe: &server.SubjectPermission{Allow: []string{StoredPrefix + ".>", ReadReplyPrefix + ".>"}, Deny: append(never, "$JS.>")},
 	}
 }
 

@@ -28,14 +28,19 @@ const maxCredsBytes = 64 << 10
 // with mode 0600 into the runtime directory ([RuntimeDir]) as
 // approve-<session>.json and removed when the proxy exits.
 type Creds struct {
-	V        int       `json:"v"`
-	Session  string    `json:"session"`
-	URL      string    `json:"url"`
-	User     string    `json:"user"`
-	Password string    `json:"password"`
-	PID      int       `json:"pid"`
-	StateDir string    `json:"state_dir,omitempty"`
-	Started  time.Time `json:"started"`
+	V        int    `json:"v"`
+	Session  string `json:"session"`
+	URL      string `json:"url"`
+	User     string `json:"user"`
+	Password string `json:"password"`
+	// Reader and ReaderPassword are the read-only identity of the
+	// listener (aegis console reads the stream with it); files written
+	// before it existed lack them.
+	Reader         string    `json:"reader,omitempty"`
+	ReaderPassword string    `json:"reader_password,omitempty"`
+	PID            int       `json:"pid"`
+	StateDir       string    `json:"state_dir,omitempty"`
+	Started        time.Time `json:"started"`
 	// Path is the file the credentials were read from; it is not stored.
 	Path string `json:"-"`
 }

@@ -112,7 +112,7 @@ func (h *HubConfig) apply(opts *server.Options) error {
 }
 
 // localSubjects never cross the leaf link, in either direction.
-var localSubjects = []string{"aegis.>", "_INBOX.>", "aegis-approve.>", "aegis-approve-reply.>"}
+var localSubjects = []string{"aegis.>", "_INBOX.>", "aegis-approve.>", "aegis-approve-reply.>", StoredPrefix + ".>", ReadReplyPrefix + ".>"}
 
 // reconnectInterval is how often the leaf tries the hub again while the
 // link is down.

@@ -24,19 +24,7 @@ func appendNotes(t testing.TB, st *Store, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range n {
-		ev, err := st.NewEvent(session, schemas.KindNote, map[string]any{"text": fmt.Sprint("note ", i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := st.Enqueue(ev)
-		if err == nil {
-			_, err = r.Wait(context.Background())
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	appendSessionNotes(t, st, session, n)
 }
 
 // waitMirror waits until the hub's mirror of host holds n messages.

@@ -128,7 +128,9 @@ func (s *Store) MessageDigest(ctx context.Context, seq uint64) (string, error) {
 
 // messageDigest is the digest [Store.MessageDigest] and
 // [Mirror.MessageDigest] give of a message: its subject and data, each
-// after its length, then its headers in the order of their names.
+// after its length, then its headers in the order of their names, but
+// for those a direct get adds to the message as stored
+// ([directGetHeaders]): a message reads the same however it is fetched.
 func messageDigest(subject string, header nats.Header, data []byte) string {
 	h := sha256.New()
 	var n [8]byte
@@ -139,7 +141,9 @@ func messageDigest(subject string, header nats.Header, data []byte) string {
 	}
 	keys := make([]string, 0, len(header))
 	for k := range header {
-		keys = append(keys, k)
+		if !directGetHeaders[k] {
+			keys = append(keys, k)
+		}
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
@@ -157,4 +161,11 @@ func (s *Store) StoredBytes(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	return st.State.Bytes, nil
+}
+
+// directGetHeaders are the headers the server adds to a message it hands
+// out by a direct get (or republishes); aegis never stores them.
+var directGetHeaders = map[string]bool{
+	"Nats-Stream": true, "Nats-Subject": true, "Nats-Sequence": true, "Nats-Time-Stamp": true,
+	"Nats-Num-Pending": true, "Nats-Last-Sequence": true, "Nats-Msg-Size": true,
 }

@@ -405,6 +405,13 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		// minutes) to rebuild a dedupe table that stays empty. The
 		// least window it takes is 100 ms.
 		Duplicates: 100 * time.Millisecond,
+		// A reader on the loopback listener (aegis console) reads the
+		// stream through direct gets, which change nothing, and learns
+		// that a message is on disk from the headers-only copy the server
+		// publishes under aegis-stored.> once it has stored it: it never
+		// polls, and it holds no consumer.
+		AllowDirect: true,
+		RePublish:   &jetstream.RePublish{Source: "aegis.>", Destination: StoredPrefix + ".>", HeadersOnly: true},
 		// Only a rotation's new stream starts later than 1 (after the
 		// rolled-over stream's last sequence); once it exists this is
 		// left out, so no later Open can ask the server to begin the
