@@ -293,7 +293,9 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 
 	s2c := newOutPath(cfg.Stdout, false)
 	r.toHost = s2c
-	if r.gate != nil && cfg.Approvals != nil {
+	// The channel opens with or without a policy: through it aegis
+	// approvals sees the session, and aegis console reads its stream.
+	if cfg.Approvals != nil {
 		stop, err := cfg.Approvals(r.sess.ID(), r.handleApproval)
 		if err != nil {
 			r.fail(fmt.Errorf("serve approvals: %w", err))
@@ -1456,6 +1458,12 @@ func (r *relay) settlePending(outcome func(schemas.WrapCall) schemas.Outcome) {
 // request that cannot be honoured (unknown, already decided, expired) is
 // refused with the reason and recorded as approval.refused.
 func (r *relay) handleApproval(op ApprovalOp) ApprovalReply {
+	if r.gate == nil {
+		if op.Op == "list" {
+			return ApprovalReply{OK: true}
+		}
+		return ApprovalReply{Error: "this session runs without --policy: no call in it waits for approval"}
+	}
 	if op.Op != "list" && r.isStopped() {
 		return ApprovalReply{Error: "the session is ending"}
 	}

@@ -311,7 +311,33 @@ func printableBytes(b []byte) []byte {
 // line arrives, or when its process no longer holds the state directory
 // (checked before each read, so the read that follows has everything that
 // process wrote).
+//
+// One session, of a directory that a running aegis holds and offers its
+// stream reader in: then the stream itself is followed, through that
+// process ([Main.followLive]), and no file is read while it runs.
 func (m *Main) follow(ctx context.Context, stateDir, arg string, o replayOpts) error {
+	if arg != "" {
+		r, creds, err := m.liveReader(ctx, stateDir)
+		if err != nil {
+			return fmt.Errorf("follow: %w", err)
+		}
+		if r != nil {
+			defer r.Close()
+			id := arg
+			if !schemas.ValidID(arg) {
+				ix, err := projector.LoadIndex(ctx, r, m.logger(), nil)
+				if err != nil {
+					return fmt.Errorf("follow: %w", err)
+				}
+				s, err := resolveSession(ix.Sessions(creds.PID), arg)
+				if err != nil {
+					return err
+				}
+				id = s.ID
+			}
+			return m.followLive(ctx, stateDir, r, creds, id, o)
+		}
+	}
 	o.prefix = arg == "" && !o.asJSON
 	w := bufio.NewWriterSize(m.Stdout, 64<<10)
 	defer w.Flush()

@@ -673,6 +673,62 @@ func TestReplayFollow(t *testing.T) {
 	}
 }
 
+// --follow of one session, while the aegis that records it runs, reads
+// that process's stream through its reader identity: each call shows as
+// soon as it is stored, and no snapshot copy of the stream is made.
+func TestReplayFollowReadsTheLiveStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis wrap")
+	}
+	l := newLive(t, "")
+	w := l.wrap(false)
+	w.initialize()
+	w.call(1, "tools/call", `{"name":"echo","arguments":{"message":"one"}}`)
+	list := l.sessionsJSON()
+	if len(list) != 1 {
+		t.Fatalf("sessions: %+v", list)
+	}
+	id := list[0].ID
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		m := &Main{Stdin: strings.NewReader(""), Stdout: out, Stderr: io.Discard, Getenv: func(k string) string {
+			return map[string]string{"XDG_RUNTIME_DIR": l.runtime}[k]
+		}}
+		done <- m.runIn(ctx, []string{"replay", "--state-dir", l.state, "--follow", id})
+	}()
+	waitFor := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), what); {
+			if time.Now().After(deadline) {
+				t.Fatalf("the follower never printed %q:\n%s", what, out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("echo id=1")
+	w.call(2, "tools/call", `{"name":"echo","arguments":{"message":"two"}}`)
+	waitFor("echo id=2") // while the session runs
+	if snaps, _ := filepath.Glob(filepath.Join(l.state, "readers", "*")); len(snaps) != 0 {
+		t.Errorf("the live follower made snapshot copies: %v", snaps)
+	}
+	w.finish()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("follow: exit %d\n%s", code, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("replay --follow did not stop when the session closed")
+	}
+	_, whole, _ := l.in("replay", id)
+	if out.String() != whole {
+		t.Errorf("--- followed\n%s\n--- replayed\n%s", out.String(), whole)
+	}
+}
+
 func TestReplayUsageAndErrors(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "none")
 	cases := []struct {

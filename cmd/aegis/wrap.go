@@ -236,7 +236,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	start := m.watchStart(ctx, sigs)
 	defer start.done()
 
-	store, err := m.openStoreToRecord(start.ctx, *stateDir, set != nil, maxBytes, hub)
+	store, err := m.openStoreToRecord(start.ctx, *stateDir, true, maxBytes, hub)
 	if err != nil {
 		return start.err(err)
 	}
@@ -257,7 +257,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		Stdin: m.Stdin, Stdout: m.Stdout, Stderr: m.Stderr,
 		Argv: argv, Signals: sigs, Grace: *grace, Logger: log,
 		Policy: set, ApprovalTTL: *approvalTTL, Approvers: approvers, Prompt: m.Stderr,
-		Approvals: approvalsIf(set != nil, m.approvalServer(store)),
+		Approvals: m.approvalServer(store),
 	})
 	var se *proxy.StartError
 	var ce *proxy.ConfineError
@@ -409,13 +409,6 @@ func (m *Main) approvalServer(store *events.Store) func(string, func(proxy.Appro
 			events.RemoveApprovalCreds(path)
 		}, nil
 	}
-}
-
-func approvalsIf(on bool, f func(string, func(proxy.ApprovalOp) proxy.ApprovalReply) (func(), error)) func(string, func(proxy.ApprovalOp) proxy.ApprovalReply) (func(), error) {
-	if !on {
-		return nil
-	}
-	return f
 }
 
 // loadKey loads a signing key file, turning each refusal into a message
