@@ -40,6 +40,9 @@ type SessionRow struct {
 // Pending is one approval that a running aegis process holds, as aegis
 // approvals lists it.
 type Pending struct {
+	// Host is the fleet host that holds it, "" for a process of this
+	// machine.
+	Host    string `json:"host,omitempty"`
 	Session string `json:"session"`
 	PID     int    `json:"pid"`
 	events.PendingApproval
@@ -47,7 +50,10 @@ type Pending struct {
 
 // Decision is what an Approve or Deny button asks for.
 type Decision struct {
-	Op         string `json:"op"` // events.OpApprove or events.OpDeny
+	Op string `json:"op"` // events.OpApprove or events.OpDeny
+	// Host is the fleet host the page showed the approval on, "" for a
+	// process of this machine.
+	Host       string `json:"host,omitempty"`
 	Session    string `json:"session"`
 	ApprovalID string `json:"approval_id"`
 	Reason     string `json:"reason,omitempty"`
@@ -210,6 +216,10 @@ type state struct {
 	Notes    []string     `json:"notes"`
 	Errors   []string     `json:"errors"`
 	Signer   string       `json:"signer,omitempty"`
+	// Records and Fleet are null when the source shows none (see
+	// pollMore).
+	Records []RecordRow `json:"records"`
+	Fleet   *Fleet      `json:"fleet,omitempty"`
 }
 
 func (s *Server) poll(ctx context.Context) {
@@ -230,6 +240,7 @@ func (s *Server) poll(ctx context.Context) {
 		st.Pending = pend
 	}
 	st.Notes = append(st.Notes, notes...)
+	s.pollMore(ctx, &st)
 	printable(&st)
 	b, err := json.Marshal(st)
 	if err != nil {
@@ -268,6 +279,7 @@ func printable(st *state) {
 		p.Arguments = projector.Printable(p.Arguments)
 		p.MatchedRule, p.Profile = projector.Printable(p.MatchedRule), projector.Printable(p.Profile)
 	}
+	printableMore(st)
 	for i := range st.Notes {
 		st.Notes[i] = projector.Printable(st.Notes[i])
 	}

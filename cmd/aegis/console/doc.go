@@ -1,7 +1,8 @@
 // Package console is the web face of aegis console: an HTTP server on
-// loopback that shows the recorded sessions, one session's transcript and
-// the pending approvals, live over server-sent events, and sends Approve
-// and Deny. It holds no session or approval state of its own: every view
+// loopback that shows the recorded sessions, one session's transcript,
+// the pending approvals, the record files with their verify status and,
+// for a fleet, the hosts of a hub with their mirrors' lag, live over
+// server-sent events, and sends Approve and Deny. It holds no session or approval state of its own: every view
 // comes from a [Source], which the command line implements with the same
 // read model and the same approval requests as aegis sessions, replay,
 // approvals, approve and deny.
@@ -28,7 +29,15 @@
 //     [projector.Printable], and the page sets it as text, never as HTML.
 //   - A decision names the session and the approval id that the page
 //     showed; the [Source] sends exactly the request aegis approve --session
-//     or aegis deny --session sends.
+//     or aegis deny --session sends. An approval of a fleet names its
+//     host too, and the decision goes to that host over the hub.
+//   - Records and the fleet are optional views: a Source that is a
+//     [RecordSource] or a [FleetSource] adds a section, and the state of
+//     one that is not says null there (the page then hides it). Their
+//     methods answer at once from what the Source learnt in the
+//     background (a record is verified whole, a fleet-wide question
+//     waits seconds for its answers): the poll never waits for a
+//     verification or for the hub.
 //   - Live, not stored: while a page is open, a poller asks the Source
 //     every Config.Interval (and at once after a decision) and pushes a
 //     new state to every open page when it differs; a transcript

@@ -18,7 +18,7 @@ function el(tag, cls, s) {
   return e;
 }
 
-function key(p) { return p.session + "/" + p.approval_id; }
+function key(p) { return (p.host || "") + "/" + p.session + "/" + p.approval_id; }
 
 function connect() {
   const es = new EventSource("/api/events");
@@ -36,6 +36,8 @@ function render(st) {
   signer = st.signer || "";
   renderPending(st.pending || []);
   renderSessions(st.sessions || []);
+  renderRecords(st.records);
+  renderFleet(st.fleet);
   const notes = $("#notes");
   notes.replaceChildren();
   for (const n of st.errors || []) notes.append(el("li", "err", n));
@@ -83,6 +85,11 @@ function card(p) {
   c.dataset.key = key(p);
   c.dataset.expires = p.expires_at || "";
   text($(".tool", c), p.tool_id);
+  if (p.host) {
+    $(".host-dt", c).hidden = false;
+    $(".host", c).hidden = false;
+    text($(".host", c), p.host);
+  }
   text($(".id", c), p.approval_id);
   text($(".session", c), p.session + "  (pid " + p.pid + ")");
   text($(".rule", c), (p.matched_rule || "-") + (p.profile ? "  (profile " + p.profile + ")" : ""));
@@ -106,6 +113,7 @@ async function decide(c, p, op) {
   result.classList.remove("bad");
   text(result, op === "approve" ? "approving…" : "denying…");
   const body = { op: op, session: p.session, approval_id: p.approval_id };
+  if (p.host) body.host = p.host;
   const reason = $(".reason", c).value.trim();
   if (op === "deny" && reason) body.reason = reason;
   const pass = $(".passphrase", c);
@@ -180,6 +188,94 @@ function renderSessions(list) {
     tr.addEventListener("click", (ev) => { ev.preventDefault(); location.hash = "session=" + encodeURIComponent(s.id); });
     tbody.append(tr);
   }
+}
+
+// A count with thin groups: 1 234 567.
+function count(n) { return String(n || 0).replace(/\B(?=(\d{3})+(?!\d))/g, "\u202f"); }
+
+// A time of day on this machine's clock, 24-hour.
+function clock(iso) {
+  const d = new Date(iso);
+  if (isNaN(d)) return "";
+  const two = (n) => String(n).padStart(2, "0");
+  return two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds());
+}
+
+function ago(ms) {
+  if (ms < 0) return "never";
+  if (ms < 1000) return "just now";
+  const s = Math.round(ms / 1000);
+  if (s < 120) return s + " s ago";
+  const m = Math.round(s / 60);
+  return m < 120 ? m + " min ago" : Math.round(m / 60) + " h ago";
+}
+
+// renderRecords shows each record file with its verify status; the
+// section is hidden when the state has no records (a fleet console).
+function renderRecords(list) {
+  const sec = $("#records-section");
+  sec.hidden = list == null;
+  if (list == null) return;
+  const tbody = $("#records tbody");
+  tbody.replaceChildren();
+  $("#no-records").hidden = list.length > 0;
+  for (const r of list) {
+    const tr = el("tr", "");
+    const path = el("td", "mono path", r.path);
+    if (r.files > 1) path.append(el("div", "sub", r.files + " files (segments and the live file)"));
+    const st = el("td", "status");
+    const verdict = (r.verdict || "unchecked").toLowerCase();
+    st.append(el("span", "badge v-" + verdict, r.verdict || "not checked"));
+    const why = r.status && r.verdict && r.status.startsWith(r.verdict) ? r.status.slice(r.verdict.length).replace(/^:? /, "") : r.status;
+    if (why) st.append(el("div", "why", why));
+    if (r.note) st.append(el("div", "sub warn", r.note));
+    const when = el("td", "when");
+    if (r.checked_at) {
+      text(when, "checked " + clock(r.checked_at) + ", " + count(r.lines) + (r.lines === 1 ? " line" : " lines"));
+      if (r.changed) when.append(el("div", "sub", "changed since; checked again shortly"));
+    }
+    const cp = el("td", "cp");
+    if (r.checkpoint) {
+      const c = r.checkpoint;
+      text(cp, count(c.size) + " lines · root ");
+      const root = el("span", "mono", (c.root || "").slice(0, 12) + "…");
+      root.title = c.root || "";
+      cp.append(root);
+      if (c.time) cp.append(document.createTextNode(" · " + clock(c.time)));
+      const m = el("div", "sub " + (c.matches ? "ok" : "bad"), (c.matches ? "matches" : "does not match") +
+        (c.count > 1 ? " (" + count(c.count) + " checkpoints)" : "") + " · " + c.name.split("/").pop());
+      cp.append(m);
+    } else if (r.checked_at) {
+      text(cp, "none");
+    }
+    tr.append(path, st, when, cp);
+    tbody.append(tr);
+  }
+}
+
+// renderFleet shows the hosts of the hub and their mirrors; hidden when
+// the state has no fleet (a console of one state directory).
+function renderFleet(f) {
+  const sec = $("#fleet-section");
+  sec.hidden = f == null;
+  if (f == null) return;
+  text($("#fleet-hub"), f.hub);
+  const tbody = $("#fleet tbody");
+  tbody.replaceChildren();
+  const hosts = f.hosts || [];
+  $("#no-hosts").hidden = hosts.length > 0 || !f.checked_at;
+  for (const h of hosts) {
+    const tr = el("tr", "");
+    const host = el("td", "mono", h.host);
+    if (h.error) host.append(el("div", "sub bad", h.error));
+    if (!h.mirrored) host.append(el("div", "sub warn", "no mirror on the hub"));
+    const lag = el("td", h.lag > 0 ? "warn" : "", h.mirrored ? count(h.lag) + (h.lag > 0 ? " behind" : "") : "-");
+    tr.append(host, lag, el("td", "", h.mirrored ? ago(h.active_ms) : "-"),
+      el("td", "", h.mirrored ? count(h.last_seq) : "-"), el("td", "", h.last_time ? clock(h.last_time) : "-"),
+      el("td", "", h.mirrored ? count(h.messages) : "-"), el("td", h.pending > 0 ? "hot" : "", h.pending));
+    tbody.append(tr);
+  }
+  text($("#fleet-checked"), f.checked_at ? "asked the hub at " + clock(f.checked_at) : "asking the hub…");
 }
 
 function openTranscript(id) {
