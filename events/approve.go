@@ -23,7 +23,7 @@ package events
 //   - reader: the other identity in the credentials file, for aegis
 //     console. Loopback TCP only; may publish direct gets of the stream
 //     ($JS.API.DIRECT.GET.AEGIS) and subscribe to aegis-stored.> (the
-//     headers the server republishes of each stored message) and to its
+//     empty word the store sends once each message is stored) and to its
 //     own inboxes (aegis-read-reply.>), and nothing else: it reads the
 //     stream and can change nothing, neither the stream, nor a consumer,
 //     nor an approval.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -421,10 +422,33 @@ func resolve(batch []*item, seq uint64, err error) {
 // server has read a message it holds its own copies, and during the fsync
 // this one would be a third.
 func (s *Store) publish(batch []*item) (uint64, error) {
+	subject, seq, err := s.publishBatch(batch)
+	if err == nil {
+		s.stored(subject)
+	}
+	return seq, err
+}
+
+// stored tells the stream's readers ([StreamReader.Watch]) that a message
+// under subject is on disk: an empty message on aegis-stored.<session>.<kind>,
+// sent only while a reader listens there, so that without one it costs
+// a lookup.
+func (s *Store) stored(subject string) {
+	if s.acct == nil {
+		return
+	}
+	n := StoredPrefix + strings.TrimPrefix(subject, "aegis")
+	if s.acct.SubscriptionInterest(n) {
+		s.nc.Publish(n, nil)
+	}
+}
+
+func (s *Store) publishBatch(batch []*item) (string, uint64, error) {
 	if len(batch) == 1 {
 		data := batch[0].data
 		batch[0].data = nil
-		return s.cc.publish(batch[0].subject, nil, data)
+		seq, err := s.cc.publish(batch[0].subject, nil, data)
+		return batch[0].subject, seq, err
 	}
 	buf := &s.batchBuf // only the one commit in flight uses it
 	buf.Reset()
@@ -436,7 +460,9 @@ func (s *Store) publish(batch []*item) (uint64, error) {
 		it.data = nil
 	}
 	hdr := fmt.Appendf(nil, "NATS/1.0\r\n%s: %d\r\n\r\n", batchHeader, len(batch))
-	return s.cc.publish("aegis."+batch[0].session+".batch", hdr, buf.Bytes())
+	subject := "aegis." + batch[0].session + ".batch"
+	seq, err := s.cc.publish(subject, hdr, buf.Bytes())
+	return subject, seq, err
 }
 
 // fullError describes the stream that refused a commit at Config.MaxBytes.

@@ -164,7 +164,7 @@ func (s *Store) StoredBytes(ctx context.Context) (uint64, error) {
 }
 
 // directGetHeaders are the headers the server adds to a message it hands
-// out by a direct get (or republishes); aegis never stores them.
+// out by a direct get; aegis never stores them.
 var directGetHeaders = map[string]bool{
 	"Nats-Stream": true, "Nats-Subject": true, "Nats-Sequence": true, "Nats-Time-Stamp": true,
 	"Nats-Num-Pending": true, "Nats-Last-Sequence": true, "Nats-Msg-Size": true,

@@ -15,9 +15,10 @@ import (
 
 // Subjects of the stream reader.
 const (
-	// StoredPrefix is where the server republishes the headers of each
-	// message once it has stored it: aegis-stored.<session>.<kind>, with
-	// Nats-Sequence, and no data.
+	// StoredPrefix is where the store says, with an empty message, that a
+	// message is stored, once the server has acknowledged it:
+	// aegis-stored.<session>.<kind> for a message on aegis.<session>.<kind>.
+	// It is sent only while a reader listens.
 	StoredPrefix = "aegis-stored"
 	// ReadReplyPrefix is the inbox prefix of reader connections.
 	ReadReplyPrefix = "aegis-read-reply"
@@ -38,7 +39,7 @@ var ErrReaderClosed = errors.New("the aegis process that holds the stream is gon
 // StreamReader reads the stream of a running aegis process over its
 // loopback listener, as the read-only identity of its credentials file
 // ([Creds.Reader]): direct gets, which change nothing on the server, and
-// the headers the server republishes of each message it has stored, which
+// the store's word that a message is stored ([StoredPrefix]), which
 // say when there is more to read. It never polls and holds no consumer. It
 // is safe for concurrent use; each [StreamReader.Watch] is a subscription
 // of its own.

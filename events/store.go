@@ -186,6 +186,7 @@ type Store struct {
 	cc     *commitConn // the committer's connection; only commitLoop uses it
 	js     jetstream.JetStream
 	stream jetstream.Stream
+	acct   *server.Account // the embedded server's account, for readers' interest ([Store.stored])
 
 	mu    sync.Mutex
 	cond  *sync.Cond
@@ -407,11 +408,12 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		Duplicates: 100 * time.Millisecond,
 		// A reader on the loopback listener (aegis console) reads the
 		// stream through direct gets, which change nothing, and learns
-		// that a message is on disk from the headers-only copy the server
-		// publishes under aegis-stored.> once it has stored it: it never
-		// polls, and it holds no consumer.
+		// that a message is on disk from the store ([Store.stored]): it
+		// never polls, and it holds no consumer. (The server's own
+		// RePublish would tell it too, but it loads the subject's last
+		// message for every write: with large frames, a frame's worth of
+		// memory per write.)
 		AllowDirect: true,
-		RePublish:   &jetstream.RePublish{Source: "aegis.>", Destination: StoredPrefix + ".>", HeadersOnly: true},
 		// Only a rotation's new stream starts later than 1 (after the
 		// rolled-over stream's last sequence); once it exists this is
 		// left out, so no later Open can ask the server to begin the
@@ -422,6 +424,7 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		return nil, fmt.Errorf("create stream %s in %s: %w", StreamName, opts.StoreDir, err)
 	}
 	s.stream = stream
+	s.acct = ns.GlobalAccount()
 	s.mark = readMark(dir)
 	if cfg.MaxBytes > 0 {
 		st := stream.CachedInfo().State
