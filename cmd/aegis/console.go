@@ -25,6 +25,7 @@ import (
 
 const consoleUsage = `Usage:
   aegis console [--state-dir DIR] [--listen 127.0.0.1:PORT] [--allow-remote] [--approver-key FILE]
+  aegis console --hub URL (--hub-nkey FILE | --hub-creds FILE) [--hub-ca FILE] [--host HOST] [--listen …] [--approver-key FILE]
 
 Serves a web page for the human at the keyboard: the sessions of the
 state directory (the columns of 'aegis sessions'), one session's
@@ -41,6 +42,34 @@ refuses it. The page updates
 itself over server-sent events; its tab title counts the approvals that
 wait, and it raises a browser notification when you allow it. Every
 asset is in the binary: the page loads nothing from the network.
+
+Records: each record file the state directory's index knows, with what
+'aegis verify' prints first for it (Verified, Indeterminate or Tampered,
+and why), its files (sealed segments and the live file) and the last
+signed checkpoint it was checked against (lines, root, when written). The
+verdict is pinned to the keys the state directory's sessions signed with
+(their key_ids, from the index), as 'aegis verify --key' would pin it; a
+record that publishes another key stays unpinned, and the page says
+which key. A check reads the whole record, so it runs in the background,
+one file at a time, only after a file changed, and at most every 10
+seconds per record; the page says when it was taken and how many lines
+it read. A record whose session still runs is Indeterminate (no close
+yet).
+
+With --hub (the hub's client URLs) it shows the fleet of that hub
+instead of a state directory: each enrolled host (the hub's mirror
+AEGIS_<host> of its stream) with its mirror's lag (how many messages it
+is behind the host's stream), when the hub last heard from the host, the
+mirror's last sequence and last message time, and the calls that wait
+for approval on any host, with their host (as 'aegis approvals --hub'
+lists them). Approve and Deny go over the hub, as 'aegis approve --hub
+--host HOST --session ID' sends them. The hosts and the mirrors are read
+by the hub's reader: --hub-creds, or a user in the URLs; the approvals
+are asked as the fleet approver of --hub-nkey (the key 'aegis hub
+approver' wrote), else of --hub-creds. With --host, that host's sessions
+and transcripts are read from its mirror, as 'aegis sessions --hub' and
+'aegis replay --hub' read them. The hub is asked in the background while
+a page is open, a round every few seconds; the page says when.
 
 On start it prints a login link on stdout. The link works once: opening
 it sets a session cookie (HttpOnly, SameSite=Strict) in that browser, and
@@ -61,6 +90,13 @@ the console's own page (its Origin).
   --approver-key F  sign approvals with this approver key; its passphrase
                     is asked in the page with each Approve, used for that
                     one approval and never kept (loopback only)
+  --hub URL         show the fleet of this hub (client URLs,
+                    comma-separated) instead of a state directory
+  --hub-nkey FILE   the fleet approver's key that asks the hosts
+  --hub-creds FILE  NATS credentials for the hub (the reader of the
+                    mirrors; the approver too without --hub-nkey)
+  --hub-ca FILE     CA bundle (PEM) the hub's certificate must chain to
+  --host HOST       with --hub: list this host's sessions from its mirror
 
 What it reads: while an aegis process holds the state directory, the
 index that process saves every second (so the sessions list may be a
@@ -84,11 +120,18 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:0", "address to serve on")
 	allowRemote := fs.Bool("allow-remote", false, "allow an address off loopback")
 	keyPath := fs.String("approver-key", "", "approver key to sign approvals with")
+	hub := addApproverFlags(fs)
 	if err := m.parseFlags(fs, consoleUsage, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("run: aegis console [--state-dir DIR] [--listen 127.0.0.1:PORT]", "console: unexpected argument %q", fs.Arg(0))
+	}
+	if err := hub.noneWithout(); err != nil {
+		return err
+	}
+	if hub.set() && *dir != "" {
+		return usagef("aegis console --state-dir DIR, or aegis console --hub URL [--host HOST] --hub-nkey FILE|--hub-creds FILE", "console: --state-dir and --hub are alternatives: the console shows one state directory, or the fleet of one hub")
 	}
 	remote, err := console.CheckListen(*listen, *allowRemote)
 	if err != nil {
@@ -108,9 +151,11 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 		}
 		signer = filepath.Base(*keyPath)
 	}
-	stateDir, err := m.stateDir(*dir)
-	if err != nil {
-		return err
+	stateDir := ""
+	if !hub.set() {
+		if stateDir, err = m.stateDir(*dir); err != nil {
+			return err
+		}
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -124,7 +169,12 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 	if remote {
 		m.warnf("the console listens on %s, off loopback, over plain HTTP: anyone who can reach it and read the login link, or the cookie on the wire, can approve calls", ln.Addr())
 	}
-	src := &consoleSource{m: m, dirFlag: *dir, stateDir: stateDir, key: key}
+	bg, cancelBG := context.WithCancel(ctx) // the background checks and questions
+	defer cancelBG()
+	var src console.Source = &consoleSource{m: m, dirFlag: *dir, stateDir: stateDir, key: key, records: newRecordChecker(bg, stateDir)}
+	if hub.set() {
+		src = newHubConsole(bg, m, hub, key)
+	}
 	srv, err := console.New(console.Config{Source: src, Logger: m.logger(), Hosts: hosts, Random: rand.Reader, Signer: signer})
 	if err != nil {
 		return err
@@ -155,6 +205,7 @@ type consoleSource struct {
 	dirFlag  string
 	stateDir string
 	key      *approverKeyFile // signs approvals; nil: they go unsigned
+	records  *recordChecker   // the record files and their verify status
 
 	mu     sync.Mutex
 	cached []console.SessionRow // read from a snapshot while nobody held the directory
