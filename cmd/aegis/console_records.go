@@ -49,6 +49,7 @@ type recordChecker struct {
 	ended   time.Time // when the last round ended
 	listed  time.Time // when the files were listed
 	list    recordList
+	stale   string // why the list could not be read again, "" when it was
 	checks  map[string]*recordCheck
 }
 
@@ -99,6 +100,9 @@ func (c *recordChecker) rows() ([]console.RecordRow, []string, error) {
 	default:
 		notes = append(notes, fmt.Sprintf("records: checked as 'aegis verify' checks them, with their segments and checkpoints, in the background: each when it changed, at most every %v", recordEvery))
 	}
+	if c.stale != "" {
+		notes = append(notes, c.stale)
+	}
 	rows := make([]console.RecordRow, 0, len(c.list.paths))
 	for _, p := range c.list.paths {
 		if ck := c.checks[p]; ck != nil {
@@ -119,12 +123,21 @@ func (c *recordChecker) round() {
 		c.mu.Unlock()
 	}()
 	c.mu.Lock()
-	due := time.Since(c.listed) >= recordListEvery
+	// An empty or failed list is read again at once: the index appears
+	// within a second of a session's start.
+	due := time.Since(c.listed) >= recordListEvery || c.list.err != nil || c.stale != "" || len(c.list.paths) == 0
 	c.mu.Unlock()
 	if due {
 		l := listRecords(c.stateDir)
 		c.mu.Lock()
-		c.list, c.listed = l, time.Now()
+		switch {
+		case l.err != nil && len(c.list.paths) > 0:
+			// A save of the index under way, say: keep the list read
+			// before, and say so.
+			c.stale = fmt.Sprintf("records: the index of %s could not be read again (%v); the list is the one read at %s", c.stateDir, l.err, c.listed.Local().Format("15:04:05"))
+		default:
+			c.list, c.listed, c.stale = l, time.Now(), ""
+		}
 		c.mu.Unlock()
 	}
 	c.mu.Lock()
