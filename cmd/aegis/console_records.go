@@ -256,23 +256,30 @@ func checkRecord(ctx context.Context, path string, files []string, keys map[stri
 	row := console.RecordRow{Path: path, Files: len(files)}
 	var lines int64
 	segs := make([]verifier.Segment, len(files))
-	full := map[string]string{} // the names in the result: their files
+	written := map[string]time.Time{} // the checkpoint files: when last written
 	for i, f := range files {
+		name := f // named in messages as aegis verify FILE names it
+		segs[i].Name = name
+		// The live checkpoints as they are now, before the record is
+		// opened: the verifier reads them twice, and a running session
+		// appends to them, but only checkpoints of lines it wrote before.
+		side := f + projector.CheckpointsSuffix
+		if fi, err := os.Stat(side); err == nil {
+			segs[i].Checkpoints, segs[i].CheckpointsName = openerUpTo(side, fi.Size()), side
+			written[side] = fi.ModTime()
+		}
 		r, err := os.Open(f)
 		if err != nil {
 			row.Verdict, row.Status = "Unreadable", "read record: "+err.Error()
 			return row
 		}
 		defer r.Close()
-		name := f // named in messages as aegis verify FILE names it
-		segs[i] = verifier.Segment{Name: name, Record: &lineCounter{r: ctxReader{ctx, r}, n: &lines}}
-		if _, err := os.Stat(f + projector.CheckpointsSuffix); err == nil {
-			segs[i].Checkpoints, segs[i].CheckpointsName = opener(f+projector.CheckpointsSuffix), name+projector.CheckpointsSuffix
-			full[segs[i].CheckpointsName] = f + projector.CheckpointsSuffix
-		}
-		if b, err := readCheckpoint(f + projector.CheckpointSuffix); err == nil {
-			segs[i].Checkpoint, segs[i].CheckpointName = b, name+projector.CheckpointSuffix
-			full[segs[i].CheckpointName] = f + projector.CheckpointSuffix
+		segs[i].Record = &lineCounter{r: ctxReader{ctx, r}, n: &lines}
+		if fi, err := os.Stat(f + projector.CheckpointSuffix); err == nil {
+			if b, err := readCheckpoint(f + projector.CheckpointSuffix); err == nil {
+				segs[i].Checkpoint, segs[i].CheckpointName = b, name+projector.CheckpointSuffix
+				written[segs[i].CheckpointName] = fi.ModTime()
+			}
 		}
 	}
 	var res verifier.Result
@@ -308,13 +315,27 @@ func checkRecord(ctx context.Context, path string, files []string, keys map[stri
 		c := res.Checkpoints[n-1]
 		if c.Checkpoint.Size > 0 || c.Count > 0 {
 			cp := &console.RecordCheckpoint{Name: c.Name, Size: c.Checkpoint.Size, Root: base64.StdEncoding.EncodeToString(c.Checkpoint.Root[:]), Count: c.Count, Matches: c.Matches}
-			if fi, err := os.Stat(full[c.Name]); err == nil {
-				cp.Time = fi.ModTime().UTC().Format(time.RFC3339)
+			if t, ok := written[c.Name]; ok {
+				cp.Time = t.UTC().Format(time.RFC3339)
 			}
 			row.Checkpoint = cp
 		}
 	}
 	return row
+}
+
+// openerUpTo opens path and reads its first n bytes.
+func openerUpTo(path string, n int64) func() (io.ReadCloser, error) {
+	return func() (io.ReadCloser, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(f, n), f}, nil
+	}
 }
 
 // ctxReader reads r until ctx ends.

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -138,5 +140,48 @@ func lastCheckpoint(t *testing.T, record string) schemas.Checkpoint {
 		if last, err = schemas.ParseCheckpoint(schemas.NoteText(msg)); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A record whose session runs, signing a checkpoint every line while the
+// console checks it again and again, is Indeterminate at every check and
+// never Tampered: a check reads the live checkpoints as they were before
+// it opened the record, though the session appends to both meanwhile.
+func TestConsoleChecksARecordInWritingHonestly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a session for half a minute")
+	}
+	l := newLive(t, "")
+	w := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
+		"--checkpoint-lines", "1", "--", filepath.Join(l.bin, "aegis-example-server")))
+	w.initialize()
+	con := l.console()
+	c := loginClient(t, con)
+	checks := map[string]console.RecordRow{}
+	deadline := time.Now().Add(25 * time.Second)
+	for id := 1; time.Now().Before(deadline) || len(checks) < 2; id++ {
+		if time.Now().After(deadline.Add(30 * time.Second)) {
+			t.Fatalf("only %d checks in 55 s", len(checks))
+		}
+		if a := w.call(id, "tools/call", fmt.Sprintf(`{"name":"echo","arguments":{"message":"m%d"}}`, id)); !strings.Contains(a, fmt.Sprintf("m%d", id)) {
+			t.Fatalf("echo: %s", a)
+		}
+		var st struct {
+			Records []console.RecordRow `json:"records"`
+		}
+		c.getJSON(t, "/api/state", &st)
+		for _, r := range st.Records {
+			if r.CheckedAt == "" {
+				continue
+			}
+			if r.Verdict != "Indeterminate" {
+				t.Fatalf("check at %s of a record in writing: %+v", r.CheckedAt, r)
+			}
+			checks[r.CheckedAt] = r
+		}
+	}
+	w.finish()
+	for at, r := range checks {
+		t.Logf("%s: %d lines, checkpoint %+v: %s", at, r.Lines, r.Checkpoint, r.Status)
 	}
 }
