@@ -98,13 +98,15 @@ the console's own page (its Origin).
   --hub-ca FILE     CA bundle (PEM) the hub's certificate must chain to
   --host HOST       with --hub: list this host's sessions from its mirror
 
-What it reads: while an aegis process holds the state directory, the
-index that process saves every second (so the sessions list may be a
-second behind); otherwise a private snapshot copy of the stream. The
-approvals come live from the running processes over their approval
-channel. A transcript is read as 'aegis replay --follow' reads it, from
-snapshot copies. The console never takes the state directory's lock, so
-it never keeps an aegis wrap from starting.
+What it reads: while an aegis process holds the state directory, that
+process's stream itself, through the read-only identity in its
+credentials file: the sessions list and an open transcript are woken
+each time a message is stored, and read what is new. (From an
+aegis that offers no reader, the index it saves every second.) With no
+process holding the directory, a private snapshot copy of the stream,
+read once. The approvals come live from the running processes over
+their approval channel. The console never takes the state directory's
+lock, so it never keeps an aegis wrap from starting.
 
 Stop it with Ctrl-C.
 
@@ -171,11 +173,16 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 	}
 	bg, cancelBG := context.WithCancel(ctx) // the background checks and questions
 	defer cancelBG()
-	var src console.Source = &consoleSource{m: m, dirFlag: *dir, stateDir: stateDir, key: key, records: newRecordChecker(bg, stateDir)}
+	changed := make(chan struct{}, 1)
+	var src console.Source
 	if hub.set() {
 		src = newHubConsole(bg, m, hub, key)
+	} else {
+		local := &consoleSource{m: m, dirFlag: *dir, stateDir: stateDir, key: key, records: newRecordChecker(bg, stateDir)}
+		go local.feed(bg, changed)
+		src = local
 	}
-	srv, err := console.New(console.Config{Source: src, Logger: m.logger(), Hosts: hosts, Random: rand.Reader, Signer: signer})
+	srv, err := console.New(console.Config{Source: src, Logger: m.logger(), Hosts: hosts, Random: rand.Reader, Signer: signer, Changed: changed})
 	if err != nil {
 		return err
 	}
@@ -207,8 +214,10 @@ type consoleSource struct {
 	key      *approverKeyFile // signs approvals; nil: they go unsigned
 	records  *recordChecker   // the record files and their verify status
 
-	mu     sync.Mutex
-	cached []console.SessionRow // read from a snapshot while nobody held the directory
+	mu      sync.Mutex
+	cached  []console.SessionRow // read from a snapshot while nobody held the directory
+	live    *liveIndex           // the holder's stream, followed (console_live.go)
+	liveErr error                // why it could not be followed
 }
 
 // Sessions lists the sessions as aegis sessions does: from the index the
@@ -220,13 +229,21 @@ func (s *consoleSource) Sessions(ctx context.Context) ([]console.SessionRow, []s
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if rows, notes, ok := s.liveSessions(); ok {
+		s.cached = nil
+		return rows, notes, nil
+	}
+	var liveNote []string
+	if s.liveErr != nil {
+		liveNote = []string{fmt.Sprintf("the stream could not be followed live: %v", s.liveErr)}
+	}
 	if pid := lockHolder(s.stateDir); pid > 0 {
 		s.cached = nil
 		ix, err := projector.ReadHeldIndex(s.stateDir)
 		if err != nil {
 			return nil, nil, fmt.Errorf("aegis process %d holds %s and its index could not be read yet: %w", pid, s.stateDir, err)
 		}
-		return sessionRows(ix.Sessions(pid)), []string{fmt.Sprintf("sessions from the index that aegis process %d keeps of %s (saved every second)", pid, s.stateDir)}, nil
+		return sessionRows(ix.Sessions(pid)), append(liveNote, fmt.Sprintf("sessions from the index that aegis process %d keeps of %s (saved every second)", pid, s.stateDir)), nil
 	}
 	note := []string{fmt.Sprintf("sessions from a snapshot of the stream in %s (no aegis process holds it)", s.stateDir)}
 	if s.cached != nil {

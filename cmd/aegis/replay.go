@@ -58,11 +58,16 @@ A running aegis wrap holds its state directory exclusively, so no other
 process can open the stream while it runs. aegis replay then reads a
 private snapshot copy of the stream (under DIR/readers, removed after) that
 holds every event durable when it was taken, and says so on stderr.
---follow always reads through snapshots, refreshed as the stream's files
-change: it never takes the state directory's lock, so it never keeps an
-aegis wrap from starting, and it goes on following when one process ends
-and the next begins. Long replays show progress on stderr when it is a
-terminal.
+--follow SESSION, while an aegis process holds the directory, reads that
+process's stream itself through the read-only identity of its
+credentials file, woken each time a message of the session is stored; it
+ends when the session does (for a session of that process, when the
+process exits, after the record's last checkpoint). Otherwise, and
+without SESSION, --follow reads through snapshots, refreshed as the
+stream's files change. It never takes the state directory's lock, so it
+never keeps an aegis wrap from starting, and without SESSION it goes on
+following when one process ends and the next begins. Long replays show
+progress on stderr when it is a terminal.
 
 --hub (a fleet hub's client URLs) with --host prints the session from
 that host's mirror on the hub, reading only the session's own messages.

@@ -89,6 +89,10 @@ type Config struct {
 	Random io.Reader
 	// Interval is how often the state is read (default one second).
 	Interval time.Duration
+	// Changed, if not nil, says that the Source has something new (a
+	// message stored in the stream it follows): the state is read at once,
+	// not at the next Interval.
+	Changed <-chan struct{}
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Signer names the approver key the console signs approvals with
@@ -205,6 +209,7 @@ func (s *Server) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-s.kick:
+		case <-s.cfg.Changed:
 		}
 	}
 }

@@ -38,9 +38,13 @@
 //     background (a record is verified whole, a fleet-wide question
 //     waits seconds for its answers): the poll never waits for a
 //     verification or for the hub.
-//   - Live, not stored: while a page is open, a poller asks the Source
-//     every Config.Interval (and at once after a decision) and pushes a
-//     new state to every open page when it differs; a transcript
-//     stream is the Source's replay of one session, line by line. Nothing
-//     is cached on disk, and nothing survives the process.
+//   - Live, not stored: while a page is open, the state is read from the
+//     Source at once when the Source says something changed
+//     (Config.Changed: the command line's Source follows the running
+//     process's stream, woken as each message is stored), after a
+//     decision, and every Config.Interval (for approvals that expire);
+//     a new state is pushed to every open page when it differs. A
+//     transcript stream is the Source's replay of one session, line by
+//     line, following the stream while the session runs. Nothing is
+//     cached on disk, and nothing survives the process.
 package console
