@@ -53,7 +53,9 @@ Tampered, because nothing shows what its first session links to.
 While aegis writes a record it signs checkpoints of its first lines (every
 1024 lines, every 10 s, and at close) into <RECORD>.checkpoints; each is
 checked when that file exists: a record holding fewer lines than one
-covers (cut from its end), or other lines, is Tampered.
+covers (cut from its end), or other lines, is Tampered. Of a record still
+being written, the checkpoints in that file when verify starts are
+checked; those signed while it reads are left for the next run.
 
 --checkpoint names a checkpoint file explicitly (once per record file); it
 applies to the record file its origin names, or to the only RECORD. For
@@ -163,8 +165,13 @@ func (m *Main) runVerify(ctx context.Context, args []string) error {
 		}
 		defer f.Close()
 		segs[i] = verifier.Segment{Name: p, Record: f}
-		if _, err := os.Stat(p + projector.CheckpointsSuffix); err == nil {
-			segs[i].Checkpoints, segs[i].CheckpointsName = opener(p+projector.CheckpointsSuffix), p+projector.CheckpointsSuffix
+		if fi, err := os.Stat(p + projector.CheckpointsSuffix); err == nil {
+			// A record being written gets checkpoints appended while it
+			// is read: those there now cover lines already in the file;
+			// later ones are left for the next verify, since the sidecar
+			// must read the same twice (beside the walk and for the
+			// signatures).
+			segs[i].Checkpoints, segs[i].CheckpointsName = openerUpTo(p+projector.CheckpointsSuffix, fi.Size()), p+projector.CheckpointsSuffix
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return &exitError{code: 2, err: fmt.Errorf("read checkpoints: %w", err)}
 		}

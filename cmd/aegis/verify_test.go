@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -322,6 +324,50 @@ func editFile(t *testing.T, path, old, new string) {
 	}
 	if err := os.WriteFile(path, bytes.Replace(b, []byte(old), []byte(new), 1), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// verify of a record that aegis wrap is writing, with a checkpoint signed
+// after every line, says Indeterminate (the session has not closed), never
+// Tampered: checkpoints appended while verify reads are left for the next
+// run, not taken for a sidecar that changed under it.
+func TestVerifyARecordInWritingIsNotTampered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis wrap")
+	}
+	l := newLive(t, "")
+	w := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
+		"--checkpoint-lines", "1", "--", filepath.Join(l.bin, "aegis-example-server")))
+	w.initialize()
+	stop := make(chan struct{})
+	calls := make(chan int)
+	go func() {
+		id := 1
+		defer func() { calls <- id }()
+		for ; ; id++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			w.call(id, "tools/call", fmt.Sprintf(`{"name":"echo","arguments":{"message":"m%d"}}`, id))
+		}
+	}()
+	for i := range 40 {
+		out, code := l.aegis("verify", l.audit)
+		if strings.HasPrefix(out, "Tampered") || strings.Contains(out, "\nTampered") || code != 3 && code != 0 {
+			close(stop)
+			<-calls
+			t.Fatalf("verify %d of a record in writing: exit %d\n%s", i, code, out)
+		}
+	}
+	close(stop)
+	if n := <-calls; n < 10 {
+		t.Fatalf("only %d calls while verify ran: the test did not race it", n)
+	}
+	w.finish()
+	if out, code := l.aegis("verify", l.audit); code != 0 {
+		t.Errorf("verify after the close: exit %d\n%s", code, out)
 	}
 }
 
