@@ -27,6 +27,18 @@ func appendNotes(t testing.TB, st *Store, n int) {
 	appendSessionNotes(t, st, session, n)
 }
 
+// openLeaf opens a store in a temporary directory, linked to the hub h
+// as host; it closes when the test ends.
+func openLeaf(t testing.TB, h *hubtest.Hub, host string) *Store {
+	t.Helper()
+	st, err := Open(context.Background(), Config{Dir: filepath.Join(t.TempDir(), "state"), Hub: &HubConfig{URLs: h.LeafURLs(), Host: host}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(context.Background()) })
+	return st
+}
+
 // waitMirror waits until the hub's mirror of host holds n messages.
 func waitMirror(t testing.TB, js jetstream.JetStream, host string, n uint64, limit time.Duration) {
 	t.Helper()
@@ -282,11 +294,7 @@ func TestHubLeafCredentialsReachOnlyTheirMirror(t *testing.T) {
 func TestMirrorReadsBySubject(t *testing.T) {
 	h := hubtest.New(t, 3)
 	ctx := context.Background()
-	st, err := Open(ctx, Config{Dir: filepath.Join(t.TempDir(), "state"), Hub: &HubConfig{URLs: h.LeafURLs(), Host: "laptop-1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close(ctx)
+	st := openLeaf(t, h, "laptop-1")
 	var sessions []string
 	for _, path := range []string{"/a.aarl", "/b.aarl"} {
 		sess, err := st.NewSession()

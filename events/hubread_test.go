@@ -3,7 +3,6 @@ package events
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -24,11 +23,7 @@ func TestMirrorReadsFromAPositionAsTheHost(t *testing.T) {
 	}
 	h := hubtest.New(t, 3)
 	ctx := context.Background()
-	st, err := Open(ctx, Config{Dir: filepath.Join(t.TempDir(), "state"), Hub: &HubConfig{URLs: h.LeafURLs(), Host: "laptop-1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close(ctx)
+	st := openLeaf(t, h, "laptop-1")
 	nc, js := h.JetStream(ctx)
 	defer nc.Close()
 	time.Sleep(time.Second) // linked first: a mirror made then pulls at once

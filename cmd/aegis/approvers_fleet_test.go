@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os/exec"
@@ -11,6 +12,35 @@ import (
 
 	"github.com/aegis-dev/aegis/events/hubtest"
 )
+
+// enrollHostAndApprover enrolls host-1 on the hub and makes the fleet
+// approver alice, as an admin does with aegis hub enroll and aegis hub
+// approver, and has the hub take both users; it returns the host's link
+// key file and alice's hub key file.
+func (l *live) enrollHostAndApprover(h *hubtest.Hub, clientURLs string) (hostKey, approverKey string) {
+	l.t.Helper()
+	// A hub just started may not have elected its JetStream leader yet.
+	nc, _ := h.JetStream(context.Background())
+	nc.Close()
+	userBlock := func(out string) string {
+		_, block, _ := strings.Cut(out, "then reload them (nats-server --signal reload):\n")
+		block, _, _ = strings.Cut(block, "\n\n")
+		return block
+	}
+	hostKey = filepath.Join(l.dir, "host-1.nkey")
+	out, code := l.aegis("hub", "enroll", "host-1", "--hub", clientURLs, "--key-out", hostKey)
+	if code != 0 {
+		l.t.Fatalf("enroll: %d\n%s", code, out)
+	}
+	users := []string{userBlock(out)}
+	approverKey = filepath.Join(l.dir, "alice.nkey")
+	if out, code = l.aegis("hub", "approver", "alice", "--key-out", approverKey); code != 0 {
+		l.t.Fatalf("hub approver: %d\n%s", code, out)
+	}
+	users = append(users, userBlock(out))
+	h.SetLeafUsers(users...)
+	return hostKey, approverKey
+}
 
 // TestFleetApproverNeedsAnApproverKey: a fleet approver's hub key lets it
 // ask a host, not approve for a human. On a host run with --approvers, an
@@ -27,23 +57,7 @@ func TestFleetApproverNeedsAnApproverKey(t *testing.T) {
 	const pass = "correct horse battery"
 	alice, aliceKey, approvers := approverFiles(t, l.dir, "alice", pass)
 
-	userBlock := func(out string) string {
-		_, block, _ := strings.Cut(out, "then reload them (nats-server --signal reload):\n")
-		block, _, _ = strings.Cut(block, "\n\n")
-		return block
-	}
-	hostKey := filepath.Join(l.dir, "host-1.nkey")
-	out, code := l.aegis("hub", "enroll", "host-1", "--hub", clientURLs, "--key-out", hostKey)
-	if code != 0 {
-		t.Fatalf("enroll: %d\n%s", code, out)
-	}
-	users := []string{userBlock(out)}
-	hubKey := filepath.Join(l.dir, "alice.nkey")
-	if out, code = l.aegis("hub", "approver", "alice", "--key-out", hubKey); code != 0 {
-		t.Fatalf("hub approver: %d\n%s", code, out)
-	}
-	users = append(users, userBlock(out))
-	h.SetLeafUsers(users...)
+	hostKey, hubKey := l.enrollHostAndApprover(h, clientURLs)
 
 	w := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
 		"--policy", l.policy, "--approvers", approvers, "--hub", strings.Join(h.LeafURLs(), ","), "--host", "host-1", "--hub-nkey", hostKey,

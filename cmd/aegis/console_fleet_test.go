@@ -26,23 +26,7 @@ func TestConsoleFleetShowsHostsLagAndApprovals(t *testing.T) {
 	h := hubtest.NewSecured(t, 3)
 	clientURLs := strings.Join(h.ClientURLs(), ",")
 	l := newLive(t, consolePolicy)
-	userBlock := func(out string) string {
-		_, block, _ := strings.Cut(out, "then reload them (nats-server --signal reload):\n")
-		block, _, _ = strings.Cut(block, "\n\n")
-		return block
-	}
-	hostKey := filepath.Join(l.dir, "host-1.nkey")
-	out, code := l.aegis("hub", "enroll", "host-1", "--hub", clientURLs, "--key-out", hostKey)
-	if code != 0 {
-		t.Fatalf("enroll: %d\n%s", code, out)
-	}
-	users := []string{userBlock(out)}
-	aliceKey := filepath.Join(l.dir, "alice.nkey")
-	if out, code = l.aegis("hub", "approver", "alice", "--key-out", aliceKey); code != 0 {
-		t.Fatalf("hub approver: %d\n%s", code, out)
-	}
-	users = append(users, userBlock(out))
-	h.SetLeafUsers(users...)
+	hostKey, aliceKey := l.enrollHostAndApprover(h, clientURLs)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, nd := range h.Nodes {
