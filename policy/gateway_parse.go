@@ -11,7 +11,7 @@ import (
 )
 
 var (
-	gatewayKeys    = []string{"version", "servers", "profiles", "activation", "error_disclosure", "rules"}
+	gatewayKeys    = []string{"version", "servers", "profiles", "activation", "error_disclosure", "rules", "on_tool_change"}
 	serverKeys     = []string{"command", "args", "env", "env_passthrough", "transport", "confine"}
 	envFileKeys    = []string{"file"}
 	confineKeys    = []string{"allow_read", "allow_write", "allow_net", "allow_exec_support", "allow_udp", "allow_mptcp", "best_effort"}
@@ -213,6 +213,10 @@ func (p *parser) gateway(data []byte) (*Gateway, error) {
 				return nil, err
 			}
 			rulesNode = f.val
+		case "on_tool_change":
+			if g.rules.onToolChange, err = p.toolChange(f.val, f.path); err != nil {
+				return nil, err
+			}
 		}
 	}
 	switch {

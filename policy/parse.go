@@ -57,7 +57,7 @@ const (
 )
 
 var (
-	topKeys    = []string{"version", "default", "rules"}
+	topKeys    = []string{"version", "default", "rules", "on_tool_change"}
 	ruleKeys   = []string{"id", "action", "tool", "capability", "role", "priority", "reason", "rate", "limits", "park", "timeout_seconds"}
 	rateKeys   = []string{"max", "per_seconds"}
 	limitsKeys = []string{"max_memory_bytes", "max_wall_ms", "max_output_bytes"}
@@ -205,6 +205,10 @@ func (p *parser) parse(data []byte) (*Set, error) {
 			}
 		case "rules":
 			if err := p.rules(s, f.val, f.path); err != nil {
+				return nil, err
+			}
+		case "on_tool_change":
+			if s.onToolChange, err = p.toolChange(f.val, f.path); err != nil {
 				return nil, err
 			}
 		}

@@ -13,6 +13,8 @@ type Set struct {
 	defaultDeny bool
 	rules       []rule
 	hash        string
+	// onToolChange is on_tool_change (toolchange.go).
+	onToolChange ToolChange
 }
 
 // Limits are the resource limits that an allow or rate_limit rule grants to

@@ -107,6 +107,8 @@ type Index struct {
 	filesNew  bool // files or rotation changed since the last save
 	// rotation is the rotation that began the stream (its first event).
 	rotation *RotationInfo
+	// pins are the tool pins (pins.go), saved in the head.
+	pins PinSet
 }
 
 // FileStamp is what the kernel says of a record file that aegis checked
@@ -141,6 +143,7 @@ func (ix *Index) fold(rec events.Record) {
 	case schemas.KindRecordCheckpoint:
 		ix.foldCheckpoint(rec)
 	}
+	ix.foldPins(rec)
 	ix.foldSpan(rec)
 	ix.At, ix.Folded = rec.Pos, true
 }

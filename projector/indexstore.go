@@ -41,6 +41,7 @@ type indexHead struct {
 	Chunks   []uint64             `json:"chunks"`
 	Files    map[string]FileStamp `json:"files,omitempty"`
 	Rotation *RotationInfo        `json:"rotation,omitempty"`
+	Pins     []Pin                `json:"pins,omitempty"`
 }
 
 type sessionSnap struct {
@@ -225,6 +226,7 @@ func decodeSnapshot(get func(key string) ([]byte, uint64, error), digest func(se
 	ix.saved = snapshotState{revs: h.Chunks, at: h.At, ok: true}
 	ix.files = h.Files
 	ix.rotation = h.Rotation
+	ix.restorePins(h.Pins)
 	return ix, nil
 }
 
@@ -289,7 +291,7 @@ func (ix *Index) Save(ctx context.Context, st IndexSource) error {
 		}
 		revs = append(revs, rev)
 	}
-	b, err := json.Marshal(indexHead{Version: indexVersion, At: ix.At, Digest: digest, Sessions: n, Chunks: revs, Files: ix.files, Rotation: ix.rotation})
+	b, err := json.Marshal(indexHead{Version: indexVersion, At: ix.At, Digest: digest, Sessions: n, Chunks: revs, Files: ix.files, Rotation: ix.rotation, Pins: ix.pinsSnap()})
 	if err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}

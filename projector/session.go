@@ -103,6 +103,8 @@ type Session struct {
 	indexDone chan struct{}
 	path      string      // the record file, resolved
 	checked   atomic.Bool // the record file was checked whole (or needed not be)
+
+	pins PinSet // the tool pins as the session opened (pins.go)
 }
 
 // OpenSession opens the record file (creating it) and locks it against
@@ -153,7 +155,7 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{store: cfg.Store, chain: chain, id: id, log: cfg.Logger}
+	s := &Session{store: cfg.Store, chain: chain, id: id, log: cfg.Logger, pins: ix.pins.clone()}
 	var extra map[string]any
 	var with []schemas.Event
 	if cfg.Confinement != nil {

@@ -136,6 +136,9 @@ type PendingApproval struct {
 	// approver; the outcome line records the rule.
 	MatchedRule string `json:"-"`
 	Profile     string `json:"-"`
+	// PinDigest, for an approval that re-pins a changed tool, is the
+	// digest of the definition an approve pins (pins.go).
+	PinDigest string `json:"pin_digest,omitempty"`
 }
 
 // gate holds the policy engine and the approval state of one session.
@@ -148,6 +151,9 @@ type gate struct {
 	pending  map[string]*PendingApproval
 	resolved map[string]string      // approval id -> what became of it
 	allow    map[string][]allowance // tool+args key -> single-use allowances
+
+	// pins re-pins a changed tool when its approval is approved (pins.go).
+	pins pinApprover
 }
 
 // allowance is what an approval grants: one call of its tool with its
@@ -179,6 +185,10 @@ type gated struct {
 	// lapsed are allowances of this tool and arguments found expired
 	// unused, and dropped, while deciding; the caller records them.
 	lapsed []string
+	// hint and pinDigest are set when the call is refused because its
+	// tool changed since it was pinned (checkPin).
+	hint      string
+	pinDigest string
 }
 
 // decide evaluates a call. A pending_approval verdict is turned into Allow

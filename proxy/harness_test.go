@@ -51,6 +51,7 @@ func bin(t testing.TB, name string) string {
 			"rawserver":            "./proxy/testdata/rawserver",
 			"growserver":           "./proxy/testdata/growserver",
 			"spawner":              "./proxy/testdata/spawner",
+			"pinserver":            "./proxy/testdata/pinserver",
 			"probe":                "./sandbox/testdata/probe",
 		} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, out), pkg)

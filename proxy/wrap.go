@@ -181,6 +181,9 @@ type relay struct {
 	gate   *gate    // nil without a policy
 	toHost *outPath // where refusal frames go
 
+	pins  *pinBook   // the server's tool pins (pins.go)
+	lists *listWatch // the host's tools/list requests in flight
+
 	s2cFrames atomic.Int64 // server frames read so far
 	s2cBusy   atomic.Bool  // the server reader is handling a frame
 
@@ -287,6 +290,10 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	inR.Close()
 	outW.Close()
 	r.kill = func() { tree.Kill() }
+	r.pins, r.lists = newPinBook(r.sess, schemas.WrapServerKey(cfg.Argv), cfg.Policy), &listWatch{}
+	if r.gate != nil {
+		r.gate.pins = r.pins
+	}
 	if _, err := r.sess.Fact(schemas.KindChildStarted, map[string]any{"pid": cmd.Process.Pid, "argv": cfg.Argv}); err != nil {
 		r.fail(err)
 	}
@@ -325,7 +332,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	// Server -> host.
 	serverOutDone := make(chan struct{})
 	go func() {
-		r.readFrames(outR, schemas.KindFrameS2C, r.onServerFrame, s2c)
+		r.readFrames(outR, schemas.KindFrameS2C, r.onServerFramePins, s2c)
 		close(s2c.ch)
 	}()
 	go func() {
@@ -699,6 +706,7 @@ func (r *relay) failedNow() bool {
 // told from the other's.
 func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 	frame := frameOf(line)
+	r.lists.noteHost(frame)
 	if r.gate == nil && r.hs.depth == 0 && len(line) <= maxUnreadLine && !mentionsToolsCall(frame) && r.deferRead(line) {
 		// Not a call (FuzzClassify holds Classify to finding none in a
 		// frame that names tools/call in no spelling), no value begun
@@ -771,6 +779,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 				r.fail(err)
 				return nil, false, false
 			}
+			verdicts[i].checkPin(r.pins, c.Tool)
 			if verdicts[i].decision.Verdict != policy.Allow {
 				refused = true
 			}
@@ -810,6 +819,9 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 		} else if verdicts != nil {
 			axes.MatchedRule = verdicts[i].decision.MatchedRule
 			axes.ApprovalRef = verdicts[i].approval // spent by decide
+		}
+		if c.Named {
+			axes.ToolPin = r.pins.pinOf(c.Tool)
 		}
 		if last, err = r.sess.Intent(wc.Intent(), with...); err != nil {
 			r.fail(err)
@@ -1107,6 +1119,7 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 			o.DecisionAxes.MatchedRule = d.MatchedRule
 		default:
 			o = wc.Refused(d.Record(), d.MatchedRule)
+			o.DecisionAxes.ToolPin = r.pins.pinOf(c.Tool)
 		}
 		if last, err = r.sess.Intent(wc.Intent(), with...); err != nil {
 			r.fail(err)
@@ -1115,7 +1128,7 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 		with = nil
 		if d.Verdict == policy.PendingApproval {
 			p := PendingApproval{ApprovalID: d.ApprovalID, ToolID: c.Tool, RequestDigest: dg, ArgsDigest: verdicts[i].argsDigest,
-				Session: r.sess.ID(), RequestedAt: now.UTC(), ExpiresAt: now.Add(r.gate.ttl).UTC(), MatchedRule: d.MatchedRule}
+				Session: r.sess.ID(), RequestedAt: now.UTC(), ExpiresAt: now.Add(r.gate.ttl).UTC(), MatchedRule: d.MatchedRule, PinDigest: verdicts[i].pinDigest}
 			p.Args, p.ArgsBytes = argsPreview(canonicalArgs(c.Args))
 			if _, err = r.sess.Fact(schemas.KindApprovalRequested, p); err != nil {
 				r.fail(err)
@@ -1141,7 +1154,7 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 			id = json.RawMessage("null")
 		}
 		if len(id) > 0 && (r.refusesItself(c) || !bytes.Equal(id, []byte("null"))) {
-			why := refusal{code: policy.RefusalCode(d), reason: d.Reason}
+			why := refusal{code: policy.RefusalCode(d), reason: d.Reason, hint: verdicts[i].hint}
 			switch {
 			case r.refusesItself(c):
 				why.code, why.reason, why.hint = policy.CodeHostDenied, c.Malformed, "send it as one JSON-RPC object on one line"
@@ -1223,6 +1236,11 @@ func (r *relay) prompt(p PendingApproval) {
 // approvalPrompt is the stderr prompt of a pending tool call approval.
 func approvalPrompt(p PendingApproval) string {
 	id := projector.Printable(p.ApprovalID)
+	if p.PinDigest != "" {
+		return fmt.Sprintf("aegis: tool changed: tools/call %q was refused: the tool's definition changed since it was pinned (now %s); approval %s (expires %s)\n"+
+			"aegis: hint: review the new definition (aegis replay shows the listing), then run: aegis approve %s to pin it   (or: aegis deny %s)\n",
+			projector.Printable(p.ToolID), short(p.PinDigest), id, p.ExpiresAt.Local().Format(time.Kitchen), id, id)
+	}
 	return fmt.Sprintf("aegis: approval needed: tools/call %q was refused pending approval %s (expires %s)\n"+
 		"aegis:   arguments: %s\n"+
 		"aegis: hint: to let it through once, run: aegis approve %s   (or: aegis deny %s)\n",
@@ -1534,6 +1552,14 @@ func decideApproval(sess *projector.Session, g *gate, approvers *schemas.Approve
 	}
 	if op.Op == "approve" {
 		g.grant(p)
+		if g.pins != nil {
+			if ok, err := g.pins.approved(p.ApprovalID); err != nil {
+				fail(err)
+				return ApprovalReply{Error: "could not record the pin: " + err.Error()}
+			} else if ok {
+				msg = fmt.Sprintf("approved %s: %q is pinned to its new definition (%s); calls to it go through again", p.ApprovalID, p.ToolID, short(p.PinDigest))
+			}
+		}
 	} else {
 		g.denied(p.ApprovalID)
 	}

@@ -29,7 +29,7 @@ func (o Outcome) fastLine() (Line, bool, error) {
 		o.Policy.Status, o.Policy.Reason, o.Policy.ApprovalID,
 		o.Capability.Status, o.Capability.Reason, o.Capability.DeniedCapability,
 		o.Execution.Status, o.Execution.Message, o.Execution.Kind, o.Execution.Reason,
-		o.DecisionAxes.Capability, o.DecisionAxes.Role, o.DecisionAxes.Session, o.DecisionAxes.MatchedRule, o.DecisionAxes.ApprovalRef) {
+		o.DecisionAxes.Capability, o.DecisionAxes.Role, o.DecisionAxes.Session, o.DecisionAxes.MatchedRule, o.DecisionAxes.ApprovalRef, o.DecisionAxes.ToolPin) {
 		return Line{}, false, nil
 	}
 	if o.DecisionAxes.FS != nil || o.DecisionAxes.Net != nil {
@@ -119,6 +119,7 @@ func (o Outcome) fastLine() (Line, bool, error) {
 	for k, v := range map[string]string{
 		"capability": o.DecisionAxes.Capability, "role": o.DecisionAxes.Role, "session": o.DecisionAxes.Session,
 		"matched_rule": o.DecisionAxes.MatchedRule, "approval_ref": o.DecisionAxes.ApprovalRef,
+		"tool_pin": o.DecisionAxes.ToolPin,
 	} {
 		if v != "" {
 			ax[k] = v

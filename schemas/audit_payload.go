@@ -281,6 +281,9 @@ type DecisionAxes struct {
 	ApprovalRef string   `json:"approval_ref,omitempty"`
 	FS          *FSAxis  `json:"fs,omitempty"`
 	Net         *NetAxis `json:"net,omitempty"`
+	// ToolPin is the digest the called tool is pinned to (tool pins,
+	// docs/pins.md); empty when the tool has no pin.
+	ToolPin string `json:"tool_pin,omitempty"`
 }
 
 // FSAxis is the filesystem path a decision was about.

@@ -66,6 +66,16 @@ const (
 	// (its first lines, as the file held them), and the tree state the
 	// next session on that file resumes from.
 	KindRecordCheckpoint Kind = "record.checkpoint"
+	// KindToolPinned pins a server's tool to the digest of its definition
+	// (first sight, an approval, or on_tool_change: allow); see toolpin.go.
+	KindToolPinned Kind = "tool.pinned"
+	// KindToolChanged records that a server listed a tool whose definition
+	// differs from its pin, a tool it had not pinned, or no longer lists a
+	// pinned tool.
+	KindToolChanged Kind = "tool.changed"
+	// KindPinsReset removes pins (aegis pins reset): the next listing of
+	// the server pins its tools again at first sight.
+	KindPinsReset Kind = "pins.reset"
 )
 
 var kinds = map[Kind]bool{
@@ -80,6 +90,8 @@ var kinds = map[Kind]bool{
 	KindCallCancelled: true, KindFrameDropped: true,
 	KindStoreRotated: true, KindTaskResult: true,
 	KindRecordCheckpoint: true,
+	// Tool pins.
+	KindToolPinned: true, KindToolChanged: true, KindPinsReset: true,
 }
 
 // Kinds returns every known kind, in no particular order.

@@ -1,0 +1,149 @@
+package projector
+
+import (
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// Pin is one tool pinned to the digest of its definition: the fold of the
+// tool.pinned and pins.reset events of the stream, per server and tool.
+// Pins outlive the session that made them; [Index] keeps them, so a start
+// reads them from its snapshot, never from the whole stream.
+type Pin struct {
+	Server string            `json:"server"`
+	Tool   string            `json:"tool"`
+	Digest string            `json:"digest"`
+	Fields map[string]string `json:"fields,omitempty"`
+	// Since is when the pin was made, Session the session that made it,
+	// Reason why (first sight, an approval, on_tool_change: allow).
+	Since   time.Time `json:"since"`
+	Session string    `json:"session"`
+	Reason  string    `json:"reason,omitempty"`
+}
+
+// PinSet is the pins of the servers, by server and tool. Its fold is pure.
+type PinSet map[string]map[string]Pin
+
+// Fold applies one event: tool.pinned sets a pin, pins.reset removes the
+// server's pins (or one tool's); every other event is ignored. It reports
+// whether the set changed.
+func (ps PinSet) Fold(e schemas.Event) bool {
+	switch e.Kind {
+	case schemas.KindToolPinned:
+		var p schemas.ToolPinned
+		if json.Unmarshal(e.Payload, &p) != nil || p.Server == "" || p.Tool == "" || p.Digest == "" {
+			return false
+		}
+		m := ps[p.Server]
+		if m == nil {
+			m = map[string]Pin{}
+			ps[p.Server] = m
+		}
+		m[p.Tool] = Pin{Server: p.Server, Tool: p.Tool, Digest: p.Digest, Fields: p.Fields, Since: e.Time.UTC(), Session: e.Session, Reason: p.Reason}
+		return true
+	case schemas.KindPinsReset:
+		var r schemas.PinsReset
+		if json.Unmarshal(e.Payload, &r) != nil || r.Server == "" {
+			return false
+		}
+		if r.Tool == "" {
+			_, had := ps[r.Server]
+			delete(ps, r.Server)
+			return had
+		}
+		m := ps[r.Server]
+		if _, had := m[r.Tool]; !had {
+			return false
+		}
+		delete(m, r.Tool)
+		if len(m) == 0 {
+			delete(ps, r.Server)
+		}
+		return true
+	}
+	return false
+}
+
+// Server returns a copy of server's pins, by tool.
+func (ps PinSet) Server(server string) map[string]Pin {
+	out := make(map[string]Pin, len(ps[server]))
+	for k, v := range ps[server] {
+		out[k] = v
+	}
+	return out
+}
+
+// List returns every pin, by server then tool; server, if not empty, keeps
+// only that server's.
+func (ps PinSet) List(server string) []Pin {
+	var out []Pin
+	for s, m := range ps {
+		if server != "" && s != server {
+			continue
+		}
+		for _, p := range m {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Server != out[j].Server {
+			return out[i].Server < out[j].Server
+		}
+		return out[i].Tool < out[j].Tool
+	})
+	return out
+}
+
+// foldPins keeps the index's pins; a change is saved with the next head.
+func (ix *Index) foldPins(rec events.Record) {
+	if rec.Event.Kind != schemas.KindToolPinned && rec.Event.Kind != schemas.KindPinsReset {
+		return
+	}
+	if ix.pins == nil {
+		ix.pins = PinSet{}
+	}
+	if ix.pins.Fold(rec.Event) {
+		ix.filesNew = true
+	}
+}
+
+// Pins returns the pins the index holds, as of the last event folded:
+// every server's, or only server's.
+func (ix *Index) Pins(server string) []Pin { return ix.pins.List(server) }
+
+// ServerPins returns a copy of one server's pins, by tool.
+func (ix *Index) ServerPins(server string) map[string]Pin { return ix.pins.Server(server) }
+
+// pinsSnap and restorePins carry the pins in the snapshot's head.
+func (ix *Index) pinsSnap() []Pin { return ix.pins.List("") }
+
+func (ix *Index) restorePins(ps []Pin) {
+	if len(ps) == 0 {
+		return
+	}
+	ix.pins = PinSet{}
+	for _, p := range ps {
+		m := ix.pins[p.Server]
+		if m == nil {
+			m = map[string]Pin{}
+			ix.pins[p.Server] = m
+		}
+		m[p.Tool] = p
+	}
+}
+
+func (ps PinSet) clone() PinSet {
+	out := make(PinSet, len(ps))
+	for s := range ps {
+		out[s] = ps.Server(s)
+	}
+	return out
+}
+
+// Pins returns one server's tool pins as they stood when the session
+// opened (its index was folded to the stream's end then), by tool.
+func (s *Session) Pins(server string) map[string]Pin { return s.pins.Server(server) }

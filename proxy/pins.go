@@ -1,0 +1,423 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/policy"
+	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// Tool pins (docs/pins.md). A pinBook keeps one server's pins for a
+// session: what the stream says each tool was pinned to when the session
+// opened, and what the server has listed since. Invariants:
+//
+//   - First sight pins. A server without pins has every tool of its first
+//     complete listing (all its pages, up to a result without nextCursor)
+//     pinned, one tool.pinned event each. A server with pins, or one whose
+//     first listing is complete, has no first sight left: a tool it adds
+//     is a change, as is a pinned tool listed with another definition. A
+//     complete listing that leaves a pinned tool out records its removal;
+//     the pin stays, so the tool re-added with another definition is a
+//     change and re-added as it was is not.
+//   - Every change is an event (tool.changed) once per definition, before
+//     the listing that shows it reaches the host.
+//   - Under a policy, a call to a changed tool is refused (on_tool_change
+//     deny or pending_approval) until a human re-pins the tool: an approve
+//     of the pending approval pins the definition the approval was asked
+//     for (tool.pinned, "approved <id>"), and only that one. With allow,
+//     the change is recorded and the new definition pinned at once.
+//     Without a policy, changes are recorded and nothing is refused.
+type pinBook struct {
+	server  string
+	mode    policy.ToolChange
+	enforce bool
+	sess    *projector.Session
+
+	mu      sync.Mutex
+	pinned  map[string]projector.Pin // by tool; Digest "" = to pin at first sight
+	current map[string]toolSeen      // the last definition listed in this session
+	listing map[string]bool          // the tools of the listing under way; nil: none
+	settled bool                     // no first sight left (pins at open, or a complete listing)
+	changed map[string]toolSeen      // tools whose listed definition is not their pin
+	removed map[string]bool          // pinned tools the last complete listing left out
+	asked   map[string]pinAsk        // pending re-pin approvals, by approval id
+	n       int
+}
+
+// toolSeen is a tool's definition as a listing showed it.
+type toolSeen struct {
+	digest string
+	fields map[string]string
+}
+
+// pinAsk is what a pending re-pin approval would pin.
+type pinAsk struct {
+	tool string
+	seen toolSeen
+}
+
+func newPinBook(sess *projector.Session, server string, set *policy.Set) *pinBook {
+	b := &pinBook{server: server, sess: sess, pinned: sess.Pins(server),
+		current: map[string]toolSeen{}, changed: map[string]toolSeen{}, removed: map[string]bool{}, asked: map[string]pinAsk{}}
+	if set != nil {
+		b.enforce, b.mode = true, set.OnToolChange()
+	}
+	for _, p := range b.pinned {
+		if p.Digest != "" {
+			b.settled = true
+		}
+	}
+	return b
+}
+
+// action is what a change is recorded as doing.
+func (b *pinBook) action() string {
+	if !b.enforce {
+		return "record"
+	}
+	return b.mode.String()
+}
+
+// observe takes one page of a tools/list result: its tools, whether it
+// answers a request that continued a listing (params.cursor) and whether
+// more pages follow (nextCursor). It records first-sight pins and changes
+// (events enqueued before it returns) and updates what calls are checked
+// against.
+func (b *pinBook) observe(tools []json.RawMessage, continued, more bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !continued || b.listing == nil {
+		b.listing = map[string]bool{}
+	}
+	var evs []func() error
+	for _, raw := range tools {
+		d, err := schemas.ParseToolDefinition(raw)
+		if err != nil {
+			continue // not a tool a host could call by name
+		}
+		dg, err := d.Digest()
+		if err != nil {
+			continue
+		}
+		seen := toolSeen{digest: dg, fields: d.FieldDigests()}
+		name := d.Name
+		b.listing[name] = true
+		b.current[name] = seen
+		delete(b.removed, name)
+		pin, ok := b.pinned[name]
+		switch {
+		case (!ok && !b.settled) || (ok && pin.Digest == ""):
+			evs = append(evs, b.pinLocked(name, seen, "first sight"))
+		case ok && pin.Digest == dg:
+			delete(b.changed, name) // as pinned (again)
+		default:
+			if was, ok := b.changed[name]; ok && was.digest == dg {
+				continue // recorded already
+			}
+			ch := schemas.ToolChanged{Server: b.server, Tool: name, Change: schemas.ToolChangeAdded, Digest: dg, Action: b.action()}
+			if ok {
+				ch.Change, ch.Pinned, ch.Fields = schemas.ToolChangeChanged, pin.Digest, schemas.ChangedFields(pin.Fields, seen.fields)
+			}
+			evs = append(evs, b.fact(schemas.KindToolChanged, ch))
+			if b.enforce && b.mode == policy.ToolChangeAllow {
+				evs = append(evs, b.pinLocked(name, seen, "on_tool_change: allow"))
+				delete(b.changed, name)
+			} else {
+				b.changed[name] = seen
+			}
+		}
+	}
+	if !more {
+		for name, pin := range b.pinned {
+			if pin.Digest == "" || b.listing[name] || b.removed[name] {
+				continue
+			}
+			b.removed[name] = true
+			delete(b.current, name)
+			delete(b.changed, name)
+			evs = append(evs, b.fact(schemas.KindToolChanged, schemas.ToolChanged{Server: b.server, Tool: name, Change: schemas.ToolChangeRemoved, Pinned: pin.Digest, Action: b.action()}))
+		}
+		b.listing = nil
+		b.settled = true
+	}
+	for _, ev := range evs {
+		if err := ev(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pinLocked pins tool to seen and returns the recording of it; b.mu is held.
+func (b *pinBook) pinLocked(tool string, seen toolSeen, reason string) func() error {
+	b.pinned[tool] = projector.Pin{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Session: b.sess.ID(), Reason: reason}
+	return b.fact(schemas.KindToolPinned, schemas.ToolPinned{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Reason: reason})
+}
+
+func (b *pinBook) fact(kind schemas.Kind, payload any) func() error {
+	return func() error {
+		_, err := b.sess.Fact(kind, payload)
+		return err
+	}
+}
+
+// pinOf returns the digest tool is pinned to ("" for none): the outcome's
+// decision_axes.tool_pin.
+func (b *pinBook) pinOf(tool string) string {
+	if b == nil {
+		return ""
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pinned[tool].Digest
+}
+
+// pinRefusal is why a call to a changed tool is refused, and how.
+type pinRefusal struct {
+	decision policy.Decision
+	hint     string
+	digest   string // the definition an approval would pin
+}
+
+// pinRule is the matched_rule of a call refused for a changed tool.
+const pinRule = "on_tool_change"
+
+// check decides a call to tool against its pin: nil when the tool is as
+// pinned (or not enforced). approvalPrefix names the approvals it asks
+// for.
+func (b *pinBook) check(tool string) *pinRefusal {
+	if b == nil || !b.enforce {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	seen, ok := b.changed[tool]
+	if !ok {
+		return nil
+	}
+	pin, pinned := b.pinned[tool]
+	what := "was added after the server's tools were pinned"
+	if pinned && pin.Digest != "" {
+		what = "changed since it was pinned"
+		if f := schemas.ChangedFields(pin.Fields, seen.fields); len(f) > 0 {
+			what += " (" + strings.Join(f, ", ") + ")"
+		}
+	}
+	reason := fmt.Sprintf("tool %q %s; its new definition is %s", tool, what, short(seen.digest))
+	if b.mode == policy.ToolChangeDeny {
+		return &pinRefusal{
+			decision: policy.Decision{Verdict: policy.Deny, Reason: reason, MatchedRule: pinRule},
+			hint:     "review the server's new definition; to accept it, end this session and run: aegis pins reset --server " + quoteArg(b.server) + " --tool " + quoteArg(tool),
+			digest:   seen.digest,
+		}
+	}
+	b.n++
+	id := "apr-pin-" + sanitizeID(tool) + "-" + strconv.Itoa(b.n)
+	b.asked[id] = pinAsk{tool: tool, seen: seen}
+	return &pinRefusal{
+		decision: policy.Decision{Verdict: policy.PendingApproval, Reason: reason, MatchedRule: pinRule, ApprovalID: id},
+		hint:     "review the server's new definition, then run: aegis approve " + id + " to pin it (or: aegis deny " + id + "), and send the call again",
+		digest:   seen.digest,
+	}
+}
+
+// approved re-pins the tool of a re-pin approval to the definition it was
+// asked for; it reports false for an approval that is not one.
+func (b *pinBook) approved(id string) (bool, error) {
+	if b == nil {
+		return false, nil
+	}
+	b.mu.Lock()
+	a, ok := b.asked[id]
+	if !ok {
+		b.mu.Unlock()
+		return false, nil
+	}
+	delete(b.asked, id)
+	rec := b.pinLocked(a.tool, a.seen, "approved "+id)
+	if b.changed[a.tool].digest == a.seen.digest {
+		delete(b.changed, a.tool)
+	}
+	b.mu.Unlock()
+	return true, rec()
+}
+
+func short(d string) string {
+	if len(d) > 12 {
+		return "sha256:" + d[:12] + "…"
+	}
+	return "sha256:" + d
+}
+
+func quoteArg(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\n'\"\\$`") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// sanitizeID keeps an approval id to the characters aegis approve takes
+// from a shell without quoting.
+func sanitizeID(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+		if b.Len() >= 48 {
+			break
+		}
+	}
+	return b.String()
+}
+
+// listWatch follows the host's tools/list requests in aegis wrap, so that
+// their answers are read for pins. An answer is matched to a request as
+// hosts match it: by its exact id or its loose reading (LooseID).
+type listWatch struct {
+	mu   sync.Mutex
+	reqs []listReq
+}
+
+type listReq struct {
+	id        reqID
+	continued bool // params.cursor was given
+}
+
+// maxListWatch bounds the tools/list requests followed at once; the oldest
+// is forgotten first.
+const maxListWatch = 256
+
+type rpcMessage struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params *struct {
+		Cursor *string `json:"cursor"`
+	} `json:"params"`
+	Result *struct {
+		Tools      []json.RawMessage `json:"tools"`
+		NextCursor string            `json:"nextCursor"`
+	} `json:"result"`
+}
+
+// messages reads a frame as one JSON-RPC message or a batch of them.
+func messages(frame []byte) []rpcMessage {
+	t := bytes.TrimSpace(frame)
+	if len(t) == 0 {
+		return nil
+	}
+	if t[0] == '[' {
+		var ms []rpcMessage
+		if json.Unmarshal(t, &ms) != nil {
+			return nil
+		}
+		return ms
+	}
+	var m rpcMessage
+	if json.Unmarshal(t, &m) != nil {
+		return nil
+	}
+	return []rpcMessage{m}
+}
+
+// noteHost registers the tools/list requests of a host frame.
+func (w *listWatch) noteHost(frame []byte) {
+	if !bytes.Contains(frame, []byte("tools/list")) {
+		return
+	}
+	for _, m := range messages(frame) {
+		if m.Method != "tools/list" || len(m.ID) == 0 {
+			continue
+		}
+		key, ok, _ := idKey(m.ID)
+		if !ok {
+			continue
+		}
+		w.mu.Lock()
+		if len(w.reqs) >= maxListWatch {
+			w.reqs = w.reqs[1:]
+		}
+		w.reqs = append(w.reqs, listReq{id: newReqID(key, m.ID), continued: m.Params != nil && m.Params.Cursor != nil})
+		w.mu.Unlock()
+	}
+}
+
+// noteServer reads the tools/list answers of a relayed server frame into
+// book.
+func (w *listWatch) noteServer(frame []byte, book *pinBook) error {
+	w.mu.Lock()
+	n := len(w.reqs)
+	w.mu.Unlock()
+	if n == 0 || !bytes.Contains(frame, []byte(`"tools"`)) {
+		return nil
+	}
+	for _, m := range messages(frame) {
+		if m.Result == nil || len(m.ID) == 0 {
+			continue
+		}
+		key, _, _ := idKey(m.ID)
+		id := newReqID(key, m.ID)
+		w.mu.Lock()
+		var req *listReq
+		for i := range w.reqs {
+			if w.reqs[i].id.same(id) {
+				r := w.reqs[i]
+				req = &r
+				w.reqs = append(w.reqs[:i], w.reqs[i+1:]...)
+				break
+			}
+		}
+		w.mu.Unlock()
+		if req == nil {
+			continue
+		}
+		if err := book.observe(m.Result.Tools, req.continued, m.Result.NextCursor != ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pinApprover re-pins the tool of an approved re-pin approval.
+type pinApprover interface {
+	approved(id string) (bool, error)
+}
+
+// checkPin turns an allowed or pending verdict into the pin's refusal
+// when tool changed since it was pinned; a deny or a spent rate limit
+// stands.
+func (g *gated) checkPin(b *pinBook, tool string) {
+	if v := g.decision.Verdict; v != policy.Allow && v != policy.PendingApproval {
+		return
+	}
+	pr := b.check(tool)
+	if pr == nil {
+		return
+	}
+	g.decision, g.hint, g.pinDigest = pr.decision, pr.hint, pr.digest
+}
+
+// onServerFramePins is onServerFrame that then reads the tools/list
+// answers of a frame it relays into the server's pins, before the frame
+// is handed to the writer: the host never sees a listing whose changes are
+// not yet in force.
+func (r *relay) onServerFramePins(line []byte) (*events.Receipt, bool, bool) {
+	wait, relay, ok := r.onServerFrame(line)
+	if ok && relay {
+		if err := r.lists.noteServer(frameOf(line), r.pins); err != nil {
+			r.fail(err)
+			return nil, false, false
+		}
+	}
+	return wait, relay, ok
+}

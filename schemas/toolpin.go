@@ -1,0 +1,349 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Tool pins. A server's tool is pinned to the digest of its definition as
+// the server listed it; a definition that later differs is a change the
+// proxy records and acts on (docs/pins.md).
+//
+// The digest ([ToolDefinitionDigest]) is lowercase hex SHA-256 over the
+// RFC 8785 canonical JSON of the object holding the tool's name, title,
+// description, inputSchema, outputSchema and annotations, each member only
+// when the tool has it. Tool definitions are arbitrary JSON (floats,
+// negative numbers and null are common in schemas), so they are
+// canonicalized with [CanonicalJSON], the full RFC 8785, not with the
+// audit record's narrower [Canonicalize].
+
+// ToolPinFields are the members of a tool definition that its digest
+// covers, in the order a change names them.
+var ToolPinFields = []string{"name", "title", "description", "inputSchema", "outputSchema", "annotations"}
+
+// ToolDefinition is a tool as digested: the pinned members as the server
+// sent them.
+type ToolDefinition struct {
+	Name   string
+	Fields map[string]json.RawMessage // member -> raw JSON, pinned members only
+}
+
+// ParseToolDefinition reads one entry of a tools/list result's tools
+// array. Members are read as encoding/json reads them (the last of a
+// duplicated member wins, as in the JSON readers of common hosts). An
+// entry without a string name is refused.
+func ParseToolDefinition(raw json.RawMessage) (ToolDefinition, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return ToolDefinition{}, fmt.Errorf("tool definition: %w", err)
+	}
+	var name string
+	if err := json.Unmarshal(m["name"], &name); err != nil || name == "" {
+		return ToolDefinition{}, errors.New("tool definition: no name")
+	}
+	d := ToolDefinition{Name: name, Fields: map[string]json.RawMessage{}}
+	for _, f := range ToolPinFields {
+		if v, ok := m[f]; ok {
+			d.Fields[f] = v
+		}
+	}
+	return d, nil
+}
+
+// Digest is [ToolDefinitionDigest] of d.
+func (d ToolDefinition) Digest() (string, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	keys := make([]string, 0, len(d.Fields))
+	for k := range d.Fields {
+		keys = append(keys, k)
+	}
+	sortUTF16(keys)
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeJCSString(&b, k)
+		b.WriteByte(':')
+		c, err := CanonicalJSON(d.Fields[k])
+		if err != nil {
+			return "", fmt.Errorf("tool %q: %s: %w", d.Name, k, err)
+		}
+		b.Write(c)
+	}
+	b.WriteByte('}')
+	return HashHex(b.Bytes()), nil
+}
+
+// FieldDigests returns the digest of each pinned member d has (SHA-256 of
+// its canonical JSON): what tells a description change from a schema one.
+func (d ToolDefinition) FieldDigests() map[string]string {
+	out := make(map[string]string, len(d.Fields))
+	for k, v := range d.Fields {
+		if c, err := CanonicalJSON(v); err == nil {
+			out[k] = HashHex(c)
+		}
+	}
+	return out
+}
+
+// ToolDefinitionDigest parses one tools/list entry and returns its name and
+// digest.
+func ToolDefinitionDigest(raw json.RawMessage) (name, digest string, err error) {
+	d, err := ParseToolDefinition(raw)
+	if err != nil {
+		return "", "", err
+	}
+	digest, err = d.Digest()
+	return d.Name, digest, err
+}
+
+// ChangedFields names the members whose digests differ between two
+// FieldDigests (a member present in one only counts), in ToolPinFields
+// order.
+func ChangedFields(was, now map[string]string) []string {
+	var out []string
+	for _, f := range ToolPinFields {
+		if was[f] != now[f] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// The payloads of the pin events. Server is the pin's key: the server's
+// argv joined by spaces in aegis wrap ([WrapServerKey]), its config name
+// in the gateway.
+
+// ToolPinned is the payload of a tool.pinned event.
+type ToolPinned struct {
+	Server string            `json:"server"`
+	Tool   string            `json:"tool"`
+	Digest string            `json:"digest"`
+	Fields map[string]string `json:"fields,omitempty"`
+	// Reason is "first sight", "approved <approval id>" or "on_tool_change: allow".
+	Reason string `json:"reason"`
+}
+
+// ToolChanged is the payload of a tool.changed event. Change is
+// "changed" (Fields names what), "added" (a tool the server had not
+// pinned, listed after its first listing) or "removed" (a pinned tool a
+// complete listing left out; Digest is then empty).
+type ToolChanged struct {
+	Server string   `json:"server"`
+	Tool   string   `json:"tool"`
+	Change string   `json:"change"`
+	Pinned string   `json:"pinned,omitempty"`
+	Digest string   `json:"digest,omitempty"`
+	Fields []string `json:"fields,omitempty"`
+	// Action is what on_tool_change made of it: deny, pending_approval,
+	// allow, or record (no policy enforces pins in this session).
+	Action string `json:"action"`
+}
+
+// PinsReset is the payload of a pins.reset event: every pin of Server, or
+// only Tool's when set.
+type PinsReset struct {
+	Server string `json:"server"`
+	Tool   string `json:"tool,omitempty"`
+	By     string `json:"by,omitempty"`
+}
+
+// The changes a [ToolChanged] names.
+const (
+	ToolChangeChanged = "changed"
+	ToolChangeAdded   = "added"
+	ToolChangeRemoved = "removed"
+)
+
+// WrapServerKey is the pin key of a wrapped server: its argv, each
+// argument quoted when it holds a space or a quote, joined by spaces.
+func WrapServerKey(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\") {
+			parts[i] = strconv.Quote(a)
+		} else {
+			parts[i] = a
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// CanonicalJSON returns the RFC 8785 canonical form of any one JSON value
+// (null, floats and negative numbers included): members sorted by UTF-16
+// code units, numbers as ECMAScript writes the IEEE 754 double they denote,
+// strings with only the escapes JCS requires. Duplicate members keep the
+// last, as encoding/json reads them. A number beyond the double range is
+// refused.
+func CanonicalJSON(raw []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("canonical json: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("canonical json: more than one value")
+	}
+	var b bytes.Buffer
+	if err := writeJCS(&b, v); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func writeJCS(b *bytes.Buffer, v any) error {
+	switch t := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case bool:
+		if t {
+			b.WriteString("true")
+		} else {
+			b.WriteString("false")
+		}
+	case string:
+		writeJCSString(b, t)
+	case json.Number:
+		f, err := strconv.ParseFloat(string(t), 64)
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+			return fmt.Errorf("canonical json: number %s is outside the double range", t)
+		}
+		b.WriteString(esNumber(f))
+	case []any:
+		b.WriteByte('[')
+		for i, e := range t {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := writeJCS(b, e); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sortUTF16(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			writeJCSString(b, k)
+			b.WriteByte(':')
+			if err := writeJCS(b, t[k]); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	default:
+		return fmt.Errorf("canonical json: unexpected %T", v)
+	}
+	return nil
+}
+
+// sortUTF16 sorts keys by their UTF-16 code units, as RFC 8785 orders
+// members.
+func sortUTF16(keys []string) {
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := utf16.Encode([]rune(keys[i])), utf16.Encode([]rune(keys[j]))
+		for k := 0; k < len(a) && k < len(b); k++ {
+			if a[k] != b[k] {
+				return a[k] < b[k]
+			}
+		}
+		return len(a) < len(b)
+	})
+}
+
+func writeJCSString(b *bytes.Buffer, s string) {
+	const hex = "0123456789abcdef"
+	b.WriteByte('"')
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == '"':
+			b.WriteString(`\"`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\b':
+			b.WriteString(`\b`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\f':
+			b.WriteString(`\f`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r < 0x20:
+			b.WriteString(`\u00`)
+			b.WriteByte(hex[r>>4])
+			b.WriteByte(hex[r&0xf])
+		case r == utf8.RuneError && size == 1:
+			b.WriteString("\uFFFD")
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	b.WriteByte('"')
+}
+
+// esNumber writes f as ECMAScript's Number.prototype.toString does (the
+// shortest digits that read back as f), which RFC 8785 adopts.
+func esNumber(f float64) string {
+	if f == 0 {
+		return "0" // -0 too
+	}
+	neg := f < 0
+	if neg {
+		f = -f
+	}
+	// Shortest round-trip digits and the decimal exponent: d.ddddde±x.
+	e := strconv.FormatFloat(f, 'e', -1, 64)
+	mant, expPart, _ := strings.Cut(e, "e")
+	digits := strings.Replace(mant, ".", "", 1)
+	exp, _ := strconv.Atoi(expPart)
+	n := exp + 1 // position of the decimal point after the first n digits
+	k := len(digits)
+	var s string
+	switch {
+	case k <= n && n <= 21:
+		s = digits + strings.Repeat("0", n-k)
+	case 0 < n && n <= 21:
+		s = digits[:n] + "." + digits[n:]
+	case -6 < n && n <= 0:
+		s = "0." + strings.Repeat("0", -n) + digits
+	default:
+		sign := "+"
+		if n-1 < 0 {
+			sign = "-"
+		}
+		x := n - 1
+		if x < 0 {
+			x = -x
+		}
+		if k == 1 {
+			s = digits + "e" + sign + strconv.Itoa(x)
+		} else {
+			s = digits[:1] + "." + digits[1:] + "e" + sign + strconv.Itoa(x)
+		}
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
