@@ -20,6 +20,11 @@ type Request struct {
 	Capability string
 	Role       string
 	Session    string
+	// Server is the gateway's server of the tool ("" in wrap), and Args
+	// the call's params.arguments as JSON (nil when absent); only rules
+	// with a condition (when:) read them.
+	Server string
+	Args   []byte
 }
 
 // Verdict is the outcome of an evaluation. The zero Verdict is [Deny], so a
@@ -183,7 +188,12 @@ func (e *Engine) Preview(req Request, now time.Time) Decision {
 }
 
 func (e *Engine) decide(req *Request, now time.Time, commit bool) Decision {
-	i := e.set.match(req)
+	i, cerr := e.set.match(req)
+	if cerr != nil {
+		r := &e.set.rules[i]
+		return Decision{Verdict: Deny, MatchedRule: r.id,
+			Reason: "the condition of rule `" + r.id + "` could not be decided, and a call that a condition cannot decide is refused: " + cerr.Error()}
+	}
 	if i < 0 {
 		if e.set.defaultDeny {
 			return Decision{Verdict: Deny, Reason: ReasonDefaultDeny}
@@ -217,15 +227,33 @@ func (e *Engine) decide(req *Request, now time.Time, commit bool) Decision {
 }
 
 // match returns the index of the deciding rule, or -1 when none matches.
-func (s *Set) match(req *Request) int {
+// A condition that cannot be evaluated stops it: the rule's index comes
+// back with the error, and the call is denied.
+func (s *Set) match(req *Request) (int, error) {
 	deny, other := -1, -1
 	var denyRank, otherRank rank
+	var in condInput
 	for i := range s.rules {
 		r := &s.rules[i]
 		if (r.tool != "" && r.tool != req.Tool) ||
 			(r.capability != "" && r.capability != req.Capability) ||
 			(r.role != "" && r.role != req.Role) {
 			continue
+		}
+		if r.when != nil {
+			if in == nil {
+				var err error
+				if in, err = input(req); err != nil {
+					return i, err
+				}
+			}
+			ok, err := r.when.eval(in)
+			if err != nil {
+				return i, err
+			}
+			if !ok {
+				continue
+			}
 		}
 		if r.action == actionDeny {
 			if deny < 0 || r.rank.beats(denyRank) {
@@ -236,9 +264,9 @@ func (s *Set) match(req *Request) int {
 		}
 	}
 	if deny >= 0 {
-		return deny
+		return deny, nil
 	}
-	return other
+	return other, nil
 }
 
 // admit reports whether rule i admits req at now, counting the call when

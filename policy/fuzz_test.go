@@ -58,6 +58,10 @@ func FuzzParse(f *testing.F) {
 		"rules:\n- id: a\n  action: deny\n  tool: x\n  tool: y\n",
 		"rules: [{? [a] : b}]",
 		"!!binary aGVsbG8=",
+		`rules: [{id: a, action: allow, when: 'within(args.path, "/repo")'}]`,
+		`rules: [{id: a, action: deny, tool: run, when: 'args.command.matches("^rm")'}, {id: b, action: allow, when: 'size(args) > 0'}]`,
+		`rules: [{id: a, action: allow, when: 'args.n > 1 && url_host(args.u) == "x"'}]`,
+		`rules: [{id: a, action: allow, when: 'args.path'}]`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -115,6 +119,8 @@ func checkSet(t *testing.T, set *Set, data []byte) {
 			{Tool: v},
 			{Tool: v, Capability: values[(i+1)%len(values)], Role: values[(i+2)%len(values)]},
 			{Tool: v, Session: "s"},
+			{Tool: v, Args: []byte(`{"path":"/repo/../x","n":2,"command":"rm -rf","u":"https://x/"}`)},
+			{Tool: v, Args: []byte(`[1,`)},
 		} {
 			for step := range 3 {
 				at := t0.Add(time.Duration(step) * time.Second)
@@ -160,6 +166,9 @@ func renderYAML(p schemas.PolicySet) []byte {
 		b.WriteString("    tool: " + q(r.Tool) + "\n")
 		b.WriteString("    capability: " + q(r.Capability) + "\n")
 		b.WriteString("    role: " + q(r.Role) + "\n")
+		if r.When != "" {
+			b.WriteString("    when: " + q(r.When) + "\n")
+		}
 		b.WriteString("    priority: " + r.Priority + "\n")
 		if r.Reason != "" {
 			b.WriteString("    reason: " + q(r.Reason) + "\n")
@@ -183,4 +192,41 @@ func renderYAML(p schemas.PolicySet) []byte {
 		b.WriteString("  []\n")
 	}
 	return []byte(b.String())
+}
+
+// FuzzParseCases checks the cases parser on arbitrary bytes: no panic,
+// an error is a *ParseError naming the file, and accepted cases run
+// under a policy with conditions without panicking.
+func FuzzParseCases(f *testing.F) {
+	for _, s := range []string{
+		"cases: [{name: a, tool: t}]",
+		"cases: [{name: a, tool: t, args: {path: /x, n: 1}, want: allow}]",
+		"cases: [{name: a, tool: t, at: 2026-12-03T10:00:00Z, session: s, want: rate_limited}]",
+		"cases: [{name: a, tool: t}, {name: a, tool: u}]",
+		"cases: [{name: a, tool: t, args: {? [a] : b}}]",
+		"cases: []",
+		"cases: [{name: a, tool: t, want: maybe}]",
+		"",
+	} {
+		f.Add([]byte(s))
+	}
+	set, err := Parse("p.yaml", []byte("rules: [{id: a, action: deny, when: 'has(args.path) && !within(args.path, \"/r\")'}, {id: b, action: rate_limit, rate: {max: 1, per_seconds: 60}}]"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cases, err := ParseCases("cases.yaml", data)
+		if err != nil {
+			var pe *ParseError
+			if !errors.As(err, &pe) || pe.File != "cases.yaml" || cases != nil {
+				t.Fatalf("error %T %v with %d cases", err, err, len(cases))
+			}
+			return
+		}
+		for _, r := range RunCases(set, cases) {
+			if r.Decision.Verdict != Allow && r.Decision.Reason == "" {
+				t.Fatalf("%+v: refused without a reason", r)
+			}
+		}
+	})
 }

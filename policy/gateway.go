@@ -563,7 +563,7 @@ func (g *Gateway) DecideSwitch(active, target string, src SwitchSource) SwitchOu
 // the active profile. ParseGateway checks that every rule names these
 // forms with declared servers and profiles.
 func (g *Gateway) RuleRequest(profile, server, tool, session string) Request {
-	return Request{Tool: Namespace(server, tool), Capability: Capability(server, tool), Role: profile, Session: session}
+	return Request{Tool: Namespace(server, tool), Capability: Capability(server, tool), Role: profile, Session: session, Server: server}
 }
 
 // globTool matches a tool name against the tool part of an allow pattern

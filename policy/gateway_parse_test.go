@@ -370,7 +370,7 @@ func TestParseGatewayRules(t *testing.T) {
 			t.Errorf("rules on %s in %s: %v (%s), want %v", tc.tool, tc.profile, d.Verdict, d.Reason, tc.want)
 		}
 	}
-	if got := g.RuleRequest("q", "fs", "deploy", "s1"); got != (Request{Tool: "fs__deploy", Capability: "fs.deploy", Role: "q", Session: "s1"}) {
+	if got := g.RuleRequest("q", "fs", "deploy", "s1"); !reflect.DeepEqual(got, Request{Tool: "fs__deploy", Capability: "fs.deploy", Role: "q", Session: "s1", Server: "fs"}) {
 		t.Errorf("RuleRequest = %+v", got)
 	}
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"cel.dev/cel-go/cel"
 	"cmp"
 	"errors"
 	"fmt"
@@ -58,7 +59,7 @@ const (
 
 var (
 	topKeys    = []string{"version", "default", "rules", "on_tool_change"}
-	ruleKeys   = []string{"id", "action", "tool", "capability", "role", "priority", "reason", "rate", "limits", "park", "timeout_seconds"}
+	ruleKeys   = []string{"id", "action", "tool", "capability", "role", "when", "priority", "reason", "rate", "limits", "park", "timeout_seconds"}
 	rateKeys   = []string{"max", "per_seconds"}
 	limitsKeys = []string{"max_memory_bytes", "max_wall_ms", "max_output_bytes"}
 )
@@ -78,6 +79,7 @@ func Parse(name string, data []byte) (*Set, error) {
 
 type parser struct {
 	file string
+	env  *cel.Env // of conditions, made at the first when:
 }
 
 func (p *parser) errorf(line int, key, format string, args ...any) *ParseError {
@@ -334,6 +336,8 @@ func (p *parser) rule(n *yaml.Node, path string) (rule, int, error) {
 			r.capability, ferr = p.axis(f.val, f.path)
 		case "role":
 			r.role, ferr = p.axis(f.val, f.path)
+		case "when":
+			r.when, ferr = p.condition(f.val, f.path)
 		case "priority":
 			var v int64
 			v, ferr = p.integer(f.val, f.path, math.MinInt32, math.MaxInt32)
@@ -395,6 +399,9 @@ func (p *parser) rule(n *yaml.Node, path string) (rule, int, error) {
 			r.specificity++
 		}
 	}
+	if r.when != nil {
+		r.specificity++
+	}
 	switch r.action {
 	case actionDeny:
 		r.denyReason = cmp.Or(r.reason, "denied by rule `"+r.id+"`")
@@ -414,6 +421,24 @@ func (p *parser) checkID(n *yaml.Node, path, id string) error {
 		}
 	}
 	return nil
+}
+
+// condition compiles a when: expression (see when.go).
+func (p *parser) condition(n *yaml.Node, path string) (*condition, error) {
+	src, err := p.str(n, path)
+	if err != nil {
+		return nil, err
+	}
+	if p.env == nil {
+		if p.env, err = condEnv(); err != nil {
+			return nil, p.errorf(n.Line, path, "conditions unavailable: %v", err)
+		}
+	}
+	c, err := compileCondition(p.env, src)
+	if err != nil {
+		return nil, p.errorf(n.Line, path, "%v", err)
+	}
+	return c, nil
 }
 
 func (p *parser) action(n *yaml.Node, path, v string) (action, error) {

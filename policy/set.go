@@ -55,6 +55,7 @@ type rule struct {
 	id                     string
 	action                 action
 	tool, capability, role string
+	when                   *condition // nil: the rule applies to every call its axes match
 	reason                 string
 	max, perSeconds        uint32 // rate_limit only
 	per                    time.Duration
@@ -109,6 +110,9 @@ func (s *Set) Projection() schemas.PolicySet {
 			Priority:   strconv.FormatInt(int64(r.priority), 10),
 			Reason:     r.reason,
 			Park:       r.park,
+		}
+		if r.when != nil {
+			pr.When = r.when.src
 		}
 		if r.action == actionRateLimit {
 			pr.Rate = &schemas.PolicyRate{Max: u32(r.max), PerSeconds: u32(r.perSeconds)}

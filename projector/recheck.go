@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"encoding/json"
 	"sort"
 	"strings"
 	"time"
@@ -30,6 +31,10 @@ type CallRequest struct {
 	Tool       string
 	Capability string
 	Role       string
+	// Args are the call's params.arguments as the host sent them (nil
+	// when the recorded frame that held them was not found): the
+	// policy's conditions read them.
+	Args []byte
 }
 
 // Evaluator decides one recorded tools/call under the policy being
@@ -97,13 +102,14 @@ type Recheck struct {
 	// profiles is the active profile of each gateway session (one whose
 	// session.opened names its default profile).
 	profiles map[string]string
+	calls    callQueue // the host's requests, for their arguments
 	sum      RecheckSummary
 }
 
 // NewRecheck returns a recheck of the given sessions (every session when
 // none are given).
 func NewRecheck(eval Evaluator, sessions ...string) *Recheck {
-	r := &Recheck{eval: eval, open: map[[2]string]*CallCheck{}, sessions: map[string]bool{}, profiles: map[string]string{}}
+	r := &Recheck{eval: eval, open: map[[2]string]*CallCheck{}, sessions: map[string]bool{}, profiles: map[string]string{}, calls: callQueue{}}
 	if len(sessions) > 0 {
 		r.only = map[string]bool{}
 		for _, s := range sessions {
@@ -132,10 +138,16 @@ func (r *Recheck) Fold(rec events.Record) (CallCheck, bool) {
 				r.profiles[e.Session] = p
 			}
 		}
+	case schemas.KindFrameC2S:
+		var fp schemas.FramePayload
+		if json.Unmarshal(e.Payload, &fp) == nil {
+			r.calls.frame(e.Session, fp.Bytes)
+		}
 	case schemas.KindCallIntent:
 		cp := callPayload(e.Payload)
 		r.sum.Calls++
 		req := CallRequest{Session: e.Session, Tool: cp.ToolID}
+		req.Args, _ = r.calls.take(e.Session, cp.ToolID, parseAuditLine(cp.Line).RequestDigest)
 		evaluated := cp.ToolID != schemas.UnknownToolID
 		if profile, gw := r.profiles[e.Session]; gw && evaluated {
 			// The gateway asks its rules about "<server>__<tool>" with

@@ -191,19 +191,16 @@ type gated struct {
 	pinDigest string
 }
 
-// decide evaluates a call. A pending_approval verdict is turned into Allow
-// when an approval for the same tool and arguments is waiting to be used,
-// and that approval is spent in the same step, under the gate's lock: two
-// calls decided at once (in one batch, or concurrently in the gateway)
-// never ride on one approval.
-func (g *gate) decide(tool string, args json.RawMessage, now time.Time) gated {
-	return g.decideRequest(policy.Request{Tool: tool}, args, now)
-}
-
-// decideRequest is decide for a full request (the gateway asks with the
-// capability and the active profile as role too); req.Tool keys the
-// approvals.
+// decideRequest evaluates a call: wrap asks with the tool and the
+// session, the gateway with the capability, the active profile as role
+// and the server too; its arguments go to the rules' conditions. A
+// pending_approval verdict is turned into Allow when an approval for the
+// same tool (req.Tool) and arguments is waiting to be used, and that
+// approval is spent in the same step, under the gate's lock: two calls
+// decided at once (in one batch, or concurrently in the gateway) never
+// ride on one approval.
 func (g *gate) decideRequest(req policy.Request, args json.RawMessage, now time.Time) gated {
+	req.Args = args
 	d := g.engine.Evaluate(req, now)
 	gd := gated{decision: d, argsDigest: argsDigest(args)}
 	if d.Verdict == policy.PendingApproval {

@@ -203,3 +203,8 @@ func TestPrintableEscapesWhatCouldActOnATerminal(t *testing.T) {
 }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+// decide asks about a call of tool, as wrap asks without a session.
+func (g *gate) decide(tool string, args json.RawMessage, now time.Time) gated {
+	return g.decideRequest(policy.Request{Tool: tool}, args, now)
+}

@@ -774,7 +774,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 				verdicts[i].decision.Verdict = policy.Allow
 				continue
 			}
-			verdicts[i] = r.gate.decide(c.Tool, c.Args, now)
+			verdicts[i] = r.gate.decideRequest(policy.Request{Tool: c.Tool, Session: r.sess.ID()}, c.Args, now)
 			if err := recordLapsed(r.sess, verdicts[i].lapsed); err != nil {
 				r.fail(err)
 				return nil, false, false

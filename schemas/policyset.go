@@ -51,7 +51,8 @@ type PolicyRule struct {
 	Tool           string        `json:"tool"`   // exact tool name, or "*"
 	Capability     string        `json:"capability"`
 	Role           string        `json:"role"`
-	Priority       string        `json:"priority"` // decimal int32
+	When           string        `json:"when,omitempty"` // the rule's CEL condition, as written
+	Priority       string        `json:"priority"`       // decimal int32
 	Reason         string        `json:"reason,omitempty"`
 	Rate           *PolicyRate   `json:"rate,omitempty"`
 	Limits         *PolicyLimits `json:"limits,omitempty"`

@@ -32,7 +32,9 @@ the proxy saw the calls, with one policy engine per session as each aegis
 process had, so rate-limit windows replay as they would have run. It is
 asked what the proxy asked: aegis wrap asks about the tool; aegis gateway
 asks its rules about "<server>__<tool>" with the capability
-"<server>.<tool>" and the active profile as role. A call that went
+"<server>.<tool>" and the active profile as role. The rules' conditions
+(when:) see the call's arguments as the host sent them, read from the
+recorded frame, and the session, as they did live. A call that went
 through on an approval counts as pending_approval before, so under the
 same policy it is unchanged. Calls without a tool name, and a gateway's
 meta-tools (aegis.*), were never evaluated by a rule and are skipped;

@@ -133,3 +133,43 @@ func TestRecheckUnreadable(t *testing.T) {
 		t.Errorf("empty stream: exit %d, %q", code, out)
 	}
 }
+
+// recheck decides a rule's condition on the arguments the host sent, as
+// the proxy did live: under the recorded policy nothing changes, and under
+// one whose condition reads the arguments otherwise exactly the calls it
+// names change.
+func TestRecheckEvaluatesConditionsOnTheArguments(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis wrap")
+	}
+	l := newLive(t, "version: 1\ndefault: allow\nrules:\n  - id: no-secrets\n    action: deny\n    tool: echo\n    when: args.message.contains(\"secret\")\n")
+	w := l.wrap(false)
+	w.initialize()
+	if a := w.call(1, "tools/call", `{"name":"echo","arguments":{"message":"hello"}}`); !strings.Contains(a, "hello") {
+		t.Fatalf("hello: %s", a)
+	}
+	if a := w.call(2, "tools/call", `{"name":"echo","arguments":{"message":"my secret"}}`); !strings.Contains(a, "-32042") {
+		t.Fatalf("secret: %s", a)
+	}
+	w.finish()
+	code, out, stderr := l.in("recheck", "--policy", l.policy)
+	if code != 0 || !strings.Contains(out, "2 call(s) in 1 session(s): no verdict would change (2 unchanged") {
+		t.Errorf("same policy: exit %d, stderr %q\n%s", code, stderr, out)
+	}
+	other := writePolicy(t, l.dir, "other.yaml", "version: 1\ndefault: allow\nrules:\n  - id: no-hello\n    action: deny\n    tool: echo\n    when: args.message == \"hello\"\n")
+	code, out, _ = l.in("recheck", "--policy", other, "--json")
+	var res struct {
+		Changes []struct {
+			Change string `json:"change"`
+			Now    struct {
+				Rule string `json:"rule"`
+			} `json:"now"`
+		} `json:"changes"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 1 || len(res.Changes) != 2 {
+		t.Fatalf("other policy: exit %d, %v\n%s", code, err, out)
+	}
+	if res.Changes[0].Change != "newly_blocked" || res.Changes[0].Now.Rule != "no-hello" || res.Changes[1].Change != "newly_allowed" {
+		t.Errorf("changes %+v; want hello newly blocked by no-hello, the secret newly allowed", res.Changes)
+	}
+}
