@@ -2,7 +2,9 @@ package projector
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/aegis-dev/aegis/events"
@@ -56,13 +58,12 @@ func (ps PinSet) Fold(e schemas.Event) bool {
 			return had
 		}
 		m := ps[r.Server]
-		if _, had := m[r.Tool]; !had {
+		if p, had := m[r.Tool]; !had || p.Digest == "" {
 			return false
 		}
-		delete(m, r.Tool)
-		if len(m) == 0 {
-			delete(ps, r.Server)
-		}
+		// Kept without a digest: the server's next listing pins the tool
+		// at first sight, not as one added after the others.
+		m[r.Tool] = Pin{Server: r.Server, Tool: r.Tool, Since: e.Time.UTC(), Session: e.Session, Reason: "reset"}
 		return true
 	}
 	return false
@@ -78,15 +79,19 @@ func (ps PinSet) Server(server string) map[string]Pin {
 }
 
 // List returns every pin, by server then tool; server, if not empty, keeps
-// only that server's.
-func (ps PinSet) List(server string) []Pin {
+// only that server's. A tool whose pin was reset alone is not listed.
+func (ps PinSet) List(server string) []Pin { return ps.list(server, false) }
+
+func (ps PinSet) list(server string, resets bool) []Pin {
 	var out []Pin
 	for s, m := range ps {
 		if server != "" && s != server {
 			continue
 		}
 		for _, p := range m {
-			out = append(out, p)
+			if p.Digest != "" || resets {
+				out = append(out, p)
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -115,11 +120,12 @@ func (ix *Index) foldPins(rec events.Record) {
 // every server's, or only server's.
 func (ix *Index) Pins(server string) []Pin { return ix.pins.List(server) }
 
-// ServerPins returns a copy of one server's pins, by tool.
+// ServerPins returns a copy of one server's pins, by tool; a tool whose
+// pin was reset alone has one without a digest.
 func (ix *Index) ServerPins(server string) map[string]Pin { return ix.pins.Server(server) }
 
 // pinsSnap and restorePins carry the pins in the snapshot's head.
-func (ix *Index) pinsSnap() []Pin { return ix.pins.List("") }
+func (ix *Index) pinsSnap() []Pin { return ix.pins.list("", true) }
 
 func (ix *Index) restorePins(ps []Pin) {
 	if len(ps) == 0 {
@@ -147,3 +153,38 @@ func (ps PinSet) clone() PinSet {
 // Pins returns one server's tool pins as they stood when the session
 // opened (its index was folded to the stream's end then), by tool.
 func (s *Session) Pins(server string) map[string]Pin { return s.pins.Server(server) }
+
+// pinText is the transcript's line for a pin event.
+func pinText(kind schemas.Kind, payload json.RawMessage) string {
+	switch kind {
+	case schemas.KindToolPinned:
+		var p schemas.ToolPinned
+		json.Unmarshal(payload, &p)
+		return fmt.Sprintf("pinned tool %s of %s to %s (%s)", Printable(p.Tool), Printable(p.Server), short(p.Digest, 16), Printable(p.Reason))
+	case schemas.KindToolChanged:
+		var c schemas.ToolChanged
+		json.Unmarshal(payload, &c)
+		what := c.Change
+		switch c.Change {
+		case schemas.ToolChangeChanged:
+			what = "changed since it was pinned"
+			if len(c.Fields) > 0 {
+				what += " (" + strings.Join(c.Fields, ", ") + ")"
+			}
+			what += ": " + short(c.Pinned, 16) + " → " + short(c.Digest, 16)
+		case schemas.ToolChangeAdded:
+			what = "added after the server's tools were pinned: " + short(c.Digest, 16)
+		case schemas.ToolChangeRemoved:
+			what = "no longer listed (pinned " + short(c.Pinned, 16) + ")"
+		}
+		return fmt.Sprintf("TOOL CHANGED: %s of %s %s; on_tool_change: %s", Printable(c.Tool), Printable(c.Server), what, c.Action)
+	case schemas.KindPinsReset:
+		var r schemas.PinsReset
+		json.Unmarshal(payload, &r)
+		if r.Tool != "" {
+			return fmt.Sprintf("pin of %s of %s reset by %s", Printable(r.Tool), Printable(r.Server), Printable(r.By))
+		}
+		return fmt.Sprintf("pins of %s reset by %s", Printable(r.Server), Printable(r.By))
+	}
+	return ""
+}

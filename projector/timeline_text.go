@@ -233,6 +233,8 @@ func (s Step) text() string {
 		var c RecordCheckpoint
 		json.Unmarshal(s.Payload, &c)
 		fmt.Fprintf(&b, "checkpoint of the record's first %d lines", c.Size)
+	case s.Kind == string(schemas.KindToolPinned), s.Kind == string(schemas.KindToolChanged), s.Kind == string(schemas.KindPinsReset):
+		b.WriteString(pinText(schemas.Kind(s.Kind), s.Payload))
 	case s.Kind == string(schemas.KindFrameDropped):
 		var d struct {
 			Direction string `json:"direction"`

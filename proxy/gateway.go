@@ -59,6 +59,8 @@ type GatewayConfig struct {
 	DefaultProfile string
 	Verbose        bool        // error disclosure: verbose (true) or minimal
 	Rules          *policy.Set // optional wrap-style rules on top of profiles
+	// OnToolChange is the config's on_tool_change (gateway_pins.go).
+	OnToolChange policy.ToolChange
 	// Open opens the audit session once every confinement fact is known
 	// (server name -> fact); no server runs before it returns.
 	Open      func(confinement map[string]sandbox.Fact) (*projector.Session, error)
@@ -124,6 +126,8 @@ type gateway struct {
 	pt promptTable // prompts and resource templates
 	fw forwarder   // what is forwarded besides calls, and the list_changed relisting
 	tk *tasker     // tasks, which the SDK does not carry
+
+	pins *gatewayPins // the servers' tool pins (gateway_pins.go)
 }
 
 // active returns the active profile.
@@ -280,6 +284,8 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		return nil, &OpenError{Err: err}
 	}
 	g.sess = sess
+	g.pins = newGatewayPins(g)
+	g.gate.pins = g.pins
 
 	var failed []ServerFailure
 	var running []*starting
@@ -390,11 +396,13 @@ func (g *gateway) aggregate(ctx context.Context) error {
 	origin := map[string]string{} // wire -> server.tool
 	for _, n := range names {
 		d := g.downs[n]
+		var listed []*mcp.Tool
 		for t, err := range d.cs.Tools(ctx, nil) {
 			if err != nil {
 				g.skip(n, "tools/list", err)
 				break
 			}
+			listed = append(listed, t)
 			def := toolDef(n, t)
 			wire := def.Name
 			if prev, dup := origin[wire]; dup {
@@ -406,6 +414,7 @@ func (g *gateway) aggregate(ctx context.Context) error {
 			origin[wire] = n + "." + t.Name
 			g.tools[wire] = toolEntry{server: n, tool: t.Name, def: def}
 		}
+		g.pins.observe(n, listed)
 		g.noteOwners(ctx, n, d.cs)
 		for r, err := range d.cs.Resources(ctx, nil) {
 			if err != nil {
@@ -488,6 +497,7 @@ func (g *gateway) applyProfile() {
 	var remove []string
 	for wire, e := range g.tools {
 		ok, _ := g.cfg.Policy.ToolAllowed(profile, e.server, e.tool)
+		ok = ok && !g.pins.hidden(e.server, e.tool)
 		if ok && !g.visible[wire] {
 			add = append(add, e.def)
 			g.visible[wire] = true
@@ -646,6 +656,16 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 		o := wc.Refused(schemas.PolicyDenied("not in active profile allow-list"), "")
 		o.DecisionAxes = axes
 		return finish(o, textResult(g.capDenied(e.server, e.tool, profile), true))
+	}
+	axes.ToolPin = g.pins.pinOf(e.server, e.tool)
+	if d, why, refused := g.pins.refuse(e.server, e.tool, start); refused {
+		// Changed since it was pinned: hidden, and refused until re-pinned.
+		o := wc.Refused(d.Record(), d.MatchedRule)
+		axes.MatchedRule = d.MatchedRule
+		o.DecisionAxes = axes
+		why["code"], why["capability"], why["active_profile"] = policy.RefusalCode(d), axes.Capability, profile
+		b, _ := json.Marshal(why)
+		return finish(o, textResult(string(b), true))
 	}
 	if g.cfg.Rules != nil {
 		// Decided and, when an approval lets it through, that approval

@@ -91,6 +91,13 @@ func TestGatewayListChangedRefusesShadowTool(t *testing.T) {
 	c := newCLI(t)
 	log := filepath.Join(c.dir, "grow.log")
 	cmd := gatewayCmd(t, c, map[string][]string{"grow": {bin(t, "growserver"), "-log", log}}, []string{"grow.*"}, nil)
+	// A tool added after the server's tools were pinned is a change
+	// (docs/pins.md); this test is about shadowing, so its config accepts
+	// changes.
+	if f, err := os.OpenFile(filepath.Join(c.dir, "aegis.yaml"), os.O_APPEND|os.O_WRONLY, 0); err == nil {
+		f.WriteString("on_tool_change: allow\n")
+		f.Close()
+	}
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	changed := make(chan struct{}, 8)

@@ -49,6 +49,7 @@ type pinBook struct {
 	removed map[string]bool          // pinned tools the last complete listing left out
 	asked   map[string]pinAsk        // pending re-pin approvals, by approval id
 	n       int
+	prefix  string // of the approval ids it asks for
 }
 
 // toolSeen is a tool's definition as a listing showed it.
@@ -64,11 +65,17 @@ type pinAsk struct {
 }
 
 func newPinBook(sess *projector.Session, server string, set *policy.Set) *pinBook {
-	b := &pinBook{server: server, sess: sess, pinned: sess.Pins(server),
-		current: map[string]toolSeen{}, changed: map[string]toolSeen{}, removed: map[string]bool{}, asked: map[string]pinAsk{}}
-	if set != nil {
-		b.enforce, b.mode = true, set.OnToolChange()
+	if set == nil {
+		return newPinBookMode(sess, server, false, 0)
 	}
+	return newPinBookMode(sess, server, true, set.OnToolChange())
+}
+
+// newPinBookMode is newPinBook with on_tool_change given; enforce false
+// only records.
+func newPinBookMode(sess *projector.Session, server string, enforce bool, mode policy.ToolChange) *pinBook {
+	b := &pinBook{server: server, sess: sess, pinned: sess.Pins(server), enforce: enforce, mode: mode, prefix: "apr-pin-",
+		current: map[string]toolSeen{}, changed: map[string]toolSeen{}, removed: map[string]bool{}, asked: map[string]pinAsk{}}
 	for _, p := range b.pinned {
 		if p.Digest != "" {
 			b.settled = true
@@ -91,6 +98,13 @@ func (b *pinBook) action() string {
 // (events enqueued before it returns) and updates what calls are checked
 // against.
 func (b *pinBook) observe(tools []json.RawMessage, continued, more bool) error {
+	_, err := b.observeChanges(tools, continued, more)
+	return err
+}
+
+// observeChanges is observe that also returns the tools it newly found
+// changed and left refused.
+func (b *pinBook) observeChanges(tools []json.RawMessage, continued, more bool) (fresh []string, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !continued || b.listing == nil {
@@ -131,6 +145,7 @@ func (b *pinBook) observe(tools []json.RawMessage, continued, more bool) error {
 				delete(b.changed, name)
 			} else {
 				b.changed[name] = seen
+				fresh = append(fresh, name)
 			}
 		}
 	}
@@ -149,10 +164,10 @@ func (b *pinBook) observe(tools []json.RawMessage, continued, more bool) error {
 	}
 	for _, ev := range evs {
 		if err := ev(); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return fresh, nil
 }
 
 // pinLocked pins tool to seen and returns the recording of it; b.mu is held.
@@ -218,9 +233,7 @@ func (b *pinBook) check(tool string) *pinRefusal {
 			digest:   seen.digest,
 		}
 	}
-	b.n++
-	id := "apr-pin-" + sanitizeID(tool) + "-" + strconv.Itoa(b.n)
-	b.asked[id] = pinAsk{tool: tool, seen: seen}
+	id := b.askLocked(tool, seen)
 	return &pinRefusal{
 		decision: policy.Decision{Verdict: policy.PendingApproval, Reason: reason, MatchedRule: pinRule, ApprovalID: id},
 		hint:     "review the server's new definition, then run: aegis approve " + id + " to pin it (or: aegis deny " + id + "), and send the call again",
@@ -420,4 +433,37 @@ func (r *relay) onServerFramePins(line []byte) (*events.Receipt, bool, bool) {
 		}
 	}
 	return wait, relay, ok
+}
+
+// askLocked registers a re-pin approval of tool's definition seen and
+// returns its id; b.mu is held.
+func (b *pinBook) askLocked(tool string, seen toolSeen) string {
+	b.n++
+	id := b.prefix + sanitizeID(tool) + "-" + strconv.Itoa(b.n)
+	b.asked[id] = pinAsk{tool: tool, seen: seen}
+	return id
+}
+
+// ask registers a re-pin approval of tool as it is now listed, if it is
+// changed and refused; ok is false otherwise.
+func (b *pinBook) ask(tool string) (id, digest string, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	seen, changed := b.changed[tool]
+	if !changed || !b.enforce || b.mode != policy.ToolChangePendingApproval {
+		return "", "", false
+	}
+	return b.askLocked(tool, seen), seen.digest, true
+}
+
+// hidden reports whether tool is changed and refused: the gateway does not
+// show it.
+func (b *pinBook) hidden(tool string) bool {
+	if b == nil || !b.enforce || b.mode == policy.ToolChangeAllow {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.changed[tool]
+	return ok
 }

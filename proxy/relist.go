@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"maps"
 	"slices"
 	"strings"
 
@@ -150,6 +151,7 @@ func (g *gateway) applyTools(server string, listed []*mcp.Tool) {
 	type refusal struct{ tool, wire, why string }
 	var refused []refusal
 	next := map[string]toolEntry{}
+	kept := map[string]*mcp.Tool{} // wire -> the server's tool, as shown
 	g.fw.tmu.Lock()
 	for _, t := range listed {
 		e := toolEntry{server: server, tool: t.Name, def: toolDef(server, t)}
@@ -159,11 +161,13 @@ func (g *gateway) applyTools(server string, listed []*mcp.Tool) {
 			if prev, had := g.tools[wire]; had && prev.server == server && next[wire].def != nil &&
 				!sameDef(next[wire].def, prev.def) && sameDef(e.def, prev.def) {
 				e, next[wire] = next[wire], e
+				kept[wire] = t
 			}
 			refused = append(refused, refusal{e.tool, wire, why})
 			continue
 		}
 		next[wire] = e
+		kept[wire] = t
 	}
 	var removed, changed []string
 	for wire, e := range g.tools {
@@ -182,12 +186,17 @@ func (g *gateway) applyTools(server string, listed []*mcp.Tool) {
 		g.tools[wire] = e
 	}
 	g.fw.tmu.Unlock()
+	// Pins see the tools the host can be shown, a refused shadow not.
+	g.pins.observe(server, slices.Collect(maps.Values(kept)))
 	if len(removed) > 0 {
 		g.srv.RemoveTools(removed...)
 	}
 	cs := g.downs[server].cs
 	for _, wire := range changed {
 		e := next[wire]
+		if g.pins.hidden(e.server, e.tool) {
+			continue // applyProfile takes it off the host's list
+		}
 		g.srv.AddTool(e.def, g.forwardTool(e, cs))
 	}
 	g.applyProfile()

@@ -37,6 +37,7 @@ Commands:
   replay     print a session as a transcript (aegis replay SESSION [--follow])
   recheck    list the recorded calls another policy would decide differently
   policy     try a policy on a table of calls (aegis policy test FILE CASES)
+  pins       list the tool pins, or reset them (aegis pins reset --server S)
   rotate     seal the record files and roll the event stream over (bounds the disk)
   hub        enroll a host or an approver in a fleet's NATS hub
   approvals  list the tool calls that wait for a human decision
@@ -103,6 +104,7 @@ func (m *Main) commands() []command {
 		{"sessions", "list the recorded sessions and how they ended", (*Main).runSessions, sessionsUsage},
 		{"replay", "print a session as a transcript", (*Main).runReplay, replayUsage},
 		{"recheck", "re-evaluate recorded tool calls under another policy", (*Main).runRecheck, recheckUsage},
+		{"pins", "list or reset the tool definitions pinned per server", (*Main).runPins, pinsUsage},
 		{"policy", "try a policy on a table of calls before deploying it", (*Main).runPolicy, policyUsage},
 		{"rotate", "seal the record files and roll the event stream over", (*Main).runRotate, rotateUsage},
 		{"hub", "enroll a host or an approver in a fleet's NATS hub", (*Main).runHub, hubUsage},

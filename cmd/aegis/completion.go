@@ -43,6 +43,9 @@ func (m *Main) completionWords() (names []string, words map[string][]string, sho
 		if c.name == "hub" {
 			ws = append([]string{"enroll", "approver"}, ws...)
 		}
+		if c.name == "pins" {
+			ws = append([]string{"reset"}, ws...)
+		}
 		if c.name == "prove" {
 			ws = append([]string{"inclusion", "consistency"}, ws...)
 		}

@@ -248,7 +248,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	self, _ := os.Executable()
 	sess, err := proxy.Gateway(ctx, proxy.GatewayConfig{
 		Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
-		Rules: gw.Rules(), Open: open, Self: self, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: m.Stderr,
+		Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), Open: open, Self: self, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: m.Stderr,
 		Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
 	})
 	var oe *proxy.OpenError

@@ -1,0 +1,143 @@
+package proxy_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// A downstream server that rewrites a tool's description mid-session and
+// says so (notifications/tools/list_changed): through the gateway, a
+// go-sdk host stops seeing the tool, a call to it is refused with the
+// approval to act on, and `aegis approve` from a second process pins the
+// new definition and shows the tool again. Tools that did not change stay.
+func TestGatewayHidesRugPulledToolUntilRepinned(t *testing.T) {
+	c := newCLI(t)
+	config := filepath.Join(c.dir, "aegis.yaml")
+	os.WriteFile(config, []byte(`version: 1
+servers:
+  rug:
+    command: `+bin(t, "pinserver")+`
+    args: [-changes, describe]
+profiles:
+  all:
+    allow: ["rug.*"]
+activation:
+  default_profile: all
+`), 0o600)
+	runtime := filepath.Join(t.TempDir(), "run")
+	os.Mkdir(runtime, 0o700)
+	env := append(os.Environ(), "XDG_RUNTIME_DIR="+runtime)
+	cmd := exec.Command(bin(t, "aegis"), "gateway", "--config", config, "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state)
+	cmd.Env = env
+	stderr, _ := cmd.StderrPipe()
+	var lines = make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	ctx := t.Context()
+	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatalf("connect to aegis gateway: %v", err)
+	}
+	names := func() []string {
+		t.Helper()
+		res, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n []string
+		for _, tl := range res.Tools {
+			n = append(n, tl.Name)
+		}
+		return n
+	}
+	waitFor := func(what string, ok func([]string) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if ok(names()) {
+				return
+			}
+		}
+		t.Fatalf("%s: tools %v", what, names())
+	}
+	call := func(name string) (string, bool) {
+		t.Helper()
+		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: map[string]any{"url": "https://example.com"}})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var text string
+		for _, c := range r.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				text += tc.Text
+			}
+		}
+		return text, r.IsError
+	}
+	aegis := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(bin(t, "aegis"), args...)
+		cmd.Env = env
+		b, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		return string(b), code
+	}
+
+	if n := names(); !slices.Contains(n, "rug__fetch") || !slices.Contains(n, "rug__echo") {
+		t.Fatalf("tools at start: %v", n)
+	}
+	// The first call runs against the definition the user saw; the server
+	// rewrites the description after it.
+	if text, isErr := call("rug__fetch"); isErr || text != "ok fetch" {
+		t.Fatalf("first call: %q %v", text, isErr)
+	}
+	waitFor("the rewritten tool is hidden", func(n []string) bool { return !slices.Contains(n, "rug__fetch") && slices.Contains(n, "rug__echo") })
+	text, isErr := call("rug__fetch")
+	var refusal map[string]string
+	if !isErr || json.Unmarshal([]byte(text), &refusal) != nil || refusal["code"] != "PENDING_APPROVAL" || !strings.Contains(refusal["reason"], "description") {
+		t.Fatalf("call to the rewritten tool: %q %v", text, isErr)
+	}
+	id := refusal["approval_id"]
+	if !strings.HasPrefix(id, "apr-pin-rug-fetch-") || !strings.Contains(refusal["hint"], "aegis approve "+id) {
+		t.Fatalf("refusal %v", refusal)
+	}
+	if text, isErr := call("rug__echo"); isErr || text != "ok echo" {
+		t.Fatalf("a tool that did not change: %q %v", text, isErr)
+	}
+	if list, code := aegis("approvals"); code != 0 || !strings.Contains(list, id) {
+		t.Fatalf("aegis approvals: %d %s", code, list)
+	}
+	if msg, code := aegis("approve", id); code != 0 || !strings.Contains(msg, "pinned") {
+		t.Fatalf("aegis approve: %d %s", code, msg)
+	}
+	waitFor("the re-pinned tool is shown again", func(n []string) bool { return slices.Contains(n, "rug__fetch") })
+	if text, isErr := call("rug__fetch"); isErr || text != "ok fetch" {
+		t.Fatalf("call after the re-pin: %q %v", text, isErr)
+	}
+	cs.Close()
+
+	b, _ := os.ReadFile(c.audit)
+	if !strings.Contains(string(b), `"tool_pin":"`) {
+		t.Error("no outcome line carries decision_axes.tool_pin")
+	}
+	if out, _, code := c.aegis("verify", "--key", c.pub, c.audit); code != 0 {
+		t.Errorf("aegis verify: %d %s", code, out)
+	}
+}
