@@ -91,3 +91,79 @@ rules:
 		t.Errorf("%d refused outcomes, want 2", refused)
 	}
 }
+
+// The same confinement as a gateway configuration's rule: the refused
+// writes come back as a tool error naming the rule's reason, no file
+// appears, and the outcome line names the rule.
+func TestConditionConfinesFilesystemWritesThroughTheGateway(t *testing.T) {
+	base := t.TempDir()
+	allowed := filepath.Join(base, "allowed")
+	if err := os.Mkdir(allowed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := newCLI(t)
+	fsArgv := mcptest.FilesystemServer(t, base)
+	config := filepath.Join(c.dir, "aegis.yaml")
+	if err := os.WriteFile(config, []byte(`version: 1
+servers:
+  fs:
+    command: `+fsArgv[0]+`
+    args: [`+fsArgv[1]+`, `+base+`]
+profiles:
+  dev:
+    allow: [fs.*]
+activation:
+  default_profile: dev
+rules:
+  - id: writes-stay-in-allowed
+    action: deny
+    tool: fs__write_file
+    when: '!within(args.path, "`+allowed+`")'
+    reason: writes stay in the allowed directory
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runtime := filepath.Join(t.TempDir(), "run")
+	os.Mkdir(runtime, 0o700)
+	cmd := exec.Command(bin(t, "aegis"), "gateway", "--config", config, "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state)
+	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+runtime)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	write := func(path string) (*mcp.CallToolResult, error) {
+		return cs.CallTool(ctx, &mcp.CallToolParams{Name: "fs__write_file", Arguments: map[string]any{"path": path, "content": "written"}})
+	}
+	if res, err := write(filepath.Join(allowed, "a.txt")); err != nil || res.IsError {
+		t.Fatalf("write inside the allowed directory: %v %+v", err, res)
+	}
+	for _, path := range []string{filepath.Join(base, "b.txt"), allowed + "/../c.txt"} {
+		res, err := write(path)
+		if err != nil || !res.IsError || len(res.Content) == 0 || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "writes stay in the allowed directory") {
+			t.Errorf("write to %s: %v %+v; want a tool error with the rule's reason", path, err, res)
+		}
+	}
+	for _, name := range []string{"b.txt", "c.txt"} {
+		if _, err := os.Stat(filepath.Join(base, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s exists: the refused write reached the server", name)
+		}
+	}
+	cs.Close()
+	h := &harness{t: t, audit: c.audit}
+	refused := 0
+	for _, o := range ofType(h.lines(), "outcome") {
+		if obj(o, "policy")["status"] == "denied" {
+			refused++
+			if rule := obj(o, "decision_axes")["matched_rule"]; rule != "writes-stay-in-allowed" {
+				t.Errorf("refusal names rule %v", rule)
+			}
+		}
+	}
+	if refused != 2 {
+		t.Errorf("%d refused outcomes, want 2", refused)
+	}
+}
