@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"path"
 	"strings"
+	"unicode"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
@@ -35,6 +37,10 @@ import (
 //	                   port or brackets; "" when u is not one, or is one
 //	                   that readers of URLs could read differently (a user
 //	                   in it, user@host; a backslash; see uri.go)
+//
+// Arguments that name a member twice, or twice but for case, are refused
+// before a condition reads them (oneReading): a condition must see the
+// value the server acts on.
 //
 // An expression is compiled and type-checked when the file is parsed and
 // must be of type bool; an error points at the file's line. Each
@@ -129,6 +135,9 @@ type condInput map[string]any
 func input(req *Request) (condInput, error) {
 	args := any(map[string]any{})
 	if len(bytes.TrimSpace(req.Args)) > 0 && !bytes.Equal(bytes.TrimSpace(req.Args), []byte("null")) {
+		if err := oneReading(req.Args); err != nil {
+			return nil, err
+		}
 		dec := json.NewDecoder(bytes.NewReader(req.Args))
 		dec.UseNumber()
 		var v any
@@ -199,4 +208,81 @@ func urlHost(s string) string {
 		return ""
 	}
 	return strings.TrimSuffix(strings.TrimPrefix(u.host, "["), "]")
+}
+
+// oneReading refuses arguments that readers of JSON read differently: an
+// object with two members whose names are equal, or equal but for case
+// (Go's encoding/json matches a struct's fields case-insensitively and
+// keeps the last; a map keeps both). A condition would see one value and
+// the server might act on the other.
+func oneReading(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	type frame struct {
+		object bool
+		keys   map[string]string // folded name -> name as written
+		key    bool              // the next token is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("the call's arguments are not JSON: %v", err)
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.object && top.key {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				if len(stack) > 0 && stack[len(stack)-1].object {
+					stack[len(stack)-1].key = true
+				}
+				continue
+			}
+			name, _ := tok.(string)
+			f := foldName(name)
+			if prev, dup := top.keys[f]; dup {
+				return fmt.Errorf("the call's arguments name one member twice (%q and %q), which readers of JSON resolve differently", prev, name)
+			}
+			top.keys[f] = name
+			top.key = false
+			continue
+		}
+		switch d, _ := tok.(json.Delim); d {
+		case '{':
+			stack = append(stack, &frame{object: true, keys: map[string]string{}, key: true})
+			continue
+		case '[':
+			stack = append(stack, &frame{})
+			continue
+		case ']':
+			stack = stack[:len(stack)-1]
+		}
+		// A value (or the end of an array) ends a member.
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].key = true
+		}
+	}
+}
+
+// foldName maps a member name to one form for all its case variants: each
+// rune to the least rune of its Unicode case-folding orbit (so "K", "k"
+// and the Kelvin sign fold together, as encoding/json folds them).
+func foldName(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			if f < least {
+				least = f
+			}
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
 }

@@ -100,6 +100,9 @@ func TestConditionsStopArgumentAttacks(t *testing.T) {
 		{"a missing argument", "write_file", `{}`, "no such key"},
 		{"an argument of another type", "write_file", `{"path":7}`, "no such overload"},
 		{"arguments that are not JSON", "write_file", `{"path":`, "not JSON"},
+		{"a second path that a Go server would read instead", "write_file", `{"path":"/repo/a","Path":"/etc/passwd"}`, "name one member twice"},
+		{"a second path under the Kelvin sign's fold", "write_file", `{"kind":"/repo/a","\u212aind":"x","path":"/repo/b"}`, "name one member twice"},
+		{"a duplicate member deep inside", "write_file", `{"path":"/repo/a","opts":[{"mode":1,"mode":2}]}`, "name one member twice"},
 		{"a huge argument that exhausts the cost limit", "scan", huge, "cost limit"},
 	} {
 		t.Run(tc.attack, func(t *testing.T) {
