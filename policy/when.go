@@ -112,7 +112,11 @@ func compileCondition(env *cel.Env, src string) (*condition, error) {
 		return nil, fmt.Errorf("does not compile: %s", oneLine(iss.Err().Error()))
 	}
 	if !ast.OutputType().IsExactType(cel.BoolType) {
-		return nil, fmt.Errorf("is of type %s; a condition must be true or false", ast.OutputType())
+		hint := ""
+		if ast.OutputType().IsExactType(cel.DynType) {
+			hint = " (an argument's type is only known at run time: compare it, as in args.force == true)"
+		}
+		return nil, fmt.Errorf("is of type %s; a condition must be true or false%s", ast.OutputType(), hint)
 	}
 	prog, err := env.Program(ast, cel.CostLimit(condCostLimit), cel.EvalOptions(cel.OptOptimize))
 	if err != nil {

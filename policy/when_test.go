@@ -177,6 +177,7 @@ func TestConditionsRefusedAtLoad(t *testing.T) {
 		{"a syntax error", `args.path ==`, "does not compile"},
 		{"an unknown variable", `argz.path == "x"`, "undeclared reference to 'argz'"},
 		{"not a bool", `size(args)`, "a condition must be true or false"},
+		{"an argument used as a bool", `args.force`, "compare it, as in args.force == true"},
 		{"an unknown function", `exec(args.cmd)`, "undeclared reference to 'exec'"},
 		{"an empty condition", `"  "`, "must not be empty"},
 		{"an oversized condition", `"` + strings.Repeat("true && ", 600) + `true"`, "at most 4096"},
