@@ -13,6 +13,8 @@
 //
 //	version: 1                 # optional; any other value is refused
 //	default: deny              # allow | deny; optional, allow when omitted
+//	on_tool_change: deny       # deny | pending_approval | allow; optional,
+//	                           # pending_approval when omitted (toolchange.go)
 //	rules:
 //	  - id: deny-exec          # required, unique
 //	    action: deny           # allow | deny | rate_limit | pending_approval
@@ -89,6 +91,10 @@
 // n counting from 1 per Engine. park and timeout_seconds are parsed,
 // validated, hashed and passed through in the [Decision]; holding the call
 // is the caller's business.
+//
+// on_tool_change says what a session does with a tool whose definition
+// changed since it was pinned ([ToolChange]; the gateway file takes it
+// too). It is not a rule and is not part of the policy set hash.
 //
 // # Policy set hash
 //

@@ -86,6 +86,10 @@
 // from it what it checks ([Index.CatchUp]), and [Export] streams the
 // record in one pass, one event at a time.
 //
+// The index also keeps the tool pins ([PinSet], pins.go): the fold of
+// tool.pinned and pins.reset, saved in its head, so that a session reads
+// its server's pins at open ([Session.Pins]) without reading the history.
+//
 // An index is folded from and saved beside an [IndexSource]: the store,
 // or a host's mirror on a hub with a cache folder on the reading machine
 // ([events.MirrorIndex]), checked against the mirror the same way. Read

@@ -143,6 +143,19 @@
 // With Confine set, the server runs through the sandbox helper, and its
 // enforcement fact is signed into the open line before it may exec.
 //
+// # Tool pins
+//
+// Every tools/list answer is read into the server's pins (pins.go states
+// the invariants; gateway_pins.go the gateway's part): first sight pins a
+// tool to the digest of its definition, a later difference, an added tool
+// or a removed one is a tool.changed event, and, under a policy in wrap and
+// always in the gateway, a call to a changed tool is refused (on_tool_change)
+// until a human approves its new definition; the gateway also hides it.
+// Wrap reads the server's answers to the host's tools/list requests,
+// matched as the host matches them (LooseID), once it has decided to relay
+// a frame and before the frame is written to the host (the bytes pass
+// unchanged); an outcome carries its tool's pin in decision_axes.tool_pin.
+//
 // # The gateway (aegis gateway)
 //
 // [Gateway] is an MCP server to the host and a client to each downstream

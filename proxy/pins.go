@@ -368,12 +368,31 @@ func (w *listWatch) noteHost(frame []byte) {
 // noteServer reads the tools/list answers of a relayed server frame into
 // book.
 func (w *listWatch) noteServer(frame []byte, book *pinBook) error {
+	for _, p := range w.answers(frame) {
+		if err := book.observe(p.tools, p.continued, p.more); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listPage is one page of a tools/list result that answers a request in
+// flight.
+type listPage struct {
+	tools           []json.RawMessage
+	continued, more bool
+}
+
+// answers returns the pages of frame that answer tools/list requests in
+// flight, and forgets those requests.
+func (w *listWatch) answers(frame []byte) []listPage {
 	w.mu.Lock()
 	n := len(w.reqs)
 	w.mu.Unlock()
 	if n == 0 || !bytes.Contains(frame, []byte(`"tools"`)) {
 		return nil
 	}
+	var out []listPage
 	for _, m := range messages(frame) {
 		if m.Result == nil || len(m.ID) == 0 {
 			continue
@@ -381,24 +400,16 @@ func (w *listWatch) noteServer(frame []byte, book *pinBook) error {
 		key, _, _ := idKey(m.ID)
 		id := newReqID(key, m.ID)
 		w.mu.Lock()
-		var req *listReq
 		for i := range w.reqs {
 			if w.reqs[i].id.same(id) {
-				r := w.reqs[i]
-				req = &r
+				out = append(out, listPage{tools: m.Result.Tools, continued: w.reqs[i].continued, more: m.Result.NextCursor != ""})
 				w.reqs = append(w.reqs[:i], w.reqs[i+1:]...)
 				break
 			}
 		}
 		w.mu.Unlock()
-		if req == nil {
-			continue
-		}
-		if err := book.observe(m.Result.Tools, req.continued, m.Result.NextCursor != ""); err != nil {
-			return err
-		}
 	}
-	return nil
+	return out
 }
 
 // pinApprover re-pins the tool of an approved re-pin approval.
