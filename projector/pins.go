@@ -160,7 +160,7 @@ func pinText(kind schemas.Kind, payload json.RawMessage) string {
 	case schemas.KindToolPinned:
 		var p schemas.ToolPinned
 		json.Unmarshal(payload, &p)
-		return fmt.Sprintf("pinned tool %s of %s to %s (%s)", Printable(p.Tool), Printable(p.Server), short(p.Digest, 16), Printable(p.Reason))
+		return fmt.Sprintf("tool %s of %s to %s (%s)", Printable(p.Tool), Printable(p.Server), short(p.Digest, 16), Printable(p.Reason))
 	case schemas.KindToolChanged:
 		var c schemas.ToolChanged
 		json.Unmarshal(payload, &c)

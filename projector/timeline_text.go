@@ -48,6 +48,12 @@ func (s Step) Label() string {
 		return "dropped"
 	case string(schemas.KindRecordCheckpoint):
 		return "signed"
+	case string(schemas.KindToolPinned):
+		return "pinned"
+	case string(schemas.KindToolChanged):
+		return "changed"
+	case string(schemas.KindPinsReset):
+		return "unpinned"
 	case string(schemas.KindNote):
 		if s.Skipped != nil {
 			return "skipped"

@@ -397,9 +397,11 @@ func (g *gateway) aggregate(ctx context.Context) error {
 	for _, n := range names {
 		d := g.downs[n]
 		var listed []*mcp.Tool
+		complete := true
 		for t, err := range d.cs.Tools(ctx, nil) {
 			if err != nil {
 				g.skip(n, "tools/list", err)
+				complete = false
 				break
 			}
 			listed = append(listed, t)
@@ -414,7 +416,9 @@ func (g *gateway) aggregate(ctx context.Context) error {
 			origin[wire] = n + "." + t.Name
 			g.tools[wire] = toolEntry{server: n, tool: t.Name, def: def}
 		}
-		g.pins.observe(n, listed)
+		if complete {
+			g.pins.observe(n, listed) // a listing cut short says nothing of what was removed
+		}
 		g.noteOwners(ctx, n, d.cs)
 		for r, err := range d.cs.Resources(ctx, nil) {
 			if err != nil {

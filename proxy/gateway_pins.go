@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -47,7 +48,10 @@ func (gp *gatewayPins) observe(server string, tools []*mcp.Tool) {
 			raws = append(raws, raw)
 		}
 	}
-	fresh, err := b.observeChanges(raws, false, false)
+	fresh, rc, err := b.observeChanges(raws, false, false)
+	if err == nil && rc != nil {
+		_, err = rc.Wait(context.Background())
+	}
 	if err != nil {
 		gp.g.log.Error("record tool pins", "server", server, "err", err)
 		return

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -26,8 +27,9 @@ import (
 //     complete listing that leaves a pinned tool out records its removal;
 //     the pin stays, so the tool re-added with another definition is a
 //     change and re-added as it was is not.
-//   - Every change is an event (tool.changed) once per definition, before
-//     the listing that shows it reaches the host.
+//   - Every change is an event (tool.changed) once per definition, durable
+//     before the listing that shows it reaches the host (in wrap the
+//     frame waits for it; in the gateway the relisting does).
 //   - Under a policy, a call to a changed tool is refused (on_tool_change
 //     deny or pending_approval) until a human re-pins the tool: an approve
 //     of the pending approval pins the definition the approval was asked
@@ -97,20 +99,22 @@ func (b *pinBook) action() string {
 // more pages follow (nextCursor). It records first-sight pins and changes
 // (events enqueued before it returns) and updates what calls are checked
 // against.
-func (b *pinBook) observe(tools []json.RawMessage, continued, more bool) error {
-	_, err := b.observeChanges(tools, continued, more)
-	return err
+func (b *pinBook) observe(tools []json.RawMessage, continued, more bool) (*events.Receipt, error) {
+	_, rc, err := b.observeChanges(tools, continued, more)
+	return rc, err
 }
 
 // observeChanges is observe that also returns the tools it newly found
-// changed and left refused.
-func (b *pinBook) observeChanges(tools []json.RawMessage, continued, more bool) (fresh []string, err error) {
+// changed and left refused, and the receipt of the last event it
+// recorded (nil if none): once it is durable, so is every pin event of
+// the listing.
+func (b *pinBook) observeChanges(tools []json.RawMessage, continued, more bool) (fresh []string, last *events.Receipt, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !continued || b.listing == nil {
 		b.listing = map[string]bool{}
 	}
-	var evs []func() error
+	var evs []func() (*events.Receipt, error)
 	for _, raw := range tools {
 		d, err := schemas.ParseToolDefinition(raw)
 		if err != nil {
@@ -163,24 +167,21 @@ func (b *pinBook) observeChanges(tools []json.RawMessage, continued, more bool) 
 		b.settled = true
 	}
 	for _, ev := range evs {
-		if err := ev(); err != nil {
-			return nil, err
+		if last, err = ev(); err != nil {
+			return nil, nil, err
 		}
 	}
-	return fresh, nil
+	return fresh, last, nil
 }
 
 // pinLocked pins tool to seen and returns the recording of it; b.mu is held.
-func (b *pinBook) pinLocked(tool string, seen toolSeen, reason string) func() error {
+func (b *pinBook) pinLocked(tool string, seen toolSeen, reason string) func() (*events.Receipt, error) {
 	b.pinned[tool] = projector.Pin{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Session: b.sess.ID(), Reason: reason}
 	return b.fact(schemas.KindToolPinned, schemas.ToolPinned{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Reason: reason})
 }
 
-func (b *pinBook) fact(kind schemas.Kind, payload any) func() error {
-	return func() error {
-		_, err := b.sess.Fact(kind, payload)
-		return err
-	}
+func (b *pinBook) fact(kind schemas.Kind, payload any) func() (*events.Receipt, error) {
+	return func() (*events.Receipt, error) { return b.sess.Fact(kind, payload) }
 }
 
 // pinOf returns the digest tool is pinned to ("" for none): the outcome's
@@ -259,7 +260,11 @@ func (b *pinBook) approved(id string) (bool, error) {
 		delete(b.changed, a.tool)
 	}
 	b.mu.Unlock()
-	return true, rec()
+	rc, err := rec()
+	if err == nil {
+		_, err = rc.Wait(context.Background())
+	}
+	return true, err
 }
 
 func short(d string) string {
@@ -366,14 +371,19 @@ func (w *listWatch) noteHost(frame []byte) {
 }
 
 // noteServer reads the tools/list answers of a relayed server frame into
-// book.
-func (w *listWatch) noteServer(frame []byte, book *pinBook) error {
+// book, and returns the receipt of the last pin event it recorded (nil if
+// none).
+func (w *listWatch) noteServer(frame []byte, book *pinBook) (last *events.Receipt, err error) {
 	for _, p := range w.answers(frame) {
-		if err := book.observe(p.tools, p.continued, p.more); err != nil {
-			return err
+		rc, err := book.observe(p.tools, p.continued, p.more)
+		if err != nil {
+			return nil, err
+		}
+		if rc != nil {
+			last = rc
 		}
 	}
-	return nil
+	return last, nil
 }
 
 // listPage is one page of a tools/list result that answers a request in
@@ -434,13 +444,18 @@ func (g *gated) checkPin(b *pinBook, tool string) {
 // onServerFramePins is onServerFrame that then reads the tools/list
 // answers of a frame it relays into the server's pins, before the frame
 // is handed to the writer: the host never sees a listing whose changes are
-// not yet in force.
+// not in force, and the frame waits for its pin events to be durable
+// (they follow it in the stream, so their receipt covers it too).
 func (r *relay) onServerFramePins(line []byte) (*events.Receipt, bool, bool) {
 	wait, relay, ok := r.onServerFrame(line)
 	if ok && relay {
-		if err := r.lists.noteServer(frameOf(line), r.pins); err != nil {
+		rc, err := r.lists.noteServer(frameOf(line), r.pins)
+		if err != nil {
 			r.fail(err)
 			return nil, false, false
+		}
+		if rc != nil {
+			wait = rc
 		}
 	}
 	return wait, relay, ok

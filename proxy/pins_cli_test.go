@@ -123,7 +123,17 @@ func TestWrapRugPullRefusedUntilApprovedAndPinsCommand(t *testing.T) {
 	if _, errs, code := c.aegis("pins", "reset", "--state-dir", c.state, "--tool", "fetch"); code != 2 || !strings.Contains(errs, "needs --server") {
 		t.Fatalf("reset --tool without --server: %d %s", code, errs)
 	}
-	if out, _, code := c.aegis("replay", "--state-dir", c.state, "--last"); code != 0 || !strings.Contains(out, "tool.changed") && !strings.Contains(out, "changed since") {
-		t.Logf("aegis replay: %d %s", code, out)
+	// aegis replay tells the story of the session: the pins, the change.
+	list, _, _ = c.aegis("sessions", "--state-dir", c.state, "--json")
+	var sessions []map[string]any
+	if json.Unmarshal([]byte(list), &sessions) != nil || len(sessions) != 1 {
+		t.Fatalf("aegis sessions: %s", list)
+	}
+	replay, errs, code := c.aegis("replay", "--state-dir", c.state, sessions[0]["id"].(string))
+	for _, want := range []string{"pinned    tool fetch of " + key, "TOOL CHANGED: fetch of " + key + " changed since it was pinned (description)",
+		"on_tool_change: pending_approval", "(approved " + id + ")"} {
+		if code != 0 || !strings.Contains(replay, want) {
+			t.Errorf("aegis replay does not say %q: %d\n%s%s", want, code, replay, errs)
+		}
 	}
 }

@@ -187,7 +187,11 @@ func (g *gateway) applyTools(server string, listed []*mcp.Tool) {
 	}
 	g.fw.tmu.Unlock()
 	// Pins see the tools the host can be shown, a refused shadow not.
-	g.pins.observe(server, slices.Collect(maps.Values(kept)))
+	shown := make([]*mcp.Tool, 0, len(kept))
+	for _, wire := range slices.Sorted(maps.Keys(kept)) {
+		shown = append(shown, kept[wire])
+	}
+	g.pins.observe(server, shown)
 	if len(removed) > 0 {
 		g.srv.RemoveTools(removed...)
 	}

@@ -34,7 +34,10 @@ intent before it is forwarded and a signed outcome before the answer returns,
 with decision_axes.role = the active profile. The agent switches profiles
 with the meta-tool aegis.set_profile: along an allowed_transitions edge at
 once, otherwise a human runs 'aegis approve ID' and the agent confirms with
-aegis.approval_status.
+aegis.approval_status. Each server's tools are pinned to the digest of
+their definitions when first listed; a tool that later changes (or is
+added) is hidden and refused until 'aegis approve ID' pins its new
+definition (see 'aegis help pins').
 
 FILE is strict YAML; docs/gateway.md describes every key. In short:
 
@@ -55,6 +58,7 @@ FILE is strict YAML; docs/gateway.md describes every key. In short:
   activation: {default_profile: NAME}
   error_disclosure: verbose     # or minimal
   rules: [..]                   # optional wrap-style rules on top
+  on_tool_change: pending_approval   # or deny, allow (see 'aegis help pins')
 
 Unknown keys are errors with their line. Each server gets a minimal
 environment (PATH, HOME, USER, LOGNAME, SHELL, LANG, LC_*, TZ, TMPDIR,

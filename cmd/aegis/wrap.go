@@ -98,6 +98,12 @@ machine's disk, and while the link is down the events wait here. See
 'aegis help hub' and docs/fleet.md. With --policy, approvals can also be
 given over the hub by a fleet approver (aegis approve --hub).
 
+Every tools/list answer pins the server's tools (keyed by CMD [ARGS…]) to
+the digest of their definitions at first sight, across sessions; a tool
+that later changes, or is added, is recorded, and under --policy a call to
+it is refused until 'aegis approve ID' pins its new definition (the
+policy's on_tool_change; see 'aegis help pins').
+
 The record gets a signed checkpoint (its Merkle tree's size and root) every
 --checkpoint-lines lines (default 1024), --checkpoint-interval after the
 first line none covers yet (default 10s), and at every close: an event in
