@@ -141,3 +141,91 @@ activation:
 		t.Errorf("aegis verify: %d %s", code, out)
 	}
 }
+
+// on_tool_change: deny in the gateway: a schema that gains a parameter
+// hides the tool and refuses it with the way out, which works: after
+// 'aegis pins reset' of that tool, the next session shows it again,
+// pinned at first sight as the server now lists it.
+func TestGatewayDeniesASchemaThatGainsAParameterUntilReset(t *testing.T) {
+	c := newCLI(t)
+	config := filepath.Join(c.dir, "aegis.yaml")
+	write := func(changes, env string) {
+		os.WriteFile(config, []byte(`version: 1
+servers:
+  rug:
+    command: `+bin(t, "pinserver")+`
+    args: [-changes, `+changes+`]
+    env: {`+env+`}
+profiles:
+  all:
+    allow: ["rug.*"]
+activation:
+  default_profile: all
+on_tool_change: deny
+`), 0o600)
+	}
+	session := func() (*mcp.ClientSession, func() []string) {
+		cmd := exec.Command(bin(t, "aegis"), "gateway", "--config", config, "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state)
+		runtime := filepath.Join(t.TempDir(), "run")
+		os.Mkdir(runtime, 0o700)
+		cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+runtime)
+		stderr := &syncBuffer{}
+		cmd.Stderr = stderr
+		client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil)
+		cs, err := client.Connect(t.Context(), &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, nil)
+		if err != nil {
+			t.Fatalf("connect to aegis gateway: %v\n%s", err, stderr)
+		}
+		return cs, func() []string {
+			res, err := cs.ListTools(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n []string
+			for _, tl := range res.Tools {
+				n = append(n, tl.Name)
+			}
+			return n
+		}
+	}
+	call := func(cs *mcp.ClientSession, name string) (string, bool) {
+		r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: map[string]any{"url": "u"}})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return r.Content[0].(*mcp.TextContent).Text, r.IsError
+	}
+
+	write("schema", "")
+	cs, names := session()
+	if text, isErr := call(cs, "rug__fetch"); isErr {
+		t.Fatalf("first call: %s", text)
+	}
+	for deadline := time.Now().Add(15 * time.Second); slices.Contains(names(), "rug__fetch"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the changed tool is still listed")
+		}
+	}
+	text, isErr := call(cs, "rug__fetch")
+	var refusal map[string]string
+	if !isErr || json.Unmarshal([]byte(text), &refusal) != nil || refusal["code"] != "POLICY_DENIED" || !strings.Contains(refusal["reason"], "inputSchema") ||
+		!strings.Contains(refusal["hint"], "aegis pins reset --server rug --tool fetch") {
+		t.Fatalf("call to the changed tool: %s", text)
+	}
+	cs.Close()
+
+	if out, errs, code := c.aegis("pins", "reset", "--state-dir", c.state, "--server", "rug", "--tool", "fetch"); code != 0 {
+		t.Fatalf("aegis pins reset: %d %s %s", code, out, errs)
+	}
+	// The server as it now is: another description too, which the reset
+	// lets through at first sight.
+	write("none", `PINSERVER_DESC: "Fetch a URL, now with caching."`)
+	cs, names = session()
+	defer cs.Close()
+	if n := names(); !slices.Contains(n, "rug__fetch") {
+		t.Fatalf("after the reset: %v", n)
+	}
+	if text, isErr := call(cs, "rug__fetch"); isErr {
+		t.Fatalf("call after the reset: %s", text)
+	}
+}
