@@ -152,6 +152,9 @@ type PendingApproval struct {
 	// operator-chosen text: escape them before printing).
 	MatchedRule string `json:"matched_rule,omitempty"`
 	Profile     string `json:"profile,omitempty"`
+	// PinDigest, for an approval that re-pins a tool whose definition
+	// changed, is the digest of the definition an approve pins.
+	PinDigest string `json:"pin_digest,omitempty"`
 }
 
 // ApprovalConfig is the server side of the approval channel for one store:

@@ -121,7 +121,7 @@ activation:
 	if text, isErr := call("rug__echo"); isErr || text != "ok echo" {
 		t.Fatalf("a tool that did not change: %q %v", text, isErr)
 	}
-	if list, code := aegis("approvals"); code != 0 || !strings.Contains(list, id) {
+	if list, code := aegis("approvals"); code != 0 || !strings.Contains(list, id) || !strings.Contains(list, "re-pin to its new definition") {
 		t.Fatalf("aegis approvals: %d %s", code, list)
 	}
 	if msg, code := aegis("approve", id); code != 0 || !strings.Contains(msg, "pinned") {

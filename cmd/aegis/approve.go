@@ -274,6 +274,10 @@ func (m *Main) printApprovals(rows []approvalRow, asJSON, fleet bool) error {
 		if r.ArgumentsBytes > 0 {
 			args = proxy.ShowArgs(r.Arguments, r.ArgumentsBytes, r.ArgsDigest)
 		}
+		if d := r.PinDigest; d != "" {
+			// A re-pin: what is approved is the tool's new definition.
+			args = "re-pin to its new definition sha256:" + projector.Printable(d[:min(12, len(d))]) + "… (see aegis replay); call " + args
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%d\t%s\t%s\t%s\n", projector.Printable(r.ApprovalID), projector.Printable(r.ToolID), host(r), projector.Printable(r.Session), r.PID,
 			r.RequestedAt.Local().Format("2006-01-02 15:04:05"), expiresIn(r.ExpiresAt, now), args)
 	}

@@ -383,7 +383,7 @@ func (m *Main) approvalServer(store *events.Store) func(string, func(proxy.Appro
 			for _, p := range r.Pending {
 				out.Pending = append(out.Pending, events.PendingApproval{ApprovalID: p.ApprovalID, ToolID: p.ToolID,
 					RequestDigest: p.RequestDigest, ArgsDigest: p.ArgsDigest, RequestedAt: p.RequestedAt, ExpiresAt: p.ExpiresAt,
-					Arguments: p.Args, ArgumentsBytes: p.ArgsBytes, MatchedRule: p.MatchedRule, Profile: p.Profile})
+					Arguments: p.Args, ArgumentsBytes: p.ArgsBytes, MatchedRule: p.MatchedRule, Profile: p.Profile, PinDigest: p.PinDigest})
 			}
 			return out
 		})
