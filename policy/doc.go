@@ -94,7 +94,9 @@
 //
 // on_tool_change says what a session does with a tool whose definition
 // changed since it was pinned ([ToolChange]; the gateway file takes it
-// too). It is not a rule and is not part of the policy set hash.
+// too). It is not a rule; the policy set hash covers it when it is deny
+// or allow (pending_approval, the default, is omitted from the projection,
+// so spelling it changes nothing).
 //
 // # Policy set hash
 //

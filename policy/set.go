@@ -96,6 +96,9 @@ func (s *Set) Projection() schemas.PolicySet {
 		Default: "allow",
 		Rules:   make([]schemas.PolicyRule, 0, len(s.rules)),
 	}
+	if s.onToolChange != ToolChangePendingApproval {
+		p.OnToolChange = s.onToolChange.String()
+	}
 	if s.defaultDeny {
 		p.Default = "deny"
 	}

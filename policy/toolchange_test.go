@@ -30,6 +30,20 @@ func TestOnToolChange(t *testing.T) {
 			t.Errorf("gateway %q: %v, want %v", tc.extra, err, tc.want)
 		}
 	}
+	// The hash covers the setting, and a spelled-out default hashes as
+	// the file without it.
+	hash := func(extra string) string {
+		s, err := Parse("policy.yaml", []byte("version: 1\n"+extra))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Hash()
+	}
+	def := hash("")
+	if hash("on_tool_change: pending_approval\n") != def || hash("on_tool_change: allow\n") == def ||
+		hash("on_tool_change: deny\n") == def || hash("on_tool_change: allow\n") == hash("on_tool_change: deny\n") {
+		t.Error("the policy set hash does not cover on_tool_change as it should")
+	}
 	for _, bad := range []string{"on_tool_change: warn\n", "on_tool_change: Deny\n", "on_tool_change: true\n"} {
 		_, err := Parse("policy.yaml", []byte("version: 1\n"+bad))
 		if err == nil || !strings.Contains(err.Error(), "policy.yaml:2: on_tool_change") {

@@ -27,7 +27,8 @@ const PolicySetFormat = "aegis-policy-set/1"
 //   - Members that have no value are omitted, never null: reason when the
 //     rule has none, rate except on rate_limit rules, limits when the rule
 //     has none, each limit that is not set, park unless it is true, and
-//     timeout_seconds unless park is true.
+//     timeout_seconds unless park is true, on_tool_change unless it is
+//     deny or allow.
 //   - Rules is always present; a file without rules projects "rules":[].
 //
 // A projection of a file with one rate-limited rule, in canonical form:
@@ -42,6 +43,10 @@ type PolicySet struct {
 	Version string       `json:"version"` // the policy file version, "1"
 	Default string       `json:"default"` // "allow" or "deny"
 	Rules   []PolicyRule `json:"rules"`   // file order
+	// OnToolChange is the file's on_tool_change when it is not the
+	// default (pending_approval): "deny" or "allow". Omitted otherwise, so
+	// the hashes of files without it are what they were.
+	OnToolChange string `json:"on_tool_change,omitempty"`
 }
 
 // PolicyRule is one rule of a [PolicySet].
