@@ -316,16 +316,56 @@ type listReq struct {
 // is forgotten first.
 const maxListWatch = 256
 
+// rpcMessage is what the pins read of a JSON-RPC message.
 type rpcMessage struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
-	Params *struct {
-		Cursor *string `json:"cursor"`
-	} `json:"params"`
-	Result *struct {
-		Tools      []json.RawMessage `json:"tools"`
-		NextCursor string            `json:"nextCursor"`
-	} `json:"result"`
+	ID     json.RawMessage
+	Method string
+	Params *listParams
+	Result *listResult
+}
+
+type listParams struct{ Cursor *string }
+
+type listResult struct {
+	Tools      []json.RawMessage
+	NextCursor string
+}
+
+// exact reads a JSON object by the exact names of its members, as hosts
+// read them (encoding/json would match a struct field in any case, and
+// read "RESULT" as result); of a member given twice the last counts, as
+// in JSON.parse.
+func exact(raw []byte) (map[string]json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || m == nil {
+		return nil, false
+	}
+	return m, true
+}
+
+func readMessage(raw []byte) (rpcMessage, bool) {
+	o, ok := exact(raw)
+	if !ok {
+		return rpcMessage{}, false
+	}
+	m := rpcMessage{ID: o["id"]}
+	if string(m.ID) == "null" {
+		m.ID = nil
+	}
+	json.Unmarshal(o["method"], &m.Method)
+	if p, ok := exact(o["params"]); ok {
+		m.Params = &listParams{}
+		var c string
+		if json.Unmarshal(p["cursor"], &c) == nil {
+			m.Params.Cursor = &c
+		}
+	}
+	if r, ok := exact(o["result"]); ok {
+		m.Result = &listResult{}
+		json.Unmarshal(r["tools"], &m.Result.Tools)
+		json.Unmarshal(r["nextCursor"], &m.Result.NextCursor)
+	}
+	return m, true
 }
 
 // messages reads a frame as one JSON-RPC message or a batch of them.
@@ -334,18 +374,19 @@ func messages(frame []byte) []rpcMessage {
 	if len(t) == 0 {
 		return nil
 	}
+	raws := []json.RawMessage{t}
 	if t[0] == '[' {
-		var ms []rpcMessage
-		if json.Unmarshal(t, &ms) != nil {
+		if json.Unmarshal(t, &raws) != nil {
 			return nil
 		}
-		return ms
 	}
-	var m rpcMessage
-	if json.Unmarshal(t, &m) != nil {
-		return nil
+	var out []rpcMessage
+	for _, r := range raws {
+		if m, ok := readMessage(r); ok {
+			out = append(out, m)
+		}
 	}
-	return []rpcMessage{m}
+	return out
 }
 
 // noteHost registers the tools/list requests of a host frame.
