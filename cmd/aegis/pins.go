@@ -59,20 +59,11 @@ func (m *Main) runPins(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("aegis pins [--server SERVER] or aegis pins reset …", "pins: unknown argument %q", fs.Arg(0))
 	}
-	ix, _, err := m.heldIndex(*dir)
+	ix, _, done, err := m.stateIndex(ctx, *dir, "pins")
 	if err != nil {
 		return err
 	}
-	if ix == nil {
-		rd, err := m.openStream(ctx, *dir)
-		if err != nil {
-			return err
-		}
-		defer rd.Close()
-		if ix, err = sessionIndex(ctx, rd.store, m.newProgress("pins")); err != nil {
-			return err
-		}
-	}
+	defer done()
 	pins := ix.Pins(*server)
 	w := bufio.NewWriter(m.Stdout)
 	defer w.Flush()

@@ -103,21 +103,11 @@ func (m *Main) runSessions(ctx context.Context, args []string) error {
 		}
 		return m.sessionsMirror(ctx, hub, *asJSON)
 	}
-	ix, holder, err := m.heldIndex(*dir)
+	ix, holder, done, err := m.stateIndex(ctx, *dir, "sessions")
 	if err != nil {
 		return err
 	}
-	if ix == nil {
-		rd, err := m.openStream(ctx, *dir)
-		if err != nil {
-			return err
-		}
-		defer rd.Close()
-		if ix, err = sessionIndex(ctx, rd.store, m.newProgress("sessions")); err != nil {
-			return err
-		}
-		holder = rd.holder
-	}
+	defer done()
 	list := ix.Sessions(holder)
 	if r := ix.Rotation(); r != nil && !*asJSON {
 		dir, _ := m.stateDir(*dir)
@@ -353,6 +343,26 @@ func (m *Main) heldIndex(dirFlag string) (*projector.Index, int, error) {
 	}
 	fmt.Fprintf(m.Stderr, "aegis: note: %s is in use by aegis process %d; listing from the index it keeps, as of %s (it saves it every second)\n", dir, pid, asOf)
 	return ix, pid, nil
+}
+
+// stateIndex returns the index of the state directory: the one its
+// holder keeps, or else folded from the stream (what names the progress
+// shown meanwhile), with the holder's PID (0 for none). done releases the
+// stream once the index is no longer read.
+func (m *Main) stateIndex(ctx context.Context, dirFlag, what string) (ix *projector.Index, holder int, done func(), err error) {
+	ix, holder, err = m.heldIndex(dirFlag)
+	if err != nil || ix != nil {
+		return ix, holder, func() {}, err
+	}
+	rd, err := m.openStream(ctx, dirFlag)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if ix, err = sessionIndex(ctx, rd.store, m.newProgress(what)); err != nil {
+		rd.Close()
+		return nil, 0, nil, err
+	}
+	return ix, rd.holder, rd.Close, nil
 }
 
 // hasStream refuses a state directory that holds no stream, rather than
