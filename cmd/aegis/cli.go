@@ -47,7 +47,7 @@ Commands:
   version    print the version (also: aegis -v)
   completion print a shell completion script (aegis completion bash|zsh|fish)
   help       print this help, a command's help (aegis help events), or a
-             reference page (aegis help policy; aegis help gateway --full)
+             reference page (aegis help threat-model; aegis help policy --full)
 
 Global behaviour:
   stdout carries MCP (in wrap) or a command's result; everything else,
@@ -283,16 +283,16 @@ const helpHelp = `Usage:
 
 Prints the list of commands, or COMMAND's help: what it does, its flags,
 and an example. aegis help TOPIC prints a reference page (the same as
-the docs folder of the source): policy, confine, confinement, record,
-errors, files, resources, threat-model, gateway-parity, benchmarks; and
-with --full, the whole reference of a command that has one (wrap,
+the docs folder of the source): confine, confinement, record, errors,
+files, resources, threat-model, gateway-parity, benchmarks; and with
+--full, the whole reference of a command that has one (wrap, policy,
 gateway, verify, replay, events, approvals). Help goes to stdout and
 exits 0.
 
 Examples:
   $ aegis help verify
-  $ aegis help policy
-  $ aegis help gateway --full
+  $ aegis help threat-model
+  $ aegis help policy --full
 `
 
 // help prints a command's help or a reference page.

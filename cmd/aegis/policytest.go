@@ -46,6 +46,9 @@ Each line shows the case, the verdict, the deciding rule (or allow
 pattern) and the reason, and "ok" or "FAIL" where the case names the
 verdict it wants. --json prints one JSON object per case.
 
+The policy file's reference (rules, conditions, on_tool_change): aegis
+help policy --full.
+
 Exit status: 0 every case got the verdict it wants; 1 some did not; 2 a
 file could not be read or parsed (or a usage error).
 
