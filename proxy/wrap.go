@@ -316,7 +316,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	hostDone := make(chan struct{})
 	go func() {
 		r.readFrames(cfg.Stdin, schemas.KindFrameC2S, r.onHostFrame, c2s)
-		close(c2s.ch)
+		c2s.close()
 	}()
 	go func() {
 		defer close(hostDone)
@@ -333,7 +333,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	serverOutDone := make(chan struct{})
 	go func() {
 		r.readFrames(outR, schemas.KindFrameS2C, r.onServerFramePins, s2c)
-		close(s2c.ch)
+		s2c.close()
 	}()
 	go func() {
 		defer close(serverOutDone)
@@ -615,6 +615,18 @@ type outPath struct {
 	queued int       // frames in ch or being written by the writer
 	bytes  int       // their bytes
 	broken bool      // dst failed; later frames are dropped
+	closed bool      // ch is closed: its writer drains it and is done
+}
+
+// close closes the path's queue: the writer writes what it holds and
+// ends, and a later send writes its frame itself. The host's path is fed
+// from two readers (the server's frames and aegis's own refusals of host
+// frames), so the server's end must not close it under a refusal.
+func (p *outPath) close() {
+	p.mu.Lock()
+	p.closed = true
+	close(p.ch)
+	p.mu.Unlock()
 }
 
 // maxQueuedBytes bounds the bytes of the frames an outPath holds for its
@@ -632,7 +644,10 @@ func newOutPath(dst io.Writer, toServer bool) *outPath {
 // more frames to read at once.
 func (r *relay) send(p *outPath, f outFrame, more bool) {
 	p.mu.Lock()
-	if p.queued == 0 && (f.wait == nil || !more) {
+	for p.closed && p.queued > 0 {
+		p.room.Wait() // the writer drains the queue; then this frame follows
+	}
+	if p.closed || (p.queued == 0 && (f.wait == nil || !more)) {
 		if f.wait != nil {
 			// With no commit in flight, Wait commits in this goroutine.
 			// p.mu is held, so nothing overtakes the frame meanwhile.
