@@ -644,10 +644,11 @@ func newOutPath(dst io.Writer, toServer bool) *outPath {
 // more frames to read at once.
 func (r *relay) send(p *outPath, f outFrame, more bool) {
 	p.mu.Lock()
-	for p.closed && p.queued > 0 {
-		p.room.Wait() // the writer drains the queue; then this frame follows
-	}
-	if p.closed || (p.queued == 0 && (f.wait == nil || !more)) {
+	// direct writes f in this goroutine, p.mu held.
+	direct := func() {
+		for p.closed && p.queued > 0 {
+			p.room.Wait() // the writer drains the queue; then this frame follows
+		}
 		if f.wait != nil {
 			// With no commit in flight, Wait commits in this goroutine.
 			// p.mu is held, so nothing overtakes the frame meanwhile.
@@ -657,10 +658,17 @@ func (r *relay) send(p *outPath, f outFrame, more bool) {
 		}
 		r.write(p, f.data)
 		p.mu.Unlock()
+	}
+	if p.closed || (p.queued == 0 && (f.wait == nil || !more)) {
+		direct()
 		return
 	}
 	for p.queued > 0 && p.bytes+len(f.data) > maxQueuedBytes {
 		p.room.Wait()
+	}
+	if p.closed { // closed while this frame waited for room
+		direct()
+		return
 	}
 	p.queued++
 	p.bytes += len(f.data)
