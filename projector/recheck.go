@@ -138,6 +138,10 @@ func (r *Recheck) Fold(rec events.Record) (CallCheck, bool) {
 				r.profiles[e.Session] = p
 			}
 		}
+	case schemas.KindSessionClosed:
+		// Its requests will get no intent now: a recheck over a long
+		// history holds only the open sessions' requests.
+		delete(r.calls, e.Session)
 	case schemas.KindFrameC2S:
 		var fp schemas.FramePayload
 		if json.Unmarshal(e.Payload, &fp) == nil {
