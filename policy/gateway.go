@@ -50,6 +50,14 @@ type Server struct {
 	// Confine, when not nil, runs the server confined as 'aegis wrap
 	// --confine' does.
 	Confine *Confine
+	// Unprefixed (prefix: false) shows the server's tools and prompts
+	// under their own names rather than as <server>__<name>: for a host or
+	// test suite that expects a single server's names unchanged. Profiles
+	// and rules still name them <server>.<name> and <server>__<name>, and
+	// the record gives the capability <server>.<name> beside the name the
+	// host called; a name that another server's tool or prompt already has
+	// is refused as any wire-name collision is.
+	Unprefixed bool
 }
 
 // EnvFile is an environment variable whose value is a file's contents.

@@ -12,7 +12,7 @@ import (
 
 var (
 	gatewayKeys    = []string{"version", "servers", "profiles", "activation", "error_disclosure", "rules", "on_tool_change"}
-	serverKeys     = []string{"command", "args", "env", "env_passthrough", "transport", "confine"}
+	serverKeys     = []string{"command", "args", "env", "env_passthrough", "transport", "confine", "prefix"}
 	envFileKeys    = []string{"file"}
 	confineKeys    = []string{"allow_read", "allow_write", "allow_net", "allow_exec_support", "allow_udp", "allow_mptcp", "best_effort"}
 	profileKeys    = []string{"extends", "allow", "prompts", "resources", "allowed_transitions"}
@@ -40,6 +40,7 @@ const maxProfileNameLen = 64
 //	      GITHUB_TOKEN: {file: /etc/aegis/github.token}  # read at start
 //	    env_passthrough: [HTTPS_PROXY]  # copied from aegis's environment
 //	    transport: stdio              # optional; stdio is the only transport
+//	    prefix: false                 # optional; tools and prompts keep their own names
 //	    confine:                      # optional: run confined, as wrap --confine
 //	      allow_read: [/usr/lib/node_modules]   # absolute, clean paths
 //	      allow_write: [/srv/repo]
@@ -373,6 +374,12 @@ func (p *parser) server(n *yaml.Node, path string) (Server, error) {
 			if s.Confine, err = p.confine(f.val, f.path); err != nil {
 				return s, err
 			}
+		case "prefix":
+			prefix, err := p.boolean(f.val, f.path)
+			if err != nil {
+				return s, err
+			}
+			s.Unprefixed = !prefix
 		}
 	}
 	if !hasCommand {

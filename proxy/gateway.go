@@ -34,6 +34,9 @@ type GatewayServer struct {
 	Argv    []string
 	Env     []string
 	Confine *sandbox.Profile // nil: not confined
+	// Unprefixed shows the server's tools and prompts under their own
+	// names, not <server>__<name> (the file's prefix: false).
+	Unprefixed bool
 }
 
 // GatewayPolicy is what the gateway asks of its configuration: profile
@@ -405,7 +408,7 @@ func (g *gateway) aggregate(ctx context.Context) error {
 				break
 			}
 			listed = append(listed, t)
-			def := toolDef(n, t)
+			def := g.toolDef(n, t)
 			wire := def.Name
 			if prev, dup := origin[wire]; dup {
 				return fmt.Errorf("tool name collision: %s.%s and %s both become %q; rename a server", n, t.Name, prev, wire)
@@ -479,7 +482,7 @@ func (g *gateway) addPrompts(ctx context.Context) {
 			if err != nil {
 				break
 			}
-			wire := policy.Namespace(n, p.Name)
+			wire := g.wireName(n, p.Name)
 			if prev, dup := g.pt.prompts[wire]; dup {
 				g.notePrompt(fmt.Sprintf("prompt %s.%s refused: %s.%s already has the name %q", n, p.Name, prev.server, prev.prompt, wire),
 					map[string]string{"server": n, "prompt": p.Name, "refused": "name collision with " + prev.server + "." + prev.prompt})

@@ -47,11 +47,22 @@ const (
 // metaPrefix begins the names of the gateway's own tools.
 const metaPrefix = "aegis."
 
+// wireName is the name the host sees of server's tool or prompt name:
+// <server>__<name>, or name itself for a server with prefix: false.
+func (g *gateway) wireName(server, name string) string {
+	for _, s := range g.cfg.Servers {
+		if s.Name == server && s.Unprefixed {
+			return name
+		}
+	}
+	return policy.Namespace(server, name)
+}
+
 // toolDef is the gateway's definition of server's tool t: the server's,
-// renamed, with its origin in the description.
-func toolDef(server string, t *mcp.Tool) *mcp.Tool {
+// renamed (see wireName), with its origin in the description.
+func (g *gateway) toolDef(server string, t *mcp.Tool) *mcp.Tool {
 	def := *t
-	def.Name = server + "__" + t.Name
+	def.Name = g.wireName(server, t.Name)
 	desc := strings.TrimSpace(t.Description)
 	if desc == "" {
 		desc = "(no description)"
@@ -154,7 +165,7 @@ func (g *gateway) applyTools(server string, listed []*mcp.Tool) {
 	kept := map[string]*mcp.Tool{} // wire -> the server's tool, as shown
 	g.fw.tmu.Lock()
 	for _, t := range listed {
-		e := toolEntry{server: server, tool: t.Name, def: toolDef(server, t)}
+		e := toolEntry{server: server, tool: t.Name, def: g.toolDef(server, t)}
 		wire := e.def.Name
 		if why := g.shadows(server, wire, next); why != "" {
 			// Of two with one name, keep the one the host already saw.
@@ -325,7 +336,7 @@ func (g *gateway) relistPrompts(server string, listed []*mcp.Prompt) {
 	defer g.pmu.Unlock()
 	now := map[string]*mcp.Prompt{}
 	for _, p := range listed {
-		now[policy.Namespace(server, p.Name)] = p
+		now[g.wireName(server, p.Name)] = p
 	}
 	f.tmu.Lock()
 	for wire, p := range f.prompts {
@@ -393,7 +404,7 @@ func (g *gateway) noteOwners(ctx context.Context, server string, cs *mcp.ClientS
 		f.prompts, f.templates = map[string]promptRef{}, map[string]string{}
 	}
 	for _, p := range prompts {
-		f.prompts[server+"__"+p.Name] = promptRef{server, p.Name}
+		f.prompts[g.wireName(server, p.Name)] = promptRef{server, p.Name}
 	}
 	for _, t := range tmpls {
 		if _, taken := f.templates[t.URITemplate]; !taken {

@@ -198,7 +198,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		if err != nil {
 			return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file or its mode; nothing was started")
 		}
-		gs := proxy.GatewayServer{Name: s.Name, Argv: append([]string{s.Command}, s.Args...), Env: env}
+		gs := proxy.GatewayServer{Name: s.Name, Argv: append([]string{s.Command}, s.Args...), Env: env, Unprefixed: s.Unprefixed}
 		if s.Confine != nil {
 			c := s.Confine
 			p := &sandbox.Profile{ReadPaths: c.AllowRead, WritePaths: c.AllowWrite, ExecSupport: c.AllowExecSupport,
