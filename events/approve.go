@@ -59,6 +59,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -167,10 +168,10 @@ type ApprovalConfig struct {
 	approverPassword  string
 	readerPassword    string
 
-	mu      sync.Mutex
-	session string
-	url     string
-	host    string // the fleet host name when the store links to a hub
+	mu       sync.Mutex
+	sessions map[string]bool // the bound sessions
+	url      string
+	host     string // the fleet host name when the store links to a hub
 }
 
 // ApprovalOptions makes the identities of an approval channel with fresh
@@ -250,38 +251,53 @@ func (c *ApprovalConfig) URL() string {
 	return c.url
 }
 
-// Bind names the session whose approval requests the channel carries. A
-// channel serves one session: binding it again to another one fails.
+// Bind names a session whose approval requests the channel carries. A
+// channel serves every session bound to it, each on its own subjects:
+// one process serves several sessions when its gateway serves several
+// HTTP clients. An identity that connects is allowed the subjects of the
+// sessions bound then.
 func (c *ApprovalConfig) Bind(session string) error {
 	if !schemas.ValidID(session) {
 		return fmt.Errorf("approval channel: bad session id %q", session)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.session != "" && c.session != session {
-		return fmt.Errorf("approval channel: already serves session %s, not %s", c.session, session)
+	if c.sessions == nil {
+		c.sessions = map[string]bool{}
 	}
-	c.session = session
+	c.sessions[session] = true
 	return nil
 }
 
-// Session is the bound session ("" before Bind).
-func (c *ApprovalConfig) Session() string {
+// Unbind ends what Bind began: identities that connect from now on are not
+// allowed session's subjects.
+func (c *ApprovalConfig) Unbind(session string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.session
+	delete(c.sessions, session)
+}
+
+// Sessions are the bound sessions, in no order.
+func (c *ApprovalConfig) Sessions() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.sessions))
+	for s := range c.sessions {
+		out = append(out, s)
+	}
+	return out
 }
 
 // Creds returns what the credentials file of this channel holds. The
 // channel must be started and bound.
-func (c *ApprovalConfig) Creds(stateDir string, started time.Time) (Creds, error) {
+func (c *ApprovalConfig) Creds(session, stateDir string, started time.Time) (Creds, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.url == "" || c.session == "" {
-		return Creds{}, errors.New("approval channel: not started or not bound to a session")
+	if c.url == "" || !c.sessions[session] {
+		return Creds{}, errors.New("approval channel: not started or not bound to the session")
 	}
 	return Creds{
-		V: CredsVersion, Session: c.session, URL: c.url, User: ApproverUser, Password: c.approverPassword,
+		V: CredsVersion, Session: session, URL: c.url, User: ApproverUser, Password: c.approverPassword,
 		Reader: ReaderUser, ReaderPassword: c.readerPassword,
 		PID: os.Getpid(), StateDir: stateDir, Started: started.UTC(),
 	}, nil
@@ -296,7 +312,7 @@ func (c *ApprovalConfig) Listen(ns *server.Server, session, stateDir string, han
 	if err := c.Bind(session); err != nil {
 		return nil, err
 	}
-	creds, err := c.Creds(stateDir, time.Now())
+	creds, err := c.Creds(session, stateDir, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -311,10 +327,12 @@ func (c *ApprovalConfig) Listen(ns *server.Server, session, stateDir string, han
 	l, err := listenApprovals(nc, session, host, handle)
 	if err != nil {
 		nc.Close()
+		c.Unbind(session)
 		return nil, err
 	}
 	l.ownConn = true
 	l.creds = creds
+	l.unbind = func() { c.Unbind(session) }
 	return l, nil
 }
 
@@ -333,9 +351,8 @@ func (a approvalAuth) Check(ca server.ClientAuthentication) bool {
 	addr := ca.RemoteAddress()
 	tcp, isTCP := addr.(*net.TCPAddr)
 	c := a.c
-	c.mu.Lock()
-	session := c.session
-	c.mu.Unlock()
+	sessions := c.Sessions()
+	sort.Strings(sessions)
 	switch o.Username {
 	case internalUser:
 		// In-process connections are net.Pipe ends; only the listener
@@ -346,22 +363,22 @@ func (a approvalAuth) Check(ca server.ClientAuthentication) bool {
 		ca.RegisterUser(&server.User{Username: internalUser})
 		return true
 	case responderUser:
-		if isTCP || addr == nil || session == "" || !samePassword(o.Password, c.responderPassword) {
+		if isTCP || addr == nil || len(sessions) == 0 || !samePassword(o.Password, c.responderPassword) {
 			return false
 		}
 		c.mu.Lock()
 		host := c.host
 		c.mu.Unlock()
-		ca.RegisterUser(&server.User{Username: responderUser, Permissions: responderPermissions(session, host)})
+		ca.RegisterUser(&server.User{Username: responderUser, Permissions: responderPermissions(sessions, host)})
 		return true
 	case ApproverUser:
-		if !isTCP || !tcp.IP.IsLoopback() || session == "" || !samePassword(o.Password, c.approverPassword) {
+		if !isTCP || !tcp.IP.IsLoopback() || len(sessions) == 0 || !samePassword(o.Password, c.approverPassword) {
 			return false
 		}
-		ca.RegisterUser(&server.User{Username: ApproverUser, Permissions: approverPermissions(session)})
+		ca.RegisterUser(&server.User{Username: ApproverUser, Permissions: approverPermissions(sessions)})
 		return true
 	case ReaderUser:
-		if !isTCP || !tcp.IP.IsLoopback() || session == "" || !samePassword(o.Password, c.readerPassword) {
+		if !isTCP || !tcp.IP.IsLoopback() || len(sessions) == 0 || !samePassword(o.Password, c.readerPassword) {
 			return false
 		}
 		ca.RegisterUser(&server.User{Username: ReaderUser, Permissions: readerPermissions()})
@@ -372,14 +389,18 @@ func (a approvalAuth) Check(ca server.ClientAuthentication) bool {
 
 // responderPermissions: take the session's requests and answer them; with
 // a fleet host, also those that come over the hub (see fleet.go).
-func responderPermissions(session, host string) *server.Permissions {
-	p := &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{ApprovalReplyPrefix(session) + ".>"}},
-		Subscribe: &server.SubjectPermission{Allow: []string{ApprovalSubject(session)}},
+func responderPermissions(sessions []string, host string) *server.Permissions {
+	p := &server.Permissions{Publish: &server.SubjectPermission{}, Subscribe: &server.SubjectPermission{}}
+	for _, session := range sessions {
+		p.Publish.Allow = append(p.Publish.Allow, ApprovalReplyPrefix(session)+".>")
+		p.Subscribe.Allow = append(p.Subscribe.Allow, ApprovalSubject(session))
+		if host != "" {
+			p.Subscribe.Allow = append(p.Subscribe.Allow, FleetSubject(host, session))
+		}
 	}
 	if host != "" {
 		p.Publish.Allow = append(p.Publish.Allow, fleetReplyPrefix+"*", fleetReplyPrefix+host+".*")
-		p.Subscribe.Allow = append(p.Subscribe.Allow, FleetSubject(host, session), FleetHostSubject(host), FleetListSubject)
+		p.Subscribe.Allow = append(p.Subscribe.Allow, FleetHostSubject(host), FleetListSubject)
 	}
 	return p
 }
@@ -388,12 +409,17 @@ func responderPermissions(session, host string) *server.Permissions {
 // The deny lists repeat what the allow lists already exclude, so that a
 // wider allow added later still keeps the stream, the JetStream and system
 // APIs and the shared inboxes out of reach.
-func approverPermissions(session string) *server.Permissions {
+func approverPermissions(sessions []string) *server.Permissions {
 	never := []string{"aegis.>", "$JS.>", "$KV.>", "$O.>", "$SYS.>", "_INBOX.>"}
-	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{ApprovalSubject(session)}, Deny: never},
-		Subscribe: &server.SubjectPermission{Allow: []string{ApprovalReplyPrefix(session) + ".>"}, Deny: never},
+	p := &server.Permissions{
+		Publish:   &server.SubjectPermission{Deny: never},
+		Subscribe: &server.SubjectPermission{Deny: never},
 	}
+	for _, session := range sessions {
+		p.Publish.Allow = append(p.Publish.Allow, ApprovalSubject(session))
+		p.Subscribe.Allow = append(p.Subscribe.Allow, ApprovalReplyPrefix(session)+".>")
+	}
+	return p
 }
 
 // readerPermissions: direct gets of the stream, the stored-message
@@ -426,6 +452,7 @@ type ApprovalListener struct {
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
+	unbind  func() // set by ApprovalConfig.Listen
 }
 
 // ListenApprovals subscribes nc to session's approval requests and answers
@@ -524,6 +551,9 @@ func (l *ApprovalListener) Close() error {
 		<-l.done
 		if l.ownConn {
 			l.nc.Close()
+		}
+		if l.unbind != nil {
+			l.unbind()
 		}
 	})
 	return err

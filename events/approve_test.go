@@ -309,7 +309,7 @@ func TestApprovalChannelRefusesOtherCredentials(t *testing.T) {
 	url := a.ac.URL()
 
 	// Before the channel is bound to a session, even the right password is refused.
-	early, _ := a.ac.Creds("", time.Now())
+	early, _ := a.ac.Creds(a.session, "", time.Now())
 	if early.Password != "" {
 		t.Fatalf("Creds before Bind = %+v", early)
 	}
@@ -438,7 +438,7 @@ func TestApprovalAuthCheck(t *testing.T) {
 	}
 }
 
-func TestApprovalChannelBindsOneSession(t *testing.T) {
+func TestApprovalChannelBindsSessions(t *testing.T) {
 	if _, err := ApprovalOptions("a.>"); err == nil {
 		t.Error("ApprovalOptions accepted a subject pattern as session")
 	}
@@ -454,10 +454,17 @@ func TestApprovalChannelBindsOneSession(t *testing.T) {
 	if err := ac.Bind(s1); err != nil {
 		t.Errorf("Bind of the same session again = %v", err)
 	}
-	if err := ac.Bind(s2); err == nil {
-		t.Error("Bind to a second session succeeded")
+	if err := ac.Bind(s2); err != nil {
+		t.Errorf("Bind of a second session = %v", err)
 	}
-	if _, err := ac.Creds("/s", time.Now()); err == nil {
+	if got := ac.Sessions(); len(got) != 2 {
+		t.Errorf("Sessions = %v, want both", got)
+	}
+	ac.Unbind(s2)
+	if got := ac.Sessions(); len(got) != 1 || got[0] != s1 {
+		t.Errorf("Sessions after Unbind = %v, want [%s]", got, s1)
+	}
+	if _, err := ac.Creds(s1, "/s", time.Now()); err == nil {
 		t.Error("Creds before Started succeeded")
 	}
 	opts := &server.Options{}
@@ -482,7 +489,7 @@ func TestApprovalRepliesGoOnlyToTheApproverInbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	creds, _ := a.ac.Creds("", time.Now())
+	creds, _ := a.ac.Creds(a.session, "", time.Now())
 	ap := dialApprover(t, creds)
 	for _, reply := range []string{
 		"aegis." + a.session + ".approval.resolved",
@@ -848,7 +855,7 @@ func TestListenApprovalsReportsARefusedSubscription(t *testing.T) {
 		t.Fatal(err)
 	}
 	other, _ := schemas.NewID(time.Now(), rand.Reader)
-	creds, _ := a.ac.Creds("", time.Now())
+	creds, _ := a.ac.Creds(a.session, "", time.Now())
 	ap := dialApprover(t, creds)
 	if _, err := ListenApprovals(ap.nc, other, newFakeProxy().handle); err == nil || !errors.Is(err, nats.ErrPermissionViolation) {
 		t.Errorf("ListenApprovals as the approver = %v, want a permissions violation", err)
