@@ -27,8 +27,9 @@ type Gateway struct {
 	rules          *Set
 }
 
-// Server is one downstream MCP server of a gateway file, started as a stdio
-// subprocess.
+// Server is one downstream MCP server of a gateway file: a local one,
+// started as a stdio subprocess (Command), or a remote one, reached over
+// HTTP (URL). Exactly one of Command and URL is set.
 type Server struct {
 	// Name namespaces the server's tools (see [Namespace]); it passes
 	// [ValidServerName].
@@ -58,6 +59,24 @@ type Server struct {
 	// host called; a name that another server's tool or prompt already has
 	// is refused as any wire-name collision is.
 	Unprefixed bool
+	// URL, when not "", makes the server remote (url:): aegis connects to
+	// it over HTTP and runs no process, so Command, Args, Env, EnvFiles,
+	// EnvPassthrough and Confine are empty. It is https://, or http:// to
+	// a loopback host, without userinfo or fragment, as written.
+	URL string
+	// Transport is how aegis talks to the server: [TransportStdio] for a
+	// command, [TransportStreamable] (the default) or [TransportSSE] for a
+	// url. It is never empty.
+	Transport Transport
+	// Headers are sent with every HTTP request to a remote server, in
+	// file order, no name twice (case-insensitively). Their values are
+	// secrets.
+	Headers []Header
+	// CAFile, when not "", is an absolute, clean path to a PEM bundle:
+	// a remote https server's certificate must chain to one of its CAs,
+	// and the system's roots are then not used. Read when the server
+	// starts.
+	CAFile string
 }
 
 // EnvFile is an environment variable whose value is a file's contents.
@@ -189,6 +208,7 @@ func (s *Server) clone() Server {
 	c.Env = slices.Clone(s.Env)
 	c.EnvFiles = slices.Clone(s.EnvFiles)
 	c.EnvPassthrough = slices.Clone(s.EnvPassthrough)
+	c.Headers = slices.Clone(s.Headers)
 	if s.Confine != nil {
 		cc := *s.Confine
 		cc.AllowRead = slices.Clone(cc.AllowRead)

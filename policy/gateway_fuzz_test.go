@@ -54,6 +54,14 @@ func FuzzParseGateway(f *testing.F) {
 		"servers: {fs: {command: a, env: {T: {file: ../t}}}}\nprofiles: {p: {}}\nactivation: {default_profile: p}",
 		"servers: &a {fs: {command: a}}",
 		"servers:\n  fs:\n    command: a\n    command: b\n",
+		// Remote servers.
+		"servers: {r: {url: \"https://mcp.example.com/mcp?t=1\", headers: {Authorization: {file: /run/t}, X-K: {env: K}, X-T: v}, ca_file: /etc/ca.pem}}\nprofiles: {p: {}}\nactivation: {default_profile: p}",
+		"servers: {r: {url: \"http://[::1]:8080/mcp\", transport: sse}}\nprofiles: {p: {}}\nactivation: {default_profile: p}",
+		"servers: {r: {url: \"http://mcp.example.com/mcp\"}}\nprofiles: {p: {}}\nactivation: {default_profile: p}",                     // cleartext to a network host
+		"servers: {r: {url: \"https://u:p@mcp.example.com/\"}}\nprofiles: {p: {}}\nactivation: {default_profile: p}",                   // userinfo
+		"servers: {r: {url: \"https://a.example/\", insecure_skip_verify: true}}\nprofiles: {p: {}}\nactivation: {default_profile: p}", // no way to skip TLS
+		"servers: {r: {url: \"https://a.example/\", headers: {Mcp-Session-Id: x, host: y}}}\nprofiles: {p: {}}\nactivation: {default_profile: p}",
+		"servers: {r: {url: \"https://a.example/\", command: a, args: [b]}}\nprofiles: {p: {}}\nactivation: {default_profile: p}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -81,8 +89,41 @@ func FuzzParseGateway(f *testing.F) {
 		}
 		servers := make(map[string]bool)
 		for _, s := range g.Servers() {
-			if !ValidServerName(s.Name) || s.Command == "" {
-				t.Fatalf("server %+v", s)
+			if !ValidServerName(s.Name) || (s.Command == "") == (s.URL == "") {
+				t.Fatalf("server %s: want exactly one of command and url", s.Name)
+			}
+			// A remote server: https, or http to loopback, verified TLS,
+			// headers that are tokens the transport does not own, each
+			// from one source; and nothing of a process.
+			if s.URL != "" {
+				u, err := url.Parse(s.URL)
+				if err != nil || u.User != nil || u.Fragment != "" || u.Host == "" {
+					t.Fatalf("server %s: url %q", s.Name, s.URL)
+				}
+				host := strings.ToLower(u.Hostname())
+				if strings.Contains(host, ":") {
+					host = "[" + host + "]"
+				}
+				if u.Scheme == "http" && !loopbackHost(host) {
+					t.Fatalf("server %s: http to a host that is not loopback: %q", s.Name, s.URL)
+				}
+				if u.Scheme != "http" && u.Scheme != "https" || s.Transport != TransportStreamable && s.Transport != TransportSSE {
+					t.Fatalf("server %s: scheme %q, transport %q", s.Name, u.Scheme, s.Transport)
+				}
+				if len(s.Args)+len(s.Env)+len(s.EnvFiles)+len(s.EnvPassthrough) > 0 || s.Confine != nil {
+					t.Fatalf("server %s: a url server with process keys", s.Name)
+				}
+				seen := map[string]bool{}
+				for _, h := range s.Headers {
+					low := strings.ToLower(h.Name)
+					sources := boolInt(h.Value != "") + boolInt(h.File != "") + boolInt(h.Env != "")
+					if !httpToken(h.Name) || ownedHeader(low) || seen[low] || sources != 1 {
+						t.Fatalf("server %s: header %q", s.Name, h.Name)
+					}
+					seen[low] = true
+				}
+			} else if s.Transport != TransportStdio || len(s.Headers) > 0 || s.CAFile != "" {
+				t.Fatalf("server %s: a command server with transport %q or connection keys", s.Name, s.Transport)
 			}
 			servers[s.Name] = true
 			// Every environment name is a name, set from one place; every
@@ -315,4 +356,11 @@ func FuzzSplitName(f *testing.F) {
 			t.Fatalf("CheckCollisions refuses what SplitName accepts: %v", err)
 		}
 	})
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -12,7 +12,7 @@ import (
 
 var (
 	gatewayKeys    = []string{"version", "servers", "profiles", "activation", "error_disclosure", "rules", "on_tool_change"}
-	serverKeys     = []string{"command", "args", "env", "env_passthrough", "transport", "confine", "prefix"}
+	serverKeys     = []string{"command", "args", "env", "env_passthrough", "transport", "confine", "prefix", "url", "headers", "ca_file"}
 	envFileKeys    = []string{"file"}
 	confineKeys    = []string{"allow_read", "allow_write", "allow_net", "allow_exec_support", "allow_udp", "allow_mptcp", "best_effort"}
 	profileKeys    = []string{"extends", "allow", "prompts", "resources", "allowed_transitions"}
@@ -39,13 +39,19 @@ const maxProfileNameLen = 64
 //	      NODE_OPTIONS: "--max-old-space-size=256"
 //	      GITHUB_TOKEN: {file: /etc/aegis/github.token}  # read at start
 //	    env_passthrough: [HTTPS_PROXY]  # copied from aegis's environment
-//	    transport: stdio              # optional; stdio is the only transport
+//	    transport: stdio              # optional; the only transport of a command
 //	    prefix: false                 # optional; tools and prompts keep their own names
 //	    confine:                      # optional: run confined, as wrap --confine
 //	      allow_read: [/usr/lib/node_modules]   # absolute, clean paths
 //	      allow_write: [/srv/repo]
 //	      allow_net: ["127.0.0.1:8080"]          # HOST:PORT, [v6]:PORT
 //	      allow_exec_support: true    # also allow_udp, allow_mptcp, best_effort
+//	  docs:                           # a remote server: url instead of command
+//	    url: https://mcp.example.com/mcp  # https, or http to a loopback host
+//	    transport: streamable         # optional; streamable (falls back to sse) | sse
+//	    headers:                      # sent with every request; values are secrets
+//	      Authorization: {file: /etc/aegis/docs.token}  # or {env: VAR}, or a literal
+//	    ca_file: /etc/aegis/docs-ca.pem  # optional; only these CAs are trusted
 //	profiles:                         # required, at least one
 //	  observer:                       # a profile name: [a-z0-9][a-z0-9_-]*
 //	    allow: [fs.read_text_file, "fs.list_*"]  # "<server>.<tool glob>"
@@ -74,6 +80,15 @@ const maxProfileNameLen = 64
 //     name outside [A-Za-z_][A-Za-z0-9_]*, in env or env_passthrough; a
 //     name both in env and in env_passthrough; an env file that is not an
 //     absolute, clean path; a transport other than stdio;
+//   - for a url server (see gateway_remote.go): command and url together,
+//     or neither; args, env, env_passthrough or confine with url, headers
+//     or ca_file with command; a url that is not https:// (or http:// to
+//     a loopback host), with userinfo or a fragment; a transport other
+//     than streamable or sse; a header name that is not an HTTP token or
+//     that the transport owns (Host, Content-Type, Accept, Mcp-*, …), the
+//     same name twice in any case, an empty value or one with a control
+//     character; insecure_skip_verify and tls_insecure (TLS is always
+//     verified: give ca_file);
 //   - in confine: a relative or unclean path ("/a/../b"), a malformed
 //     HOST:PORT, a port of 0 or above 65535;
 //   - a profile name outside [a-z0-9][a-z0-9_-]* or over 64 bytes;
@@ -297,17 +312,18 @@ func (p *parser) servers(g *Gateway, n *yaml.Node, path string) error {
 
 func (p *parser) server(n *yaml.Node, path string) (Server, error) {
 	var s Server
+	if err := p.refuseSkipVerify(n, path); err != nil {
+		return s, err
+	}
 	fields, err := p.mapping(n, path, serverKeys)
 	if err != nil {
 		return s, err
 	}
-	hasCommand := false
 	envLines := map[string]int{} // env name -> line, to refuse it in env_passthrough
 	var passLines []lineStr
 	for _, f := range fields {
 		switch f.name {
 		case "command":
-			hasCommand = true
 			if s.Command, err = p.text(f.val, f.path); err != nil {
 				return s, err
 			}
@@ -367,8 +383,10 @@ func (p *parser) server(n *yaml.Node, path string) (Server, error) {
 			if err != nil {
 				return s, err
 			}
-			if v != "stdio" {
-				return s, p.errorf(f.val.Line, f.path, "unsupported transport %q; stdio is the only one", v)
+			s.Transport = Transport(v) // checked by serverKind
+		case "url", "headers", "ca_file":
+			if err := p.remoteKey(&s, f); err != nil {
+				return s, err
 			}
 		case "confine":
 			if s.Confine, err = p.confine(f.val, f.path); err != nil {
@@ -382,8 +400,8 @@ func (p *parser) server(n *yaml.Node, path string) (Server, error) {
 			s.Unprefixed = !prefix
 		}
 	}
-	if !hasCommand {
-		return s, p.errorf(n.Line, path, `missing required key "command"`)
+	if err := p.serverKind(&s, n, path, fields); err != nil {
+		return s, err
 	}
 	for _, e := range passLines {
 		if line, set := envLines[e.s]; set {

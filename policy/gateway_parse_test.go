@@ -70,8 +70,8 @@ func TestParseGatewayRefuses(t *testing.T) {
 		{"ServerNameEmpty", y("servers:", `  "": {command: a}`), `aegis.yaml:2: servers[""]: invalid server name: must not be empty`},
 		{"ServerNameTooLong", y("servers:", "  "+strings.Repeat("a", 65)+": {command: a}"), "aegis.yaml:2: servers." + strings.Repeat("a", 65) + ": invalid server name: longer than 64 bytes"},
 		{"ServerDuplicate", y("servers:", "  fs: {command: a}", "  fs: {command: b}"), "aegis.yaml:3: servers.fs: duplicate key (first at line 2)"},
-		{"ServerUnknownKey", y("servers:", "  fs:", "    cmd: a"), "aegis.yaml:3: servers.fs.cmd: unknown key; want one of command, args, env, env_passthrough, transport, confine"},
-		{"MissingCommand", y("servers:", "  fs:", "    args: [a]"), `aegis.yaml:3: servers.fs: missing required key "command"`},
+		{"ServerUnknownKey", y("servers:", "  fs:", "    cmd: a"), "aegis.yaml:3: servers.fs.cmd: unknown key; want one of command, args, env, env_passthrough, transport, confine, prefix, url, headers, ca_file"},
+		{"MissingCommand", y("servers:", "  fs:", "    args: [a]"), `aegis.yaml:3: servers.fs: missing required key "command" (a local server) or "url" (a remote server)`},
 		{"EmptyCommand", y("servers:", `  fs: {command: ""}`), "aegis.yaml:2: servers.fs.command: must not be empty"},
 		{"CommandNUL", y("servers:", `  fs: {command: "a\0b"}`), "aegis.yaml:2: servers.fs.command: contains a NUL byte"},
 		{"CommandList", y("servers:", "  fs: {command: [npx, x]}"), "aegis.yaml:2: servers.fs.command: expected a string, got a sequence"},
@@ -93,7 +93,7 @@ func TestParseGatewayRefuses(t *testing.T) {
 		{"PassthroughBadName", y("servers:", "  fs:", "    command: a", "    env_passthrough: [\"A=B\"]"), `aegis.yaml:4: servers.fs.env_passthrough[0]: "A=B" is not an environment variable name; want [A-Za-z_][A-Za-z0-9_]*`},
 		{"PassthroughDuplicate", y("servers:", "  fs:", "    command: a", "    env_passthrough: [HTTPS_PROXY, HTTPS_PROXY]"), `aegis.yaml:4: servers.fs.env_passthrough[1]: duplicate entry "HTTPS_PROXY" (first at line 4)`},
 		{"PassthroughShadowsEnv", y("servers:", "  fs:", "    command: a", "    env: {TOKEN: {file: /t}}", "    env_passthrough:", "      - TOKEN"), "aegis.yaml:6: servers.fs.env_passthrough[0]: TOKEN is also set in env (line 4); a variable comes from one place"},
-		{"TransportSSE", y("servers:", "  fs: {command: a, transport: sse}"), `aegis.yaml:2: servers.fs.transport: unsupported transport "sse"; stdio is the only one`},
+		{"TransportSSE", y("servers:", "  fs: {command: a, transport: sse}"), `aegis.yaml:2: servers.fs.transport: sse is for a url server; a command server speaks stdio`},
 
 		// Confinement.
 		{"ConfineNull", y("servers:", "  fs:", "    command: a", "    confine:"), "aegis.yaml:4: servers.fs.confine: expected a mapping, got null"},
@@ -264,6 +264,7 @@ func TestParseGatewayAccepts(t *testing.T) {
 			Env:            []string{"NODE_ENV=production", "_TOKEN=s3cr3t=x"},
 			EnvFiles:       []EnvFile{{Name: "GH_TOKEN", Path: "/etc/aegis/gh.token"}},
 			EnvPassthrough: []string{"HTTPS_PROXY", "NO_PROXY"},
+			Transport:      TransportStdio,
 			Confine: &Confine{
 				AllowRead:  []string{"/usr/lib", "/"},
 				AllowWrite: []string{"/srv/repo"},
@@ -275,7 +276,7 @@ func TestParseGatewayAccepts(t *testing.T) {
 				BestEffort:       true,
 			},
 		},
-		{Name: "ex", Command: "/opt/bin/example", Args: []string{}},
+		{Name: "ex", Command: "/opt/bin/example", Args: []string{}, Transport: TransportStdio},
 	}
 	if got := g.Servers(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Servers() =\n%#v\nwant\n%#v", got, want)
