@@ -92,6 +92,8 @@ var kinds = map[Kind]bool{
 	KindRecordCheckpoint: true,
 	// Tool pins.
 	KindToolPinned: true, KindToolChanged: true, KindPinsReset: true,
+	// Remote servers of the gateway (connection.go).
+	KindServerConnection: true,
 }
 
 // Kinds returns every known kind, in no particular order.
