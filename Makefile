@@ -6,7 +6,9 @@ GO      ?= go
 BIN     := bin
 NODEDIR := .cache/node
 # The official MCP reference servers used by the interop tests, pinned.
-NPM_PKGS := @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/sdk@1.32.2
+# conformance is the official MCP conformance suite: 0.1.13 is its last
+# release that runs on Node 20 (later ones need Node 22).
+NPM_PKGS := @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/conformance@0.1.13
 FUZZTIME ?= 10s
 DEMO    := .cache/demo
 # install puts aegis in $(PREFIX)/bin.

@@ -34,6 +34,10 @@ type SessionOpened struct {
 	// Profile is the profile a gateway session starts in (its default
 	// profile); empty for a session that has no profiles (aegis wrap).
 	Profile string `json:"profile,omitempty"`
+	// Run names the process run that opened the session, when one process
+	// runs several sessions at once (a gateway serving HTTP clients): the
+	// sessions of one run share it. Empty otherwise.
+	Run string `json:"run,omitempty"`
 }
 
 // LinePayload is the part of any event payload that carries an audit line:
@@ -56,6 +60,9 @@ type SessionConfig struct {
 	Key   PrivateKey
 	// AuditPath is the record file the session's lines are projected to.
 	AuditPath string
+	// Run is SessionOpened.Run: set by a process that runs several sessions
+	// at once, the same for each of them.
+	Run string
 	// Argv and Version are recorded in session.opened.
 	Argv    []string
 	Version string
@@ -178,7 +185,7 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 	entry, err := chain.OpenExtraFunc(tail, extra, func(e Entry) error {
 		ev, err := cfg.Store.NewEvent(id, schemas.KindSessionOpened, SessionOpened{
 			Line: string(e.Bytes), AuditPath: path, AuditOffset: offset,
-			KeyID: chain.KeyID(), PID: os.Getpid(), Argv: cfg.Argv, Version: cfg.Version, Profile: cfg.Profile,
+			KeyID: chain.KeyID(), PID: os.Getpid(), Argv: cfg.Argv, Version: cfg.Version, Profile: cfg.Profile, Run: cfg.Run,
 		})
 		if err != nil {
 			return err

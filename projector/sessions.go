@@ -21,6 +21,9 @@ type SessionSummary struct {
 	// (see [SessionIndex.Sessions]).
 	State string `json:"state"`
 	PID   int    `json:"pid"`
+	// Run is the session's SessionOpened.Run: sessions that one process
+	// ran at once share it.
+	Run string `json:"run,omitempty"`
 	// Argv is the wrapped command; Config the gateway configuration of a
 	// gateway session.
 	Argv      []string `json:"argv,omitempty"`
@@ -97,7 +100,7 @@ func (ix *SessionIndex) fold(rec events.Record) int {
 		}
 		var so openedPayload
 		json.Unmarshal(e.Payload, &so)
-		s := &SessionSummary{ID: e.Session, Started: e.Time, PID: so.PID, Argv: so.Argv, Config: so.Config,
+		s := &SessionSummary{ID: e.Session, Started: e.Time, PID: so.PID, Run: so.Run, Argv: so.Argv, Config: so.Config,
 			AuditPath: so.AuditPath, KeyID: so.KeyID, Profile: NoProfile, First: rec.Pos}
 		if so.Profile != "" {
 			s.Profile = so.Profile
@@ -179,8 +182,10 @@ const ReadElsewhere = -1
 // Sessions returns the summaries in stream order with State filled in:
 // closed when the session has a close line; running for the last session
 // opened by holderPID, the process that holds the state directory now (0:
-// none); killed otherwise. With holderPID [ReadElsewhere], a session
-// without a close line is unclosed.
+// none), and for every session of that session's run when it has one (a
+// gateway serving HTTP clients runs several at once); killed otherwise.
+// With holderPID [ReadElsewhere], a session without a close line is
+// unclosed.
 func (ix *SessionIndex) Sessions(holderPID int) []SessionSummary {
 	running := -1
 	if holderPID > 0 {
@@ -197,7 +202,7 @@ func (ix *SessionIndex) Sessions(holderPID int) []SessionSummary {
 		switch {
 		case s.Ended != nil:
 			out[i].State = StateClosed
-		case i == running:
+		case i == running, running >= 0 && s.Run != "" && s.PID == holderPID && s.Run == ix.list[running].Run:
 			out[i].State = StateRunning
 		case holderPID == ReadElsewhere:
 			out[i].State = StateUnclosed

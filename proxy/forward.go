@@ -108,6 +108,51 @@ type routeKey struct{ server, token string }
 type hostRoute struct {
 	host *mcp.ServerSession
 	gen  uint64
+	ctx  context.Context // the host call's, for its values only
+}
+
+// hostCall is a call in flight from a host: its session and the context
+// the SDK handed the call, kept for its values only.
+type hostCall struct {
+	host *mcp.ServerSession
+	ctx  context.Context
+}
+
+// relatedCtx is a server's request or notification's context with the
+// values of the host call it belongs to: an HTTP host's session sends
+// what the gateway passes on with it on that call's stream (the SDK reads
+// the request it belongs to from the context), not on the session's
+// stream of unrelated messages. Cancellation stays the server's.
+type relatedCtx struct {
+	context.Context
+	call context.Context
+}
+
+func (c relatedCtx) Value(k any) any {
+	if v := c.call.Value(k); v != nil {
+		return v
+	}
+	return c.Context.Value(k)
+}
+
+// related returns ctx with the values of the call in flight from host to
+// server, when there is exactly one: then whatever the server sends
+// belongs to it. Otherwise ctx as it is.
+func (f *forwarder) related(ctx context.Context, server string, host *mcp.ServerSession) context.Context {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var one *hostCall
+	for _, c := range f.callCtx[server] {
+		if one != nil {
+			return ctx
+		}
+		c := c
+		one = &c
+	}
+	if one == nil || one.host != host || one.ctx == nil {
+		return ctx
+	}
+	return relatedCtx{ctx, one.ctx}
 }
 
 // forwarder holds what routing the forwarded features needs. Its zero value
@@ -135,6 +180,7 @@ type forwarder struct {
 	ready      bool                                  // a host session has initialized
 	pending    map[string]listKind                   // list changes that came before that
 	calls      map[string]map[*mcp.ServerSession]int // server -> host session -> calls in flight
+	callCtx    map[string]map[uint64]hostCall        // server -> gen -> a call in flight
 	progress   map[routeKey]hostRoute                // (server, token) -> host session of the call
 	upProgress map[string]upRoute                    // token -> server whose request to the host carries it
 	elicits    map[string]*mcp.ServerSession         // url elicitation id -> host session asked
@@ -145,6 +191,7 @@ type forwarder struct {
 func (f *forwarder) init() {
 	if f.calls == nil {
 		f.calls = map[string]map[*mcp.ServerSession]int{}
+		f.callCtx = map[string]map[uint64]hostCall{}
 		f.progress = map[routeKey]hostRoute{}
 		f.upProgress = map[string]upRoute{}
 		f.elicits = map[string]*mcp.ServerSession{}
@@ -174,25 +221,29 @@ func tokenKey(t any) string {
 
 // begin records a call in flight from host to server, with its progress
 // token if it has one; the function it returns ends it.
-func (f *forwarder) begin(server string, host *mcp.ServerSession, token any) func() {
+func (f *forwarder) begin(ctx context.Context, server string, host *mcp.ServerSession, token any) func() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.init()
 	if f.calls[server] == nil {
 		f.calls[server] = map[*mcp.ServerSession]int{}
+		f.callCtx[server] = map[uint64]hostCall{}
 	}
 	f.calls[server][host]++
 	key := routeKey{server, tokenKey(token)}
 	f.gen++
 	gen := f.gen
+	vals := context.WithoutCancel(ctx)
+	f.callCtx[server][gen] = hostCall{host, vals}
 	if token != nil {
-		f.progress[key] = hostRoute{host, gen}
+		f.progress[key] = hostRoute{host, gen, vals}
 	}
 	return func() {
 		f.mu.Lock()
 		if f.calls[server][host]--; f.calls[server][host] <= 0 {
 			delete(f.calls[server], host)
 		}
+		delete(f.callCtx[server], gen)
 		f.mu.Unlock()
 		if token != nil {
 			time.AfterFunc(progressGrace, func() {
@@ -365,7 +416,7 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 				return nil, unsupported("sampling with tools")
 			}
 			defer f.upstream(req.Params.GetProgressToken(), req.Session)()
-			res, err := host.CreateMessageWithTools(ctx, req.Params)
+			res, err := host.CreateMessageWithTools(f.related(ctx, server, host), req.Params)
 			return res, hostError(asSent(err))
 		},
 		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
@@ -389,7 +440,7 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 				f.mu.Unlock()
 			}
 			defer f.upstream(req.Params.GetProgressToken(), req.Session)()
-			res, err := host.Elicit(ctx, req.Params)
+			res, err := host.Elicit(f.related(ctx, server, host), req.Params)
 			return res, hostError(asSent(err))
 		},
 		ElicitationCompleteHandler: func(ctx context.Context, req *mcp.ElicitationCompleteNotificationRequest) {
@@ -414,6 +465,9 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 			if r.host == nil {
 				return // no call of a host carries this token
 			}
+			if r.ctx != nil {
+				ctx = relatedCtx{ctx, r.ctx}
+			}
 			if err := r.host.NotifyProgress(ctx, req.Params); err != nil {
 				g.log.Warn("forward progress", "server", server, "err", err)
 			}
@@ -425,7 +479,7 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 				p.Logger = server + "/" + req.Params.Logger
 			}
 			for _, h := range f.hosts() {
-				if err := h.Log(ctx, &p); err != nil {
+				if err := h.Log(f.related(ctx, server, h), &p); err != nil {
 					g.log.Warn("forward log message", "server", server, "err", err)
 				}
 			}
@@ -456,12 +510,29 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 		opts.ElicitationHandler = nil
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "aegis-gateway", Version: "1"}, opts)
-	c.AddReceivingMiddleware(g.rootsMiddleware(server))
+	c.AddReceivingMiddleware(g.rootsMiddleware(server), elicitAsSent(opts.ElicitationHandler))
 	f.mu.Lock()
 	f.init()
 	f.clients[server] = c
 	f.mu.Unlock()
 	return c
+}
+
+// elicitAsSent hands a server's elicitation/create to handle as the server
+// sent it. The SDK's client would first check the requested schema
+// against its own reading of the elicitation schema, which refuses some
+// the specification allows (a titled multi-select, items.anyOf, SEP-1330)
+// and which a host connected directly would take; checking the schema and
+// the answer is the host's part.
+func elicitAsSent(handle func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if r, ok := req.(*mcp.ElicitRequest); ok && method == "elicitation/create" && r.Params != nil {
+				return handle(ctx, r)
+			}
+			return next(ctx, method, req)
+		}
+	}
 }
 
 // rootsMiddleware answers a server's roots/list with the host's roots, or
@@ -480,7 +551,7 @@ func (g *gateway) rootsMiddleware(server string) mcp.Middleware {
 			if r, ok := req.(*mcp.ListRootsRequest); ok {
 				p = r.Params
 			}
-			res, err := host.ListRoots(ctx, p)
+			res, err := host.ListRoots(g.fw.related(ctx, server, host), p)
 			if err != nil {
 				return nil, hostError(asSent(err))
 			}
@@ -597,7 +668,7 @@ func (g *gateway) forwardMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 // the server with the server's tool name and everything else as sent.
 func (g *gateway) forwardTool(e toolEntry, cs *mcp.ClientSession) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		defer g.fw.begin(e.server, req.Session, req.Params.GetProgressToken())()
+		defer g.fw.begin(ctx, e.server, req.Session, req.Params.GetProgressToken())()
 		p := &mcp.CallToolParams{Meta: req.Params.Meta, Name: e.tool}
 		if len(req.Params.Arguments) > 0 {
 			p.Arguments = req.Params.Arguments

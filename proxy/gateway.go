@@ -66,10 +66,15 @@ type GatewayConfig struct {
 	OnToolChange policy.ToolChange
 	// Open opens the audit session once every confinement fact is known
 	// (server name -> fact); no server runs before it returns.
-	Open      func(confinement map[string]sandbox.Fact) (*projector.Session, error)
-	Self      string
-	Stdin     io.ReadCloser
-	Stdout    io.WriteCloser
+	Open   func(confinement map[string]sandbox.Fact) (*projector.Session, error)
+	Self   string
+	Stdin  io.ReadCloser
+	Stdout io.WriteCloser
+	// Host, when not nil, is the host instead of Stdin and Stdout: a
+	// message connection, such as one HTTP client's session of
+	// [mcp.StreamableServerTransport], already connected. The gateway
+	// closes it when it is done.
+	Host      mcp.Connection
 	Stderr    io.Writer // downstream stderr and prompts
 	Approvals func(session string, handle func(ApprovalOp) ApprovalReply) (stop func(), err error)
 	// Approvers is [WrapConfig.Approvers] for the gateway's tool approvals
@@ -315,9 +320,20 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 
 	// The servers are told the host's capabilities, so the host's first
 	// frame (its initialize) is read before they are initialized.
-	hostR, hostW := g.hostTransport()
-	first := readHello(hostR)
-	caps, hostTasks := first.await(ctx, helloWait)
+	var host mcp.Transport
+	var caps *mcp.ClientCapabilities
+	var hostTasks json.RawMessage
+	if cfg.Host != nil {
+		hc := g.hostConnOf(ctx, cfg.Host)
+		defer hc.Close()
+		caps, hostTasks = hc.await(ctx, helloWait)
+		host = connTransport{hc}
+	} else {
+		hostR, hostW := g.hostTransport()
+		first := readHello(hostR)
+		caps, hostTasks = first.await(ctx, helloWait)
+		host = &mcp.IOTransport{Reader: first, Writer: hostW}
+	}
 	g.tk.hostCaps = hostTasks
 	for _, st := range running {
 		client := g.newClient(st.srv.Name, caps)
@@ -364,7 +380,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		defer stop()
 	}
 	g.tk.ready.Store(true)
-	err = g.srv.Run(ctx, &mcp.IOTransport{Reader: first, Writer: hostW})
+	err = g.srv.Run(ctx, host)
 	// The task requests in flight have the grace, as the calls do.
 	if ctx.Err() == nil {
 		g.leave("the host's connection ended")

@@ -290,7 +290,7 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 				if p.Meta != nil {
 					token = p.Meta["progressToken"]
 				}
-				defer g.fw.begin(e.server, host, token)()
+				defer g.fw.begin(cctx, e.server, host, token)()
 			}
 			params := map[string]any{"name": e.tool, "task": p.Task}
 			if len(p.Arguments) > 0 {
@@ -343,7 +343,7 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 	if host := t.host(); host != nil {
 		// The server's requests while it works (input_required) go to
 		// this host.
-		defer g.fw.begin(e.server, host, nil)()
+		defer g.fw.begin(cctx, e.server, host, nil)()
 	}
 	raw, err := d.raw.call(cctx, h.Method, json.RawMessage(orEmptyObject(h.Params)))
 	rctx := context.WithoutCancel(ctx)

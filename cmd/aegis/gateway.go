@@ -115,7 +115,12 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	fs.Var(&maxState, "max-state-size", "cap on the state directory's event stream, such as 10GiB")
 	hubf := addHubFlags(fs)
 	cpf := addCheckpointFlags(fs)
+	lf := addListenFlags(fs)
 	if err := m.parseFlags(fs, gatewayUsage, args); err != nil {
+		return err
+	}
+	lo, err := lf.opts()
+	if err != nil {
 		return err
 	}
 	checkpoints, err := cpf.policy()
@@ -140,7 +145,7 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints, approvers)
+	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints, approvers, lo)
 }
 
 // runBareGateway is the seed's bare 'aegis': the gateway from AEGIS_CONFIG
@@ -172,12 +177,12 @@ func (m *Main) runBareGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, approvers)
+	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, approvers, nil)
 }
 
 var errNoGateway = errors.New("no gateway configured")
 
-func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig, checkpoints projector.CheckpointPolicy, approvers *schemas.Approvers) error {
+func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig, checkpoints projector.CheckpointPolicy, approvers *schemas.Approvers, lo *listenOpts) error {
 	data, err := os.ReadFile(config)
 	if err != nil {
 		return withHint(fmt.Errorf("could not read gateway file: %w", err), "--config (or AEGIS_CONFIG) names the YAML file")
@@ -230,6 +235,17 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	defer store.Close(context.Background())
 	log := m.logger()
 	abs, _ := filepath.Abs(config)
+	if lo != nil {
+		self, _ := os.Executable()
+		base := proxy.GatewayConfig{
+			Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
+			Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), Self: self, Stderr: m.Stderr,
+			Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
+		}
+		rec := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
+			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints}
+		return m.listenGateway(ctx, sigs, start, lo, base, rec)
+	}
 	open := func(facts map[string]sandbox.Fact) (*projector.Session, error) {
 		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
 			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints}

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -376,6 +377,7 @@ func sameDir(a, b string) bool {
 // approver credentials (0600) to the runtime directory for aegis approve,
 // deny and approvals to find; stop removes them.
 func (m *Main) approvalServer(store *events.Store) func(string, func(proxy.ApprovalOp) proxy.ApprovalReply) (func(), error) {
+	var noted sync.Once // a gateway serving HTTP clients opens a channel per session
 	return func(session string, handle func(proxy.ApprovalOp) proxy.ApprovalReply) (func(), error) {
 		l, err := store.ListenApprovals(session, func(req events.ApprovalRequest) events.ApprovalReply {
 			r := handle(proxy.ApprovalOp{Op: req.Op, ApprovalID: req.ApprovalID, Reason: req.Reason, By: req.By, Approver: req.Approver})
@@ -407,7 +409,9 @@ func (m *Main) approvalServer(store *events.Store) func(string, func(proxy.Appro
 		}
 		if m.Getenv("XDG_RUNTIME_DIR") == "" {
 			if def, err := defaultStateDir(m.Getenv); err != nil || !sameDir(def, stateDir) {
-				fmt.Fprintf(m.Stderr, "aegis: note: XDG_RUNTIME_DIR is unset, so the approval channel is found through --state-dir; run aegis approve, deny and approvals with --state-dir %s\n", stateDir)
+				noted.Do(func() {
+					fmt.Fprintf(m.Stderr, "aegis: note: XDG_RUNTIME_DIR is unset, so the approval channel is found through --state-dir; run aegis approve, deny and approvals with --state-dir %s\n", stateDir)
+				})
 			}
 		}
 		return func() {

@@ -76,6 +76,38 @@ func TypeScriptSDK(t testing.TB) (node, dir string) {
 	return node, dir
 }
 
+// ConformanceSuite returns the argv that runs the official MCP conformance
+// suite (@modelcontextprotocol/conformance) from .cache/node at the module
+// root; its server mode takes "server --url URL". Missing dependencies
+// are handled as in [EverythingServer].
+func ConformanceSuite(t testing.TB) []string {
+	t.Helper()
+	node, entry := nodePackage(t, "@modelcontextprotocol/conformance")
+	return []string{node, entry}
+}
+
+// goConformanceServerPkg is the go-sdk's server for the conformance suite.
+const goConformanceServerPkg = "github.com/modelcontextprotocol/go-sdk/conformance/everything-server"
+
+// GoConformanceServer builds the go-sdk's conformance everything-server
+// (the module's go-sdk version) into a directory from t.TempDir and
+// returns its path: without flags it serves stdio, with
+// -http=ADDR -stateless=false streamable HTTP.
+func GoConformanceServer(t testing.TB) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("mcptest: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "conformance-everything-server")
+	cmd := exec.Command("go", "build", "-o", bin, goConformanceServerPkg)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mcptest: go build %s: %v\n%s", goConformanceServerPkg, err, out)
+	}
+	return bin
+}
+
 // FilesystemServer returns the argv that runs the Node reference server
 // @modelcontextprotocol/server-filesystem from .cache/node at the module root,
 // allowed to access the directories roots. Missing dependencies are handled

@@ -1,0 +1,392 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/proxy/mcptest"
+)
+
+// httpGW is an aegis gateway --listen process.
+type httpGW struct {
+	t      *testing.T
+	url    string
+	token  string
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan error
+}
+
+var servingRE = regexp.MustCompile(`serving streamable HTTP at (http://\S+)`)
+var tokenRE = regexp.MustCompile(`bearer token, shown once: (\S+)`)
+
+// httpGateway starts aegis gateway --listen on a free loopback port with
+// config and flags, and returns once it serves.
+func (l *live) httpGateway(config string, flags ...string) *httpGW {
+	l.t.Helper()
+	path := filepath.Join(l.dir, "aegis.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		l.t.Fatal(err)
+	}
+	args := append([]string{"gateway", "--config", path, "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
+		"--listen", "127.0.0.1:0"}, flags...)
+	h := &httpGW{t: l.t, cmd: exec.Command(filepath.Join(l.bin, "aegis"), args...), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	h.cmd.Env, h.cmd.Stderr = l.env, h.stderr
+	if err := h.cmd.Start(); err != nil {
+		l.t.Fatal(err)
+	}
+	go func() { h.done <- h.cmd.Wait() }()
+	l.t.Cleanup(func() { h.stop() })
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if m := servingRE.FindStringSubmatch(h.stderr.String()); m != nil {
+			h.url = m[1]
+			if m := tokenRE.FindStringSubmatch(h.stderr.String()); m != nil {
+				h.token = m[1]
+			}
+			return h
+		}
+		select {
+		case err := <-h.done:
+			l.t.Fatalf("aegis gateway --listen ended: %v\n%s", err, h.stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	l.t.Fatalf("aegis gateway --listen did not serve within a minute:\n%s", h.stderr.String())
+	return nil
+}
+
+// stop ends the gateway with SIGTERM and waits for it.
+func (h *httpGW) stop() {
+	if h.cmd.ProcessState != nil {
+		return
+	}
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-h.done:
+	case <-time.After(time.Minute):
+		h.cmd.Process.Kill()
+		<-h.done
+		h.t.Errorf("aegis gateway --listen did not end within a minute of SIGTERM:\n%s", h.stderr.String())
+	}
+}
+
+// bearer adds an Authorization header to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// connect opens an MCP session to the gateway with the go-sdk's client.
+func (h *httpGW) connect(ctx context.Context) *mcp.ClientSession {
+	h.t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "http-test", Version: "1"}, nil)
+	tr := &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: &http.Client{Transport: bearer{h.token, http.DefaultTransport}}}
+	cs, err := c.Connect(ctx, tr, nil)
+	if err != nil {
+		h.t.Fatalf("connect to %s: %v\n%s", h.url, err, h.stderr.String())
+	}
+	h.t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func callText(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (string, bool) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("call %s: %v", name, err)
+	}
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String(), res.IsError
+}
+
+func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
+	t.Helper()
+	var names []string
+	for tool, err := range cs.Tools(context.Background(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, tool.Name)
+	}
+	return names
+}
+
+// TestHTTPGatewayRefusesStrangers: every request without the bearer
+// token, with a wrong one, from a foreign Origin or for a foreign Host (DNS
+// rebinding) is refused before anything of it is served, and no session
+// is made for it.
+func TestHTTPGatewayRefusesStrangers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis gateway --listen")
+	}
+	l := newLive(t, "")
+	h := l.httpGateway(gatewayConfig(l.bin))
+	if h.token == "" || len(h.token) < 16 {
+		t.Fatalf("no token printed:\n%s", h.stderr.String())
+	}
+	port := h.url[len("http://127.0.0.1:"):strings.LastIndex(h.url, "/")]
+	initBody := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		host   string
+		status int
+		says   string
+	}{
+		{"no token", nil, "", http.StatusUnauthorized, "no bearer token"},
+		{"wrong token", map[string]string{"Authorization": "Bearer " + strings.Repeat("x", len(h.token))}, "", http.StatusUnauthorized, "wrong bearer token"},
+		{"token of another scheme", map[string]string{"Authorization": "Basic " + h.token}, "", http.StatusUnauthorized, "no bearer token"},
+		{"foreign origin", map[string]string{"Authorization": "Bearer " + h.token, "Origin": "http://evil.example.com"}, "", http.StatusForbidden, "Origin"},
+		{"origin of another local port", map[string]string{"Authorization": "Bearer " + h.token, "Origin": "http://127.0.0.1:1"}, "", http.StatusForbidden, "Origin"},
+		{"dns rebinding", map[string]string{"Authorization": "Bearer " + h.token}, "evil.example.com:" + port, http.StatusForbidden, "DNS rebinding"},
+		{"the right token", map[string]string{"Authorization": "Bearer " + h.token, "Origin": "http://127.0.0.1:" + port}, "", http.StatusOK, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, h.url, strings.NewReader(initBody))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			for k, v := range tc.header {
+				req.Header.Set(k, v)
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var body [4096]byte
+			n, _ := resp.Body.Read(body[:])
+			if resp.StatusCode != tc.status || !strings.Contains(string(body[:n]), tc.says) {
+				t.Fatalf("status %d, body %q; want %d saying %q", resp.StatusCode, body[:n], tc.status, tc.says)
+			}
+			if tc.status == http.StatusOK && resp.Header.Get("Mcp-Session-Id") == "" {
+				t.Fatal("an initialize with the token got no session")
+			}
+			if tc.status != http.StatusOK && resp.Header.Get("Mcp-Session-Id") != "" {
+				t.Fatal("a refused request got a session")
+			}
+		})
+	}
+	// One session was made, by the one request let in.
+	h.stop()
+	if n := strings.Count(l.sessionsText(), "gateway "); n != 1 {
+		t.Errorf("%d sessions recorded, want 1:\n%s", n, l.sessionsText())
+	}
+}
+
+func (l *live) sessionsText() string {
+	out, _ := l.aegis("sessions", "--state-dir", l.state)
+	return out
+}
+
+// TestHTTPGatewaySessionsAreSeparate: two HTTP clients of one gateway are
+// two recorded sessions, each with its own active profile and approvals.
+// A tool the profile hides is refused over HTTP and never reaches the
+// server; an escalation that a human approves with aegis approve applies
+// to the session that asked, and only to it; each session's record file
+// verifies.
+func TestHTTPGatewaySessionsAreSeparate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis gateway --listen")
+	}
+	l := newLive(t, "")
+	h := l.httpGateway(gatewayConfig(l.bin))
+	ctx := context.Background()
+	a, b := h.connect(ctx), h.connect(ctx)
+
+	if got := strings.Join(toolNames(t, a), " "); strings.Contains(got, "example__slow") || !strings.Contains(got, "example__echo") {
+		t.Fatalf("developer's tools: %s", got)
+	}
+	if text, isErr := callText(t, a, "example__slow", map[string]any{"ms": 1}); !isErr || !strings.Contains(text, "AEGIS_CAP_DENIED") {
+		t.Fatalf("hidden tool over HTTP: %v %s", isErr, text)
+	}
+	if text, _ := callText(t, a, "example__echo", map[string]any{"message": "over http"}); !strings.Contains(text, "over http") {
+		t.Fatalf("echo: %s", text)
+	}
+	if _, err := a.ReadResource(ctx, &mcp.ReadResourceParams{URI: "example://readme"}); err == nil {
+		t.Fatal("a resource outside the profile's patterns was read over HTTP")
+	}
+	if text, _ := callText(t, a, "aegis.set_profile", map[string]any{"name": "deploy"}); !strings.Contains(text, "approval=esc-1") {
+		t.Fatalf("escalation: %s", text)
+	}
+	if out, code := l.aegis("approve", "esc-1"); code != 0 {
+		t.Fatalf("aegis approve esc-1: %d %s", code, out)
+	}
+	if text, _ := callText(t, a, "aegis.approval_status", map[string]any{"id": "esc-1"}); !strings.Contains(text, "approved") {
+		t.Fatalf("approval status: %s", text)
+	}
+	if text, isErr := callText(t, a, "example__slow", map[string]any{"ms": 1}); isErr || !strings.Contains(text, "slept") {
+		t.Fatalf("slow as deploy: %v %s", isErr, text)
+	}
+	// The other client is still developer, and has nothing approved.
+	if text, isErr := callText(t, b, "example__slow", map[string]any{"ms": 1}); !isErr || !strings.Contains(text, "AEGIS_CAP_DENIED") {
+		t.Fatalf("the other session ran a tool of the approved profile: %v %s", isErr, text)
+	}
+	if text, _ := callText(t, b, "aegis.approval_status", map[string]any{"id": "esc-1"}); strings.Contains(text, "approved") {
+		t.Fatalf("the other session sees the approval: %s", text)
+	}
+	a.Close()
+	b.Close()
+	h.stop()
+
+	var ss []struct {
+		ID        string `json:"id"`
+		State     string `json:"state"`
+		AuditPath string `json:"audit_path"`
+		Calls     int    `json:"calls"`
+		Profile   string `json:"profile"`
+	}
+	out, _, code := l.aegisStdout("sessions", "--json", "--state-dir", l.state)
+	if code != 0 || json.Unmarshal([]byte(out), &ss) != nil || len(ss) != 2 {
+		t.Fatalf("sessions --json: exit %d\n%s", code, out)
+	}
+	paths := map[string]bool{}
+	for _, s := range ss {
+		if s.State != "closed" {
+			t.Errorf("session %s is %s after SIGTERM, want closed", s.ID, s.State)
+		}
+		paths[s.AuditPath] = true
+	}
+	if ss[0].Calls+ss[1].Calls != 7 {
+		t.Errorf("calls recorded: %d and %d, want 7 in all", ss[0].Calls, ss[1].Calls)
+	}
+	if len(paths) != 2 {
+		t.Errorf("two sessions at once wrote %d record files, want 2: %v", len(paths), paths)
+	}
+	for p := range paths {
+		if out, code := l.aegis("verify", p); code != 0 {
+			t.Errorf("aegis verify %s: exit %d\n%s", p, code, out)
+		}
+	}
+}
+
+// TestConformanceSuiteThroughTheHTTPGateway runs the official MCP
+// conformance suite's server scenarios twice: against the go-sdk's
+// conformance server over streamable HTTP, and against aegis gateway
+// --listen fronting the same server over stdio (names unprefixed, every
+// tool, prompt and resource allowed). aegis must pass exactly as many
+// checks, and fail as many, as the server itself.
+func TestConformanceSuiteThroughTheHTTPGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the conformance suite")
+	}
+	suite := mcptest.ConformanceSuite(t)
+	server := mcptest.GoConformanceServer(t)
+	l := newLive(t, "")
+
+	// The server itself, over HTTP.
+	port := freePort(t)
+	bare := exec.Command(server, "-http=127.0.0.1:"+port, "-stateless=false")
+	if err := bare.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bare.Process.Kill(); bare.Wait() })
+	waitHTTP(t, "http://127.0.0.1:"+port+"/mcp")
+	direct := runConformance(t, suite, "http://127.0.0.1:"+port+"/mcp")
+
+	// The same server behind aegis.
+	h := l.httpGateway(`version: 1
+servers:
+  everything:
+    command: `+server+`
+    prefix: false
+profiles:
+  all:
+    allow: ["everything.*"]
+    prompts: ["everything.*"]
+    resources: ["test://static-text", "test://static-binary", "test://watched-resource", "test://template/**"]
+activation:
+  default_profile: all
+`, "--listen-without-token")
+	if !strings.Contains(h.stderr.String(), "warning: --listen-without-token") {
+		t.Errorf("no warning about serving without a token:\n%s", h.stderr.String())
+	}
+	through := runConformance(t, suite, h.url)
+	t.Logf("conformance: server over HTTP %d passed, %d failed; through aegis %d passed, %d failed", direct.passed, direct.failed, through.passed, through.failed)
+	if direct.passed < 30 {
+		t.Fatalf("the server itself passed only %d checks; is the suite working?\n%s", direct.passed, direct.out)
+	}
+	if through != (suiteResult{passed: direct.passed, failed: direct.failed, out: through.out}) {
+		t.Errorf("through aegis %d passed, %d failed; the server itself %d passed, %d failed\n%s", through.passed, through.failed, direct.passed, direct.failed, through.out)
+	}
+	h.stop()
+	// Every session of the run is recorded and closed.
+	if out := l.sessionsText(); strings.Contains(out, "running") || strings.Contains(out, "killed") {
+		t.Errorf("sessions after the gateway ended:\n%s", out)
+	}
+}
+
+type suiteResult struct {
+	passed, failed int
+	out            string
+}
+
+var totalRE = regexp.MustCompile(`Total: (\d+) passed, (\d+) failed`)
+
+func runConformance(t *testing.T, suite []string, url string) suiteResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, suite[0], append(suite[1:], "server", "--url", url)...)
+	c.Dir = t.TempDir() // it writes results/ there
+	out, _ := c.CombinedOutput() // exits 1 when a check fails
+	m := totalRE.FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("conformance suite against %s printed no total:\n%s", url, out)
+	}
+	var r suiteResult
+	json.Unmarshal(m[1], &r.passed)
+	json.Unmarshal(m[2], &r.failed)
+	r.out = string(out)
+	return r
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+func waitHTTP(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s did not answer within 30 s", url)
+}

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/proxy/httpfront"
+	"github.com/aegis-dev/aegis/sandbox"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// mcpPath is where the gateway serves streamable HTTP.
+const mcpPath = "/mcp"
+
+// maxRecordLanes bounds the record files that HTTP sessions spread over.
+const maxRecordLanes = 1000
+
+type listenFlags struct {
+	listen, tokenFile *string
+	noToken, stdio    *bool
+	origins           multiFlag
+	idle              *time.Duration
+	maxSessions       *int
+}
+
+func addListenFlags(fs *flag.FlagSet) *listenFlags {
+	l := &listenFlags{
+		listen:      fs.String("listen", "", "serve streamable HTTP on this address, such as 127.0.0.1:8787"),
+		tokenFile:   fs.String("token-file", "", "the bearer token HTTP clients must send, read from this file"),
+		noToken:     fs.Bool("listen-without-token", false, "serve HTTP without a token (loopback only; for test suites)"),
+		stdio:       fs.Bool("stdio", false, "with --listen, serve the host on stdin and stdout too"),
+		idle:        fs.Duration("idle-timeout", httpfront.DefaultIdleTimeout, "end an HTTP session idle this long"),
+		maxSessions: fs.Int("max-sessions", httpfront.DefaultMaxSessions, "HTTP sessions served at once"),
+	}
+	fs.Var(&l.origins, "allow-origin", "an Origin allowed besides the listener's own (repeatable)")
+	return l
+}
+
+// listenOpts is what --listen and its flags ask for.
+type listenOpts struct {
+	addr        string
+	loopback    bool
+	tokenFile   string
+	noToken     bool
+	origins     []string
+	stdio       bool
+	idle        time.Duration
+	maxSessions int
+}
+
+// opts checks the listen flags: nil without --listen (and then none of
+// the others may be given).
+func (l *listenFlags) opts() (*listenOpts, error) {
+	if *l.listen == "" {
+		if *l.tokenFile != "" || *l.noToken || *l.stdio || len(l.origins) > 0 {
+			return nil, usagef("aegis gateway ... --listen 127.0.0.1:8787", "--token-file, --listen-without-token, --stdio and --allow-origin go with --listen")
+		}
+		return nil, nil
+	}
+	host, port, err := net.SplitHostPort(*l.listen)
+	if err != nil {
+		return nil, usagef("--listen 127.0.0.1:8787", "--listen %q: %v", *l.listen, err)
+	}
+	if host == "" {
+		return nil, usagef("--listen 127.0.0.1:"+port+" (or 0.0.0.0:"+port+" to listen on every address, on purpose)", "--listen %q names no address, which would listen on every address", *l.listen)
+	}
+	o := &listenOpts{addr: *l.listen, tokenFile: *l.tokenFile, noToken: *l.noToken, origins: l.origins, stdio: *l.stdio,
+		idle: *l.idle, maxSessions: *l.maxSessions}
+	if ip := net.ParseIP(host); ip != nil {
+		o.loopback = ip.IsLoopback()
+	} else {
+		o.loopback = strings.EqualFold(host, "localhost")
+	}
+	switch {
+	case o.noToken && !o.loopback:
+		return nil, usagef("--listen 127.0.0.1:"+port+" --listen-without-token", "--listen-without-token serves only a loopback address, not %s", host)
+	case o.noToken && o.tokenFile != "":
+		return nil, usagef("give one of them", "--listen-without-token and --token-file contradict each other")
+	case o.idle <= 0:
+		return nil, usagef("--idle-timeout 1h", "--idle-timeout must be positive")
+	case o.maxSessions <= 0:
+		return nil, usagef("--max-sessions 32", "--max-sessions must be positive")
+	}
+	for _, origin := range o.origins {
+		if !strings.HasPrefix(origin, "http://") && !strings.HasPrefix(origin, "https://") {
+			return nil, usagef("--allow-origin https://app.example.com", "--allow-origin %q is not an http(s) origin", origin)
+		}
+	}
+	return o, nil
+}
+
+// listenGateway serves the gateway over streamable HTTP (and stdio with
+// --stdio) until a signal or, with --stdio, the stdio host leaves. Each
+// HTTP client session runs a gateway of its own: its own servers, its own
+// recorded session, active profile and approvals.
+func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *startup, lo *listenOpts, base proxy.GatewayConfig, rec projector.SessionConfig) error {
+	if _, err := os.Stat(filepath.Dir(rec.AuditPath)); err != nil {
+		return start.err(withHint(fmt.Errorf("%w: %s has no directory %s", projector.ErrNoRecordDir, rec.AuditPath, filepath.Dir(rec.AuditPath)),
+			"create the directory first, or give --audit a path in an existing directory; nothing was started"))
+	}
+	rec.Run = rand.Text() // aegis sessions: every session of this run is running
+	token := ""
+	switch {
+	case lo.noToken:
+	case lo.tokenFile != "":
+		t, err := readTokenFile(lo.tokenFile)
+		if err != nil {
+			return start.err(withHint(err, "write the token alone in a file only you can read (chmod 600)"))
+		}
+		token = t
+	default:
+		token = rand.Text()
+	}
+	ln, err := net.Listen("tcp", lo.addr)
+	if err != nil {
+		return start.err(withHint(fmt.Errorf("listen on %s: %w", lo.addr, err), "choose a free port, or stop what listens on it"))
+	}
+	defer ln.Close()
+	front, err := httpfront.New(httpfront.Config{Token: token, NoToken: lo.noToken, Loopback: lo.loopback, Origins: lo.origins,
+		MaxSessions: lo.maxSessions, IdleTimeout: lo.idle, Logger: base.Logger,
+		Serve: func(ctx context.Context, s *httpfront.Session) error { return m.serveHTTPSession(ctx, s, base, rec) }})
+	if err != nil {
+		return start.err(err)
+	}
+	if !start.done() {
+		return start.err(context.Cause(start.ctx))
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-sigs:
+			stop()
+		case <-ctx.Done():
+		}
+	}()
+
+	url := "http://" + ln.Addr().String() + mcpPath
+	fmt.Fprintf(m.Stderr, "aegis: gateway serving streamable HTTP at %s\n", url)
+	switch {
+	case lo.noToken:
+		fmt.Fprintf(m.Stderr, "aegis: warning: --listen-without-token: any process of any user on this machine can use the gateway at %s; use it only for a test suite\n", url)
+	case lo.tokenFile != "":
+		fmt.Fprintf(m.Stderr, "aegis: clients send Authorization: Bearer TOKEN with the token in %s\n", lo.tokenFile)
+	default:
+		fmt.Fprintf(m.Stderr, "aegis: bearer token, shown once: %s\naegis: clients send Authorization: Bearer TOKEN; give --token-file to choose the token yourself\n", token)
+	}
+	if !lo.loopback {
+		fmt.Fprintf(m.Stderr, "aegis: warning: %s is not a loopback address: anyone who can reach it and has the token can use the gateway, and plain HTTP carries the token in the clear; put a TLS proxy in front\n", lo.addr)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(mcpPath, front)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "aegis: the gateway serves MCP at "+mcpPath, http.StatusNotFound)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second, ErrorLog: nil}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	var stdioErr error
+	stdioDone := make(chan struct{})
+	if lo.stdio {
+		go func() {
+			defer close(stdioDone)
+			defer stop()
+			stdioErr = m.serveStdioSession(ctx, base, rec)
+		}()
+	}
+
+	select {
+	case <-ctx.Done():
+	case err = <-served:
+		stop()
+	}
+	// The sessions end first (their streams with them), then the server.
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	front.Close(cctx)
+	srv.Shutdown(cctx)
+	if lo.stdio {
+		<-stdioDone
+		if stdioErr != nil {
+			return stdioErr
+		}
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve HTTP: %w", err)
+	}
+	return nil
+}
+
+// serveHTTPSession runs one HTTP client's session: a gateway of its own,
+// recorded as a session of its own.
+func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base proxy.GatewayConfig, rec projector.SessionConfig) error {
+	cfg := base
+	cfg.Host = s.Conn
+	sum := sha256.Sum256([]byte(s.ID))
+	var path string
+	cfg.Open = func(facts map[string]sandbox.Fact) (*projector.Session, error) {
+		sess, p, err := openLane(ctx, rec, facts)
+		if err != nil {
+			return nil, err
+		}
+		path = p
+		// Who the session serves; never the session id itself, which lets
+		// a holder of the token act in the session.
+		if _, err := sess.Fact(schemas.KindNote, map[string]any{"host_transport": "streamable-http",
+			"http_session_digest": hex.EncodeToString(sum[:8]), "remote": s.Remote, "user_agent": s.UserAgent}); err != nil {
+			sess.Abandon()
+			return nil, err
+		}
+		return sess, nil
+	}
+	sess, err := proxy.Gateway(ctx, cfg)
+	var oe *proxy.OpenError
+	if errors.As(err, &oe) {
+		err = openSessionError(oe.Err, rec.AuditPath)
+	}
+	if sess != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if cerr := sess.Close(cctx); cerr != nil && err == nil {
+			err = cerr
+		}
+		base.Logger.Info("HTTP session ended", "session", sess.ID(), "record", path, "remote", s.Remote)
+	}
+	return err
+}
+
+// serveStdioSession serves the host on stdin and stdout beside the HTTP
+// sessions, as a session of its own.
+func (m *Main) serveStdioSession(ctx context.Context, base proxy.GatewayConfig, rec projector.SessionConfig) error {
+	cfg := base
+	cfg.Stdin, cfg.Stdout = os.Stdin, os.Stdout
+	cfg.Open = func(facts map[string]sandbox.Fact) (*projector.Session, error) {
+		sess, _, err := openLane(ctx, rec, facts)
+		return sess, err
+	}
+	sess, err := proxy.Gateway(ctx, cfg)
+	var oe *proxy.OpenError
+	if errors.As(err, &oe) {
+		err = openSessionError(oe.Err, rec.AuditPath)
+	}
+	if sess != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if cerr := sess.Close(cctx); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// lanePath is the nth record file of path: path itself, then path with
+// "-n" before its extension (calls.aarl, calls-2.aarl, calls-3.aarl…).
+func lanePath(path string, n int) string {
+	if n <= 1 {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "-" + strconv.Itoa(n) + ext
+}
+
+// openLane opens a session on the first record file of rec.AuditPath's
+// lanes that no session is writing: sessions that run at once each have a
+// record file (a file has one writer), and one that runs later continues
+// a file's chain.
+func openLane(ctx context.Context, rec projector.SessionConfig, facts map[string]sandbox.Fact) (*projector.Session, string, error) {
+	for n := 1; n <= maxRecordLanes; n++ {
+		cfg := rec
+		cfg.AuditPath = lanePath(rec.AuditPath, n)
+		if len(facts) > 0 {
+			cfg.Confinement = facts
+		}
+		sess, err := projector.OpenSession(ctx, cfg)
+		if errors.Is(err, projector.ErrRecordLocked) {
+			continue
+		}
+		return sess, cfg.AuditPath, err
+	}
+	return nil, "", fmt.Errorf("%w: all %d record files of %s are being written", projector.ErrRecordLocked, maxRecordLanes, rec.AuditPath)
+}
+
+// readTokenFile reads a bearer token: a regular file that neither group nor
+// others may access, holding the token alone (a trailing newline is
+// trimmed).
+func readTokenFile(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	switch {
+	case !fi.Mode().IsRegular():
+		return "", fmt.Errorf("token file %s is not a regular file", path)
+	case fi.Mode().Perm()&0o077 != 0:
+		return "", fmt.Errorf("token file %s has mode %04o; group and others must have no access", path, fi.Mode().Perm())
+	case fi.Size() > 4096:
+		return "", fmt.Errorf("token file %s is over 4096 bytes", path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return "", fmt.Errorf("token file %s: %w", path, err)
+		}
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	t := strings.TrimRight(string(b), "\r\n")
+	switch {
+	case t == "":
+		return "", fmt.Errorf("token file %s is empty", path)
+	case strings.ContainsAny(t, " \t\r\n\x00"):
+		return "", fmt.Errorf("token file %s holds more than one token (white space or a NUL inside)", path)
+	case len(t) < 16:
+		return "", fmt.Errorf("token file %s holds a token of %d bytes; use at least 16 random characters", path, len(t))
+	}
+	return t, nil
+}

@@ -1,0 +1,34 @@
+// Package httpfront serves the gateway to hosts over MCP's streamable HTTP
+// transport: one [Front] is the http.Handler of 'aegis gateway --listen'.
+//
+// The HTTP framing is the go-sdk's [mcp.StreamableServerTransport]; this
+// package only decides who may talk and which session a request belongs
+// to, and hands each session's message connection to [Config.Serve] (the
+// gateway, which records and decides every message as it does on stdio).
+//
+// # Invariants
+//
+//   - Every request is checked before anything of it is read or served, in
+//     this order: the Host header (on a loopback listener it must name a
+//     loopback host: DNS rebinding), the Origin header (absent, or the
+//     listener's own origin, or one the configuration allows), then the
+//     bearer token (constant-time comparison). A refusal is a 4xx with a
+//     body that says what was refused and what to do; no session is made
+//     or touched.
+//   - Without a token, a Front serves only a loopback listener, and only
+//     when the configuration says so explicitly ([Config.NoToken]).
+//   - A session begins only with a POST whose body is a single initialize
+//     request and that carries no Mcp-Session-Id. Its id is 32 random
+//     characters; every later request names it, and an unknown id is 404
+//     (the client starts a new session, as the transport says).
+//   - Each session is served by its own call of [Config.Serve], which owns
+//     the session's connection until it returns; when Serve returns, the
+//     session is gone. If Serve fails before it answered the initialize,
+//     the client gets a JSON-RPC error that says why.
+//   - A session ends when the client deletes it (DELETE), when it has been
+//     idle (no request open) for [Config.IdleTimeout], when Serve returns,
+//     or when the Front closes. [Front.Close] ends every session and waits
+//     for their Serve calls.
+//   - At most [Config.MaxSessions] sessions at once; more are refused with
+//     503 and nothing is started.
+package httpfront
