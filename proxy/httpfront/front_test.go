@@ -1,0 +1,278 @@
+package httpfront_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/proxy/httpfront"
+)
+
+const token = "test-token-0123456789abcdef"
+
+// echoServe serves each session with a real go-sdk server that has one
+// tool, echo, on the session's connection.
+func echoServe(started *sync.WaitGroup) func(ctx context.Context, s *httpfront.Session) error {
+	return func(ctx context.Context, s *httpfront.Session) error {
+		if started != nil {
+			started.Done()
+		}
+		srv := mcp.NewServer(&mcp.Implementation{Name: "echo", Version: "1"}, nil)
+		mcp.AddTool(srv, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct{ Msg string }) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Msg}}}, nil, nil
+		})
+		return srv.Run(ctx, connTransport{s.Conn})
+	}
+}
+
+type connTransport struct{ c mcp.Connection }
+
+func (t connTransport) Connect(context.Context) (mcp.Connection, error) { return t.c, nil }
+
+func newFront(t *testing.T, cfg httpfront.Config) (*httpfront.Front, *httptest.Server) {
+	t.Helper()
+	if cfg.Serve == nil {
+		cfg.Serve = echoServe(nil)
+	}
+	f, err := httpfront.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(f)
+	t.Cleanup(func() {
+		f.Close(context.Background())
+		ts.Close()
+	})
+	return f, ts
+}
+
+type bearer struct{ tok string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.tok)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// connect opens a session; a client without its standalone stream has
+// no request open between calls (idle).
+func connect(t *testing.T, url, tok string, stream ...bool) (*mcp.ClientSession, error) {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{tok}},
+		DisableStandaloneSSE: len(stream) > 0 && !stream[0]}, nil)
+	if err == nil {
+		t.Cleanup(func() { cs.Close() })
+	}
+	return cs, err
+}
+
+func TestNewRefusesNoTokenUnlessLoopbackAndAsked(t *testing.T) {
+	for _, cfg := range []httpfront.Config{
+		{Serve: echoServe(nil)},
+		{Serve: echoServe(nil), NoToken: true},
+		{Serve: echoServe(nil), Loopback: true},
+	} {
+		if _, err := httpfront.New(cfg); err == nil {
+			t.Errorf("New(%+v) served without a token", cfg)
+		}
+	}
+	if _, err := httpfront.New(httpfront.Config{Serve: echoServe(nil), NoToken: true, Loopback: true}); err != nil {
+		t.Errorf("explicit loopback test mode refused: %v", err)
+	}
+}
+
+// TestFrontRefuses: requests that must not reach a session, each refused
+// with its status and a message that says what to do.
+func TestFrontRefuses(t *testing.T) {
+	_, ts := newFront(t, httpfront.Config{Token: token, Loopback: true, Origins: []string{"https://app.example.com"}})
+	initBody := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	good := map[string]string{"Authorization": "Bearer " + token, "Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+	with := func(kv ...string) map[string]string {
+		h := map[string]string{}
+		for k, v := range good {
+			h[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] == "" {
+				delete(h, kv[i])
+			} else {
+				h[kv[i]] = kv[i+1]
+			}
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name   string
+		method string
+		header map[string]string
+		host   string
+		body   string
+		status int
+		says   string
+	}{
+		{"a caller without the token", "POST", with("Authorization", ""), "", initBody, 401, "no bearer token"},
+		{"a guessed token", "POST", with("Authorization", "Bearer "+token[:len(token)-1]+"x"), "", initBody, 401, "wrong bearer token"},
+		{"a page of another site (Origin)", "POST", with("Origin", "http://evil.example.com"), "", initBody, 403, "Origin"},
+		{"a page served over another scheme", "POST", with("Origin", "ftp://127.0.0.1"), "", initBody, 403, "Origin"},
+		{"DNS rebinding (Host)", "POST", good, "evil.example.com", initBody, 403, "DNS rebinding"},
+		{"a session that was never made", "POST", with("Mcp-Session-Id", "nosuchsession"), "", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, 404, "session not found"},
+		{"a session begun without initialize", "POST", good, "", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}}`, 400, "single initialize"},
+		{"a session begun with a batch", "POST", good, "", "[" + initBody + "]", 400, "single initialize"},
+		{"a body that is not JSON", "POST", good, "", "{", 400, "single initialize"},
+		{"a body of another type", "POST", with("Content-Type", "text/plain"), "", initBody, 415, "application/json"},
+		{"a client that cannot take a stream", "POST", with("Accept", "application/json"), "", initBody, 400, "text/event-stream"},
+		{"a stream of no session", "GET", with("Accept", "text/event-stream"), "", "", 400, "Mcp-Session-Id"},
+		{"an unknown protocol version", "POST", with("Mcp-Protocol-Version", "1999-01-01"), "", initBody, 400, "MCP-Protocol-Version"},
+		{"another method", "PUT", good, "", initBody, 405, "not allowed"},
+		{"the listener's own origin", "POST", good, "", initBody, 200, ""},
+		{"an origin allowed by name", "POST", with("Origin", "https://app.example.com"), "", initBody, 200, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, ts.URL, strings.NewReader(tc.body))
+			for k, v := range tc.header {
+				req.Header.Set(k, v)
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			if resp.StatusCode != tc.status || !strings.Contains(string(b), tc.says) {
+				t.Fatalf("status %d %q, want %d saying %q", resp.StatusCode, b, tc.status, tc.says)
+			}
+			if tc.status == 401 && resp.Header.Get("WWW-Authenticate") == "" {
+				t.Error("401 without WWW-Authenticate")
+			}
+		})
+	}
+}
+
+// TestFrontServesSessionsApart: two clients, two sessions, each served by
+// its own Serve call; a client that deletes its session ends its Serve.
+func TestFrontServesSessionsApart(t *testing.T) {
+	var ends sync.WaitGroup
+	serve := echoServe(nil)
+	f, ts := newFront(t, httpfront.Config{Token: token, Loopback: true, Serve: func(ctx context.Context, s *httpfront.Session) error {
+		ends.Add(1)
+		defer ends.Done()
+		return serve(ctx, s)
+	}})
+	a, err := connect(t, ts.URL, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := connect(t, ts.URL, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ID() == "" || a.ID() == b.ID() {
+		t.Fatalf("session ids %q and %q", a.ID(), b.ID())
+	}
+	for _, cs := range []*mcp.ClientSession{a, b} {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"Msg": cs.ID()}})
+		if err != nil || res.Content[0].(*mcp.TextContent).Text != cs.ID() {
+			t.Fatalf("echo in %s: %v %+v", cs.ID(), err, res)
+		}
+	}
+	if n := f.Sessions(); n != 2 {
+		t.Fatalf("%d sessions, want 2", n)
+	}
+	a.Close() // the go-sdk client deletes its session
+	deadline := time.Now().Add(10 * time.Second)
+	for f.Sessions() != 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := f.Sessions(); n != 1 {
+		t.Fatalf("%d sessions after one was deleted, want 1", n)
+	}
+	b.Close()
+	f.Close(context.Background())
+	ends.Wait()
+}
+
+// TestFrontTellsWhyASessionFailed: a Serve that fails before it answers
+// the initialize answers it with a JSON-RPC error saying why.
+func TestFrontTellsWhyASessionFailed(t *testing.T) {
+	_, ts := newFront(t, httpfront.Config{Token: token, Loopback: true, Serve: func(ctx context.Context, s *httpfront.Session) error {
+		return errors.New("record file calls.aarl is in use")
+	}})
+	_, err := connect(t, ts.URL, token)
+	if err == nil || !strings.Contains(err.Error(), "record file calls.aarl is in use") {
+		t.Fatalf("connect = %v, want the reason", err)
+	}
+}
+
+// TestFrontEndsIdleSessionsToMakeRoom: at the cap, a new session ends the
+// one idle longest; when none is idle (a client holds its stream open) it
+// is refused, and nothing starts.
+func TestFrontEndsIdleSessionsToMakeRoom(t *testing.T) {
+	f, ts := newFront(t, httpfront.Config{Token: token, Loopback: true, MaxSessions: 1})
+	a, err := connect(t, ts.URL, token, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := connect(t, ts.URL, token, true)
+	if err != nil {
+		t.Fatalf("a second session at the cap, the first idle: %v", err)
+	}
+	if _, err := b.ListTools(context.Background(), nil); err != nil {
+		t.Fatalf("the new session: %v", err)
+	}
+	if _, err := a.ListTools(context.Background(), nil); err == nil {
+		t.Fatal("the session ended to make room still answers")
+	}
+	if n := f.Sessions(); n != 1 {
+		t.Fatalf("%d sessions, want 1", n)
+	}
+	// A session whose client holds its stream open is not idle, so a
+	// third is refused. (The stream opens after the session does: until
+	// then the holder is idle, and a try that came too early is repeated
+	// with a new holder.)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := connect(t, ts.URL, token, true); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		_, err := connect(t, ts.URL, token, false)
+		if err != nil && strings.Contains(err.Error(), "Service Unavailable") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a session at the cap with the other one busy: %v", err)
+		}
+	}
+}
+
+// TestFrontEndsIdleSessions: a session with no request open for the idle
+// timeout is ended.
+func TestFrontEndsIdleSessions(t *testing.T) {
+	f, ts := newFront(t, httpfront.Config{Token: token, Loopback: true, IdleTimeout: 200 * time.Millisecond})
+	c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: ts.URL, DisableStandaloneSSE: true,
+		HTTPClient: &http.Client{Transport: bearer{token}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.Sessions() != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := f.Sessions(); n != 0 {
+		t.Fatalf("%d sessions after the idle timeout, want 0", n)
+	}
+}
