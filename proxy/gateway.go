@@ -37,6 +37,9 @@ type GatewayServer struct {
 	// Unprefixed shows the server's tools and prompts under their own
 	// names, not <server>__<name> (the file's prefix: false).
 	Unprefixed bool
+	// Remote, when not nil, is a remote server (url:): no process runs,
+	// and Argv, Env and Confine are unused (gateway_remote.go).
+	Remote *RemoteServer
 }
 
 // GatewayPolicy is what the gateway asks of its configuration: profile
@@ -101,6 +104,9 @@ type downstream struct {
 	tree *sandbox.Tree // the server's process group and every process it starts
 	proc *serverProc   // its stdin, its PID, its exit
 	raw  *downRaw      // the gateway's own requests (tasks)
+	// remote is a remote server's session; cmd, tree, proc and raw are
+	// then nil (gateway_remote_conn.go).
+	remote *remoteDown
 }
 
 type toolEntry struct {
@@ -245,7 +251,12 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	}
 	var starts []*starting
 	facts := map[string]sandbox.Fact{}
+	var remotes []GatewayServer // connected once the host's initialize is read
 	for _, s := range cfg.Servers {
+		if s.Remote != nil {
+			remotes = append(remotes, s)
+			continue
+		}
 		st := &starting{srv: s}
 		starts = append(starts, st)
 		inR, inW, err := os.Pipe()
@@ -352,6 +363,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		}
 		g.downs[st.srv.Name] = &downstream{name: st.srv.Name, cs: cs, cmd: st.cmd, tree: st.tree, proc: newServerProc(st.cmd, st.tree, stdin), raw: raw}
 	}
+	failed = g.connectRemotes(ctx, remotes, caps, failed)
 	if len(g.downs) == 0 {
 		// Nothing to serve but the meta-tools: refuse, as for a bad file.
 		return sess, &NoServerError{Failed: failed}
@@ -396,6 +408,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 
 // skip records a downstream server that could not be used.
 func (g *gateway) skip(name, stage string, err error) {
+	err = g.scrubbed(name, err)
 	fmt.Fprintf(g.cfg.Stderr, "aegis: warning: server %s skipped: %s: %v\n", name, stage, err)
 	if _, rerr := g.sess.Fact(schemas.KindNote, map[string]string{"server": name, "skipped": stage, "error": err.Error()}); rerr != nil {
 		g.log.Warn("record skipped server", "err", rerr)
@@ -725,7 +738,7 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 			axes.MatchedRule = gd.decision.MatchedRule
 		}
 	}
-	res, err := run(cctx, wc, e)
+	res, err := g.runCall(cctx, wc, e, run)
 	if err != nil {
 		if o, ok := g.cancelledOutcome(cctx, wc, g.downs[e.server], start); ok {
 			o.DecisionAxes = axes

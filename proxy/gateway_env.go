@@ -91,37 +91,45 @@ func ServerEnv(environ []string, s policy.Server) ([]string, error) {
 	return out, nil
 }
 
-// readEnvFile reads one env file as [ServerEnv] says. It opens without
-// blocking (a FIFO is refused, not waited on) and checks the file it
-// opened, so a symlink is judged by its target.
+// readEnvFile reads one env file as [ServerEnv] says.
 func readEnvFile(path string) (string, error) {
+	return readSecretFile(path, ErrEnvFile, "which no environment value can")
+}
+
+// readSecretFile reads a file that holds one secret (an env file, a
+// header file): a regular file that neither group nor others may access,
+// of at most 64 KiB, without a NUL byte (nul says why not), trailing
+// newlines trimmed. It opens without blocking (a FIFO is refused, not
+// waited on) and checks the file it opened, so a symlink is judged by its
+// target. Every error wraps kind and names the path, never the contents.
+func readSecretFile(path string, kind error, nul string) (string, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("%w: %s does not exist", ErrEnvFile, path)
+			return "", fmt.Errorf("%w: %s does not exist", kind, path)
 		}
-		return "", fmt.Errorf("%w: %w", ErrEnvFile, err)
+		return "", fmt.Errorf("%w: %w", kind, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrEnvFile, err)
+		return "", fmt.Errorf("%w: %w", kind, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%w: %s is not a regular file", ErrEnvFile, path)
+		return "", fmt.Errorf("%w: %s is not a regular file", kind, path)
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return "", fmt.Errorf("%w: %s is accessible by group or others (mode %#o); run: chmod 600 %s", ErrEnvFile, path, perm, path)
+		return "", fmt.Errorf("%w: %s is accessible by group or others (mode %#o); run: chmod 600 %s", kind, path, perm, path)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxEnvFile+1))
 	if err != nil {
-		return "", fmt.Errorf("%w: read %s: %w", ErrEnvFile, path, err)
+		return "", fmt.Errorf("%w: read %s: %w", kind, path, err)
 	}
 	if len(b) > maxEnvFile {
-		return "", fmt.Errorf("%w: %s is larger than %d KiB", ErrEnvFile, path, maxEnvFile>>10)
+		return "", fmt.Errorf("%w: %s is larger than %d KiB", kind, path, maxEnvFile>>10)
 	}
 	if bytes.IndexByte(b, 0) >= 0 {
-		return "", fmt.Errorf("%w: %s holds a NUL byte, which no environment value can", ErrEnvFile, path)
+		return "", fmt.Errorf("%w: %s holds a NUL byte, %s", kind, path, nul)
 	}
 	return strings.TrimRight(string(b), "\r\n"), nil
 }

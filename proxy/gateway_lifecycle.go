@@ -161,7 +161,7 @@ func (g *gateway) cancelledOutcome(cctx context.Context, wc schemas.WrapCall, d 
 	after := g.cfg.Now().Sub(start)
 	sent := false
 	if d != nil {
-		sent = d.proc.stdin.await(d.proc.stdin.issue(), cancelSendWait)
+		sent = d.awaitCancelSent()
 	}
 	notice := "aegis sent it notifications/cancelled"
 	if !sent {
@@ -320,7 +320,8 @@ func countCancelled(p []byte) int {
 // shutdown ends every server once no call is in flight (the host's
 // session is over): all at once, each by [gateway.stop], and records
 // their exits in name order, each with the server's name and PID, its
-// status and what ended it.
+// status and what ended it. A remote server has no process: its session
+// is closed and recorded as closed ([gateway.closeRemote]).
 func (g *gateway) shutdown() {
 	names := sortedDowns(g.downs)
 	type end struct {
@@ -333,12 +334,19 @@ func (g *gateway) shutdown() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if d := g.downs[n]; d.remote != nil {
+				g.closeRemote(d) // no process: its session is closed
+				return
+			}
 			ends[i].code, ends[i].by = g.stop(g.downs[n])
 		}()
 	}
 	wg.Wait()
 	for i, n := range names {
 		d := g.downs[n]
+		if d.remote != nil {
+			continue // recorded as server.connection closed
+		}
 		fact := map[string]any{"server": n, "pid": d.proc.pid, "code": ends[i].code, "ended_by": ends[i].by}
 		if rc, err := g.sess.Fact(schemas.KindChildExited, fact); err == nil {
 			rc.Wait(context.Background())

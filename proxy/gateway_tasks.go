@@ -283,7 +283,7 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 		return g.decideCall(ctx, h.Method, p.Name, p.Arguments, func(cctx context.Context, wc schemas.WrapCall, e toolEntry) (any, error) {
 			d := g.downs[e.server]
 			if d == nil || d.raw == nil {
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: server " + e.server + " is not running"}
+				return nil, g.taskless(e.server)
 			}
 			if host := t.host(); host != nil {
 				var token any

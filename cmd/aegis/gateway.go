@@ -22,6 +22,8 @@ const gatewayUsage = `Usage:
   aegis gateway --config FILE --audit PATH --signing-key PATH [--state-dir DIR] [--approval-ttl D]
                 [--max-state-size SIZE] [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
                 [--checkpoint-lines N] [--checkpoint-interval D] [--approvers FILE]
+                [--listen ADDR [--token-file FILE] [--allow-origin ORIGIN]… [--stdio]
+                 [--idle-timeout D] [--max-sessions N] [--listen-without-token]]
   aegis            (with AEGIS_CONFIG, default ./aegis.yaml, AEGIS_AUDIT and AEGIS_SIGNING_KEY;
                     AEGIS_STATE_DIR, AEGIS_MAX_STATE_SIZE and AEGIS_APPROVERS are optional)
 
@@ -86,6 +88,18 @@ stream, as for aegis wrap. At the cap the gateway fails closed: nothing more
 can be recorded, so every call is refused and not run, with an error saying
 the directory reached its cap. Nothing is dropped or deleted. Recording
 applies backpressure as in wrap, so memory stays bounded under a flood.
+
+--listen ADDR (such as 127.0.0.1:8787) serves hosts over MCP's streamable
+HTTP at http://ADDR/mcp instead of stdio (with --stdio, as well). Each
+request needs "Authorization: Bearer TOKEN": a token printed once at
+start, or the one in --token-file (mode 0600). A request for a Host that
+is not loopback (on a loopback listener: DNS rebinding) or from an Origin
+other than the listener's own or an --allow-origin one is refused. Each
+HTTP client session runs its own servers and is its own recorded session,
+with its own profile and approvals; sessions at once write calls.aarl,
+calls-2.aarl, ... An address that is not loopback must be named and is
+warned about. --listen-without-token (loopback only, warned) is for test
+suites that cannot send a header. See docs/http.md.
 
 --hub, --host, --hub-nkey, --hub-creds and --hub-ca link the event store to a fleet's
 NATS hub, as for aegis wrap (aegis help hub). --checkpoint-lines and
@@ -197,6 +211,16 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	}
 	var servers []proxy.GatewayServer
 	for _, s := range gw.Servers() {
+		if s.URL != "" {
+			// A remote server: its header files and variables, and its CA
+			// bundle, are read now; no header value is ever recorded.
+			rs, err := proxy.RemoteServerOf(s, m.Getenv)
+			if err != nil {
+				return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file, the header file's mode or aegis's environment; nothing was started")
+			}
+			servers = append(servers, proxy.GatewayServer{Name: s.Name, Remote: rs, Unprefixed: s.Unprefixed})
+			continue
+		}
 		// Each server gets a minimal environment and what the file gives
 		// it, never aegis's whole environment; env files are read now.
 		env, err := proxy.ServerEnv(os.Environ(), s)
@@ -277,7 +301,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	}
 	var ns *proxy.NoServerError
 	if errors.As(err, &ns) {
-		err = withHint(err, "check each server's command, args and env in "+config+"; nothing was served")
+		err = withHint(err, "check each server's command, args and env (url, headers and ca_file for a remote one) in "+config+"; nothing was served")
 	}
 	if errors.Is(err, events.ErrFull) {
 		err = withHint(err, fullHint(store.Dir()))
