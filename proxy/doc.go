@@ -194,6 +194,13 @@
 // check the new list as at start. forward.go and relist.go state the
 // invariants; docs/GATEWAY-PARITY.md has the table.
 //
+// The host is stdio (Stdin, Stdout) or a message connection
+// (GatewayConfig.Host: one HTTP client's session of package httpfront).
+// Both pass the same layers, line by line or message by message
+// (gateway_hostconn.go): the record of every frame, the cancel guard and
+// the task layer; over HTTP, what a server sends during a call goes out
+// with that call's context, so it reaches the client on the call's stream.
+//
 // The servers start at once but are initialized only after the host's
 // initialize has been read, and are told the host's capabilities
 // (gateway_hello.go). What the SDK cannot carry, tasks both ways, the

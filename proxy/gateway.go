@@ -208,8 +208,8 @@ func (g *gateway) recordProfileEvent(ev policy.ProfileEvent, extra map[string]an
 // connects every downstream server (a server that fails is skipped, said on
 // stderr and recorded; when none is left, Gateway returns a
 // *[NoServerError] and serves nothing), aggregates their tools (as
-// server__tool), resources and prompts, and serves the host over stdio,
-// showing only what the active profile allows. Every tools/call,
+// server__tool), resources and prompts, and serves the host (over stdio,
+// or cfg.Host), showing only what the active profile allows. Every tools/call,
 // meta-tools included, is recorded as an intent before it is forwarded and
 // an outcome before the host gets the answer; denials are never silent.
 // When the host leaves, the calls in flight finish within the grace or are
