@@ -44,12 +44,17 @@ definition (see 'aegis help pins').
 FILE is strict YAML; docs/gateway.md describes every key. In short:
 
   version: 1
-  servers:                      # each runs as a stdio subprocess
+  servers:                      # a stdio subprocess, or a remote server (url)
     NAME:
       command: PROG             # args: [..], transport: stdio
       env: {VAR: value, TOKEN: {file: /abs/path}}   # file: read at start
       env_passthrough: [VAR]    # copied from aegis's environment
       confine: {allow_read: [..], allow_write: [..], allow_net: [HOST:PORT]}
+    REMOTE:
+      url: https://HOST/mcp     # instead of command; http:// only to loopback
+      transport: streamable     # falls back to legacy SSE; or sse
+      headers: {Authorization: {file: /abs/path}}   # or {env: VAR}; never recorded
+      ca_file: /abs/ca.pem      # TLS is always verified; then only these CAs
   profiles:
     NAME:
       allow: ["SERVER.TOOL_GLOB"]          # what the profile shows and runs
