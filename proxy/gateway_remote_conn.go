@@ -214,7 +214,7 @@ func (g *gateway) dial(ctx context.Context, r *remoteDown, client *mcp.Client) (
 	probe := &statusProbe{}
 	if r.srv.Transport == policy.TransportSSE {
 		cs, err := g.dialSSE(actx, r, client, probe)
-		return cs, policy.TransportSSE, finalFailure(err, probe), err
+		return cs, policy.TransportSSE, finalFailure(err, probe), credentials(err, probe)
 	}
 	cs, err := client.Connect(actx, &mcp.StreamableClientTransport{Endpoint: r.srv.URL, HTTPClient: r.http.client(probe)}, downstreamSession)
 	if err == nil {
@@ -222,12 +222,12 @@ func (g *gateway) dial(ctx context.Context, r *remoteDown, client *mcp.Client) (
 	}
 	status := probe.legacy()
 	if status == 0 {
-		return nil, policy.TransportStreamable, finalFailure(err, probe), err
+		return nil, policy.TransportStreamable, finalFailure(err, probe), credentials(err, probe)
 	}
 	sse := &statusProbe{}
 	cs, err = g.dialSSE(actx, r, client, sse)
 	if err != nil {
-		err = fmt.Errorf("the initialize POST got %d %s, so aegis tried the legacy SSE transport: %w", status, http.StatusText(status), err)
+		err = fmt.Errorf("the initialize POST got %d %s, so aegis tried the legacy SSE transport: %w", status, http.StatusText(status), credentials(err, sse))
 		return nil, policy.TransportSSE, finalFailure(err, sse), err
 	}
 	return cs, policy.TransportSSE, false, nil
@@ -276,6 +276,15 @@ func (t *sseDial) end() {
 	if t.stop != nil {
 		t.stop()
 	}
+}
+
+// credentials says, of an attempt that failed with err, that the server
+// refused the credentials, when it did.
+func credentials(err error, probe *statusProbe) error {
+	if st := probe.refused(); err != nil && st != 0 {
+		return fmt.Errorf("the server answered %d %s: check the server's headers (its token may be wrong or expired): %w", st, http.StatusText(st), err)
+	}
+	return err
 }
 
 // finalFailure reports whether another attempt cannot help: the server's

@@ -158,15 +158,15 @@ type hostSession struct {
 }
 
 // runGateway writes config and connects a go-sdk host to aegis gateway
-// on it.
-func (c *cli) runGateway(config string) *hostSession {
+// on it, with extra variables in its environment.
+func (c *cli) runGateway(config string, extra ...string) *hostSession {
 	c.t.Helper()
 	path := filepath.Join(c.dir, "aegis.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
 	cmd := exec.Command(bin(c.t, "aegis"), "gateway", "--config", path, "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state)
-	cmd.Env = gatewayEnv(c.t)
+	cmd.Env = gatewayEnv(c.t, extra...)
 	h := &hostSession{t: c.t, stderr: &syncBuffer{}}
 	cmd.Stderr = h.stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil)
@@ -409,6 +409,49 @@ activation:
 	}
 	if !skipped {
 		t.Error("no note records that r was skipped")
+	}
+}
+
+// TestGatewayRemoteRefusedCredentialsAreNotRetried: a server that refuses
+// the token (401) is not asked again (a retry cannot help, and would only
+// send the token again); the failure says to check the headers, and the
+// token, read from aegis's environment, appears in no event and not on
+// stderr.
+func TestGatewayRemoteRefusedCredentialsAreNotRetried(t *testing.T) {
+	const wrong = "Bearer wrong-4d77c0"
+	remote := newRemoteMCP(t, false, false, "Bearer right")
+	c := newCLI(t)
+	h := c.runGateway(`version: 1
+servers:
+  r:
+    url: `+remote.ts.URL+`/mcp
+    headers: {Authorization: {env: AEGIS_TEST_REMOTE_TOKEN}}
+  example:
+    command: `+bin(t, "aegis-example-server")+`
+profiles:
+  p: {allow: [r.echo, example.echo]}
+activation:
+  default_profile: p
+`, "AEGIS_TEST_REMOTE_TOKEN="+wrong)
+	if text, _, err := h.call("example__echo", map[string]any{"message": "up"}); err != nil || text != "up" {
+		t.Errorf("example__echo = %q %v", text, err)
+	}
+	h.cs.Close()
+	if n := remote.refused.Load(); n != 1 {
+		t.Errorf("the server refused %d requests; want 1 (no retry)", n)
+	}
+	evs := storedEvents(t, c.state)
+	conns := connections(t, evs)
+	if len(conns) != 1 || conns[0].State != schemas.ConnFailed || !strings.Contains(conns[0].Error, "401 Unauthorized: check the server's headers") {
+		t.Errorf("server.connection %+v; want one failed, saying to check the headers", conns)
+	}
+	for _, e := range evs {
+		if raw, _ := json.Marshal(e); bytes.Contains(raw, []byte("wrong-4d77c0")) {
+			t.Errorf("a %s event holds the token", e.Kind)
+		}
+	}
+	if strings.Contains(h.stderr.String(), "wrong-4d77c0") {
+		t.Errorf("stderr holds the token:\n%s", h.stderr)
 	}
 }
 
