@@ -219,4 +219,14 @@
 // When the host leaves, the calls in flight finish or are cancelled, each
 // with a truthful outcome, and then every server is stopped: stdin closed,
 // grace, SIGTERM, grace, SIGKILL (see [DefaultGatewayGrace]).
+//
+// A remote server ([RemoteServer], a url: server) runs no process: it is a
+// go-sdk client session over streamable HTTP or legacy SSE, behind an HTTP
+// client that verifies TLS, adds the file's headers to requests to the
+// server's origin only and follows no redirect (gateway_remote.go,
+// gateway_remote_http.go). It is namespaced, profiled, pinned, recorded and
+// refused as a local server is; its connection states are server.connection
+// events, never with a header value or the url's query; a session that ends
+// mid-run is recorded and its calls are refused; tasks are not carried to
+// it (gateway_remote_conn.go states the invariants).
 package proxy
