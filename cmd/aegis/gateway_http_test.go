@@ -354,7 +354,7 @@ func runConformance(t *testing.T, suite []string, url string) suiteResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	c := exec.CommandContext(ctx, suite[0], append(suite[1:], "server", "--url", url)...)
-	c.Dir = t.TempDir() // it writes results/ there
+	c.Dir = t.TempDir()          // it writes results/ there
 	out, _ := c.CombinedOutput() // exits 1 when a check fails
 	m := totalRE.FindSubmatch(out)
 	if m == nil {
