@@ -390,3 +390,49 @@ func waitHTTP(t *testing.T, url string) {
 	}
 	t.Fatalf("%s did not answer within 30 s", url)
 }
+
+// TestHTTPGatewayWithStdioToo: with --stdio, the host on stdin and stdout
+// and an HTTP client are served at once, as two sessions; when the stdio
+// host leaves, aegis ends, and both sessions are closed.
+func TestHTTPGatewayWithStdioToo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis gateway --listen --stdio")
+	}
+	l := newLive(t, "")
+	path := filepath.Join(l.dir, "aegis.yaml")
+	if err := os.WriteFile(path, []byte(gatewayConfig(l.bin)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "gateway", "--config", path, "--audit", l.audit, "--signing-key", l.key,
+		"--state-dir", l.state, "--listen", "127.0.0.1:0", "--stdio"))
+	h := &httpGW{t: t}
+	for h.url == "" || h.token == "" {
+		select {
+		case line, ok := <-w.prompts:
+			if !ok {
+				t.Fatal("aegis ended before it served")
+			}
+			if m := servingRE.FindStringSubmatch(line); m != nil {
+				h.url = m[1]
+			}
+			if m := tokenRE.FindStringSubmatch(line); m != nil {
+				h.token = m[1]
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("aegis gateway --listen --stdio did not serve within a minute")
+		}
+	}
+	cs := h.connect(context.Background())
+	w.initialize()
+	if a := w.call(1, "tools/call", `{"name":"example__echo","arguments":{"message":"over stdio"}}`); !strings.Contains(a, "over stdio") {
+		t.Fatalf("echo over stdio: %s", a)
+	}
+	if text, _ := callText(t, cs, "example__echo", map[string]any{"message": "over http"}); !strings.Contains(text, "over http") {
+		t.Fatalf("echo over HTTP: %s", text)
+	}
+	w.finish()
+	out, _, code := l.aegisStdout("sessions", "--json", "--state-dir", l.state)
+	if code != 0 || strings.Count(out, `"state": "closed"`) != 2 {
+		t.Fatalf("sessions after the stdio host left: exit %d\n%s", code, out)
+	}
+}
