@@ -284,3 +284,81 @@ func TestFrontEndsIdleSessions(t *testing.T) {
 		t.Fatalf("%d sessions after the idle timeout, want 0", n)
 	}
 }
+
+// TestFrontResumesAStream: a client whose connection drops during a call,
+// after the call's first event (its progress), gets the answer by resuming
+// the call's stream with Last-Event-ID in the same session
+// (Mcp-Session-Id), as the transport promises.
+func TestFrontResumesAStream(t *testing.T) {
+	_, ts := newFront(t, httpfront.Config{Token: token, Loopback: true, Serve: func(ctx context.Context, s *httpfront.Session) error {
+		srv := mcp.NewServer(&mcp.Implementation{Name: "slow", Version: "1"}, nil)
+		mcp.AddTool(srv, &mcp.Tool{Name: "slow"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
+			req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: 1, Message: "started"})
+			time.Sleep(300 * time.Millisecond)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done after the drop"}}}, nil, nil
+		})
+		return srv.Run(ctx, connTransport{s.Conn})
+	}})
+	post := func(sid, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("POST", ts.URL, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`)
+	sid := resp.Header.Get("Mcp-Session-Id")
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	io.ReadAll(post(sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body)
+
+	// The call's stream: read its first event's id, then drop the connection.
+	resp = post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","arguments":{},"_meta":{"progressToken":"p"}}}`)
+	var lastID string
+	buf := make([]byte, 0, 4096)
+	for lastID == "" {
+		var b [512]byte
+		n, err := resp.Body.Read(b[:])
+		buf = append(buf, b[:n]...)
+		for _, line := range strings.Split(string(buf), "\n") {
+			if v, ok := strings.CutPrefix(line, "id: "); ok && lastID == "" {
+				lastID = strings.TrimSpace(v)
+			}
+		}
+		if err != nil && lastID == "" {
+			t.Fatalf("no event id on the call's stream: %v %q", err, buf)
+		}
+	}
+	if strings.Contains(string(buf), "done after the drop") {
+		t.Fatalf("the answer came before the drop; the test would prove nothing: %q", buf)
+	}
+	resp.Body.Close()
+	time.Sleep(500 * time.Millisecond) // the call finishes with nobody listening
+
+	req, _ := http.NewRequest("GET", ts.URL, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	req.Header.Set("Last-Event-ID", lastID)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(got), "done after the drop") || !strings.Contains(string(got), `"id":2`) {
+		t.Fatalf("resumed stream: %d %q", resp.StatusCode, got)
+	}
+}
