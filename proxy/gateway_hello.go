@@ -80,13 +80,7 @@ func readHello(r io.ReadCloser) *hello {
 // the servers are to be told, and the host's capabilities.tasks (nil: it
 // has none).
 func (h *hello) await(ctx context.Context, d time.Duration) (*mcp.ClientCapabilities, json.RawMessage) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-h.done:
-	case <-t.C:
-		return gatewayCaps(), nil
-	case <-ctx.Done():
+	if !waitFirst(ctx, h.done, d) {
 		return gatewayCaps(), nil
 	}
 	line := h.buf
@@ -94,6 +88,20 @@ func (h *hello) await(ctx context.Context, d time.Duration) (*mcp.ClientCapabili
 		line = line[:i]
 	}
 	return serverCaps(line)
+}
+
+// waitFirst waits at most d, and not past ctx, until done is closed, and
+// reports whether it was.
+func waitFirst(ctx context.Context, done <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // serverCaps returns what servers are told of a host whose first frame is

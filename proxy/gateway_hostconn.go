@@ -57,16 +57,7 @@ func (g *gateway) hostConnOf(ctx context.Context, c mcp.Connection) *hostConn {
 // await waits at most d for the host's first message and returns what
 // [hello.await] returns for it.
 func (h *hostConn) await(ctx context.Context, d time.Duration) (*mcp.ClientCapabilities, json.RawMessage) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-h.done:
-	case <-t.C:
-		return gatewayCaps(), nil
-	case <-ctx.Done():
-		return gatewayCaps(), nil
-	}
-	if h.firstErr != nil {
+	if !waitFirst(ctx, h.done, d) || h.firstErr != nil {
 		return gatewayCaps(), nil
 	}
 	b, err := jsonrpc.EncodeMessage(h.first)

@@ -230,15 +230,11 @@ func newServerProc(cmd *exec.Cmd, tree *sandbox.Tree, stdin *downWriter) *server
 type downWriter struct {
 	f   *os.File
 	wmu sync.Mutex
-
-	mu      sync.Mutex
-	issued  int           // cancellations asked for (tickets)
-	sent    int           // notifications/cancelled written
-	changed chan struct{} // closed, and replaced, when sent changes
+	*cancelTally
 }
 
 func newDownWriter(f *os.File) *downWriter {
-	return &downWriter{f: f, changed: make(chan struct{})}
+	return &downWriter{f: f, cancelTally: newCancelTally()}
 }
 
 func (w *downWriter) Write(p []byte) (int, error) {
@@ -248,11 +244,7 @@ func (w *downWriter) Write(p []byte) (int, error) {
 	w.wmu.Unlock()
 	if err == nil && bytes.Contains(p, []byte("notifications/cancelled")) {
 		if c := countCancelled(p); c > 0 {
-			w.mu.Lock()
-			w.sent += c
-			close(w.changed)
-			w.changed = make(chan struct{})
-			w.mu.Unlock()
+			w.add(c)
 		}
 	}
 	return n, err
@@ -263,41 +255,6 @@ func (w *downWriter) Close() error { return nil }
 
 // closeStdin closes the server's stdin: it reads EOF.
 func (w *downWriter) closeStdin() error { return w.f.Close() }
-
-// issue takes the next ticket.
-func (w *downWriter) issue() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.issued++
-	return w.issued
-}
-
-// pending returns the last ticket taken.
-func (w *downWriter) pending() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.issued
-}
-
-// await waits at most d until ticket notifications/cancelled frames are
-// written, and reports whether they are.
-func (w *downWriter) await(ticket int, d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		w.mu.Lock()
-		done, ch := w.sent >= ticket, w.changed
-		w.mu.Unlock()
-		if done {
-			return true
-		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			return false
-		}
-	}
-}
 
 // countCancelled counts the lines of p that are notifications/cancelled
 // messages.

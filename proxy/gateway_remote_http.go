@@ -153,9 +153,10 @@ func (p *statusProbe) refused() int {
 	return p.denied
 }
 
-// cancelTally counts the notifications/cancelled that reached a remote
-// server, as [downWriter] counts those written to a local one: a
-// cancellation takes a ticket and waits until that many are delivered.
+// cancelTally counts the notifications/cancelled that reached a server:
+// written to a local one's stdin ([downWriter]), or accepted by a remote
+// one. A cancellation takes a ticket and waits until that many are
+// delivered.
 type cancelTally struct {
 	mu      sync.Mutex
 	issued  int

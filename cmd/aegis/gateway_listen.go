@@ -226,20 +226,31 @@ func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base 
 		}
 		return sess, nil
 	}
+	id, err := runGatewaySession(ctx, cfg, rec.AuditPath)
+	if id != "" {
+		base.Logger.Info("HTTP session ended", "session", id, "record", path, "remote", s.Remote)
+	}
+	return err
+}
+
+// runGatewaySession runs the gateway of cfg until its host leaves, then
+// closes its recorded session. It returns that session's id ("" if none
+// was opened).
+func runGatewaySession(ctx context.Context, cfg proxy.GatewayConfig, audit string) (string, error) {
 	sess, err := proxy.Gateway(ctx, cfg)
 	var oe *proxy.OpenError
 	if errors.As(err, &oe) {
-		err = openSessionError(oe.Err, rec.AuditPath)
+		err = openSessionError(oe.Err, audit)
 	}
-	if sess != nil {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if cerr := sess.Close(cctx); cerr != nil && err == nil {
-			err = cerr
-		}
-		base.Logger.Info("HTTP session ended", "session", sess.ID(), "record", path, "remote", s.Remote)
+	if sess == nil {
+		return "", err
 	}
-	return err
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if cerr := sess.Close(cctx); cerr != nil && err == nil {
+		err = cerr
+	}
+	return sess.ID(), err
 }
 
 // serveStdioSession serves the host on stdin and stdout beside the HTTP
@@ -251,18 +262,7 @@ func (m *Main) serveStdioSession(ctx context.Context, base proxy.GatewayConfig, 
 		sess, _, err := openLane(ctx, rec, facts)
 		return sess, err
 	}
-	sess, err := proxy.Gateway(ctx, cfg)
-	var oe *proxy.OpenError
-	if errors.As(err, &oe) {
-		err = openSessionError(oe.Err, rec.AuditPath)
-	}
-	if sess != nil {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if cerr := sess.Close(cctx); cerr != nil && err == nil {
-			err = cerr
-		}
-	}
+	_, err := runGatewaySession(ctx, cfg, rec.AuditPath)
 	return err
 }
 
