@@ -75,8 +75,9 @@ type GatewayConfig struct {
 	Stdout io.WriteCloser
 	// Host, when not nil, is the host instead of Stdin and Stdout: a
 	// message connection, such as one HTTP client's session of
-	// [mcp.StreamableServerTransport], already connected. The gateway
-	// closes it when it is done.
+	// [mcp.StreamableServerTransport], already connected. The caller
+	// closes it once Gateway returned (and may first answer the host's
+	// initialize with Gateway's error, if nothing answered it).
 	Host      mcp.Connection
 	Stderr    io.Writer // downstream stderr and prompts
 	Approvals func(session string, handle func(ApprovalOp) ApprovalReply) (stop func(), err error)
@@ -336,7 +337,6 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 	var hostTasks json.RawMessage
 	if cfg.Host != nil {
 		hc := g.hostConnOf(ctx, cfg.Host)
-		defer hc.Close()
 		caps, hostTasks = hc.await(ctx, helloWait)
 		host = connTransport{hc}
 	} else {

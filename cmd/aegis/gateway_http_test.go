@@ -436,3 +436,31 @@ func TestHTTPGatewayWithStdioToo(t *testing.T) {
 		t.Fatalf("sessions after the stdio host left: exit %d\n%s", code, out)
 	}
 }
+
+// TestHTTPGatewaySaysWhyASessionCannotStart: when no server of the file
+// starts, the HTTP client's initialize is answered with an error that
+// says so, and aegis goes on serving (the next client gets the same).
+func TestHTTPGatewaySaysWhyASessionCannotStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis gateway --listen")
+	}
+	l := newLive(t, "")
+	h := l.httpGateway(`version: 1
+servers:
+  gone:
+    command: /nonexistent/mcp-server
+profiles:
+  p:
+    allow: ["gone.*"]
+activation:
+  default_profile: p
+`)
+	for range 2 {
+		c := mcp.NewClient(&mcp.Implementation{Name: "http-test", Version: "1"}, nil)
+		_, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: h.url,
+			HTTPClient: &http.Client{Transport: bearer{h.token, http.DefaultTransport}}}, nil)
+		if err == nil || !strings.Contains(err.Error(), "no server could be started") || !strings.Contains(err.Error(), "gone") {
+			t.Fatalf("connect = %v, want why no server started", err)
+		}
+	}
+}
