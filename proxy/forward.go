@@ -524,10 +524,11 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 // the specification allows (a titled multi-select, items.anyOf, SEP-1330)
 // and which a host connected directly would take; checking the schema and
 // the answer is the host's part.
+// Without handle (the host takes no elicitation), the SDK refuses it.
 func elicitAsSent(handle func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if r, ok := req.(*mcp.ElicitRequest); ok && method == "elicitation/create" && r.Params != nil {
+			if r, ok := req.(*mcp.ElicitRequest); ok && handle != nil && method == "elicitation/create" && r.Params != nil {
 				return handle(ctx, r)
 			}
 			return next(ctx, method, req)

@@ -262,3 +262,4 @@ func TestGatewayRefusesSamplingTheHostDidNotAnnounce(t *testing.T) {
 		t.Errorf("sampling for a host without the capability: %v %q", err, text)
 	}
 }
+
