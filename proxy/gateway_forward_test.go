@@ -262,4 +262,3 @@ func TestGatewayRefusesSamplingTheHostDidNotAnnounce(t *testing.T) {
 		t.Errorf("sampling for a host without the capability: %v %q", err, text)
 	}
 }
-
