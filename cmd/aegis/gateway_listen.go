@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -209,7 +207,6 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *st
 func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base proxy.GatewayConfig, rec projector.SessionConfig) error {
 	cfg := base
 	cfg.Host = s.Conn
-	sum := sha256.Sum256([]byte(s.ID))
 	var path string
 	cfg.Open = func(facts map[string]sandbox.Fact) (*projector.Session, error) {
 		sess, p, err := openLane(ctx, rec, facts)
@@ -220,7 +217,7 @@ func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base 
 		// Who the session serves; never the session id itself, which lets
 		// a holder of the token act in the session.
 		if _, err := sess.Fact(schemas.KindNote, map[string]any{"host_transport": "streamable-http",
-			"http_session_digest": hex.EncodeToString(sum[:8]), "remote": s.Remote, "user_agent": s.UserAgent}); err != nil {
+			"http_session_digest": httpfront.Digest(s.ID), "remote": s.Remote, "user_agent": s.UserAgent}); err != nil {
 			sess.Abandon()
 			return nil, err
 		}

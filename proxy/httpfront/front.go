@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,6 +64,14 @@ type Session struct {
 	Remote    string         // the client's address
 	UserAgent string         // its User-Agent, as sent
 	Conn      mcp.Connection // the session's messages; Serve owns it
+}
+
+// Digest names session id in logs and records: the first 16 hex digits of
+// its SHA-256. The id itself is never logged or recorded, since with the
+// token it lets its holder act in the session.
+func Digest(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:8])
 }
 
 // Front is the http.Handler of the gateway's HTTP side.
@@ -335,7 +345,7 @@ func (f *Front) begin(w http.ResponseWriter, r *http.Request) {
 		}
 		lru.closed = true
 		delete(f.sessions, lru.id) // its Serve is still counted in wg
-		f.log.Info("ended the HTTP session idle longest to make room", "session", lru.id, "idle_since", lru.last)
+		f.log.Info("ended the HTTP session idle longest to make room", "http_session_digest", Digest(lru.id), "idle_since", lru.last)
 		defer lru.conn.Close()
 	}
 	f.sessions[id] = s
@@ -353,7 +363,7 @@ func (f *Front) serve(s *session, sess *Session) {
 	defer f.wg.Done()
 	err := f.cfg.Serve(f.ctx, sess)
 	if err != nil {
-		f.log.Warn("an HTTP session failed", "session", s.id, "err", err)
+		f.log.Warn("an HTTP session failed", "http_session_digest", Digest(s.id), "err", err)
 		s.conn.fail(err)
 	}
 	f.mu.Lock()
@@ -413,7 +423,7 @@ func (f *Front) reap() {
 			}
 			f.mu.Unlock()
 			for _, s := range idle {
-				f.log.Info("ended an idle HTTP session", "session", s.id, "idle_for", f.cfg.IdleTimeout)
+				f.log.Info("ended an idle HTTP session", "http_session_digest", Digest(s.id), "idle_for", f.cfg.IdleTimeout)
 				s.conn.Close()
 			}
 		}
