@@ -179,14 +179,16 @@ func (f *FleetApprover) List(ctx context.Context, host string, by string) ([]Fle
 	}
 	var out []FleetAnswer
 	for _, h := range hosts {
-		rep, err := f.request(ctx, h, FleetHostSubject(h), ApprovalRequest{Op: OpList, By: by})
+		reps, err := f.gather(ctx, h, FleetHostSubject(h), ApprovalRequest{Op: OpList, By: by}, fleetGather)
 		if errors.Is(err, nats.ErrNoResponders) {
 			continue // gone since it said it was there
 		}
 		if err != nil {
 			return out, fmt.Errorf("host %s: %w", h, err)
 		}
-		out = append(out, FleetAnswer{Host: h, ApprovalReply: rep})
+		for _, rep := range reps {
+			out = append(out, FleetAnswer{Host: h, ApprovalReply: rep})
+		}
 	}
 	return out, nil
 }
@@ -268,6 +270,21 @@ func (f *FleetApprover) Do(ctx context.Context, host, session string, req Approv
 // there too, is [nats.ErrNoResponders]). Without a deadline in ctx it
 // waits at most [DefaultApprovalTimeout].
 func (f *FleetApprover) request(ctx context.Context, host, subject string, req ApprovalRequest) (ApprovalReply, error) {
+	reps, err := f.gather(ctx, host, subject, req, 0)
+	if err != nil {
+		return ApprovalReply{}, err
+	}
+	return reps[0], nil
+}
+
+// fleetGather is how long a host-wide list waits for more answers after
+// the first: an aegis process answers once for each session it serves
+// (a gateway serving HTTP clients serves several).
+const fleetGather = 300 * time.Millisecond
+
+// gather is request that, with a window, takes every answer that comes
+// within window of the first, one per session; it returns at least one.
+func (f *FleetApprover) gather(ctx context.Context, host, subject string, req ApprovalRequest, window time.Duration) ([]ApprovalReply, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultApprovalTimeout)
@@ -275,45 +292,63 @@ func (f *FleetApprover) request(ctx context.Context, host, subject string, req A
 	}
 	data, err := json.Marshal(req)
 	if err != nil {
-		return ApprovalReply{}, err
+		return nil, err
 	}
 	if len(data) > MaxApprovalRequestBytes {
-		return ApprovalReply{}, fmt.Errorf("approval request of %d bytes is larger than the %d KiB limit", len(data), MaxApprovalRequestBytes>>10)
+		return nil, fmt.Errorf("approval request of %d bytes is larger than the %d KiB limit", len(data), MaxApprovalRequestBytes>>10)
 	}
 	token, err := newFleetToken()
 	if err != nil {
-		return ApprovalReply{}, err
+		return nil, err
 	}
 	reply := fleetReplyPrefix + host + "." + token
 	sub, err := f.nc.SubscribeSync(reply)
 	if err != nil {
-		return ApprovalReply{}, fmt.Errorf("subscribe to the answer: %w", err)
+		return nil, fmt.Errorf("subscribe to the answer: %w", err)
 	}
 	defer sub.Unsubscribe()
 	if err := f.nc.FlushWithContext(ctx); err != nil {
-		return ApprovalReply{}, fmt.Errorf("reach the hub: %w", err)
+		return nil, fmt.Errorf("reach the hub: %w", err)
 	}
 	if err := f.nc.PublishRequest(subject, reply, data); err != nil {
-		return ApprovalReply{}, fmt.Errorf("send the request: %w", err)
+		return nil, fmt.Errorf("send the request: %w", err)
 	}
+	var out []ApprovalReply
+	seen := map[string]bool{}
+	wait := ctx
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
+		m, err := sub.NextMsgWithContext(wait)
 		if err != nil {
-			if rerr := f.refused(); rerr != nil {
-				return ApprovalReply{}, rerr
+			if len(out) > 0 {
+				return out, nil // the window closed
 			}
-			return ApprovalReply{}, err
+			if rerr := f.refused(); rerr != nil {
+				return nil, rerr
+			}
+			return nil, err
 		}
 		if m.Header.Get("Status") == "503" {
-			return ApprovalReply{}, nats.ErrNoResponders
+			if len(out) > 0 {
+				continue
+			}
+			return nil, nats.ErrNoResponders
 		}
 		var rep ApprovalReply
-		if err := json.Unmarshal(m.Data, &rep); err != nil || !schemas.ValidID(rep.Session) {
-			continue // not an answer of an aegis process
+		if err := json.Unmarshal(m.Data, &rep); err != nil || !schemas.ValidID(rep.Session) || seen[rep.Session] {
+			continue // not an answer of an aegis process, or one already had
 		}
 		if !rep.OK && rep.Error == "" {
 			rep.Error = "refused"
 		}
-		return rep, nil
+		seen[rep.Session] = true
+		out = append(out, rep)
+		if window <= 0 {
+			return out, nil
+		}
+		if len(out) == 1 {
+			var cancel context.CancelFunc
+			wait, cancel = context.WithTimeout(ctx, window)
+			defer cancel()
+		}
 	}
 }

@@ -151,6 +151,24 @@ func TestFleetApprovalsReachTheRightHost(t *testing.T) {
 	if answers, err := f.List(ctx, "laptop-2", "tester"); err != nil || len(answers) != 1 || answers[0].Host != "laptop-2" {
 		t.Fatalf("list laptop-2: %+v, %v", answers, err)
 	}
+	// A process that serves a second session (a gateway serving HTTP
+	// clients) answers a host's list for each.
+	second := &fleetHost{name: "laptop-2", pending: "apr-2b", st: hosts[1].st}
+	if second.session, err = schemas.NewID(time.Now(), rand.Reader); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := second.st.ListenApprovals(second.session, second.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers, err := f.List(ctx, "laptop-2", "tester")
+	if err != nil || len(answers) != 2 {
+		t.Fatalf("list laptop-2 with two sessions: %+v, %v", answers, err)
+	}
+	if got := answers[0].Session + answers[1].Session; got != hosts[1].session+second.session && got != second.session+hosts[1].session {
+		t.Fatalf("list laptop-2 answered for %s and %s", answers[0].Session, answers[1].Session)
+	}
+	l2.Close()
 
 	// An approval goes to its host and session only, and says it came
 	// over the hub.
