@@ -93,6 +93,7 @@ func TestParseGatewayRefuses(t *testing.T) {
 		{"PassthroughBadName", y("servers:", "  fs:", "    command: a", "    env_passthrough: [\"A=B\"]"), `aegis.yaml:4: servers.fs.env_passthrough[0]: "A=B" is not an environment variable name; want [A-Za-z_][A-Za-z0-9_]*`},
 		{"PassthroughDuplicate", y("servers:", "  fs:", "    command: a", "    env_passthrough: [HTTPS_PROXY, HTTPS_PROXY]"), `aegis.yaml:4: servers.fs.env_passthrough[1]: duplicate entry "HTTPS_PROXY" (first at line 4)`},
 		{"PassthroughShadowsEnv", y("servers:", "  fs:", "    command: a", "    env: {TOKEN: {file: /t}}", "    env_passthrough:", "      - TOKEN"), "aegis.yaml:6: servers.fs.env_passthrough[0]: TOKEN is also set in env (line 4); a variable comes from one place"},
+		{"PrefixNotABoolean", y("servers:", "  fs: {command: a, prefix: \"no\"}"), `aegis.yaml:2: servers.fs.prefix: expected true or false, got a string`},
 		{"TransportSSE", y("servers:", "  fs: {command: a, transport: sse}"), `aegis.yaml:2: servers.fs.transport: sse is for a url server; a command server speaks stdio`},
 
 		// Confinement.
@@ -232,7 +233,7 @@ func TestParseGatewayAccepts(t *testing.T) {
 		"      allow_udp: false",
 		"      allow_mptcp: false",
 		"      best_effort: true",
-		"  ex: {command: /opt/bin/example, args: []}",
+		"  ex: {command: /opt/bin/example, args: [], prefix: false}",
 		"profiles:",
 		"  base: {allow: [fs.read_file], resources: [\"file:///srv/repo/**\"]}",
 		"  dev:",
@@ -276,7 +277,7 @@ func TestParseGatewayAccepts(t *testing.T) {
 				BestEffort:       true,
 			},
 		},
-		{Name: "ex", Command: "/opt/bin/example", Args: []string{}, Transport: TransportStdio},
+		{Name: "ex", Command: "/opt/bin/example", Args: []string{}, Transport: TransportStdio, Unprefixed: true},
 	}
 	if got := g.Servers(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Servers() =\n%#v\nwant\n%#v", got, want)
