@@ -440,7 +440,7 @@ func (g *gateway) aggregate(ctx context.Context) error {
 			def := g.toolDef(n, t)
 			wire := def.Name
 			if prev, dup := origin[wire]; dup {
-				return fmt.Errorf("tool name collision: %s.%s and %s both become %q; rename a server", n, t.Name, prev, wire)
+				return fmt.Errorf("tool name collision: %s.%s and %s both become %q; rename a server, or keep prefixes (prefix: false keeps a server's own names)", n, t.Name, prev, wire)
 			}
 			if strings.HasPrefix(wire, metaPrefix) {
 				return fmt.Errorf("tool %s.%s would shadow the gateway's meta-tools as %q; rename the server", n, t.Name, wire)

@@ -473,3 +473,29 @@ activation:
 		}
 	}
 }
+
+// TestGatewayUnprefixedNamesThatCollideRefuseTheStart: two servers that
+// keep their own names and share a tool name would make one name mean two
+// tools; the gateway refuses to start and says which.
+func TestGatewayUnprefixedNamesThatCollideRefuseTheStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis gateway")
+	}
+	l := newLive(t, "")
+	server := filepath.Join(l.bin, "aegis-example-server")
+	path := filepath.Join(l.dir, "aegis.yaml")
+	if err := os.WriteFile(path, []byte(`version: 1
+servers:
+  a: {command: `+server+`, prefix: false}
+  b: {command: `+server+`, prefix: false}
+profiles:
+  p: {allow: ["a.*", "b.*"]}
+activation: {default_profile: p}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := l.aegis("gateway", "--config", path, "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state)
+	if code == 0 || !strings.Contains(out, `tool name collision: b.add and a.add both become "add"`) {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}
