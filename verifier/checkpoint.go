@@ -90,12 +90,17 @@ func checkpointKeyName(keyID string) string { return "aegis-" + keyID }
 // crypto/ed25519 accepts.
 type noteVerifier struct {
 	pub   ed25519.PublicKey
+	key   *strictKey // pub, parsed once
 	keyID string
 	name  string
 	hash  uint32
 }
 
 func newNoteVerifier(pub ed25519.PublicKey) (*noteVerifier, error) {
+	key, ok := parseKey(pub)
+	if !ok {
+		return nil, errors.New("not a strict Ed25519 public key")
+	}
 	keyID := schemas.KeyID(pub)
 	name := checkpointKeyName(keyID)
 	vkey, err := note.NewEd25519VerifierKey(name, pub)
@@ -106,13 +111,13 @@ func newNoteVerifier(pub ed25519.PublicKey) (*noteVerifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &noteVerifier{pub: pub, keyID: keyID, name: name, hash: v.KeyHash()}, nil
+	return &noteVerifier{pub: pub, key: key, keyID: keyID, name: name, hash: v.KeyHash()}, nil
 }
 
 func (v *noteVerifier) Name() string    { return v.name }
 func (v *noteVerifier) KeyHash() uint32 { return v.hash }
 func (v *noteVerifier) Verify(msg, sig []byte) bool {
-	return len(sig) == ed25519.SignatureSize && verifyStrict(v.pub, msg, sig)
+	return v.key.verify(msg, sig)
 }
 
 // CheckCheckpoint checks a signed checkpoint (a C2SP signed note with a

@@ -81,9 +81,12 @@
 //
 // # Strict signatures
 //
-// Signatures are checked like upstream's verify_strict: crypto/ed25519
-// refuses a non-canonical S, and this package also refuses public keys and R
-// values that are non-canonical encodings or points of small order.
+// Signatures are checked like upstream's verify_strict, with
+// filippo.io/edwards25519 (the arithmetic of Go's crypto/ed25519): a
+// non-canonical S is refused, and so are public keys and R values that are
+// non-canonical encodings or points of small order. Each key is decoded and
+// checked once, and each worker keeps the last key it used, so the lines
+// of a session pay only for the verification equation.
 //
 // # Threat model
 //

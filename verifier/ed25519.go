@@ -1,141 +1,136 @@
 package verifier
 
 import (
+	"bytes"
 	"crypto/ed25519"
-	"math/big"
+	"crypto/sha512"
+	"hash"
+
+	"filippo.io/edwards25519"
 )
 
-// Strict Ed25519, as upstream's verify_strict: crypto/ed25519.Verify already
-// refuses a non-canonical S (S >= L) and, because it compares the encoding of
-// the recomputed R with the signature's bytes, a non-canonical R. It does not
-// refuse small-order points, which let one signature verify for several
-// messages or keys; this file adds that check, with math/big because the
-// standard library exposes no point arithmetic. The arithmetic runs once per
-// public key; per signature a byte comparison against the few small-order
-// encodings is enough.
+// Strict Ed25519, as upstream's verify_strict, on filippo.io/edwards25519
+// (the arithmetic Go's own crypto/ed25519 runs on):
+//
+//   - A public key is decoded and checked once (parseKey): a canonical
+//     encoding (its y below p, no x = 0 with the sign bit set) of a curve
+//     point that is not of small order. A small-order key lets one
+//     signature verify for several messages.
+//   - Per signature (strictKey.verify): S canonical (below L), R not one of
+//     the small-order encodings (a byte comparison), and [S]B - [k]A
+//     encoding to exactly R's bytes, k = SHA-512(R || A || M) mod L. That is
+//     crypto/ed25519.Verify's equation; comparing encodings also refuses a
+//     non-canonical R.
 
-// edwards holds the curve constants; it is built per verification and never
-// shared, so the package keeps no mutable state.
-type edwards struct {
-	p, d, sqrtM1 *big.Int
+// strictKey is a public key that passed parseKey, with -A ready for the
+// verification equation.
+type strictKey struct {
+	enc  [32]byte
+	negA *edwards25519.Point
 }
 
-func newEdwards() *edwards {
-	p := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 255), big.NewInt(19))
-	// d = -121665 / 121666 mod p
-	d := new(big.Int).ModInverse(big.NewInt(121666), p)
-	d.Mul(d, big.NewInt(-121665))
-	d.Mod(d, p)
-	// sqrt(-1) = 2^((p-1)/4) mod p
-	e := new(big.Int).Sub(p, big.NewInt(1))
-	e.Rsh(e, 2)
-	sqrtM1 := new(big.Int).Exp(big.NewInt(2), e, p)
-	return &edwards{p: p, d: d, sqrtM1: sqrtM1}
+// parseKey decodes pub and checks it as the comment above says.
+func parseKey(pub []byte) (*strictKey, bool) {
+	if len(pub) != ed25519.PublicKeySize || hasSmallOrderEncoding(pub) {
+		return nil, false
+	}
+	a, err := new(edwards25519.Point).SetBytes(pub)
+	if err != nil || !bytes.Equal(a.Bytes(), pub) {
+		// Not on the curve, or a non-canonical encoding of a point.
+		return nil, false
+	}
+	if smallOrder(a) {
+		return nil, false
+	}
+	k := &strictKey{negA: new(edwards25519.Point).Negate(a)}
+	copy(k.enc[:], pub)
+	return k, true
 }
 
-// decode returns the affine point of a 32-byte encoding, refusing encodings
-// whose y is not reduced (y >= p), that are not on the curve, or that encode
-// x = 0 with the sign bit set.
-func (c *edwards) decode(enc []byte) (x, y *big.Int, ok bool) {
-	if len(enc) != 32 {
-		return nil, nil, false
-	}
-	le := make([]byte, 32)
-	for i := range 32 {
-		le[31-i] = enc[i]
-	}
-	sign := le[0] >> 7
-	le[0] &= 0x7f
-	y = new(big.Int).SetBytes(le)
-	if y.Cmp(c.p) >= 0 {
-		return nil, nil, false
-	}
-	p := c.p
-	y2 := new(big.Int).Mul(y, y)
-	y2.Mod(y2, p)
-	u := new(big.Int).Sub(y2, big.NewInt(1))
-	u.Mod(u, p)
-	v := new(big.Int).Mul(c.d, y2)
-	v.Add(v, big.NewInt(1))
-	v.Mod(v, p)
-	vInv := new(big.Int).ModInverse(v, p)
-	if vInv == nil {
-		return nil, nil, false
-	}
-	x2 := new(big.Int).Mul(u, vInv)
-	x2.Mod(x2, p)
-	// x = x2^((p+3)/8), fixed up by sqrt(-1) when needed.
-	e := new(big.Int).Add(p, big.NewInt(3))
-	e.Rsh(e, 3)
-	x = new(big.Int).Exp(x2, e, p)
-	if check := new(big.Int).Mod(new(big.Int).Mul(x, x), p); check.Cmp(x2) != 0 {
-		x.Mul(x, c.sqrtM1)
-		x.Mod(x, p)
-		if check.Mod(check.Mul(x, x), p); check.Cmp(x2) != 0 {
-			return nil, nil, false
-		}
-	}
-	if x.Sign() == 0 && sign == 1 {
-		return nil, nil, false
-	}
-	if uint8(x.Bit(0)) != sign {
-		x.Sub(p, x)
-	}
-	return x, y, true
+// smallOrder reports whether [8]P is the identity.
+func smallOrder(p *edwards25519.Point) bool {
+	return new(edwards25519.Point).MultByCofactor(p).Equal(edwards25519.NewIdentityPoint()) == 1
 }
 
-// add returns P+Q with the complete twisted Edwards addition law (a = -1).
-func (c *edwards) add(x1, y1, x2, y2 *big.Int) (*big.Int, *big.Int) {
-	p := c.p
-	x1y2 := new(big.Int).Mul(x1, y2)
-	y1x2 := new(big.Int).Mul(y1, x2)
-	y1y2 := new(big.Int).Mul(y1, y2)
-	x1x2 := new(big.Int).Mul(x1, x2)
-	t := new(big.Int).Mul(c.d, x1x2)
-	t.Mul(t, y1y2)
-	t.Mod(t, p)
-	one := big.NewInt(1)
-	dx := new(big.Int).Add(one, t)
-	dx.ModInverse(dx.Mod(dx, p), p)
-	dy := new(big.Int).Sub(one, t)
-	dy.ModInverse(dy.Mod(dy, p), p)
-	x3 := new(big.Int).Add(x1y2, y1x2)
-	x3.Mul(x3, dx)
-	x3.Mod(x3, p)
-	y3 := new(big.Int).Add(y1y2, x1x2)
-	y3.Mul(y3, dy)
-	y3.Mod(y3, p)
-	return x3, y3
-}
+// verify reports whether sig is k's strict signature of msg.
+func (k *strictKey) verify(msg, sig []byte) bool { return k.verifyWith(sha512.New(), msg, sig) }
 
-// smallOrder reports whether the point has order dividing 8, i.e. [8]P is the
-// identity (0, 1).
-func (c *edwards) smallOrder(x, y *big.Int) bool {
-	for range 3 {
-		x, y = c.add(x, y, x, y)
+// verifyWith is verify with h, a SHA-512 to reset and reuse.
+func (k *strictKey) verifyWith(h hash.Hash, msg, sig []byte) bool {
+	if len(sig) != ed25519.SignatureSize || hasSmallOrderEncoding(sig[:32]) {
+		return false
 	}
-	return x.Sign() == 0 && y.Cmp(big.NewInt(1)) == 0
+	s, err := edwards25519.NewScalar().SetCanonicalBytes(sig[32:])
+	if err != nil {
+		return false
+	}
+	h.Reset()
+	h.Write(sig[:32])
+	h.Write(k.enc[:])
+	h.Write(msg)
+	var digest [64]byte
+	kk, err := edwards25519.NewScalar().SetUniformBytes(h.Sum(digest[:0]))
+	if err != nil {
+		return false
+	}
+	r := new(edwards25519.Point).VarTimeDoubleScalarBaseMult(kk, k.negA, s)
+	return bytes.Equal(r.Bytes(), sig[:32])
 }
 
-// validPublicKey reports whether pub is a canonical encoding of a curve point
-// that is not of small order.
+// validPublicKey reports whether pub passes parseKey.
 func validPublicKey(pub []byte) bool {
+	_, ok := parseKey(pub)
+	return ok
+}
+
+// keyCache holds the last key parsed: the lines of a session share their
+// key, so a walk over a record parses each session's key once. Its zero
+// value is ready; it is not safe for concurrent use (each worker has one).
+type keyCache struct {
+	enc [32]byte
+	key *strictKey
+	ok  bool
+	set bool
+	h   hash.Hash // SHA-512, reused by every check through the cache
+}
+
+// get returns pub parsed, from the cache when it is the last key asked for.
+func (c *keyCache) get(pub []byte) (*strictKey, bool) {
 	if len(pub) != ed25519.PublicKeySize {
+		return nil, false
+	}
+	if c.set && bytes.Equal(c.enc[:], pub) {
+		return c.key, c.ok
+	}
+	c.key, c.ok = parseKey(pub)
+	copy(c.enc[:], pub)
+	c.set = true
+	return c.key, c.ok
+}
+
+// verifyStrict verifies an Ed25519 signature the way verify_strict does,
+// parsing pub through cache (nil: parsed for this call alone). A key that
+// fails parseKey verifies nothing.
+func verifyStrict(cache *keyCache, pub ed25519.PublicKey, msg, sig []byte) bool {
+	if cache == nil {
+		k, ok := parseKey(pub)
+		return ok && k.verify(msg, sig)
+	}
+	k, ok := cache.get(pub)
+	if !ok {
 		return false
 	}
-	if hasSmallOrderEncoding(pub) {
-		return false
+	if cache.h == nil {
+		cache.h = sha512.New()
 	}
-	c := newEdwards()
-	x, y, ok := c.decode(pub)
-	return ok && !c.smallOrder(x, y)
+	return k.verifyWith(cache.h, msg, sig)
 }
 
 // smallOrderY lists the y coordinates, as little-endian encodings with the
 // sign bit clear, of the eight points of small order: 0 (order 4), 1 (the
 // identity), p-1 (order 2) and the two y values of the order-8 points. The
 // encodings y+p of 0 and 1 (p and p+1, both < 2^255) are the non-canonical
-// aliases. A test checks every entry against the curve arithmetic above.
+// aliases. A test checks every entry against the curve arithmetic.
 func smallOrderY() [7][32]byte {
 	return [7][32]byte{
 		{},
@@ -163,16 +158,4 @@ func hasSmallOrderEncoding(enc []byte) bool {
 		}
 	}
 	return false
-}
-
-// verifyStrict verifies an Ed25519 signature the way verify_strict does: the
-// key must pass validPublicKey (checked by the caller, once per key), S must
-// be canonical (crypto/ed25519 checks) and R must not be a small-order point.
-// An R that is not a canonical point encoding cannot match the recomputed R,
-// so crypto/ed25519 already refuses it.
-func verifyStrict(pub ed25519.PublicKey, msg, sig []byte) bool {
-	if len(pub) != ed25519.PublicKeySize || len(sig) != ed25519.SignatureSize {
-		return false
-	}
-	return !hasSmallOrderEncoding(sig[:32]) && ed25519.Verify(pub, msg, sig)
 }

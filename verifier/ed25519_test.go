@@ -60,7 +60,7 @@ func TestMalleatedSignatureRefused(t *testing.T) {
 	k := devKey()
 	msg := []byte("line")
 	sig := ed25519.Sign(k, msg)
-	if !verifyStrict(pubOf(k), msg, sig) {
+	if !verifyStrict(nil, pubOf(k), msg, sig) {
 		t.Fatal("honest signature refused")
 	}
 	l, _ := new(big.Int).SetString("1000000000000000000000000000000014def9dea2f79cd65812631a5cf5d3ed", 16)
@@ -76,7 +76,7 @@ func TestMalleatedSignatureRefused(t *testing.T) {
 			mal[32+i] = sum[j]
 		}
 	}
-	if verifyStrict(pubOf(k), msg, mal) {
+	if verifyStrict(nil, pubOf(k), msg, mal) {
 		t.Fatal("S+L signature accepted")
 	}
 }
@@ -85,7 +85,7 @@ func TestMalleatedSignatureRefused(t *testing.T) {
 func TestSmallOrderRRefused(t *testing.T) {
 	sig := make([]byte, 64)
 	sig[0] = 1 // R = identity, S = 0
-	if verifyStrict(pubOf(devKey()), []byte("x"), sig) {
+	if verifyStrict(nil, pubOf(devKey()), []byte("x"), sig) {
 		t.Fatal("identity R accepted")
 	}
 	if validPublicKey([]byte(strings.Repeat("\x00", 31))) {
@@ -94,7 +94,8 @@ func TestSmallOrderRRefused(t *testing.T) {
 }
 
 // TestSmallOrderTableMatchesCurve checks the byte table used per signature
-// against the curve arithmetic, with both sign bits.
+// against curve arithmetic of its own (math/big, independent of the
+// library the verifier uses), with both sign bits.
 func TestSmallOrderTableMatchesCurve(t *testing.T) {
 	c := newEdwards()
 	for _, y := range smallOrderY() {
@@ -118,5 +119,115 @@ func TestSmallOrderTableMatchesCurve(t *testing.T) {
 	// And a real key is not in it.
 	if hasSmallOrderEncoding(pubOf(devKey())) {
 		t.Error("dev key is in the small-order table")
+	}
+}
+
+// The test's own curve arithmetic, with math/big: slow, and independent of
+// filippo.io/edwards25519, so that the table is checked against more than
+// the code it stands in for.
+type edwards struct {
+	p, d, sqrtM1 *big.Int
+}
+
+func newEdwards() *edwards {
+	p := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 255), big.NewInt(19))
+	d := new(big.Int).ModInverse(big.NewInt(121666), p) // d = -121665 / 121666 mod p
+	d.Mul(d, big.NewInt(-121665))
+	d.Mod(d, p)
+	e := new(big.Int).Sub(p, big.NewInt(1)) // sqrt(-1) = 2^((p-1)/4) mod p
+	e.Rsh(e, 2)
+	return &edwards{p: p, d: d, sqrtM1: new(big.Int).Exp(big.NewInt(2), e, p)}
+}
+
+// decode returns the affine point of a canonical 32-byte encoding.
+func (c *edwards) decode(enc []byte) (x, y *big.Int, ok bool) {
+	le := make([]byte, 32)
+	for i := range 32 {
+		le[31-i] = enc[i]
+	}
+	sign := le[0] >> 7
+	le[0] &= 0x7f
+	y = new(big.Int).SetBytes(le)
+	p := c.p
+	if y.Cmp(p) >= 0 {
+		return nil, nil, false
+	}
+	y2 := new(big.Int).Mod(new(big.Int).Mul(y, y), p)
+	u := new(big.Int).Mod(new(big.Int).Sub(y2, big.NewInt(1)), p)
+	v := new(big.Int).Mod(new(big.Int).Add(new(big.Int).Mul(c.d, y2), big.NewInt(1)), p)
+	vInv := new(big.Int).ModInverse(v, p)
+	if vInv == nil {
+		return nil, nil, false
+	}
+	x2 := new(big.Int).Mod(new(big.Int).Mul(u, vInv), p)
+	e := new(big.Int).Rsh(new(big.Int).Add(p, big.NewInt(3)), 3)
+	x = new(big.Int).Exp(x2, e, p)
+	if check := new(big.Int).Mod(new(big.Int).Mul(x, x), p); check.Cmp(x2) != 0 {
+		x.Mod(x.Mul(x, c.sqrtM1), p)
+		if check.Mod(check.Mul(x, x), p); check.Cmp(x2) != 0 {
+			return nil, nil, false
+		}
+	}
+	if x.Sign() == 0 && sign == 1 {
+		return nil, nil, false
+	}
+	if uint8(x.Bit(0)) != sign {
+		x.Sub(p, x)
+	}
+	return x, y, true
+}
+
+// add is the complete twisted Edwards addition law (a = -1).
+func (c *edwards) add(x1, y1, x2, y2 *big.Int) (*big.Int, *big.Int) {
+	p := c.p
+	x1y2, y1x2 := new(big.Int).Mul(x1, y2), new(big.Int).Mul(y1, x2)
+	y1y2, x1x2 := new(big.Int).Mul(y1, y2), new(big.Int).Mul(x1, x2)
+	t := new(big.Int).Mod(new(big.Int).Mul(new(big.Int).Mul(c.d, x1x2), y1y2), p)
+	dx := new(big.Int).ModInverse(new(big.Int).Mod(new(big.Int).Add(big.NewInt(1), t), p), p)
+	dy := new(big.Int).ModInverse(new(big.Int).Mod(new(big.Int).Sub(big.NewInt(1), t), p), p)
+	x3 := new(big.Int).Mod(new(big.Int).Mul(new(big.Int).Add(x1y2, y1x2), dx), p)
+	y3 := new(big.Int).Mod(new(big.Int).Mul(new(big.Int).Add(y1y2, x1x2), dy), p)
+	return x3, y3
+}
+
+// smallOrder reports whether [8]P is the identity (0, 1).
+func (c *edwards) smallOrder(x, y *big.Int) bool {
+	for range 3 {
+		x, y = c.add(x, y, x, y)
+	}
+	return x.Sign() == 0 && y.Cmp(big.NewInt(1)) == 0
+}
+
+// TestStrictAgreesWithTheStandardLibrary: on honest signatures, on
+// signatures of other messages or keys, and on every single-bit flip of a
+// signature, the strict check and crypto/ed25519.Verify agree (the strict
+// check refuses only what the standard library also refuses, or what it
+// lists above: small-order R and keys); the key cache gives what a fresh
+// parse gives.
+func TestStrictAgreesWithTheStandardLibrary(t *testing.T) {
+	keys := []ed25519.PrivateKey{devKey(), otherKey()}
+	var cache keyCache
+	for ki, k := range keys {
+		pub := pubOf(k)
+		for i := range 8 {
+			msg := []byte(strings.Repeat("m", i*37))
+			sig := ed25519.Sign(k, msg)
+			if !verifyStrict(&cache, pub, msg, sig) || !verifyStrict(nil, pub, msg, sig) {
+				t.Fatalf("honest signature %d of key %d refused", i, ki)
+			}
+			other := pubOf(keys[1-ki])
+			if verifyStrict(&cache, other, msg, sig) || verifyStrict(&cache, pub, append(msg, 'x'), sig) {
+				t.Fatalf("signature %d verified for another key or message", i)
+			}
+			for bit := range 512 {
+				bad := append([]byte(nil), sig...)
+				bad[bit/8] ^= 1 << (bit % 8)
+				if got, std := verifyStrict(&cache, pub, msg, bad), ed25519.Verify(pub, msg, bad); got && !std {
+					t.Fatalf("flipped bit %d accepted by the strict check, refused by crypto/ed25519", bit)
+				} else if got {
+					t.Fatalf("flipped bit %d still verifies", bit)
+				}
+			}
+		}
 	}
 }

@@ -178,10 +178,11 @@ func newPool(n int) *pool {
 func (p *pool) run() {
 	defer p.wg.Done()
 	var scratch []byte
+	var keys keyCache // a worker's lines mostly share one key
 	for j := range p.jobs {
 		if j.check {
 			if !p.stop.Load() {
-				scratch = checkLines(j.c.pre[j.lo:j.hi], scratch)
+				scratch = checkLines(j.c.pre[j.lo:j.hi], scratch, &keys)
 			}
 			j.c.checked.Done()
 		} else {
@@ -226,13 +227,15 @@ func parseLines(lines []rawLine, pre []prepared) {
 	}
 }
 
-// checkLines checks the signatures and keys the key pass asked for; scratch
-// is reused for the signing inputs and returned.
-func checkLines(pre []prepared, scratch []byte) []byte {
+// checkLines checks the signatures and keys the key pass asked for, each
+// key parsed through keys; scratch is reused for the signing inputs and
+// returned.
+func checkLines(pre []prepared, scratch []byte, keys *keyCache) []byte {
 	for i := range pre {
 		p := &pre[i]
 		if p.pub != nil {
-			p.pubOK, p.pubChecked = validPublicKey(p.pub), true
+			_, p.pubOK = keys.get(p.pub)
+			p.pubChecked = true
 		}
 		if p.verifyUnder == nil {
 			continue
@@ -249,7 +252,7 @@ func checkLines(pre []prepared, scratch []byte) []byte {
 			continue
 		}
 		scratch = msg
-		p.sigOK, p.checkedKey = verifyStrict(p.verifyUnder, msg, sig[:]), p.verifyUnder
+		p.sigOK, p.checkedKey = verifyStrict(keys, p.verifyUnder, msg, sig[:]), p.verifyUnder
 	}
 	if cap(scratch) > 1<<20 {
 		return nil

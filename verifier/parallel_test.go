@@ -226,7 +226,7 @@ func TestParallelKeyGuessFallsBack(t *testing.T) {
 	pres := []prepared{{}}
 	parseLines([]rawLine{*l}, pres)
 	pres[0].verifyUnder = pubOf(otherKey())
-	checkLines(pres, nil)
+	checkLines(pres, nil, &keyCache{})
 	if pres[0].checkedKey == nil || pres[0].sigOK {
 		t.Fatalf("checked under the other key: %+v", pres[0])
 	}

@@ -155,6 +155,7 @@ type session struct {
 }
 
 type walker struct {
+	keys          keyCache // the key of the lines checked inline
 	pinned        bool
 	trusted       map[string]bool
 	trustedIDs    []string
@@ -527,7 +528,7 @@ func (w *walker) verifySignature(l lineFields, pos Position, no int) bool {
 	if err != nil {
 		return fail("canonical form unavailable: " + err.Error())
 	}
-	if !verifyStrict(s.pub, msg, sig) {
+	if !verifyStrict(&w.keys, s.pub, msg, sig) {
 		return fail("signature does not match this line")
 	}
 	return true

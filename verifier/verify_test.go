@@ -113,7 +113,7 @@ func TestSpecVectors(t *testing.T) {
 		}
 		sig, _ := schemas.ParseSignature(sigHex)
 		msg, _ := l.SigningInput()
-		if !verifyStrict(pubOf(devKey()), msg, sig) {
+		if !verifyStrict(nil, pubOf(devKey()), msg, sig) {
 			t.Errorf("line %d: strict verification failed", i)
 		}
 	}
