@@ -27,22 +27,8 @@ func BenchmarkGatewayHTTP(b *testing.B) {
 	if out, err := exec.Command(aegis, "keygen", "--out", key).CombinedOutput(); err != nil {
 		b.Fatalf("keygen: %v\n%s", err, out)
 	}
-	config := filepath.Join(dir, "aegis.yaml")
-	yaml := fmt.Sprintf(`version: 1
-servers:
-  example:
-    command: %q
-profiles:
-  bench:
-    allow: [example.echo]
-activation:
-  default_profile: bench
-error_disclosure: minimal
-`, server)
+	config := benchGatewayConfig(b, dir, server)
 	token := filepath.Join(dir, "token")
-	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
-		b.Fatal(err)
-	}
 	if err := os.WriteFile(token, []byte("benchmark-token-0123456789\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}

@@ -52,15 +52,9 @@ func rpcCallSkipping(p *rpcProc, frame func(int64) []byte) func() (time.Duration
 	}
 }
 
-// BenchmarkGateway measures a recorded tools/call through aegis gateway
-// against the same call through aegis wrap, on the same example server,
-// in one run: the gateway's own cost per call (routing, namespacing, the
-// profile check) beyond what recording costs both.
-func BenchmarkGateway(b *testing.B) {
-	aegis, server := benchBinaries(b)
-	dir := b.TempDir()
-	wargv, _ := wrapArgvKey(b, aegis, server, filepath.Join(dir))
-	key := filepath.Join(dir, "signing.key")
+// benchGatewayConfig writes, in dir, the gateway file of the gateway
+// benchmarks: the example server behind one profile that allows its echo.
+func benchGatewayConfig(b *testing.B, dir, server string) string {
 	config := filepath.Join(dir, "aegis.yaml")
 	yaml := fmt.Sprintf(`version: 1
 servers:
@@ -76,6 +70,19 @@ error_disclosure: minimal
 	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
 		b.Fatal(err)
 	}
+	return config
+}
+
+// BenchmarkGateway measures a recorded tools/call through aegis gateway
+// against the same call through aegis wrap, on the same example server,
+// in one run: the gateway's own cost per call (routing, namespacing, the
+// profile check) beyond what recording costs both.
+func BenchmarkGateway(b *testing.B) {
+	aegis, server := benchBinaries(b)
+	dir := b.TempDir()
+	wargv, _ := wrapArgvKey(b, aegis, server, filepath.Join(dir))
+	key := filepath.Join(dir, "signing.key")
+	config := benchGatewayConfig(b, dir, server)
 	gargv := []string{aegis, "gateway", "--config", config, "--audit", filepath.Join(dir, "gateway.aarl"),
 		"--signing-key", key, "--state-dir", filepath.Join(dir, "gateway-state")}
 	// XDG_RUNTIME_DIR gives the gateway's approval channel a private home.
