@@ -115,12 +115,18 @@ func (h *Hub) SetLeafUsers(leafUsers ...string) {
 // again must get its port back: a port the kernel hands out for outgoing
 // connections could be gone by then, and so could one that another test
 // process (go test runs packages side by side) took for a hub of its
-// own, which the band makes unlikely.
-func freePort(t testing.TB) int {
+// own, which the band makes unlikely. taken holds the ports already
+// handed out for the hub being set up, whose nodes do not listen yet: a
+// port is never given twice.
+func freePort(t testing.TB, taken map[int]bool) int {
 	t.Helper()
 	base := 10000 + os.Getpid()%11*2000
 	for range 1000 {
 		port := base + rand.IntN(2000)
+		if taken[port] {
+			continue
+		}
+		taken[port] = true
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err == nil {
 			l.Close()
@@ -149,15 +155,16 @@ func start(t testing.TB, n int, secured bool, leafUsers []string) *Hub {
 	accounts := h.accounts(leafUsers)
 	dir := t.TempDir()
 	routes := make([]int, n)
+	taken := map[int]bool{}
 	for i := range n {
-		routes[i] = freePort(t)
+		routes[i] = freePort(t, taken)
 	}
 	var routeURLs []string
 	for _, p := range routes {
 		routeURLs = append(routeURLs, fmt.Sprintf("nats://127.0.0.1:%d", p))
 	}
 	for i := range n {
-		nd := &Node{name: fmt.Sprintf("n%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), client: freePort(t), leaf: freePort(t)}
+		nd := &Node{name: fmt.Sprintf("n%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), client: freePort(t, taken), leaf: freePort(t, taken)}
 		nd.conf = filepath.Join(dir, nd.name+".conf")
 		nd.base = fmt.Sprintf(`server_name: %s
 listen: 127.0.0.1:%d
