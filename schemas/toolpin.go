@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
 )
 
 // Tool pins. A server's tool is pinned to the digest of its definition as
@@ -66,12 +64,14 @@ func (d ToolDefinition) Digest() (string, error) {
 	for k := range d.Fields {
 		keys = append(keys, k)
 	}
-	sortUTF16(keys)
+	slices.SortFunc(keys, compareUTF16)
 	for i, k := range keys {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		writeJCSString(&b, k)
+		if err := writeJCSString(&b, k); err != nil {
+			return "", err
+		}
 		b.WriteByte(':')
 		c, err := CanonicalJSON(d.Fields[k])
 		if err != nil {
@@ -212,7 +212,7 @@ func writeJCS(b *bytes.Buffer, v any) error {
 			b.WriteString("false")
 		}
 	case string:
-		writeJCSString(b, t)
+		return writeJCSString(b, t)
 	case json.Number:
 		f, err := strconv.ParseFloat(string(t), 64)
 		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
@@ -235,13 +235,15 @@ func writeJCS(b *bytes.Buffer, v any) error {
 		for k := range t {
 			keys = append(keys, k)
 		}
-		sortUTF16(keys)
+		slices.SortFunc(keys, compareUTF16)
 		b.WriteByte('{')
 		for i, k := range keys {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			writeJCSString(b, k)
+			if err := writeJCSString(b, k); err != nil {
+				return err
+			}
 			b.WriteByte(':')
 			if err := writeJCS(b, t[k]); err != nil {
 				return err
@@ -254,52 +256,16 @@ func writeJCS(b *bytes.Buffer, v any) error {
 	return nil
 }
 
-// sortUTF16 sorts keys by their UTF-16 code units, as RFC 8785 orders
-// members.
-func sortUTF16(keys []string) {
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := utf16.Encode([]rune(keys[i])), utf16.Encode([]rune(keys[j]))
-		for k := 0; k < len(a) && k < len(b); k++ {
-			if a[k] != b[k] {
-				return a[k] < b[k]
-			}
-		}
-		return len(a) < len(b)
-	})
-}
-
-func writeJCSString(b *bytes.Buffer, s string) {
-	const hex = "0123456789abcdef"
-	b.WriteByte('"')
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == '"':
-			b.WriteString(`\"`)
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r == '\b':
-			b.WriteString(`\b`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\f':
-			b.WriteString(`\f`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r < 0x20:
-			b.WriteString(`\u00`)
-			b.WriteByte(hex[r>>4])
-			b.WriteByte(hex[r&0xf])
-		case r == utf8.RuneError && size == 1:
-			b.WriteString("\uFFFD")
-		default:
-			b.WriteString(s[i : i+size])
-		}
-		i += size
+// writeJCSString writes s as the audit lines' strings are written
+// (appendString). encoding/json has already replaced invalid UTF-8 in what
+// it decoded with U+FFFD, so appendString's refusal of it never applies.
+func writeJCSString(b *bytes.Buffer, s string) error {
+	out, err := appendString(b.AvailableBuffer(), s)
+	if err != nil {
+		return err
 	}
-	b.WriteByte('"')
+	b.Write(out)
+	return nil
 }
 
 // esNumber writes f as ECMAScript's Number.prototype.toString does (the

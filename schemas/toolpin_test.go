@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"testing"
@@ -90,4 +91,26 @@ func TestWrapServerKeyQuotesWhatWouldBeAmbiguous(t *testing.T) {
 	if got := WrapServerKey([]string{"npx", "-y", "@scope/server", "a b", ""}); got != `npx -y @scope/server "a b" ""` {
 		t.Fatalf("WrapServerKey = %s", got)
 	}
+}
+
+// FuzzCanonicalJSON: any JSON value that CanonicalJSON takes comes out as
+// valid JSON that CanonicalJSON leaves unchanged, so a tool's pin does not
+// depend on how its server spelled the definition; nothing panics.
+func FuzzCanonicalJSON(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[1.50,-0,1e21,null,true]}`, `"\u00e9\ud83d\ude00\u0007"`, `{"\ud800":1,"\uffff":2,"𐀀":3}`, `1e400`, `[{}]`, "\"\xff\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		out, err := CanonicalJSON(raw)
+		if err != nil {
+			return
+		}
+		if !json.Valid(out) {
+			t.Fatalf("CanonicalJSON(%q) = %q, not valid JSON", raw, out)
+		}
+		again, err := CanonicalJSON(out)
+		if err != nil || !bytes.Equal(again, out) {
+			t.Fatalf("CanonicalJSON(%q) = %q, and again %q (%v)", raw, out, again, err)
+		}
+	})
 }
