@@ -93,16 +93,16 @@ func ServerEnv(environ []string, s policy.Server) ([]string, error) {
 
 // readEnvFile reads one env file as [ServerEnv] says.
 func readEnvFile(path string) (string, error) {
-	return readSecretFile(path, ErrEnvFile, "which no environment value can")
+	return ReadSecretFile(path, ErrEnvFile, "which no environment value can")
 }
 
-// readSecretFile reads a file that holds one secret (an env file, a
-// header file): a regular file that neither group nor others may access,
+// ReadSecretFile reads a file that holds one secret (an env file, a
+// header file, the HTTP front's token file): a regular file that neither group nor others may access,
 // of at most 64 KiB, without a NUL byte (nul says why not), trailing
 // newlines trimmed. It opens without blocking (a FIFO is refused, not
 // waited on) and checks the file it opened, so a symlink is judged by its
 // target. Every error wraps kind and names the path, never the contents.
-func readSecretFile(path string, kind error, nul string) (string, error) {
+func ReadSecretFile(path string, kind error, nul string) (string, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {

@@ -77,7 +77,7 @@ func RemoteServerOf(s policy.Server, getenv func(string) string) (*RemoteServer,
 		switch {
 		case h.File != "":
 			var err error
-			if v, err = readSecretFile(h.File, ErrHeaderFile, "which no header value can"); err != nil {
+			if v, err = ReadSecretFile(h.File, ErrHeaderFile, "which no header value can"); err != nil {
 				return nil, fmt.Errorf("server %s: header %s: %w", s.Name, h.Name, err)
 			}
 			if prob := policy.HeaderValueProblem(v); prob != "" {

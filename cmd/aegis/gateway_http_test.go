@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -497,5 +498,38 @@ activation: {default_profile: p}
 	out, code := l.aegis("gateway", "--config", path, "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state)
 	if code == 0 || !strings.Contains(out, `tool name collision: b.add and a.add both become "add"`) {
 		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}
+
+// TestTokenFileRefusals: a token file that others could read, that is no
+// file, or that holds no single token long enough is refused, naming the
+// path and never the contents; a good one gives its token.
+func TestTokenFileRefusals(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good", "0123456789abcdefXYZ\n", 0o600)
+	if tok, err := readTokenFile(good); err != nil || tok != "0123456789abcdefXYZ" {
+		t.Fatalf("readTokenFile(good) = %q, %v", tok, err)
+	}
+	for _, tc := range []struct{ name, path, says string }{
+		{"a file the group can read", write("shared", "0123456789abcdefXYZ", 0o640), "chmod 600"},
+		{"a directory", dir, "not a regular file"},
+		{"a missing file", filepath.Join(dir, "none"), "does not exist"},
+		{"an empty file", write("empty", "\n", 0o600), "is empty"},
+		{"two tokens", write("two", "0123456789abcdef 0123456789abcdef", 0o600), "more than one token"},
+		{"a short token", write("short", "s3cr3t", 0o600), "at least 16"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := readTokenFile(tc.path)
+			if !errors.Is(err, errTokenFile) || !strings.Contains(err.Error(), tc.says) || strings.Contains(err.Error(), "0123456789abcdef") || strings.Contains(err.Error(), "s3cr3t") {
+				t.Fatalf("readTokenFile = %v, want a refusal saying %q without the contents", err, tc.says)
+			}
+		})
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -293,37 +292,24 @@ func openLane(ctx context.Context, rec projector.SessionConfig, facts map[string
 	return nil, "", fmt.Errorf("%w: all %d record files of %s are being written", projector.ErrRecordLocked, maxRecordLanes, rec.AuditPath)
 }
 
-// readTokenFile reads a bearer token: a regular file that neither group nor
-// others may access, holding the token alone (a trailing newline is
-// trimmed).
+// errTokenFile is wrapped by every refusal of a --token-file.
+var errTokenFile = errors.New("unusable token file")
+
+// readTokenFile reads a bearer token: a secret file as proxy.ReadSecretFile
+// reads one (regular, no group or other access, trailing newline
+// trimmed), holding one token of at least 16 characters.
 func readTokenFile(path string) (string, error) {
-	fi, err := os.Stat(path)
+	t, err := proxy.ReadSecretFile(path, errTokenFile, "which no token holds")
 	if err != nil {
-		return "", fmt.Errorf("token file: %w", err)
+		return "", err
 	}
-	switch {
-	case !fi.Mode().IsRegular():
-		return "", fmt.Errorf("token file %s is not a regular file", path)
-	case fi.Mode().Perm()&0o077 != 0:
-		return "", fmt.Errorf("token file %s has mode %04o; group and others must have no access", path, fi.Mode().Perm())
-	case fi.Size() > 4096:
-		return "", fmt.Errorf("token file %s is over 4096 bytes", path)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrPermission) {
-			return "", fmt.Errorf("token file %s: %w", path, err)
-		}
-		return "", fmt.Errorf("token file: %w", err)
-	}
-	t := strings.TrimRight(string(b), "\r\n")
 	switch {
 	case t == "":
-		return "", fmt.Errorf("token file %s is empty", path)
-	case strings.ContainsAny(t, " \t\r\n\x00"):
-		return "", fmt.Errorf("token file %s holds more than one token (white space or a NUL inside)", path)
+		return "", fmt.Errorf("%w: %s is empty", errTokenFile, path)
+	case strings.ContainsAny(t, " \t\r\n"):
+		return "", fmt.Errorf("%w: %s holds more than one token (white space inside)", errTokenFile, path)
 	case len(t) < 16:
-		return "", fmt.Errorf("token file %s holds a token of %d bytes; use at least 16 random characters", path, len(t))
+		return "", fmt.Errorf("%w: %s holds a token of %d bytes; use at least 16 random characters", errTokenFile, path, len(t))
 	}
 	return t, nil
 }
