@@ -165,7 +165,7 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *st
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "aegis: the gateway serves MCP at "+mcpPath, http.StatusNotFound)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second, ErrorLog: nil}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
