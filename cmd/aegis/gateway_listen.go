@@ -147,8 +147,9 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *st
 		}
 	}()
 
+	// The token and the warnings come first, the address last: whoever
+	// waits for the address has read them.
 	url := "http://" + ln.Addr().String() + mcpPath
-	fmt.Fprintf(m.Stderr, "aegis: gateway serving streamable HTTP at %s\n", url)
 	switch {
 	case lo.noToken:
 		fmt.Fprintf(m.Stderr, "aegis: warning: --listen-without-token: any process of any user on this machine can use the gateway at %s; use it only for a test suite\n", url)
@@ -160,6 +161,7 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *st
 	if !lo.loopback {
 		fmt.Fprintf(m.Stderr, "aegis: warning: %s is not a loopback address: anyone who can reach it and has the token can use the gateway, and plain HTTP carries the token in the clear; put a TLS proxy in front\n", lo.addr)
 	}
+	fmt.Fprintf(m.Stderr, "aegis: gateway serving streamable HTTP at %s\n", url)
 	mux := http.NewServeMux()
 	mux.Handle(mcpPath, front)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
