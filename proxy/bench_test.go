@@ -200,7 +200,7 @@ func BenchmarkWrap(b *testing.B) {
 		{name: "direct", one: rpcCall(direct, echoFrame)},
 		{name: "direct-ping", one: rpcCall(direct, pingFrame)},
 		{name: "pipe", one: rpcCall(pipe, echoFrame)},
-		{name: "pipe-ping", one: rpcCall(pipe, pingFrame)},
+		{name: "pipe-ping", one: rpcCall(pipe, pingFrame), cpu: &cpuMeter{pid: pipe.cmd.Process.Pid}},
 		{name: "pipe-rec", one: rpcCall(pipeRec, echoFrame)},
 		{name: "pipe-js", one: rpcCall(pipeJS, echoFrame)},
 		{name: "wrap-ping", one: rpcCall(wrap, pingFrame), cpu: &cpuMeter{pid: wrap.cmd.Process.Pid}},
@@ -259,12 +259,17 @@ func BenchmarkWrap(b *testing.B) {
 	fig["calls-per-series"] = float64(wrapRounds * wrapPerRound)
 	for _, s := range all {
 		if s.cpu != nil {
-			// What the aegis process burns per operation, both cores
+			// What the relaying process burns per operation, both cores
 			// counted: on a 2-core machine shared with the client and the
-			// server, CPU on the critical path is latency.
+			// server, CPU on the critical path is latency. For pipe-ping
+			// it is the bare relay's: the floor of any relay's CPU.
+			who := "-aegis"
+			if strings.HasPrefix(s.name, "pipe") {
+				who = "-relay"
+			}
 			u, sy := s.cpu.perOp(len(s.d))
-			fig[s.name+"-aegis-cpu-µs"] = u + sy
-			fig[s.name+"-aegis-sys-µs"] = sy
+			fig[s.name+who+"-cpu-µs"] = u + sy
+			fig[s.name+who+"-sys-µs"] = sy
 		}
 	}
 	if f := med["fsync2"]; f > 0 {
@@ -286,7 +291,7 @@ func BenchmarkWrap(b *testing.B) {
 	}
 	var tab strings.Builder
 	tw := tabwriter.NewWriter(&tab, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "series (%d × %d)\tp50 µs\tp90 µs\tp99 µs\taegis CPU µs/op\t\n", wrapRounds, wrapPerRound)
+	fmt.Fprintf(tw, "series (%d × %d)\tp50 µs\tp90 µs\tp99 µs\tCPU µs/op\t\n", wrapRounds, wrapPerRound)
 	for _, s := range all {
 		if s.name == "direct-ping" {
 			continue
@@ -294,6 +299,8 @@ func BenchmarkWrap(b *testing.B) {
 		cpu := ""
 		if v, ok := fig[s.name+"-aegis-cpu-µs"]; ok {
 			cpu = fmt.Sprintf("%.0f", v)
+		} else if v, ok := fig[s.name+"-relay-cpu-µs"]; ok {
+			cpu = fmt.Sprintf("(relay) %.0f", v)
 		}
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%s\t", s.name, us(med[s.name]), us(quantile(s.d, 0.9)), us(quantile(s.d, 0.99)), cpu)
 		if n := note[s.name]; n != "" {
@@ -426,28 +433,39 @@ func inflight(p *rpcProc, k, n int) (time.Duration, []time.Duration, error) {
 // aegis wrap stdio connection with 1 and with 64 calls in flight (64
 // outstanding JSON-RPC ids), alternating in rounds, and the ratio: how much
 // the group commit lets concurrent calls share fsyncs; and the aegis
-// process's CPU time per call in each phase.
+// process's CPU time per call in each phase. A third phase, in the same
+// rotation, sends the same calls with 64 in flight straight to the example
+// server on a connection of its own: what aegis's throughput is set
+// against (P9).
 func BenchmarkWrapConcurrent(b *testing.B) {
 	aegis, server := benchBinaries(b)
 	wrap := startRPC(b, "aegis wrap", wrapArgv(b, aegis, server, b.TempDir()), nil)
-	if _, _, err := inflight(wrap, conc64, 500); err != nil {
-		b.Fatal(err)
+	direct := startRPC(b, "direct", []string{server}, nil)
+	for _, p := range []*rpcProc{wrap, direct} {
+		if _, _, err := inflight(p, conc64, 500); err != nil {
+			b.Fatal(err)
+		}
 	}
 	type phase struct {
+		p     *rpcProc
 		k, n  int
 		calls int
 		el    time.Duration
 		lat   []time.Duration
-		cpu   cpuMeter
+		cpu   *cpuMeter
 	}
 	pid := wrap.cmd.Process.Pid
-	phases := []*phase{{k: 1, n: conc1Calls, cpu: cpuMeter{pid: pid}}, {k: conc64, n: conc64Call, cpu: cpuMeter{pid: pid}}}
+	phases := []*phase{
+		{p: wrap, k: 1, n: conc1Calls, cpu: &cpuMeter{pid: pid}},
+		{p: wrap, k: conc64, n: conc64Call, cpu: &cpuMeter{pid: pid}},
+		{p: direct, k: conc64, n: conc64Call},
+	}
 	for b.Loop() {
 		for r := range concRounds {
 			for j := range phases {
 				ph := phases[(j+r)%len(phases)]
 				ph.cpu.start()
-				el, lat, err := inflight(wrap, ph.k, ph.n)
+				el, lat, err := inflight(ph.p, ph.k, ph.n)
 				ph.cpu.stop()
 				if err != nil {
 					b.Fatal(err)
@@ -459,6 +477,9 @@ func BenchmarkWrapConcurrent(b *testing.B) {
 		}
 	}
 	wrap.close(b)
+	direct.close(b)
+	dph := phases[2]
+	phases = phases[:2]
 
 	rate := func(ph *phase) float64 { return float64(ph.calls) / ph.el.Seconds() }
 	var tab strings.Builder
@@ -468,16 +489,23 @@ func BenchmarkWrapConcurrent(b *testing.B) {
 		u, sy := ph.cpu.perOp(ph.calls)
 		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.1f\t%.1f\t%.0f\t\n", ph.k, ph.calls, rate(ph), us(quantile(ph.lat, 0.5)), us(quantile(ph.lat, 0.99)), u+sy)
 	}
+	fmt.Fprintf(tw, "%d (server alone)\t%d\t%.0f\t%.1f\t%.1f\t\t\n", dph.k, dph.calls, rate(dph), us(quantile(dph.lat, 0.5)), us(quantile(dph.lat, 0.99)))
 	tw.Flush()
 	ratio := rate(phases[1]) / rate(phases[0])
-	fmt.Fprintf(&tab, "%d in flight ÷ 1 in flight: %.2f× the calls/s\n", conc64, ratio)
+	fmt.Fprintf(&tab, "%d in flight ÷ 1 in flight: %.2f× the calls/s; through aegis ÷ the server alone, %d in flight: %.2f\n", conc64, ratio, conc64, rate(phases[1])/rate(dph))
 	b.Logf("recorded tools/call echo through aegis wrap, %d rounds\n%s", concRounds, tab.String())
 	b.ReportMetric(rate(phases[0]), "inflight1-calls/s")
 	b.ReportMetric(rate(phases[1]), fmt.Sprintf("inflight%d-calls/s", conc64))
 	b.ReportMetric(ratio, fmt.Sprintf("inflight%d/inflight1", conc64))
 	b.ReportMetric(us(quantile(phases[0].lat, 0.5)), "inflight1-p50-µs")
 	b.ReportMetric(us(quantile(phases[1].lat, 0.5)), fmt.Sprintf("inflight%d-p50-µs", conc64))
-	fig := map[string]float64{fmt.Sprintf("inflight%d/inflight1", conc64): ratio}
+	fig := map[string]float64{
+		fmt.Sprintf("inflight%d/inflight1", conc64):                 ratio,
+		fmt.Sprintf("direct-inflight%d-calls/s", conc64):            rate(dph),
+		fmt.Sprintf("direct-inflight%d-p50-µs", conc64):             us(quantile(dph.lat, 0.5)),
+		fmt.Sprintf("inflight%d/direct-inflight%d", conc64, conc64): rate(phases[1]) / rate(dph),
+	}
+	b.ReportMetric(rate(phases[1])/rate(dph), fmt.Sprintf("inflight%d/direct", conc64))
 	for _, ph := range phases {
 		name := fmt.Sprintf("inflight%d", ph.k)
 		fig[name+"-calls/s"] = rate(ph)

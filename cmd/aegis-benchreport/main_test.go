@@ -50,7 +50,7 @@ func TestReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"P1  recorded tools/call", "150 µs", "190 µs", "250 µs", "met (2/3 runs)",
+		"P1   recorded tools/call", "150 µs", "190 µs", "250 µs", "met (2/3 runs)",
 		"P2", "not met (0/3 runs met)", "P3", "4.50×", "P6", "60 000 lines/s",
 	} {
 		if !strings.Contains(out.String(), want) {
