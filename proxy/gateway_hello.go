@@ -43,6 +43,7 @@ func (g *gateway) hostTransport() (io.ReadCloser, io.WriteCloser) {
 	host := g.guardHost(&mcp.IOTransport{Reader: &frameTap{r: g.cfg.Stdin, g: g, kind: schemas.KindFrameC2S}, Writer: &frameTapW{w: g.cfg.Stdout, g: g}})
 	g.tk.out = &hostOut{w: host.Writer, t: g.tk}
 	g.tk.hostRaw = newDownRaw("", g.tk.out)
+	g.tk.plainCalls = true
 	return &frameFilter{r: host.Reader, take: g.tk.hostLine}, g.tk.out
 }
 

@@ -70,9 +70,12 @@ type tasker struct {
 	exec     map[string]map[string]json.RawMessage // server -> tool -> execution
 	caps     map[string]json.RawMessage            // server -> capabilities.tasks
 	creating map[string]int                        // server -> task-augmented calls in flight
-	wg       sync.WaitGroup
-	closed   bool        // no more requests are taken (wg is waited for)
-	ready    atomic.Bool // the servers are connected
+	// plainCalls: the host is the stdio host, whose plain tools/calls
+	// the layer may take too (see plainCall).
+	plainCalls bool
+	wg         sync.WaitGroup
+	closed     bool        // no more requests are taken (wg is waited for)
+	ready      atomic.Bool // the servers are connected
 
 	// A server's task-augmented requests to the host (see gateway_hostTasks.go).
 	hostCaps  json.RawMessage                    // the host's capabilities.tasks; nil: none
@@ -148,7 +151,10 @@ func (t *tasker) hostLine(line []byte, at bool) bool {
 		var p struct {
 			Task json.RawMessage `json:"task"`
 		}
-		if json.Unmarshal(h.Params, &p) != nil || len(p.Task) == 0 || string(p.Task) == "null" {
+		if json.Unmarshal(h.Params, &p) != nil {
+			return false
+		}
+		if (len(p.Task) == 0 || string(p.Task) == "null") && !t.plainCall(line) {
 			return false
 		}
 	case !taskMethods[h.Method]:
@@ -249,11 +255,60 @@ func (t *tasker) close() {
 
 // hostMarks are what a host's line must hold for the task layer to act on
 // it (`"task` is in every task request and status: "tasks/…", "task",
-// "taskId"); any other line (most calls, results, notifications) passes without
+// "taskId"; `"tools/call"` in a plain call it may take, see plainCall);
+// any other line (results, notifications, other requests) passes without
 // being decoded here. Keys decode case-insensitively, so a line whose task
-// member is spelled otherwise ("Task") is not taken: the SDK then reads it
-// as a plain tools/call, which is decided and recorded as every call is.
-var hostMarks = [][]byte{[]byte(`"task`), []byte(`"` + rawIDPrefix), []byte(`"initialize"`), []byte(`"tools/list"`), []byte(`notifications/cancelled`)}
+// member is spelled otherwise ("Task") is not taken as a task: the SDK
+// then reads it as a plain tools/call, which is decided and recorded as
+// every call is.
+var hostMarks = [][]byte{[]byte(`"task`), []byte(`"tools/call"`), []byte(`"` + rawIDPrefix), []byte(`"initialize"`), []byte(`"tools/list"`), []byte(`notifications/cancelled`)}
+
+// plainCall reports whether the task layer takes line, a tools/call with
+// no task, as well: only from a stdio host (plainCalls; over HTTP a call's
+// server requests must go on that call's stream, which only the SDK's
+// request knows), once the servers are ready, for a tool the gateway
+// lists of a server it reaches over its own pipes, and in the plain shape
+// that every reader takes the same way: members spelled exactly, none but
+// JSON-RPC's and name, arguments (an object) and _meta (an object). The
+// call is then decided by decideCall as any call is, and reaches the
+// server as decided (its name, arguments and _meta, nothing else),
+// without the SDK decoding and encoding it and its answer once more on
+// each side. Any other call goes to the SDK as before.
+func (t *tasker) plainCall(line []byte) bool {
+	if !t.plainCalls || !t.ready.Load() || t.host() == nil {
+		return false
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(line, &top) != nil || len(top) != 4 || string(top["jsonrpc"]) != `"2.0"` ||
+		string(top["method"]) != `"tools/call"` || top["id"] == nil || top["params"] == nil {
+		return false
+	}
+	var params map[string]json.RawMessage
+	if json.Unmarshal(top["params"], &params) != nil {
+		return false
+	}
+	var name string
+	for k, v := range params {
+		switch k {
+		case "name":
+			if json.Unmarshal(v, &name) != nil {
+				return false
+			}
+		case "arguments", "_meta":
+			if v = bytes.TrimSpace(v); len(v) == 0 || v[0] != '{' {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	e, ok := t.g.tool(name)
+	if !ok {
+		return false
+	}
+	d := t.g.downs[e.server]
+	return d != nil && d.raw != nil
+}
 
 func hostLineMatters(line []byte) bool {
 	for _, m := range hostMarks {
@@ -280,6 +335,7 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 		if err := json.Unmarshal(h.Params, &p); err != nil {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "aegis: invalid tools/call params: " + err.Error()}
 		}
+		task := len(p.Task) > 0 && string(p.Task) != "null"
 		return g.decideCall(ctx, h.Method, p.Name, p.Arguments, func(cctx context.Context, wc schemas.WrapCall, e toolEntry) (any, error) {
 			d := g.downs[e.server]
 			if d == nil || d.raw == nil {
@@ -292,13 +348,19 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 				}
 				defer g.fw.begin(cctx, e.server, host, token)()
 			}
-			params := map[string]any{"name": e.tool, "task": p.Task}
+			params := map[string]any{"name": e.tool}
 			if len(p.Arguments) > 0 {
 				params["arguments"] = p.Arguments
 			}
 			if p.Meta != nil {
 				params["_meta"] = p.Meta
 			}
+			if !task {
+				// A plain call (see plainCall): the server's answer is
+				// the host's, as the server sent it.
+				return d.raw.call(cctx, "tools/call", params)
+			}
+			params["task"] = p.Task
 			// A status the server sends before its answer names a task
 			// not known yet: it goes to the host while this call is in
 			// flight, as it would directly.
