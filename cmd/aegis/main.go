@@ -19,18 +19,36 @@ func main() {
 	}
 	m := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Exit: os.Exit}
 	limitMemory(os.Args[1:], os.Getenv)
-	// AEGIS_CPUPROFILE=FILE writes a CPU profile of this run (for make bench
-	// investigations; %p becomes the PID); it is read once here.
-	if p := strings.ReplaceAll(os.Getenv("AEGIS_CPUPROFILE"), "%p", strconv.Itoa(os.Getpid())); p != "" {
-		if f, err := os.Create(p); err == nil {
-			pprof.StartCPUProfile(f)
-			code := m.Run(context.Background(), os.Args[1:])
-			pprof.StopCPUProfile()
-			f.Close()
-			os.Exit(code)
+	// AEGIS_CPUPROFILE=FILE writes a CPU profile of this run, and
+	// AEGIS_MEMPROFILE=FILE a profile of what it allocated (for make bench
+	// investigations; %p becomes the PID); they are read once here.
+	profile := func(name string) string {
+		return strings.ReplaceAll(os.Getenv(name), "%p", strconv.Itoa(os.Getpid()))
+	}
+	run := func() int { return m.Run(context.Background(), os.Args[1:]) }
+	if p := profile("AEGIS_MEMPROFILE"); p != "" {
+		inner := run
+		run = func() int {
+			code := inner()
+			if f, err := os.Create(p); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+			return code
 		}
 	}
-	os.Exit(m.Run(context.Background(), os.Args[1:]))
+	if p := profile("AEGIS_CPUPROFILE"); p != "" {
+		if f, err := os.Create(p); err == nil {
+			inner := run
+			run = func() int {
+				pprof.StartCPUProfile(f)
+				defer f.Close()
+				defer pprof.StopCPUProfile()
+				return inner()
+			}
+		}
+	}
+	os.Exit(run())
 }
 
 // relayMemoryLimit is the soft memory limit of a relaying aegis (wrap,
