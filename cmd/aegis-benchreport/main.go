@@ -222,6 +222,7 @@ var contextSpecs = []figure{
 	{What: "recorded call through aegis wrap − through that relay", Unit: "µs", Bench: "BenchmarkWrap", Key: "call-overhead-beyond-recording-µs"},
 	{What: "tools/call echo through a bare relay that appends a 1 KB event to its own embedded JetStream per line, p50", Unit: "µs", Bench: "BenchmarkWrap", Key: "pipe-js-p50-µs"},
 	{What: "… that relay − direct call − 2 × bare fsync", Unit: "µs", Bench: "BenchmarkWrap", Key: "jetstream-floor-minus-2fsync-µs"},
+	{What: "CPU of that relay per call, sequential (the floor of P8 with 1 in flight)", Unit: "µs", Bench: "BenchmarkWrap", Key: "pipe-js-relay-cpu-µs"},
 	{What: "recorded call through aegis wrap − through that relay", Unit: "µs", Bench: "BenchmarkWrap", Key: "call-overhead-beyond-jetstream-µs"},
 	{What: "commits a recorded call waits for", Unit: "", Bench: "BenchmarkWrap", Key: "commits/call"},
 	{What: "CPU of the aegis process per recorded call, sequential (user+sys)", Unit: "µs", Bench: "BenchmarkWrap", Key: "wrap-call-aegis-cpu-µs"},
