@@ -278,29 +278,9 @@ func (t *tasker) plainCall(line []byte) bool {
 	if !t.plainCalls || !t.ready.Load() || t.host() == nil {
 		return false
 	}
-	var top map[string]json.RawMessage
-	if json.Unmarshal(line, &top) != nil || len(top) != 4 || string(top["jsonrpc"]) != `"2.0"` ||
-		string(top["method"]) != `"tools/call"` || top["id"] == nil || top["params"] == nil {
+	name, ok := plainCallName(line)
+	if !ok {
 		return false
-	}
-	var params map[string]json.RawMessage
-	if json.Unmarshal(top["params"], &params) != nil {
-		return false
-	}
-	var name string
-	for k, v := range params {
-		switch k {
-		case "name":
-			if json.Unmarshal(v, &name) != nil {
-				return false
-			}
-		case "arguments", "_meta":
-			if v = bytes.TrimSpace(v); len(v) == 0 || v[0] != '{' {
-				return false
-			}
-		default:
-			return false
-		}
 	}
 	e, ok := t.g.tool(name)
 	if !ok {
@@ -308,6 +288,47 @@ func (t *tasker) plainCall(line []byte) bool {
 	}
 	d := t.g.downs[e.server]
 	return d != nil && d.raw != nil
+}
+
+// plainCallName returns the tool a tools/call line names when the line is
+// in the plain shape plainCall takes, and whether it is.
+func plainCallName(line []byte) (string, bool) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(line, &top) != nil || len(top) != 4 || string(top["jsonrpc"]) != `"2.0"` ||
+		string(top["method"]) != `"tools/call"` || top["params"] == nil {
+		return "", false
+	}
+	switch id := bytes.TrimSpace(top["id"]); {
+	case len(id) == 0 || string(id) == "null":
+		return "", false
+	case id[0] == '"':
+	default:
+		// A number id is an integer, as JSON-RPC readers take it.
+		var n int64
+		if json.Unmarshal(id, &n) != nil {
+			return "", false
+		}
+	}
+	var params map[string]json.RawMessage
+	if json.Unmarshal(top["params"], &params) != nil || params["name"] == nil {
+		return "", false
+	}
+	var name string
+	for k, v := range params {
+		switch k {
+		case "name":
+			if json.Unmarshal(v, &name) != nil {
+				return "", false
+			}
+		case "arguments", "_meta":
+			if v = bytes.TrimSpace(v); len(v) == 0 || v[0] != '{' {
+				return "", false
+			}
+		default:
+			return "", false
+		}
+	}
+	return name, true
 }
 
 func hostLineMatters(line []byte) bool {

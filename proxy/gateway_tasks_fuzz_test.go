@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
 type nopWriteCloser struct{ io.Writer }
@@ -96,4 +98,44 @@ func TestHostTaskStatusReachesItsServer(t *testing.T) {
 	if g.tk.hostLine(status("other"), true) || bytes.Contains(toServer.b.Bytes(), []byte(`"other"`)) {
 		t.Fatalf("the status of another task reached the server: %q", toServer.b.Bytes())
 	}
+}
+
+// A line the gateway's own layer takes as a plain tools/call is one that
+// the SDK's reader takes as the same call: a request for tools/call whose
+// params name the same tool; and the layer's own decoding of it, which
+// decides the call, finds that name too. A line the readers could take
+// for different calls never leaves the SDK's path.
+func FuzzPlainCallShape(f *testing.F) {
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"s__t","arguments":{"a":1}}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"_meta":{"progressToken":1},"name":"s__t"}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"s__t","Name":"s__u"}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"Method":"tools/call","method":"tools/call","params":{"name":"s__t"}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"s__t","name":"s__u"}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"s__t"}}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		name, ok := plainCallName(line)
+		if !ok {
+			return
+		}
+		msg, err := jsonrpc.DecodeMessage(line)
+		if err != nil {
+			t.Fatalf("taken as a plain call of %q, but the SDK's reader refuses it: %v", name, err)
+		}
+		req, isReq := msg.(*jsonrpc.Request)
+		if !isReq || req.Method != "tools/call" || !req.ID.IsValid() {
+			t.Fatalf("taken as a plain call of %q, but the SDK reads %#v", name, msg)
+		}
+		var params map[string]json.RawMessage
+		var sdkName string
+		if json.Unmarshal(req.Params, &params) != nil || json.Unmarshal(params["name"], &sdkName) != nil || sdkName != name {
+			t.Fatalf("taken as a plain call of %q, but the SDK's params name %q", name, sdkName)
+		}
+		var h rpcFrame
+		var p struct {
+			Name string `json:"name"`
+		}
+		if json.Unmarshal(line, &h) != nil || h.Method != "tools/call" || json.Unmarshal(h.Params, &p) != nil || p.Name != name {
+			t.Fatalf("taken as a plain call of %q, but decided as %q (%q)", name, p.Name, h.Method)
+		}
+	})
 }
