@@ -11,26 +11,6 @@ import (
 	"time"
 )
 
-// rawRequest sends line, a request with id, as the host wrote it, and
-// returns its answer.
-func (h *taskHost) rawRequest(id int, line string) map[string]any {
-	h.t.Helper()
-	ch := make(chan map[string]any, 1)
-	h.mu.Lock()
-	h.answer[fmt.Sprint(id)] = ch
-	h.mu.Unlock()
-	h.wmu.Lock()
-	h.in.Write([]byte(line + "\n"))
-	h.wmu.Unlock()
-	select {
-	case m := <-ch:
-		return m
-	case <-time.After(60 * time.Second):
-		h.t.Fatalf("no answer to %s", line)
-		return nil
-	}
-}
-
 // serverCall is a tools/call as the server read it.
 type serverCall struct {
 	ID     any `json:"id"`

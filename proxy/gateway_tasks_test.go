@@ -92,15 +92,27 @@ func (h *taskHost) request(method string, params any) map[string]any {
 	h.mu.Lock()
 	h.next++
 	id := h.next
+	h.mu.Unlock()
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	return h.rawRequest(id, string(b))
+}
+
+// rawRequest sends line, a request with id, as the host wrote it, and
+// returns its answer.
+func (h *taskHost) rawRequest(id int, line string) map[string]any {
+	h.t.Helper()
 	ch := make(chan map[string]any, 1)
+	h.mu.Lock()
 	h.answer[fmt.Sprint(id)] = ch
 	h.mu.Unlock()
-	h.write(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	h.wmu.Lock()
+	h.in.Write([]byte(line + "\n"))
+	h.wmu.Unlock()
 	select {
 	case m := <-ch:
 		return m
 	case <-time.After(60 * time.Second):
-		h.t.Fatalf("no answer to %s", method)
+		h.t.Fatalf("no answer to %.200s", line)
 		return nil
 	}
 }
