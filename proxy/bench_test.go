@@ -261,8 +261,9 @@ func BenchmarkWrap(b *testing.B) {
 		if s.cpu != nil {
 			// What the relaying process burns per operation, both cores
 			// counted: on a 2-core machine shared with the client and the
-			// server, CPU on the critical path is latency. For pipe-ping
-			// it is the bare relay's: the floor of any relay's CPU.
+			// server, CPU on the critical path is latency. For the pipe
+			// series it is the bare relay's: pipe-ping's is the floor of
+			// P7, pipe-js's of P8 with one call in flight.
 			who := "-aegis"
 			if strings.HasPrefix(s.name, "pipe") {
 				who = "-relay"
