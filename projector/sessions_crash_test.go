@@ -61,7 +61,11 @@ func TestProjectionsRebuildAfterKill(t *testing.T) {
 			cmd.Wait()
 			t.Fatalf("round %d: child said %q, %v", round, l, err)
 		}
-		time.Sleep(time.Duration(20+rnd.Intn(600)) * time.Millisecond)
+		// Killed at a random point once it has made some progress: on a
+		// loaded machine a fixed sleep may end before the writer wrote
+		// anything, and the test would compare nothing.
+		waitLiveStates(t, live, 10+rnd.Intn(40))
+		time.Sleep(time.Duration(rnd.Intn(600)) * time.Millisecond)
 		cmd.Process.Kill()
 		cmd.Wait()
 		compared += compareRebuilt(t, round, dir, audit, live)
@@ -89,6 +93,18 @@ func TestProjectionsRebuildAfterKill(t *testing.T) {
 	if got, _ := os.ReadFile(audit); !bytes.Equal(got, want.Bytes()) {
 		t.Errorf("record file after catch-up (%d bytes) is not the rebuilt export (%d bytes)", len(got), want.Len())
 	}
+}
+
+// waitLiveStates waits until the writer has written n live states to
+// live, or a minute has passed.
+func waitLiveStates(t *testing.T, live string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if b, _ := os.ReadFile(live); bytes.Count(b, []byte("\n")) >= n {
+			return
+		}
+	}
+	t.Logf("the writer wrote fewer than %d live states in a minute", n)
 }
 
 func sessionIDs(r *projector.Record) []string {
