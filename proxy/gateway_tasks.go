@@ -148,13 +148,12 @@ func (t *tasker) hostLine(line []byte, at bool) bool {
 	case !at:
 		return false
 	case h.Method == "tools/call":
+		// A plain call the layer takes (see plainCall), else one with a
+		// task.
 		var p struct {
 			Task json.RawMessage `json:"task"`
 		}
-		if json.Unmarshal(h.Params, &p) != nil {
-			return false
-		}
-		if (len(p.Task) == 0 || string(p.Task) == "null") && !t.plainCall(line) {
+		if !t.plainCall(line) && (json.Unmarshal(h.Params, &p) != nil || len(p.Task) == 0 || string(p.Task) == "null") {
 			return false
 		}
 	case !taskMethods[h.Method]:
