@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
 // BenchmarkGatewayHTTP measures a recorded tools/call through the
@@ -75,7 +76,7 @@ func BenchmarkGatewayHTTP(b *testing.B) {
 	if url == "" {
 		b.Fatalf("aegis gateway --listen did not serve:\n%s", errb.String())
 	}
-	hc := &http.Client{Transport: tokenRT{"benchmark-token-0123456789", http.DefaultTransport}}
+	hc := mcptest.BearerClient("benchmark-token-0123456789")
 	httpS, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx,
 		&mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, nil)
 	if err != nil {
@@ -105,16 +106,7 @@ func BenchmarkGatewayHTTP(b *testing.B) {
 		}
 	}
 
-	med := map[string]time.Duration{}
-	fig := map[string]float64{}
-	for _, s := range all {
-		med[s.name] = quantile(s.d, 0.5)
-		fig[s.name+"-p50-µs"] = us(med[s.name])
-		fig[s.name+"-p90-µs"] = us(quantile(s.d, 0.9))
-		u, sy := s.cpu.perOp(len(s.d))
-		fig[s.name+"-aegis-cpu-µs"] = u + sy
-		b.ReportMetric(us(med[s.name]), s.name+"-p50-µs")
-	}
+	med, fig := seriesFigures(b, all)
 	ratio := float64(med["http-call"]) / float64(med["stdio-call"])
 	fig["http-over-stdio"] = ratio
 	b.ReportMetric(ratio, "http/stdio")
@@ -126,15 +118,4 @@ func BenchmarkGatewayHTTP(b *testing.B) {
 	fmt.Fprintf(&tab, "HTTP / stdio (p50): %.2f", ratio)
 	b.Log(tab.String())
 	recordBench(b, fig)
-}
-
-type tokenRT struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (t tokenRT) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+t.token)
-	return t.next.RoundTrip(r)
 }

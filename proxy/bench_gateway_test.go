@@ -73,6 +73,23 @@ error_disclosure: minimal
 	return config
 }
 
+// seriesFigures returns each series' median, and its figures: p50, p90
+// and the CPU per operation of the aegis process it ran on; it reports
+// each p50.
+func seriesFigures(b *testing.B, all []*latencySeries) (map[string]time.Duration, map[string]float64) {
+	med := map[string]time.Duration{}
+	fig := map[string]float64{}
+	for _, s := range all {
+		med[s.name] = quantile(s.d, 0.5)
+		fig[s.name+"-p50-µs"] = us(med[s.name])
+		fig[s.name+"-p90-µs"] = us(quantile(s.d, 0.9))
+		u, sy := s.cpu.perOp(len(s.d))
+		fig[s.name+"-aegis-cpu-µs"] = u + sy
+		b.ReportMetric(us(med[s.name]), s.name+"-p50-µs")
+	}
+	return med, fig
+}
+
 // BenchmarkGateway measures a recorded tools/call through aegis gateway
 // against the same call through aegis wrap, on the same example server,
 // in one run: the gateway's own cost per call (routing, namespacing, the
@@ -107,16 +124,7 @@ func BenchmarkGateway(b *testing.B) {
 	wrap.close(b)
 	gw.close(b)
 
-	med := map[string]time.Duration{}
-	fig := map[string]float64{}
-	for _, s := range all {
-		med[s.name] = quantile(s.d, 0.5)
-		fig[s.name+"-p50-µs"] = us(med[s.name])
-		fig[s.name+"-p90-µs"] = us(quantile(s.d, 0.9))
-		u, sy := s.cpu.perOp(len(s.d))
-		fig[s.name+"-aegis-cpu-µs"] = u + sy
-		b.ReportMetric(us(med[s.name]), s.name+"-p50-µs")
-	}
+	med, fig := seriesFigures(b, all)
 	over := med["gateway-call"] - med["wrap-call"]
 	fig["gateway-minus-wrap-µs"] = us(over)
 	b.ReportMetric(us(over), "gateway-minus-wrap-µs")

@@ -493,6 +493,19 @@ activation:
 	}
 }
 
+// remoteEchoConfig is a gateway file with one remote server r at url, and
+// a profile that allows its echo.
+func remoteEchoConfig(url string) string {
+	return `version: 1
+servers:
+  r: {url: "` + url + `"}
+profiles:
+  p: {allow: [r.echo]}
+activation:
+  default_profile: p
+`
+}
+
 // TestGatewayRemoteRetriesAServerThatIsNotReady: a server that answers its
 // first initialize with 503 is tried again after a backoff, and each
 // state is recorded: retrying (attempt 1, why), connected (attempt 2).
@@ -500,14 +513,7 @@ func TestGatewayRemoteRetriesAServerThatIsNotReady(t *testing.T) {
 	remote := newRemoteMCP(t, false, false, "")
 	remote.reject.Store(1)
 	c := newCLI(t)
-	h := c.runGateway(`version: 1
-servers:
-  r: {url: "` + remote.ts.URL + `/mcp"}
-profiles:
-  p: {allow: [r.echo]}
-activation:
-  default_profile: p
-`)
+	h := c.runGateway(remoteEchoConfig(remote.ts.URL + "/mcp"))
 	if text, _, err := h.call("r__echo", map[string]any{"message": "ready"}); err != nil || text != "ready" {
 		t.Errorf("r__echo = %q %v", text, err)
 	}
@@ -531,14 +537,7 @@ activation:
 func TestGatewayRemoteSessionLostRefusesItsCalls(t *testing.T) {
 	remote := newRemoteMCP(t, false, false, "")
 	c := newCLI(t)
-	h := c.runGateway(`version: 1
-servers:
-  r: {url: "` + remote.ts.URL + `/mcp"}
-profiles:
-  p: {allow: [r.echo]}
-activation:
-  default_profile: p
-`)
+	h := c.runGateway(remoteEchoConfig(remote.ts.URL + "/mcp"))
 	if text, _, err := h.call("r__echo", map[string]any{"message": "one"}); err != nil || text != "one" {
 		t.Fatalf("r__echo = %q %v", text, err)
 	}

@@ -84,23 +84,11 @@ func (h *httpGW) stop() {
 	}
 }
 
-// bearer adds an Authorization header to every request.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
-}
-
 // connect opens an MCP session to the gateway with the go-sdk's client.
 func (h *httpGW) connect(ctx context.Context) *mcp.ClientSession {
 	h.t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "http-test", Version: "1"}, nil)
-	tr := &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: &http.Client{Transport: bearer{h.token, http.DefaultTransport}}}
+	tr := &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: mcptest.BearerClient(h.token)}
 	cs, err := c.Connect(ctx, tr, nil)
 	if err != nil {
 		h.t.Fatalf("connect to %s: %v\n%s", h.url, err, h.stderr.String())
@@ -468,7 +456,7 @@ activation:
 	for range 2 {
 		c := mcp.NewClient(&mcp.Implementation{Name: "http-test", Version: "1"}, nil)
 		_, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: h.url,
-			HTTPClient: &http.Client{Transport: bearer{h.token, http.DefaultTransport}}}, nil)
+			HTTPClient: mcptest.BearerClient(h.token)}, nil)
 		if err == nil || !strings.Contains(err.Error(), "no server could be started") || !strings.Contains(err.Error(), "gone") {
 			t.Fatalf("connect = %v, want why no server started", err)
 		}

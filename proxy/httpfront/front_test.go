@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aegis-dev/aegis/proxy/httpfront"
+	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
 const token = "test-token-0123456789abcdef"
@@ -54,20 +55,12 @@ func newFront(t *testing.T, cfg httpfront.Config) (*httpfront.Front, *httptest.S
 	return f, ts
 }
 
-type bearer struct{ tok string }
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.tok)
-	return http.DefaultTransport.RoundTrip(r)
-}
-
 // connect opens a session; a client without its standalone stream has
 // no request open between calls (idle).
 func connect(t *testing.T, url, tok string, stream ...bool) (*mcp.ClientSession, error) {
 	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{tok}},
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: mcptest.BearerClient(tok),
 		DisableStandaloneSSE: len(stream) > 0 && !stream[0]}, nil)
 	if err == nil {
 		t.Cleanup(func() { cs.Close() })
@@ -271,7 +264,7 @@ func TestFrontEndsIdleSessions(t *testing.T) {
 	f, ts := newFront(t, httpfront.Config{Token: token, Loopback: true, IdleTimeout: 200 * time.Millisecond})
 	c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: ts.URL, DisableStandaloneSSE: true,
-		HTTPClient: &http.Client{Transport: bearer{token}}}, nil)
+		HTTPClient: mcptest.BearerClient(token)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
