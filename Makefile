@@ -17,7 +17,7 @@ PREFIX  ?= $(HOME)/.local
 # git can tell it, whatever GOFLAGS says.
 BUILDFLAGS := -buildvcs=auto
 
-.PHONY: all build install test vet fmt-check unit bench fuzz demo interop-deps console-deps clean
+.PHONY: all build install test vet fmt-check unit bench fuzz demo interop-deps console-deps python-deps clean
 
 all: build
 
@@ -36,10 +36,11 @@ install:
 	  *) echo "note: $(PREFIX)/bin is not on your PATH; add it: export PATH=\"$(PREFIX)/bin:\$$PATH\"" ;; esac
 
 # test: vet, gofmt, then every test with the race detector. The interop
-# suite needs the Node reference servers, and the console's browser test
-# Debian's chromium, installed here first; AEGIS_REQUIRE_BROWSER makes that
+# suite needs the Node reference servers, the console's browser test
+# Debian's chromium, and the reading's differential test Python 3 (beside
+# Node), installed here first; AEGIS_REQUIRE_BROWSER makes the browser
 # test fail rather than skip without a browser.
-test: vet fmt-check interop-deps console-deps
+test: vet fmt-check interop-deps console-deps python-deps
 	AEGIS_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 vet:
@@ -66,6 +67,14 @@ console-deps:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get install -y chromium || { apt-get update && apt-get install -y chromium; }; \
 	  else echo "console-deps: chromium is missing; run: sudo apt-get install -y chromium" >&2; exit 1; fi; }
+
+# python-deps installs Python 3 when it is missing: proxy/reading holds
+# its reading of frames to Python's json, as to Node's JSON.parse.
+python-deps:
+	@command -v python3 >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get install -y python3 || { apt-get update && apt-get install -y python3; }; \
+	  else echo "python-deps: python3 is missing; run: sudo apt-get install -y python3" >&2; exit 1; fi; }
 
 # bench: ratios measured within one run (see docs/BENCHMARKS.md): every
 # benchmark of ./events and ./proxy once, then the scale benchmark (a store
