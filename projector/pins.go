@@ -25,6 +25,8 @@ type Pin struct {
 	Since   time.Time `json:"since"`
 	Session string    `json:"session"`
 	Reason  string    `json:"reason,omitempty"`
+	// Scheme is the digest's scheme (schemas.ToolPinScheme; 0: scheme 1).
+	Scheme int `json:"scheme,omitempty"`
 }
 
 // PinSet is the pins of the servers, by server and tool. Its fold is pure.
@@ -45,7 +47,7 @@ func (ps PinSet) Fold(e schemas.Event) bool {
 			m = map[string]Pin{}
 			ps[p.Server] = m
 		}
-		m[p.Tool] = Pin{Server: p.Server, Tool: p.Tool, Digest: p.Digest, Fields: p.Fields, Since: e.Time.UTC(), Session: e.Session, Reason: p.Reason}
+		m[p.Tool] = Pin{Server: p.Server, Tool: p.Tool, Digest: p.Digest, Fields: p.Fields, Since: e.Time.UTC(), Session: e.Session, Reason: p.Reason, Scheme: p.Scheme}
 		return true
 	case schemas.KindPinsReset:
 		var r schemas.PinsReset
@@ -176,6 +178,13 @@ func pinText(kind schemas.Kind, payload json.RawMessage) string {
 			what = "added after the server's tools were pinned: " + short(c.Digest, 16)
 		case schemas.ToolChangeRemoved:
 			what = "no longer listed (pinned " + short(c.Pinned, 16) + ")"
+		case schemas.ToolChangeUnreadable:
+			what = "cannot be pinned: " + Printable(c.Reason)
+			if c.Tool == "" {
+				return fmt.Sprintf("TOOL LISTING UNREADABLE: of %s: %s; calls are held", Printable(c.Server), Printable(c.Reason))
+			}
+		case schemas.ToolChangeDuplicated:
+			what = "listed twice in one listing"
 		}
 		return fmt.Sprintf("TOOL CHANGED: %s of %s %s; on_tool_change: %s", Printable(c.Tool), Printable(c.Server), what, c.Action)
 	case schemas.KindPinsReset:

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/aegis-dev/aegis/proxy/reading"
 )
 
 // Shape is what a frame looks like to the relay.
@@ -92,6 +94,9 @@ type Answer struct {
 type Request struct {
 	Key string
 	ID  json.RawMessage
+	// List is set for a tools/list request (to some reading of it), whose
+	// answer the pins read; Cursor when its params.cursor is given.
+	List, Cursor bool
 }
 
 // Classification is the relay's reading of one frame. The frame's bytes are
@@ -256,7 +261,11 @@ func classifyMember(obj []byte, m *member, c *Classification) {
 		if method != "tools/call" {
 			if dups == "" {
 				if key, ok, _ := idKey(m.ID); ok {
-					c.Requests = append(c.Requests, Request{Key: key, ID: compactRaw(m.ID)})
+					q := Request{Key: key, ID: compactRaw(m.ID)}
+					if method == "tools/list" {
+						q.List, q.Cursor = true, listCursor(m.Params)
+					}
+					c.Requests = append(c.Requests, q)
 				}
 			}
 			if method == "notifications/cancelled" {
@@ -316,20 +325,43 @@ func requestID(params json.RawMessage) json.RawMessage {
 // can be used to answer a call in flight.
 func readingRequests(obj []byte, m *member) []Request {
 	var out []Request
-	add := func(id json.RawMessage) {
-		if key, ok, _ := idKey(id); ok && !slices.ContainsFunc(out, func(r Request) bool { return r.Key == key }) {
+	add := func(id, method, params json.RawMessage) {
+		key, ok, _ := idKey(id)
+		if !ok {
+			return
+		}
+		i := slices.IndexFunc(out, func(r Request) bool { return r.Key == key })
+		if i < 0 {
 			out = append(out, Request{Key: key, ID: compactRaw(id)})
+			i = len(out) - 1
+		}
+		// A reading that sees tools/list makes it one: its answer is
+		// read for pins whichever reading the host took.
+		if s, _ := jsonString(method); s == "tools/list" {
+			out[i].List = true
+			out[i].Cursor = out[i].Cursor || listCursor(params)
 		}
 	}
 	if m.Method != nil {
-		add(m.ID)
+		add(m.ID, m.Method, m.Params)
 	}
 	for _, r := range exactReadings(obj) {
-		if _, method := r["method"]; method {
-			add(r["id"])
+		if method, ok := r["method"]; ok {
+			add(r["id"], method, r["params"])
 		}
 	}
 	return out
+}
+
+// listCursor reports whether the params of a tools/list request give a
+// cursor, as the one reading of them says.
+func listCursor(params json.RawMessage) bool {
+	p, ok := reading.Read(params).One()
+	if !ok {
+		return false
+	}
+	cur, _ := p.Lookup("cursor")
+	return cur != nil
 }
 
 // envelope is what quickEnvelope reads of a plain JSON-RPC object.
@@ -446,8 +478,8 @@ func quickEnvelope(t []byte) (envelope, bool) {
 		if !plainString(method) {
 			return envelope{}, false
 		}
-		if m := string(method[1 : len(method)-1]); m == "tools/call" || m == "notifications/cancelled" {
-			return envelope{}, false
+		if m := string(method[1 : len(method)-1]); m == "tools/call" || m == "notifications/cancelled" || m == "tools/list" {
+			return envelope{}, false // read the slow way: calls, cancellations, and listings the pins follow
 		}
 		return envelope{id: id, request: true}, true
 	}

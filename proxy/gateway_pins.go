@@ -42,13 +42,13 @@ func (gp *gatewayPins) observe(server string, tools []*mcp.Tool) {
 		return
 	}
 	b := gp.books[server]
-	raws := make([]json.RawMessage, 0, len(tools))
+	raws := make([][]byte, 0, len(tools))
 	for _, t := range tools {
 		if raw, err := json.Marshal(t); err == nil {
 			raws = append(raws, raw)
 		}
 	}
-	fresh, rc, err := b.observeChanges(raws, false, false)
+	fresh, rc, err := b.observeChanges(readToolObjects(raws), false, false)
 	if err == nil && rc != nil {
 		_, err = rc.Wait(context.Background())
 	}
@@ -119,7 +119,7 @@ func (gp *gatewayPins) refuse(server, tool string, now time.Time) (policy.Decisi
 			out["approval_id"] = id
 			out["hint"] = "review the server's new definition, then run: aegis approve " + id + " to pin it (or: aegis deny " + id + "), and call the tool again"
 		}
-	} else {
+	} else if !pr.final {
 		out["hint"] = "review the server's new definition; to accept it, end this session and run: aegis pins reset --server " + quoteArg(server) + " --tool " + quoteArg(tool)
 	}
 	return d, out, true

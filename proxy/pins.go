@@ -1,9 +1,8 @@
 package proxy
 
 import (
-	"bytes"
+	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/proxy/reading"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -36,6 +36,16 @@ import (
 //     for (tool.pinned, "approved <id>"), and only that one. With allow,
 //     the change is recorded and the new definition pinned at once.
 //     Without a policy, changes are recorded and nothing is refused.
+//   - What cannot be pinned is refused, whatever on_tool_change says: a
+//     definition readers could take two ways (pinread.go), and a tool a
+//     listing names twice (hosts keep the first or the last). Each is a
+//     tool.changed ("unreadable", "duplicated") and the tool stays refused
+//     until a listing shows it once, readably, as pinned. A listing that
+//     cannot be read one way at all holds every call to the server until a
+//     complete listing that can (taint).
+//   - Pins of scheme 1 (earlier versions digested six members) are
+//     upgraded to the whole object when the tool is listed as it was
+//     pinned; otherwise the tool is changed, as any other.
 type pinBook struct {
 	server  string
 	mode    policy.ToolChange
@@ -50,14 +60,23 @@ type pinBook struct {
 	changed map[string]toolSeen      // tools whose listed definition is not their pin
 	removed map[string]bool          // pinned tools the last complete listing left out
 	asked   map[string]pinAsk        // pending re-pin approvals, by approval id
-	n       int
+	// unreadable is why the server's last listing could not be read one
+	// way ("" = it could): every call is held while it is set. dirty is
+	// set when the listing under way met such a page.
+	unreadable string
+	dirty      bool
+	n          int
 	prefix  string // of the approval ids it asks for
 }
 
 // toolSeen is a tool's definition as a listing showed it.
 type toolSeen struct {
-	digest string
-	fields map[string]string
+	digest  string
+	fields  map[string]string
+	scheme1 string // the scheme-1 digest, which upgrades a scheme-1 pin
+	// bad says why the definition cannot be pinned ("" = it can), and
+	// change how that is recorded (unreadable, duplicated).
+	bad, change string
 }
 
 // pinAsk is what a pending re-pin approval would pin.
@@ -99,7 +118,7 @@ func (b *pinBook) action() string {
 // more pages follow (nextCursor). It records first-sight pins and changes
 // (events enqueued before it returns) and updates what calls are checked
 // against.
-func (b *pinBook) observe(tools []json.RawMessage, continued, more bool) (*events.Receipt, error) {
+func (b *pinBook) observe(tools []listedTool, continued, more bool) (*events.Receipt, error) {
 	_, rc, err := b.observeChanges(tools, continued, more)
 	return rc, err
 }
@@ -108,40 +127,49 @@ func (b *pinBook) observe(tools []json.RawMessage, continued, more bool) (*event
 // changed and left refused, and the receipt of the last event it
 // recorded (nil if none): once it is durable, so is every pin event of
 // the listing.
-func (b *pinBook) observeChanges(tools []json.RawMessage, continued, more bool) (fresh []string, last *events.Receipt, err error) {
+func (b *pinBook) observeChanges(tools []listedTool, continued, more bool) (fresh []string, last *events.Receipt, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !continued || b.listing == nil {
-		b.listing = map[string]bool{}
+		b.listing, b.dirty = map[string]bool{}, false
 	}
 	var evs []func() (*events.Receipt, error)
-	for _, raw := range tools {
-		d, err := schemas.ParseToolDefinition(raw)
-		if err != nil {
-			continue // not a tool a host could call by name
+	for _, t := range tools {
+		name, seen := t.name, t.seen
+		if b.listing[name] {
+			seen = toolSeen{bad: "the listing names the tool twice, and hosts keep the first or the last", change: schemas.ToolChangeDuplicated}
 		}
-		dg, err := d.Digest()
-		if err != nil {
-			continue
-		}
-		seen := toolSeen{digest: dg, fields: d.FieldDigests()}
-		name := d.Name
 		b.listing[name] = true
 		b.current[name] = seen
 		delete(b.removed, name)
 		pin, ok := b.pinned[name]
+		if seen.bad != "" {
+			if was, ok := b.changed[name]; ok && was.bad == seen.bad {
+				continue // recorded already
+			}
+			evs = append(evs, b.fact(schemas.KindToolChanged, schemas.ToolChanged{Server: b.server, Tool: name, Change: seen.change, Pinned: pin.Digest, Reason: seen.bad, Action: b.badAction()}))
+			b.changed[name] = seen
+			fresh = append(fresh, name)
+			continue
+		}
+		if ok && pin.Digest != "" && pin.Scheme < schemas.ToolPinScheme && pin.Digest == seen.scheme1 {
+			evs = append(evs, b.pinLocked(name, seen, "scheme 2: listed as pinned"))
+			delete(b.changed, name)
+			continue
+		}
+		dg := seen.digest
 		switch {
 		case (!ok && !b.settled) || (ok && pin.Digest == ""):
 			evs = append(evs, b.pinLocked(name, seen, "first sight"))
 		case ok && pin.Digest == dg:
 			delete(b.changed, name) // as pinned (again)
 		default:
-			if was, ok := b.changed[name]; ok && was.digest == dg {
+			if was, ok := b.changed[name]; ok && was.digest == dg && was.bad == "" {
 				continue // recorded already
 			}
 			ch := schemas.ToolChanged{Server: b.server, Tool: name, Change: schemas.ToolChangeAdded, Digest: dg, Action: b.action()}
 			if ok {
-				ch.Change, ch.Pinned, ch.Fields = schemas.ToolChangeChanged, pin.Digest, schemas.ChangedFields(pin.Fields, seen.fields)
+				ch.Change, ch.Pinned, ch.Fields = schemas.ToolChangeChanged, pin.Digest, changedFields(pin, seen)
 			}
 			evs = append(evs, b.fact(schemas.KindToolChanged, ch))
 			if b.enforce && b.mode == policy.ToolChangeAllow {
@@ -163,6 +191,9 @@ func (b *pinBook) observeChanges(tools []json.RawMessage, continued, more bool) 
 			delete(b.changed, name)
 			evs = append(evs, b.fact(schemas.KindToolChanged, schemas.ToolChanged{Server: b.server, Tool: name, Change: schemas.ToolChangeRemoved, Pinned: pin.Digest, Action: b.action()}))
 		}
+		if !b.dirty {
+			b.unreadable = ""
+		}
 		b.listing = nil
 		b.settled = true
 	}
@@ -174,10 +205,54 @@ func (b *pinBook) observeChanges(tools []json.RawMessage, continued, more bool) 
 	return fresh, last, nil
 }
 
+// taint records that a listing of the server could not be read one way,
+// and why: every call to the server is held (under enforcement) until a
+// complete listing that can be. It returns the receipt of its event (nil
+// when the same reason is in force already).
+func (b *pinBook) taint(why string) (*events.Receipt, error) {
+	b.mu.Lock()
+	if b.listing != nil {
+		b.dirty = true
+	}
+	if b.unreadable == why {
+		b.mu.Unlock()
+		return nil, nil
+	}
+	b.unreadable = why
+	rec := b.fact(schemas.KindToolChanged, schemas.ToolChanged{Server: b.server, Change: schemas.ToolChangeUnreadable, Reason: why, Action: b.badAction()})
+	b.mu.Unlock()
+	return rec()
+}
+
+// badAction is what a definition or listing that cannot be pinned is
+// recorded as doing: refused under enforcement, whatever on_tool_change
+// says.
+func (b *pinBook) badAction() string {
+	if !b.enforce {
+		return "record"
+	}
+	return policy.ToolChangeDeny.String()
+}
+
+// changedFields names the members that differ between pin and seen; of a
+// scheme-1 pin, only the members that scheme covered.
+func changedFields(pin projector.Pin, seen toolSeen) []string {
+	now := seen.fields
+	if pin.Scheme < schemas.ToolPinScheme {
+		now = map[string]string{}
+		for _, f := range schemas.ToolPinFields {
+			if d, ok := seen.fields[f]; ok {
+				now[f] = d
+			}
+		}
+	}
+	return schemas.ChangedFields(pin.Fields, now)
+}
+
 // pinLocked pins tool to seen and returns the recording of it; b.mu is held.
 func (b *pinBook) pinLocked(tool string, seen toolSeen, reason string) func() (*events.Receipt, error) {
-	b.pinned[tool] = projector.Pin{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Session: b.sess.ID(), Reason: reason}
-	return b.fact(schemas.KindToolPinned, schemas.ToolPinned{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Reason: reason})
+	b.pinned[tool] = projector.Pin{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Session: b.sess.ID(), Reason: reason, Scheme: schemas.ToolPinScheme}
+	return b.fact(schemas.KindToolPinned, schemas.ToolPinned{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Reason: reason, Scheme: schemas.ToolPinScheme})
 }
 
 func (b *pinBook) fact(kind schemas.Kind, payload any) func() (*events.Receipt, error) {
@@ -200,6 +275,9 @@ type pinRefusal struct {
 	decision policy.Decision
 	hint     string
 	digest   string // the definition an approval would pin
+	// final is set when no approval or reset can accept the tool as it
+	// is listed: hint says what will.
+	final bool
 }
 
 // pinRule is the matched_rule of a call refused for a changed tool.
@@ -214,15 +292,31 @@ func (b *pinBook) check(tool string) *pinRefusal {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.unreadable != "" {
+		return &pinRefusal{
+			decision: policy.Decision{Verdict: policy.Deny, MatchedRule: pinRule,
+				Reason: "the server's last tools listing cannot be read one way (" + b.unreadable + "), so aegis cannot tell which definitions the host holds"},
+			hint:  "every call to this server is held until it lists its tools in a form every JSON reader reads alike; the host lists them again when it reconnects; report the listing to the server's maintainer",
+			final: true,
+		}
+	}
 	seen, ok := b.changed[tool]
 	if !ok {
 		return nil
+	}
+	if seen.bad != "" {
+		return &pinRefusal{
+			decision: policy.Decision{Verdict: policy.Deny, MatchedRule: pinRule,
+				Reason: fmt.Sprintf("tool %q cannot be pinned: %s", tool, seen.bad)},
+			hint:  "aegis refuses it whatever on_tool_change says; it can be called again once the server lists it once, in a form every JSON reader reads alike, as pinned",
+			final: true,
+		}
 	}
 	pin, pinned := b.pinned[tool]
 	what := "was added after the server's tools were pinned"
 	if pinned && pin.Digest != "" {
 		what = "changed since it was pinned"
-		if f := schemas.ChangedFields(pin.Fields, seen.fields); len(f) > 0 {
+		if f := changedFields(pin, seen); len(f) > 0 {
 			what += " (" + strings.Join(f, ", ") + ")"
 		}
 	}
@@ -300,8 +394,10 @@ func sanitizeID(s string) string {
 }
 
 // listWatch follows the host's tools/list requests in aegis wrap, so that
-// their answers are read for pins. An answer is matched to a request as
-// hosts match it: by its exact id or its loose reading (LooseID).
+// their answers are read for pins. The relay registers them as it
+// registers every host request (its reading of the host frame, Request.List),
+// and an answer is matched to one as hosts match it: by its exact id or its
+// loose reading (LooseID).
 type listWatch struct {
 	mu   sync.Mutex
 	reqs []listReq
@@ -316,151 +412,126 @@ type listReq struct {
 // is forgotten first.
 const maxListWatch = 256
 
-// rpcMessage is what the pins read of a JSON-RPC message.
-type rpcMessage struct {
-	ID     json.RawMessage
-	Method string
-	Params *listParams
-	Result *listResult
+// add registers a tools/list request in flight.
+func (w *listWatch) add(id reqID, continued bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.reqs) >= maxListWatch {
+		w.reqs = w.reqs[1:]
+	}
+	w.reqs = append(w.reqs, listReq{id: id, continued: continued})
 }
 
-type listParams struct{ Cursor *string }
-
-type listResult struct {
-	Tools      []json.RawMessage
-	NextCursor string
+// inFlight reports whether a tools/list request is in flight.
+func (w *listWatch) inFlight() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.reqs) > 0
 }
 
-// exact reads a JSON object by the exact names of its members, as hosts
-// read them (encoding/json would match a struct field in any case, and
-// read "RESULT" as result); of a member given twice the last counts, as
-// in JSON.parse.
-func exact(raw []byte) (map[string]json.RawMessage, bool) {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil || m == nil {
-		return nil, false
-	}
-	return m, true
-}
-
-func readMessage(raw []byte) (rpcMessage, bool) {
-	o, ok := exact(raw)
-	if !ok {
-		return rpcMessage{}, false
-	}
-	m := rpcMessage{ID: o["id"]}
-	if string(m.ID) == "null" {
-		m.ID = nil
-	}
-	json.Unmarshal(o["method"], &m.Method)
-	if p, ok := exact(o["params"]); ok {
-		m.Params = &listParams{}
-		var c string
-		if json.Unmarshal(p["cursor"], &c) == nil {
-			m.Params.Cursor = &c
+// noteServer reads the tools/list answers in the texts of a relayed server
+// frame (the frame, and what a stream reader reads where it joins lines)
+// into book, and returns the receipt of the last pin event it recorded
+// (nil if none).
+func (w *listWatch) noteServer(texts [][]byte, book *pinBook) (last *events.Receipt, err error) {
+	for _, text := range texts {
+		pages, why := w.answers(text)
+		if why != "" {
+			rc, err := book.taint(why)
+			if err != nil {
+				return nil, err
+			}
+			if rc != nil {
+				last = rc
+			}
 		}
-	}
-	if r, ok := exact(o["result"]); ok {
-		m.Result = &listResult{}
-		json.Unmarshal(r["tools"], &m.Result.Tools)
-		json.Unmarshal(r["nextCursor"], &m.Result.NextCursor)
-	}
-	return m, true
-}
-
-// messages reads a frame as one JSON-RPC message or a batch of them.
-func messages(frame []byte) []rpcMessage {
-	t := bytes.TrimSpace(frame)
-	if len(t) == 0 {
-		return nil
-	}
-	raws := []json.RawMessage{t}
-	if t[0] == '[' {
-		if json.Unmarshal(t, &raws) != nil {
-			return nil
-		}
-	}
-	var out []rpcMessage
-	for _, r := range raws {
-		if m, ok := readMessage(r); ok {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// noteHost registers the tools/list requests of a host frame.
-func (w *listWatch) noteHost(frame []byte) {
-	if !bytes.Contains(frame, []byte("tools/list")) {
-		return
-	}
-	for _, m := range messages(frame) {
-		if m.Method != "tools/list" || len(m.ID) == 0 {
-			continue
-		}
-		key, ok, _ := idKey(m.ID)
-		if !ok {
-			continue
-		}
-		w.mu.Lock()
-		if len(w.reqs) >= maxListWatch {
-			w.reqs = w.reqs[1:]
-		}
-		w.reqs = append(w.reqs, listReq{id: newReqID(key, m.ID), continued: m.Params != nil && m.Params.Cursor != nil})
-		w.mu.Unlock()
-	}
-}
-
-// noteServer reads the tools/list answers of a relayed server frame into
-// book, and returns the receipt of the last pin event it recorded (nil if
-// none).
-func (w *listWatch) noteServer(frame []byte, book *pinBook) (last *events.Receipt, err error) {
-	for _, p := range w.answers(frame) {
-		rc, err := book.observe(p.tools, p.continued, p.more)
-		if err != nil {
-			return nil, err
-		}
-		if rc != nil {
-			last = rc
+		for _, p := range pages {
+			var rc *events.Receipt
+			if p.why != "" {
+				rc, err = book.taint(p.why)
+			} else {
+				rc, err = book.observe(p.tools, p.continued, p.more)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if rc != nil {
+				last = rc
+			}
 		}
 	}
 	return last, nil
 }
 
 // listPage is one page of a tools/list result that answers a request in
-// flight.
+// flight, or why it cannot be read one way.
 type listPage struct {
-	tools           []json.RawMessage
+	tools           []listedTool
 	continued, more bool
+	why             string
 }
 
-// answers returns the pages of frame that answer tools/list requests in
-// flight, and forgets those requests.
-func (w *listWatch) answers(frame []byte) []listPage {
-	w.mu.Lock()
-	n := len(w.reqs)
-	w.mu.Unlock()
-	if n == 0 || !bytes.Contains(frame, []byte(`"tools"`)) {
-		return nil
+// answers returns the pages of text that answer tools/list requests in
+// flight, and forgets those requests. why is set when some value of text
+// that readers could take two ways may answer one: whether it does, or
+// what it lists, depends on the reader.
+func (w *listWatch) answers(text []byte) (out []listPage, why string) {
+	if !w.inFlight() {
+		return nil, ""
 	}
-	var out []listPage
-	for _, m := range messages(frame) {
-		if m.Result == nil || len(m.ID) == 0 {
-			continue
+	rd := reading.Read(text)
+	for _, v := range rd.Values {
+		msgs := []*reading.Value{v}
+		if v.Kind == reading.Array {
+			msgs = v.Elems
 		}
-		key, _, _ := idKey(m.ID)
-		id := newReqID(key, m.ID)
-		w.mu.Lock()
-		for i := range w.reqs {
-			if w.reqs[i].id.same(id) {
-				out = append(out, listPage{tools: m.Result.Tools, continued: w.reqs[i].continued, more: m.Result.NextCursor != ""})
-				w.reqs = append(w.reqs[:i], w.reqs[i+1:]...)
-				break
+		for _, m := range msgs {
+			if m.Kind != reading.Object {
+				continue
 			}
+			idv, idWhy := m.Get("id")
+			mv, mWhy := m.Lookup("method")
+			if idWhy != "" || mWhy != "" {
+				if why == "" {
+					why = "a message's " + cmp.Or(idWhy, mWhy)
+				}
+				continue
+			}
+			if idv == nil || mv != nil {
+				continue // a notification, or a request of the server's
+			}
+			key, _, _ := idKey(idv.Raw)
+			req, ok := w.take(newReqID(key, idv.Raw))
+			if !ok {
+				continue // answers no tools/list in flight, to any reader
+			}
+			res, resWhy := m.Lookup("result")
+			if resWhy != "" {
+				out = append(out, listPage{why: "the answer's " + resWhy})
+				continue
+			}
+			tools, more, lwhy := readToolList(res)
+			out = append(out, listPage{tools: tools, continued: req.continued, more: more, why: lwhy})
 		}
-		w.mu.Unlock()
 	}
-	return out
+	if why == "" && rd.Err != "" && rd.Ambiguous != "" {
+		why = "the frame: " + rd.Ambiguous // past what aegis reads, some reader reads on
+	}
+	return out, why
+}
+
+// take forgets and returns the tools/list request in flight that id names.
+func (w *listWatch) take(id reqID) (listReq, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range w.reqs {
+		if w.reqs[i].id.same(id) {
+			r := w.reqs[i]
+			w.reqs = append(w.reqs[:i], w.reqs[i+1:]...)
+			return r, true
+		}
+	}
+	return listReq{}, false
 }
 
 // pinApprover re-pins the tool of an approved re-pin approval.
@@ -488,9 +559,19 @@ func (g *gated) checkPin(b *pinBook, tool string) {
 // not in force, and the frame waits for its pin events to be durable
 // (they follow it in the stream, so their receipt covers it too).
 func (r *relay) onServerFramePins(line []byte) (*events.Receipt, bool, bool) {
+	var texts [][]byte
+	if r.lists.inFlight() {
+		// What the relay reads of the line (readServerFrame): the line,
+		// and where a stream reader joins it to earlier ones, the joined
+		// value and what follows it.
+		texts = [][]byte{frameOf(line)}
+		if sc := r.ss.scan(line); sc.joined != nil {
+			texts = append(texts, sc.joined, sc.rest)
+		}
+	}
 	wait, relay, ok := r.onServerFrame(line)
-	if ok && relay {
-		rc, err := r.lists.noteServer(frameOf(line), r.pins)
+	if ok && relay && texts != nil {
+		rc, err := r.lists.noteServer(texts, r.pins)
 		if err != nil {
 			r.fail(err)
 			return nil, false, false
@@ -517,7 +598,7 @@ func (b *pinBook) ask(tool string) (id, digest string, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	seen, changed := b.changed[tool]
-	if !changed || !b.enforce || b.mode != policy.ToolChangePendingApproval {
+	if !changed || seen.bad != "" || !b.enforce || b.mode != policy.ToolChangePendingApproval {
 		return "", "", false
 	}
 	return b.askLocked(tool, seen), seen.digest, true
@@ -526,11 +607,11 @@ func (b *pinBook) ask(tool string) (id, digest string, ok bool) {
 // hidden reports whether tool is changed and refused: the gateway does not
 // show it.
 func (b *pinBook) hidden(tool string) bool {
-	if b == nil || !b.enforce || b.mode == policy.ToolChangeAllow {
+	if b == nil || !b.enforce {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, ok := b.changed[tool]
-	return ok
+	seen, ok := b.changed[tool]
+	return ok && (seen.bad != "" || b.mode != policy.ToolChangeAllow)
 }

@@ -729,7 +729,6 @@ func (r *relay) failedNow() bool {
 // told from the other's.
 func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 	frame := frameOf(line)
-	r.lists.noteHost(frame)
 	if r.gate == nil && r.hs.depth == 0 && len(line) <= maxUnreadLine && !mentionsToolsCall(frame) && r.deferRead(line) {
 		// Not a call (FuzzClassify holds Classify to finding none in a
 		// frame that names tools/call in no spelling), no value begun
@@ -1012,6 +1011,9 @@ func (r *relay) markReuse(cls *Classification) (registered bool) {
 // registerLocked registers requests as in flight; r.mu is held.
 func (r *relay) registerLocked(requests []Request) {
 	for _, q := range requests {
+		if q.List {
+			r.lists.add(newReqID(q.Key, q.ID), q.Cursor)
+		}
 		if o := r.others[q.Key]; o != nil {
 			o.n++
 		} else {

@@ -15,13 +15,41 @@ import (
 // the server listed it; a definition that later differs is a change the
 // proxy records and acts on (docs/pins.md).
 //
-// The digest ([ToolDefinitionDigest]) is lowercase hex SHA-256 over the
-// RFC 8785 canonical JSON of the object holding the tool's name, title,
-// description, inputSchema, outputSchema and annotations, each member only
-// when the tool has it. Tool definitions are arbitrary JSON (floats,
-// negative numbers and null are common in schemas), so they are
-// canonicalized with [CanonicalJSON], the full RFC 8785, not with the
-// audit record's narrower [Canonicalize].
+// The digest of scheme 2 ([ToolPinScheme], [ToolObjectDigest]) is
+// lowercase hex SHA-256 over the RFC 8785 canonical JSON of the whole tool
+// object as the host receives it: every member, _meta, icons and
+// execution included, since hosts act on each. Pins of scheme 1 (no
+// scheme in the event) covered only the object of the tool's name, title,
+// description, inputSchema, outputSchema and annotations
+// ([ToolDefinition.Digest]); a proxy that finds one upgrades it to scheme
+// 2 when the tool is listed as it was pinned. Tool definitions are
+// arbitrary JSON (floats, negative numbers and null are common in
+// schemas), so they are canonicalized with [CanonicalJSON], the full RFC
+// 8785, not with the audit record's narrower [Canonicalize]. Whoever calls
+// these has read the definition with proxy/reading first: a definition
+// that readers could take two ways is never digested.
+
+// ToolPinScheme is the scheme of the pins a proxy makes now.
+const ToolPinScheme = 2
+
+// ToolObjectDigest returns the scheme-2 digest of one tool object and the
+// digest of each of its members (SHA-256 of the member's canonical JSON),
+// which tell what a change touched.
+func ToolObjectDigest(raw []byte) (string, map[string]string, error) {
+	c, err := CanonicalJSON(raw)
+	if err != nil {
+		return "", nil, fmt.Errorf("tool definition: %w", err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(c, &m); err != nil || m == nil {
+		return "", nil, errors.New("tool definition: not an object")
+	}
+	fields := make(map[string]string, len(m))
+	for k, v := range m {
+		fields[k] = HashHex(v) // v is canonical already: c is
+	}
+	return HashHex(c), fields, nil
+}
 
 // ToolPinFields are the members of a tool definition that its digest
 // covers, in the order a change names them.
@@ -106,17 +134,28 @@ func ToolDefinitionDigest(raw json.RawMessage) (name, digest string, err error) 
 	return d.Name, digest, err
 }
 
-// ChangedFields names the members whose digests differ between two
-// FieldDigests (a member present in one only counts), in ToolPinFields
-// order.
+// ChangedFields names the members whose digests differ between two maps of
+// member digests (a member present in one only counts): those of
+// ToolPinFields in that order, then the others sorted.
 func ChangedFields(was, now map[string]string) []string {
-	var out []string
+	var out, rest []string
 	for _, f := range ToolPinFields {
 		if was[f] != now[f] {
 			out = append(out, f)
 		}
 	}
-	return out
+	seen := func(f string) bool {
+		return slices.Contains(ToolPinFields, f) || slices.Contains(rest, f)
+	}
+	for _, m := range []map[string]string{was, now} {
+		for f := range m {
+			if !seen(f) && was[f] != now[f] {
+				rest = append(rest, f)
+			}
+		}
+	}
+	slices.Sort(rest)
+	return append(out, rest...)
 }
 
 // The payloads of the pin events. Server is the pin's key: the server's
@@ -129,14 +168,21 @@ type ToolPinned struct {
 	Tool   string            `json:"tool"`
 	Digest string            `json:"digest"`
 	Fields map[string]string `json:"fields,omitempty"`
-	// Reason is "first sight", "approved <approval id>" or "on_tool_change: allow".
+	// Reason is "first sight", "approved <approval id>", "on_tool_change:
+	// allow" or "scheme 2: listed as pinned".
 	Reason string `json:"reason"`
+	// Scheme is the digest's scheme: [ToolPinScheme], or 0 for the
+	// scheme-1 pins of earlier versions.
+	Scheme int `json:"scheme,omitempty"`
 }
 
 // ToolChanged is the payload of a tool.changed event. Change is
 // "changed" (Fields names what), "added" (a tool the server had not
-// pinned, listed after its first listing) or "removed" (a pinned tool a
-// complete listing left out; Digest is then empty).
+// pinned, listed after its first listing), "removed" (a pinned tool a
+// complete listing left out; Digest is then empty), "unreadable" (a
+// definition, or with Tool empty a whole listing, that JSON readers could
+// take two ways; Reason says how) or "duplicated" (a listing that names
+// the tool twice).
 type ToolChanged struct {
 	Server string   `json:"server"`
 	Tool   string   `json:"tool"`
@@ -145,8 +191,12 @@ type ToolChanged struct {
 	Digest string   `json:"digest,omitempty"`
 	Fields []string `json:"fields,omitempty"`
 	// Action is what on_tool_change made of it: deny, pending_approval,
-	// allow, or record (no policy enforces pins in this session).
+	// allow, or record (no policy enforces pins in this session). An
+	// unreadable or duplicated definition is refused whatever
+	// on_tool_change says (deny), since no one definition could be pinned.
 	Action string `json:"action"`
+	// Reason says why an unreadable listing or definition is one.
+	Reason string `json:"reason,omitempty"`
 }
 
 // PinsReset is the payload of a pins.reset event: every pin of Server, or
@@ -159,9 +209,11 @@ type PinsReset struct {
 
 // The changes a [ToolChanged] names.
 const (
-	ToolChangeChanged = "changed"
-	ToolChangeAdded   = "added"
-	ToolChangeRemoved = "removed"
+	ToolChangeChanged    = "changed"
+	ToolChangeAdded      = "added"
+	ToolChangeRemoved    = "removed"
+	ToolChangeUnreadable = "unreadable"
+	ToolChangeDuplicated = "duplicated"
 )
 
 // WrapServerKey is the pin key of a wrapped server: its argv, each

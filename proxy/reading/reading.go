@@ -121,12 +121,24 @@ func Read(text []byte) Reading {
 }
 
 // Get returns the member of an object named name exactly, and why reading
-// it is ambiguous ("" when it is not): the name given twice, another
-// member whose name equals it under case folding (encoding/json matches
-// struct fields so), or an ambiguous value. It returns nil when v is no
-// object or has no such member; a member in another case alone is still
-// reported, since a reader that folds case finds it.
+// it is ambiguous ("" when it is not): the name's ambiguity ([Value.Lookup])
+// or the member's value's.
 func (v *Value) Get(name string) (*Value, string) {
+	m, why := v.Lookup(name)
+	if why == "" && m != nil {
+		why = m.Ambiguous
+	}
+	return m, why
+}
+
+// Lookup returns the member of an object named name exactly, and why
+// readers could find another member by that name ("" when none could):
+// the name given twice, or another member whose name equals it under case
+// folding (encoding/json matches struct fields so). It returns nil when v
+// is no object or has no such member; a member in another case alone is
+// still reported, since a reader that folds case finds it. The member's
+// own value may be ambiguous: see its Ambiguous.
+func (v *Value) Lookup(name string) (*Value, string) {
 	if v == nil || v.Kind != Object {
 		return nil, ""
 	}
@@ -144,9 +156,6 @@ func (v *Value) Get(name string) (*Value, string) {
 				why = "member " + strconv.Quote(m.Name) + " is " + strconv.Quote(name) + " to a reader that folds case"
 			}
 		}
-	}
-	if why == "" && found != nil {
-		why = found.Ambiguous
 	}
 	return found, why
 }
