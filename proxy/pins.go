@@ -66,7 +66,7 @@ type pinBook struct {
 	unreadable string
 	dirty      bool
 	n          int
-	prefix  string // of the approval ids it asks for
+	prefix     string // of the approval ids it asks for
 }
 
 // toolSeen is a tool's definition as a listing showed it.
