@@ -146,15 +146,23 @@
 // # Tool pins
 //
 // Every tools/list answer is read into the server's pins (pins.go states
-// the invariants; gateway_pins.go the gateway's part): first sight pins a
-// tool to the digest of its definition, a later difference, an added tool
-// or a removed one is a tool.changed event, and, under a policy in wrap and
-// always in the gateway, a call to a changed tool is refused (on_tool_change)
-// until a human approves its new definition; the gateway also hides it.
-// Wrap reads the server's answers to the host's tools/list requests,
-// matched as the host matches them (LooseID), once it has decided to relay
-// a frame and before the frame is written to the host (the bytes pass
-// unchanged); an outcome carries its tool's pin in decision_axes.tool_pin.
+// the invariants, pinread.go how a listing is read, gateway_pins.go the
+// gateway's part): first sight pins a tool to the digest of its whole
+// definition, a later difference, an added tool or a removed one is a
+// tool.changed event, and, under a policy in wrap and always in the
+// gateway, a call to a changed tool is refused (on_tool_change) until a
+// human approves its new definition; the gateway also hides it. Listings
+// are read through package reading, never a decoder or byte filter of
+// their own: a definition that readers could take two ways, or a tool
+// listed twice, is refused whatever on_tool_change says, and a listing
+// that cannot be read one way holds every call to its server.
+// Wrap registers the host's tools/list requests where it registers every
+// host request, from its own reading of the frame (Request.List), and
+// reads the server's answers to them, matched as the host matches them
+// (LooseID), in the line and where a stream reader joins lines, once it
+// has decided to relay a frame and before the frame is written to the
+// host (the bytes pass unchanged); an outcome carries its tool's pin in
+// decision_axes.tool_pin.
 //
 // # The gateway (aegis gateway)
 //

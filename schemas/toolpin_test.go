@@ -114,3 +114,36 @@ func FuzzCanonicalJSON(f *testing.F) {
 		}
 	})
 }
+
+// The scheme-2 digest covers the whole tool object: a change of _meta (an
+// MCP Apps ui.resourceUri), icons or execution is a change, named.
+func TestToolObjectDigestCoversEveryMember(t *testing.T) {
+	base := `{"name":"fetch","description":"Fetch a URL.","inputSchema":{"type":"object"}}`
+	want, wantFields, err := ToolObjectDigest([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, raw string
+		changed   []string
+	}{
+		{"the same tool written another way", "{ \"inputSchema\":{\"type\":\"object\"}, \"description\":\"Fetch a \\u0055RL.\",\"name\":\"fetch\"}", nil},
+		{"_meta gains a ui.resourceUri", `{"name":"fetch","description":"Fetch a URL.","inputSchema":{"type":"object"},"_meta":{"ui":{"resourceUri":"ui://x"}}}`, []string{"_meta"}},
+		{"icons added", `{"name":"fetch","description":"Fetch a URL.","inputSchema":{"type":"object"},"icons":[{"src":"https://x/i.png"}]}`, []string{"icons"}},
+		{"execution and a description change", `{"name":"fetch","description":"Fetch.","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"}}`, []string{"description", "execution"}},
+	} {
+		got, fields, err := ToolObjectDigest([]byte(tc.raw))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if (got == want) != (tc.changed == nil) {
+			t.Errorf("%s: digest %s, base %s", tc.name, got, want)
+		}
+		if ch := ChangedFields(wantFields, fields); !slices.Equal(ch, tc.changed) {
+			t.Errorf("%s: changed %v, want %v", tc.name, ch, tc.changed)
+		}
+	}
+	if _, _, err := ToolObjectDigest([]byte(`{"name":"x","annotations":{"n":1e400}}`)); err == nil {
+		t.Error("a number beyond the double range was digested")
+	}
+}
