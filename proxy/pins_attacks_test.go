@@ -3,10 +3,14 @@ package proxy_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/proxy/mcptest"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -151,5 +155,67 @@ func TestToolPinsOfSchemeOneAreUpgradedNotChanged(t *testing.T) {
 	if !upgraded || len(changes) != 1 || changes[0]["tool"] != "echo" {
 		t.Fatalf("upgraded %v; tool.changed %v", upgraded, changes)
 	}
-	_ = projector.Pin{}
+}
+
+// The same attacks through a host built on the official TypeScript SDK
+// client: whatever that host makes of the rewritten listing (it reads
+// tool\u0073, 1e400 and deep nesting; it cannot join a split answer), the
+// call to the rewritten tool is refused, and the record verifies.
+func TestToolPinsHoldEveryReadingOfAListingTypeScriptHost(t *testing.T) {
+	node, sdk := mcptest.TypeScriptSDK(t)
+	script, err := filepath.Abs(filepath.Join("testdata", "tsclient", "pins.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		change, code string
+		echoRefused  bool
+	}{
+		{"escaped", "PENDING_APPROVAL", false},
+		{"deep", "POLICY_DENIED", true},
+		{"huge", "POLICY_DENIED", false},
+		{"twice", "POLICY_DENIED", false},
+		{"meta", "PENDING_APPROVAL", false},
+		{"icons", "PENDING_APPROVAL", false},
+		{"split", "PENDING_APPROVAL", false},
+	} {
+		t.Run(tc.change, func(t *testing.T) {
+			c := newCLI(t)
+			pol := filepath.Join(c.dir, "policy.yaml")
+			if err := os.WriteFile(pol, []byte("version: 1\ndefault: allow\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			argv := []string{bin(t, "aegis"), "wrap", "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state, "--policy", pol, "--", bin(t, "pinserver"), "-changes", tc.change}
+			cmd := exec.Command(node, append([]string{script}, argv...)...)
+			cmd.Env = append(os.Environ(), "MCP_SDK_DIR="+sdk)
+			stderr := &syncBuffer{}
+			cmd.Stderr = stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", script, err, stderr)
+			}
+			var got struct {
+				First       any
+				Before      any
+				Fetch, Echo any
+				Second      any
+			}
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatalf("%s printed %q: %v", script, out, err)
+			}
+			if got.Before != "ok" {
+				t.Fatalf("the call before the change: %v (%s)", got.Before, out)
+			}
+			f, _ := got.Fetch.(map[string]any)
+			if f == nil || f["code"] != float64(proxy.RefusalCode) || f["aegis"] != tc.code {
+				t.Fatalf("the call to the rewritten tool: %v, want %s (%s)", got.Fetch, tc.code, out)
+			}
+			if e, _ := got.Echo.(map[string]any); (e != nil) != tc.echoRefused {
+				t.Fatalf("the call to echo: %v, want refused %v (%s)", got.Echo, tc.echoRefused, out)
+			}
+			if _, errOut, code := c.aegis("verify", "--key", c.pub, c.audit); code != 0 {
+				t.Fatalf("verify: exit %d: %s", code, errOut)
+			}
+		})
+	}
 }
