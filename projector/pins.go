@@ -27,7 +27,16 @@ type Pin struct {
 	Reason  string    `json:"reason,omitempty"`
 	// Scheme is the digest's scheme (schemas.ToolPinScheme; 0: scheme 1).
 	Scheme int `json:"scheme,omitempty"`
+	// Caps are the host capabilities the tool was first pinned under
+	// (schemas.ToolPinned.Caps); CapsKnown is false for pins of versions
+	// that did not say.
+	Caps      string `json:"caps,omitempty"`
+	CapsKnown bool   `json:"caps_known,omitempty"`
 }
+
+// Under reports whether p counts for a host with capabilities caps: it was
+// pinned under them, or by a version that did not say under which.
+func (p Pin) Under(caps string) bool { return !p.CapsKnown || p.Caps == caps }
 
 // PinSet is the pins of the servers, by server and tool. Its fold is pure.
 type PinSet map[string]map[string]Pin
@@ -47,7 +56,7 @@ func (ps PinSet) Fold(e schemas.Event) bool {
 			m = map[string]Pin{}
 			ps[p.Server] = m
 		}
-		m[p.Tool] = Pin{Server: p.Server, Tool: p.Tool, Digest: p.Digest, Fields: p.Fields, Since: e.Time.UTC(), Session: e.Session, Reason: p.Reason, Scheme: p.Scheme}
+		m[p.Tool] = Pin{Server: p.Server, Tool: p.Tool, Digest: p.Digest, Fields: p.Fields, Since: e.Time.UTC(), Session: e.Session, Reason: p.Reason, Scheme: p.Scheme, Caps: deref(p.Caps), CapsKnown: p.Caps != nil}
 		return true
 	case schemas.KindPinsReset:
 		var r schemas.PinsReset
@@ -196,4 +205,11 @@ func pinText(kind schemas.Kind, payload json.RawMessage) string {
 		return fmt.Sprintf("pins of %s reset by %s", Printable(r.Server), Printable(r.By))
 	}
 	return ""
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

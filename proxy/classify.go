@@ -97,6 +97,10 @@ type Request struct {
 	// List is set for a tools/list request (to some reading of it), whose
 	// answer the pins read; Cursor when its params.cursor is given.
 	List, Cursor bool
+	// Init is set for an initialize request, and Caps names the host
+	// capabilities it declares that shape a server's listings (capsKey).
+	Init bool
+	Caps string
 }
 
 // Classification is the relay's reading of one frame. The frame's bytes are
@@ -262,8 +266,11 @@ func classifyMember(obj []byte, m *member, c *Classification) {
 			if dups == "" {
 				if key, ok, _ := idKey(m.ID); ok {
 					q := Request{Key: key, ID: compactRaw(m.ID)}
-					if method == "tools/list" {
+					switch method {
+					case "tools/list":
 						q.List, q.Cursor = true, listCursor(m.Params)
+					case "initialize":
+						q.Init, q.Caps = true, initCaps(m.Params)
 					}
 					c.Requests = append(c.Requests, q)
 				}
@@ -351,6 +358,21 @@ func readingRequests(obj []byte, m *member) []Request {
 		}
 	}
 	return out
+}
+
+// initCaps returns the capabilities an initialize's params declare that
+// shape a server's listings, as capsKey names them. A capability named in
+// another case counts: some server reads it.
+func initCaps(params json.RawMessage) string {
+	p, _ := reading.Read(params).One()
+	caps, _ := p.Lookup("capabilities")
+	var names []string
+	for _, n := range []string{"elicitation", "roots", "sampling"} {
+		if v, why := caps.Lookup(n); why != "" || v != nil && v.Kind != reading.Null {
+			names = append(names, n)
+		}
+	}
+	return capsKey(names...)
 }
 
 // listCursor reports whether the params of a tools/list request give a
@@ -478,7 +500,7 @@ func quickEnvelope(t []byte) (envelope, bool) {
 		if !plainString(method) {
 			return envelope{}, false
 		}
-		if m := string(method[1 : len(method)-1]); m == "tools/call" || m == "notifications/cancelled" || m == "tools/list" {
+		if m := string(method[1 : len(method)-1]); m == "tools/call" || m == "notifications/cancelled" || m == "tools/list" || m == "initialize" {
 			return envelope{}, false // read the slow way: calls, cancellations, and listings the pins follow
 		}
 		return envelope{id: id, request: true}, true

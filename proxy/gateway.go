@@ -346,6 +346,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		host = &mcp.IOTransport{Reader: first, Writer: hostW}
 	}
 	g.tk.hostCaps = hostTasks
+	g.pins.setCaps(caps)
 	for _, st := range running {
 		client := g.newClient(st.srv.Name, caps)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -35,6 +35,27 @@ func newGatewayPins(g *gateway) *gatewayPins {
 	return gp
 }
 
+// setCaps judges the servers' listings under the capabilities they are
+// told of the host (pins.go: first sight is per capability set).
+func (gp *gatewayPins) setCaps(c *mcp.ClientCapabilities) {
+	if gp == nil || c == nil {
+		return
+	}
+	var names []string
+	if c.Elicitation != nil {
+		names = append(names, "elicitation")
+	}
+	if c.RootsV2 != nil || c.Roots.ListChanged {
+		names = append(names, "roots")
+	}
+	if c.Sampling != nil {
+		names = append(names, "sampling")
+	}
+	for _, b := range gp.books {
+		b.setCaps(capsKey(names...))
+	}
+}
+
 // observe reads a complete listing of server's tools into its pins, and
 // asks for the approval of each tool it newly found changed.
 func (gp *gatewayPins) observe(server string, tools []*mcp.Tool) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,16 @@ import (
 //   - Pins of scheme 1 (earlier versions digested six members) are
 //     upgraded to the whole object when the tool is listed as it was
 //     pinned; otherwise the tool is changed, as any other.
+//   - What a server lists may depend on what the host can do (a tool that
+//     asks for sampling is listed only to a host with sampling). Each pin
+//     keeps the host capabilities it was first seen under (Caps, see
+//     capsKey), and first sight is judged per capability set: a tool that
+//     only a host with other capabilities is shown is pinned at first
+//     sight under those, never recorded as added; a complete listing shows
+//     a removal only of tools pinned under its own capabilities. A tool's
+//     definition is one whatever the host: listed otherwise under any
+//     capabilities, it is changed. Pins of earlier versions (no Caps)
+//     count under every capability set, as before.
 type pinBook struct {
 	server  string
 	mode    policy.ToolChange
@@ -56,7 +67,8 @@ type pinBook struct {
 	pinned  map[string]projector.Pin // by tool; Digest "" = to pin at first sight
 	current map[string]toolSeen      // the last definition listed in this session
 	listing map[string]bool          // the tools of the listing under way; nil: none
-	settled bool                     // no first sight left (pins at open, or a complete listing)
+	settled bool                     // no first sight left: a complete listing under caps this session
+	caps    string                   // the host's capabilities, as capsKey gives them
 	changed map[string]toolSeen      // tools whose listed definition is not their pin
 	removed map[string]bool          // pinned tools the last complete listing left out
 	asked   map[string]pinAsk        // pending re-pin approvals, by approval id
@@ -97,11 +109,6 @@ func newPinBook(sess *projector.Session, server string, set *policy.Set) *pinBoo
 func newPinBookMode(sess *projector.Session, server string, enforce bool, mode policy.ToolChange) *pinBook {
 	b := &pinBook{server: server, sess: sess, pinned: sess.Pins(server), enforce: enforce, mode: mode, prefix: "apr-pin-",
 		current: map[string]toolSeen{}, changed: map[string]toolSeen{}, removed: map[string]bool{}, asked: map[string]pinAsk{}}
-	for _, p := range b.pinned {
-		if p.Digest != "" {
-			b.settled = true
-		}
-	}
 	return b
 }
 
@@ -133,6 +140,7 @@ func (b *pinBook) observeChanges(tools []listedTool, continued, more bool) (fres
 	if !continued || b.listing == nil {
 		b.listing, b.dirty = map[string]bool{}, false
 	}
+	settled := b.settled || b.pinnedUnderLocked(b.caps)
 	var evs []func() (*events.Receipt, error)
 	for _, t := range tools {
 		name, seen := t.name, t.seen
@@ -159,7 +167,7 @@ func (b *pinBook) observeChanges(tools []listedTool, continued, more bool) (fres
 		}
 		dg := seen.digest
 		switch {
-		case (!ok && !b.settled) || (ok && pin.Digest == ""):
+		case (!ok && !settled) || (ok && pin.Digest == ""):
 			evs = append(evs, b.pinLocked(name, seen, "first sight"))
 		case ok && pin.Digest == dg:
 			delete(b.changed, name) // as pinned (again)
@@ -183,7 +191,7 @@ func (b *pinBook) observeChanges(tools []listedTool, continued, more bool) (fres
 	}
 	if !more {
 		for name, pin := range b.pinned {
-			if pin.Digest == "" || b.listing[name] || b.removed[name] {
+			if pin.Digest == "" || b.listing[name] || b.removed[name] || !pin.Under(b.caps) {
 				continue
 			}
 			b.removed[name] = true
@@ -250,9 +258,56 @@ func changedFields(pin projector.Pin, seen toolSeen) []string {
 }
 
 // pinLocked pins tool to seen and returns the recording of it; b.mu is held.
+// A re-pin keeps the capabilities the tool was first pinned under.
 func (b *pinBook) pinLocked(tool string, seen toolSeen, reason string) func() (*events.Receipt, error) {
-	b.pinned[tool] = projector.Pin{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Session: b.sess.ID(), Reason: reason, Scheme: schemas.ToolPinScheme}
-	return b.fact(schemas.KindToolPinned, schemas.ToolPinned{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Reason: reason, Scheme: schemas.ToolPinScheme})
+	caps, known := b.caps, true
+	if old, ok := b.pinned[tool]; ok && old.Digest != "" {
+		caps, known = old.Caps, old.CapsKnown
+	}
+	b.pinned[tool] = projector.Pin{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Session: b.sess.ID(), Reason: reason,
+		Scheme: schemas.ToolPinScheme, Caps: caps, CapsKnown: known}
+	ev := schemas.ToolPinned{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Reason: reason, Scheme: schemas.ToolPinScheme}
+	if known {
+		ev.Caps = &caps
+	}
+	return b.fact(schemas.KindToolPinned, ev)
+}
+
+// pinnedUnderLocked reports whether a tool is pinned under caps (or by an
+// earlier version, under every capability set); b.mu is held.
+func (b *pinBook) pinnedUnderLocked(caps string) bool {
+	for _, p := range b.pinned {
+		if p.Digest != "" && p.Under(caps) {
+			return true
+		}
+	}
+	return false
+}
+
+// setCaps sets the host capabilities the server's listings are judged
+// under (capsKey); a listing read before it is judged under none.
+func (b *pinBook) setCaps(caps string) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if caps != b.caps {
+		b.caps, b.settled = caps, false
+	}
+}
+
+// capsKey names the capabilities of a host that shape what a server lists
+// (those the server is told: elicitation, roots, sampling), sorted and
+// joined by commas: "" for none.
+func capsKey(names ...string) string {
+	var out []string
+	for _, n := range []string{"elicitation", "roots", "sampling"} {
+		if slices.Contains(names, n) {
+			out = append(out, n)
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 func (b *pinBook) fact(kind schemas.Kind, payload any) func() (*events.Receipt, error) {

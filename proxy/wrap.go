@@ -1014,6 +1014,9 @@ func (r *relay) registerLocked(requests []Request) {
 		if q.List {
 			r.lists.add(newReqID(q.Key, q.ID), q.Cursor)
 		}
+		if q.Init {
+			r.pins.setCaps(q.Caps)
+		}
 		if o := r.others[q.Key]; o != nil {
 			o.n++
 		} else {

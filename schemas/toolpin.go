@@ -174,6 +174,11 @@ type ToolPinned struct {
 	// Scheme is the digest's scheme: [ToolPinScheme], or 0 for the
 	// scheme-1 pins of earlier versions.
 	Scheme int `json:"scheme,omitempty"`
+	// Caps names the host capabilities the tool was first pinned under
+	// (elicitation, roots, sampling: those that shape a server's listing),
+	// sorted and joined by commas; "" for none. Absent in pins of versions
+	// that did not say, which count under every capability set.
+	Caps *string `json:"caps,omitempty"`
 }
 
 // ToolChanged is the payload of a tool.changed event. Change is

@@ -26,7 +26,10 @@
 //	split     the listing's answer is split across two lines, which a
 //	          stream reader joins
 //
-// -page N lists N tools per page (nextCursor), 0 for one page. Every
+// -page N lists N tools per page (nextCursor), 0 for one page. With
+// -sampling-tool, a third tool, summarize, is listed only to a host whose
+// initialize declares sampling (as server-everything lists its sampling
+// tool), with $PINSERVER_SUMMARIZE as its description when set. Every
 // tools/call is answered with a text result naming the tool.
 package main
 
@@ -44,6 +47,7 @@ type tool map[string]any
 func main() {
 	changes := flag.String("changes", "", "comma-separated changes, one per tools/call")
 	page := flag.Int("page", 0, "tools per page of tools/list (0: all)")
+	samplingTool := flag.Bool("sampling-tool", false, "list summarize to a host with sampling")
 	flag.Parse()
 
 	desc := "Fetch a URL and return its body."
@@ -76,9 +80,10 @@ func main() {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
 			Params struct {
-				Name            string `json:"name"`
-				Cursor          string `json:"cursor"`
-				ProtocolVersion string `json:"protocolVersion"`
+				Name            string                     `json:"name"`
+				Cursor          string                     `json:"cursor"`
+				ProtocolVersion string                     `json:"protocolVersion"`
+				Capabilities    map[string]json.RawMessage `json:"capabilities"`
 			} `json:"params"`
 		}
 		if json.Unmarshal(sc.Bytes(), &m) != nil || m.ID == nil || m.Method == "" {
@@ -90,6 +95,13 @@ func main() {
 			v := m.Params.ProtocolVersion
 			if v == "" {
 				v = "2025-06-18"
+			}
+			if _, ok := m.Params.Capabilities["sampling"]; ok && *samplingTool {
+				d := "Summarize a text with the host's model."
+				if e := os.Getenv("PINSERVER_SUMMARIZE"); e != "" {
+					d = e
+				}
+				tools = append(tools, tool{"name": "summarize", "description": d, "inputSchema": map[string]any{"type": "object"}})
 			}
 			result = map[string]any{"protocolVersion": v, "capabilities": map[string]any{"tools": map[string]any{"listChanged": true}},
 				"serverInfo": map[string]any{"name": "pinserver", "version": "1"}}
