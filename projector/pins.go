@@ -16,6 +16,8 @@ import (
 // Pins outlive the session that made them; [Index] keeps them, so a start
 // reads them from its snapshot, never from the whole stream.
 type Pin struct {
+	// Kind is what is pinned: "" for a tool, else a schemas.PinKind.
+	Kind   string            `json:"kind,omitempty"`
 	Server string            `json:"server"`
 	Tool   string            `json:"tool"`
 	Digest string            `json:"digest"`
@@ -38,8 +40,18 @@ type Pin struct {
 // pinned under them, or by a version that did not say under which.
 func (p Pin) Under(caps string) bool { return !p.CapsKnown || p.Caps == caps }
 
-// PinSet is the pins of the servers, by server and tool. Its fold is pure.
+// PinSet is the pins of the servers, by server and PinKey. Its fold is
+// pure.
 type PinSet map[string]map[string]Pin
+
+// PinKey keys a pin within its server: a tool by its name, anything else
+// by its kind and name, so that a prompt never shares a tool's pin.
+func PinKey(kind, name string) string {
+	if kind == "" {
+		return name
+	}
+	return kind + "\x00" + name
+}
 
 // Fold applies one event: tool.pinned sets a pin, pins.reset removes the
 // server's pins (or one tool's); every other event is ignored. It reports
@@ -56,7 +68,7 @@ func (ps PinSet) Fold(e schemas.Event) bool {
 			m = map[string]Pin{}
 			ps[p.Server] = m
 		}
-		m[p.Tool] = Pin{Server: p.Server, Tool: p.Tool, Digest: p.Digest, Fields: p.Fields, Since: e.Time.UTC(), Session: e.Session, Reason: p.Reason, Scheme: p.Scheme, Caps: deref(p.Caps), CapsKnown: p.Caps != nil}
+		m[PinKey(p.Kind, p.Tool)] = Pin{Kind: p.Kind, Server: p.Server, Tool: p.Tool, Digest: p.Digest, Fields: p.Fields, Since: e.Time.UTC(), Session: e.Session, Reason: p.Reason, Scheme: p.Scheme, Caps: deref(p.Caps), CapsKnown: p.Caps != nil}
 		return true
 	case schemas.KindPinsReset:
 		var r schemas.PinsReset
@@ -69,22 +81,25 @@ func (ps PinSet) Fold(e schemas.Event) bool {
 			return had
 		}
 		m := ps[r.Server]
-		if p, had := m[r.Tool]; !had || p.Digest == "" {
+		key := PinKey(r.Kind, r.Tool)
+		if p, had := m[key]; !had || p.Digest == "" {
 			return false
 		}
 		// Kept without a digest: the server's next listing pins the tool
 		// at first sight, not as one added after the others.
-		m[r.Tool] = Pin{Server: r.Server, Tool: r.Tool, Since: e.Time.UTC(), Session: e.Session, Reason: "reset"}
+		m[key] = Pin{Kind: r.Kind, Server: r.Server, Tool: r.Tool, Since: e.Time.UTC(), Session: e.Session, Reason: "reset"}
 		return true
 	}
 	return false
 }
 
-// Server returns a copy of server's pins, by tool.
-func (ps PinSet) Server(server string) map[string]Pin {
+// Server returns a copy of server's pins of kind ("" for tools), by name.
+func (ps PinSet) Server(server, kind string) map[string]Pin {
 	out := make(map[string]Pin, len(ps[server]))
-	for k, v := range ps[server] {
-		out[k] = v
+	for _, v := range ps[server] {
+		if v.Kind == kind {
+			out[v.Tool] = v
+		}
 	}
 	return out
 }
@@ -109,6 +124,9 @@ func (ps PinSet) list(server string, resets bool) []Pin {
 		if out[i].Server != out[j].Server {
 			return out[i].Server < out[j].Server
 		}
+		if out[i].Kind != out[j].Kind {
+			return out[i].Kind < out[j].Kind
+		}
 		return out[i].Tool < out[j].Tool
 	})
 	return out
@@ -131,9 +149,9 @@ func (ix *Index) foldPins(rec events.Record) {
 // every server's, or only server's.
 func (ix *Index) Pins(server string) []Pin { return ix.pins.List(server) }
 
-// ServerPins returns a copy of one server's pins, by tool; a tool whose
-// pin was reset alone has one without a digest.
-func (ix *Index) ServerPins(server string) map[string]Pin { return ix.pins.Server(server) }
+// ServerPins returns a copy of one server's tool pins, by tool; a tool
+// whose pin was reset alone has one without a digest.
+func (ix *Index) ServerPins(server string) map[string]Pin { return ix.pins.Server(server, "") }
 
 // pinsSnap and restorePins carry the pins in the snapshot's head.
 func (ix *Index) pinsSnap() []Pin { return ix.pins.list("", true) }
@@ -149,21 +167,26 @@ func (ix *Index) restorePins(ps []Pin) {
 			m = map[string]Pin{}
 			ix.pins[p.Server] = m
 		}
-		m[p.Tool] = p
+		m[PinKey(p.Kind, p.Tool)] = p
 	}
 }
 
 func (ps PinSet) clone() PinSet {
 	out := make(PinSet, len(ps))
-	for s := range ps {
-		out[s] = ps.Server(s)
+	for s, m := range ps {
+		c := make(map[string]Pin, len(m))
+		for k, v := range m {
+			c[k] = v
+		}
+		out[s] = c
 	}
 	return out
 }
 
-// Pins returns one server's tool pins as they stood when the session
-// opened (its index was folded to the stream's end then), by tool.
-func (s *Session) Pins(server string) map[string]Pin { return s.pins.Server(server) }
+// Pins returns one server's pins of kind ("" for tools) as they stood when
+// the session opened (its index was folded to the stream's end then), by
+// name.
+func (s *Session) Pins(server, kind string) map[string]Pin { return s.pins.Server(server, kind) }
 
 // pinText is the transcript's line for a pin event.
 func pinText(kind schemas.Kind, payload json.RawMessage) string {
@@ -171,7 +194,7 @@ func pinText(kind schemas.Kind, payload json.RawMessage) string {
 	case schemas.KindToolPinned:
 		var p schemas.ToolPinned
 		json.Unmarshal(payload, &p)
-		return fmt.Sprintf("tool %s of %s to %s (%s)", Printable(p.Tool), Printable(p.Server), short(p.Digest, 16), Printable(p.Reason))
+		return fmt.Sprintf("%s %s of %s to %s (%s)", pinNoun(p.Kind), Printable(p.Tool), Printable(p.Server), short(p.Digest, 16), Printable(p.Reason))
 	case schemas.KindToolChanged:
 		var c schemas.ToolChanged
 		json.Unmarshal(payload, &c)
@@ -195,12 +218,12 @@ func pinText(kind schemas.Kind, payload json.RawMessage) string {
 		case schemas.ToolChangeDuplicated:
 			what = "listed twice in one listing"
 		}
-		return fmt.Sprintf("TOOL CHANGED: %s of %s %s; on_tool_change: %s", Printable(c.Tool), Printable(c.Server), what, c.Action)
+		return fmt.Sprintf("%s CHANGED: %s of %s %s; on_tool_change: %s", strings.ToUpper(pinNoun(c.Kind)), Printable(c.Tool), Printable(c.Server), what, c.Action)
 	case schemas.KindPinsReset:
 		var r schemas.PinsReset
 		json.Unmarshal(payload, &r)
 		if r.Tool != "" {
-			return fmt.Sprintf("pin of %s of %s reset by %s", Printable(r.Tool), Printable(r.Server), Printable(r.By))
+			return fmt.Sprintf("pin of %s %s of %s reset by %s", pinNoun(r.Kind), Printable(r.Tool), Printable(r.Server), Printable(r.By))
 		}
 		return fmt.Sprintf("pins of %s reset by %s", Printable(r.Server), Printable(r.By))
 	}
@@ -212,4 +235,15 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// pinNoun names what a pin of kind pins.
+func pinNoun(kind string) string {
+	switch kind {
+	case "":
+		return "tool"
+	case schemas.PinKindResourceTemplate:
+		return "resource template"
+	}
+	return kind
 }

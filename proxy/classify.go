@@ -94,9 +94,11 @@ type Answer struct {
 type Request struct {
 	Key string
 	ID  json.RawMessage
-	// List is set for a tools/list request (to some reading of it), whose
-	// answer the pins read; Cursor when its params.cursor is given.
-	List, Cursor bool
+	// List is the method of a list request whose answer the pins read
+	// (tools/list, prompts/list, resources/templates/list; to some
+	// reading of it); Cursor is set when its params.cursor is given.
+	List   string
+	Cursor bool
 	// Init is set for an initialize request, and Caps names the host
 	// capabilities it declares that shape a server's listings (capsKey).
 	Init bool
@@ -266,10 +268,10 @@ func classifyMember(obj []byte, m *member, c *Classification) {
 			if dups == "" {
 				if key, ok, _ := idKey(m.ID); ok {
 					q := Request{Key: key, ID: compactRaw(m.ID)}
-					switch method {
-					case "tools/list":
-						q.List, q.Cursor = true, listCursor(m.Params)
-					case "initialize":
+					switch _, list := listShapes[method]; {
+					case list:
+						q.List, q.Cursor = method, listCursor(m.Params)
+					case method == "initialize":
 						q.Init, q.Caps = true, initCaps(m.Params)
 					}
 					c.Requests = append(c.Requests, q)
@@ -344,8 +346,8 @@ func readingRequests(obj []byte, m *member) []Request {
 		}
 		// A reading that sees tools/list makes it one: its answer is
 		// read for pins whichever reading the host took.
-		if s, _ := jsonString(method); s == "tools/list" {
-			out[i].List = true
+		if s, _ := jsonString(method); listShapes[s] != (listShape{}) && out[i].List == "" {
+			out[i].List = s
 			out[i].Cursor = out[i].Cursor || listCursor(params)
 		}
 	}
@@ -500,7 +502,7 @@ func quickEnvelope(t []byte) (envelope, bool) {
 		if !plainString(method) {
 			return envelope{}, false
 		}
-		if m := string(method[1 : len(method)-1]); m == "tools/call" || m == "notifications/cancelled" || m == "tools/list" || m == "initialize" {
+		if m := string(method[1 : len(method)-1]); m == "tools/call" || m == "notifications/cancelled" || m == "initialize" || listShapes[m] != (listShape{}) {
 			return envelope{}, false // read the slow way: calls, cancellations, and listings the pins follow
 		}
 		return envelope{id: id, request: true}, true

@@ -476,16 +476,23 @@ func (g *gateway) addTemplates(ctx context.Context) {
 	seen := map[string]bool{}
 	for _, n := range sortedDowns(g.downs) {
 		d := g.downs[n]
+		var listed []any
+		complete := true
 		for rt, err := range d.cs.ResourceTemplates(ctx, nil) {
 			if err != nil {
+				complete = false
 				break
 			}
+			listed = append(listed, rt)
 			if seen[rt.URITemplate] {
 				continue
 			}
 			seen[rt.URITemplate] = true
 			def := *rt
 			g.pt.templates = append(g.pt.templates, &templateEntry{server: n, def: &def, cs: d.cs})
+		}
+		if complete && len(listed) > 0 {
+			g.pins.observeKind(schemas.PinKindResourceTemplate, n, listed)
 		}
 	}
 }
@@ -508,10 +515,14 @@ func (g *gateway) addPrompts(ctx context.Context) {
 	}
 	for _, n := range sortedDowns(g.downs) {
 		d := g.downs[n]
+		var listed []any
+		complete := true
 		for p, err := range d.cs.Prompts(ctx, nil) {
 			if err != nil {
+				complete = false
 				break
 			}
+			listed = append(listed, p)
 			wire := g.wireName(n, p.Name)
 			if prev, dup := g.pt.prompts[wire]; dup {
 				g.notePrompt(fmt.Sprintf("prompt %s.%s refused: %s.%s already has the name %q", n, p.Name, prev.server, prev.prompt, wire),
@@ -521,6 +532,9 @@ func (g *gateway) addPrompts(ctx context.Context) {
 			def := *p
 			def.Name = wire
 			g.pt.prompts[wire] = promptEntry{server: n, prompt: p.Name, def: &def, cs: d.cs}
+		}
+		if complete && len(listed) > 0 {
+			g.pins.observeKind(schemas.PinKindPrompt, n, listed)
 		}
 	}
 }

@@ -20,19 +20,84 @@ import (
 // on_tool_change pending_approval, the change asks at once for an
 // approval (aegis approvals lists it), whose approve pins the new
 // definition and shows the tool again.
+//
+// Prompts and resource templates are pinned the same way (kinds), each by
+// its name or uriTemplate: a changed one is hidden from the host's lists
+// and a prompts/get of it refused, until its approval pins it (or, under
+// deny, a pins reset). The servers' instructions are not pinned here: the
+// gateway gives the host its own.
 type gatewayPins struct {
 	g     *gateway
-	books map[string]*pinBook // by server name
+	books map[string]*pinBook            // by server name
+	kinds map[string]map[string]*pinBook // by kind (schemas.PinKind), then server name
 }
 
 func newGatewayPins(g *gateway) *gatewayPins {
-	gp := &gatewayPins{g: g, books: map[string]*pinBook{}}
+	gp := &gatewayPins{g: g, books: map[string]*pinBook{}, kinds: map[string]map[string]*pinBook{}}
 	for _, s := range g.cfg.Servers {
 		b := newPinBookMode(g.sess, s.Name, true, g.cfg.OnToolChange)
 		b.prefix = "apr-pin-" + sanitizeID(s.Name) + "-"
 		gp.books[s.Name] = b
+		for _, kind := range []string{schemas.PinKindPrompt, schemas.PinKindResourceTemplate} {
+			if gp.kinds[kind] == nil {
+				gp.kinds[kind] = map[string]*pinBook{}
+			}
+			kb := newKindBook(g.sess, s.Name, kind, true, g.cfg.OnToolChange)
+			kb.prefix += sanitizeID(s.Name) + "-"
+			gp.kinds[kind][s.Name] = kb
+		}
 	}
 	return gp
+}
+
+// book returns server's book of kind ("" for tools), or nil.
+func (gp *gatewayPins) book(kind, server string) *pinBook {
+	if gp == nil {
+		return nil
+	}
+	if kind == "" {
+		return gp.books[server]
+	}
+	return gp.kinds[kind][server]
+}
+
+// observeKind reads a complete listing of server's prompts or templates
+// (as the go-sdk decoded them) into its pins, warns of each it newly found
+// changed, and asks for their approval.
+func (gp *gatewayPins) observeKind(kind, server string, objs []any) {
+	b := gp.book(kind, server)
+	if b == nil {
+		return
+	}
+	key := "name"
+	if kind == schemas.PinKindResourceTemplate {
+		key = "uriTemplate"
+	}
+	raws := make([][]byte, 0, len(objs))
+	for _, o := range objs {
+		if raw, err := json.Marshal(o); err == nil {
+			raws = append(raws, raw)
+		}
+	}
+	fresh, rc, err := b.observeChanges(readObjects(raws, key), false, false)
+	if err == nil && rc != nil {
+		_, err = rc.Wait(context.Background())
+	}
+	if err != nil {
+		gp.g.log.Error("record pins", "server", server, "kind", kind, "err", err)
+		return
+	}
+	for _, name := range fresh {
+		fmt.Fprintf(gp.g.cfg.Stderr, "aegis: warning: server %s: %s changed since it was pinned; it is hidden until its new definition is pinned\n",
+			server, projector.Printable(b.what(name)))
+		gp.request(b, server, name, gp.g.cfg.Now())
+	}
+}
+
+// hiddenKind reports whether server's prompt or template name is changed
+// and not shown.
+func (gp *gatewayPins) hiddenKind(kind, server, name string) bool {
+	return gp.book(kind, server).hidden(name)
 }
 
 // setCaps judges the servers' listings under the capabilities they are
@@ -91,7 +156,11 @@ func (gp *gatewayPins) request(b *pinBook, server, tool string, now time.Time) (
 		return "", false
 	}
 	g := gp.g
-	p := PendingApproval{ApprovalID: id, ToolID: policy.Namespace(server, tool), ArgsDigest: argsDigest(nil), Session: g.sess.ID(),
+	target := policy.Namespace(server, tool)
+	if b.kind != "" {
+		target = b.noun() + " " + tool + " of " + server // what the approval pins is no tool
+	}
+	p := PendingApproval{ApprovalID: id, ToolID: target, ArgsDigest: argsDigest(nil), Session: g.sess.ID(),
 		RequestedAt: now.UTC(), ExpiresAt: now.Add(g.gate.ttl).UTC(), MatchedRule: pinRule, Profile: g.active(), PinDigest: digest}
 	p.Args, p.ArgsBytes = argsPreview(canonicalArgs(nil))
 	if _, err := g.sess.Fact(schemas.KindApprovalRequested, p); err != nil {
@@ -99,7 +168,14 @@ func (gp *gatewayPins) request(b *pinBook, server, tool string, now time.Time) (
 		return "", false
 	}
 	g.gate.request(p)
-	fmt.Fprint(g.cfg.Stderr, approvalPrompt(p))
+	if b.kind != "" {
+		pid := projector.Printable(id)
+		fmt.Fprintf(g.cfg.Stderr, "aegis: %s changed: %s is hidden from the host: its definition changed since it was pinned (now %s); approval %s (expires %s)\n"+
+			"aegis: hint: review the new definition (aegis replay shows the listing), then run: aegis approve %s to pin it   (or: aegis deny %s)\n",
+			b.noun(), projector.Printable(target), short(digest), pid, p.ExpiresAt.Local().Format(time.Kitchen), pid, pid)
+	} else {
+		fmt.Fprint(g.cfg.Stderr, approvalPrompt(p))
+	}
 	return id, true
 }
 
@@ -120,10 +196,15 @@ func (gp *gatewayPins) pinOf(server, tool string) string {
 // under pending_approval, the approval to act on (a new one each call, as
 // for rules).
 func (gp *gatewayPins) refuse(server, tool string, now time.Time) (policy.Decision, map[string]string, bool) {
-	if gp == nil || gp.books[server] == nil {
+	return gp.refuseKind("", server, tool, now)
+}
+
+// refuseKind is refuse for what kind pins (a prompt: its prompts/get).
+func (gp *gatewayPins) refuseKind(kind, server, tool string, now time.Time) (policy.Decision, map[string]string, bool) {
+	b := gp.book(kind, server)
+	if b == nil {
 		return policy.Decision{}, nil, false
 	}
-	b := gp.books[server]
 	pr := b.check(tool)
 	if pr == nil {
 		return policy.Decision{}, nil, false
@@ -146,9 +227,19 @@ func (gp *gatewayPins) refuse(server, tool string, now time.Time) (policy.Decisi
 	return d, out, true
 }
 
-// approved re-pins the tool of a re-pin approval and shows it again.
+// approved re-pins the tool, prompt or template of a re-pin approval and
+// shows it again.
 func (gp *gatewayPins) approved(id string) (bool, error) {
+	all := make([]*pinBook, 0, 3*len(gp.books))
 	for _, b := range gp.books {
+		all = append(all, b)
+	}
+	for _, m := range gp.kinds {
+		for _, b := range m {
+			all = append(all, b)
+		}
+	}
+	for _, b := range all {
 		ok, err := b.approved(id)
 		if !ok && err == nil {
 			continue

@@ -83,6 +83,7 @@ func (g *gateway) applyPrompts(profile string) {
 	for _, wire := range wires {
 		e := t.prompts[wire]
 		ok, _ := g.cfg.Policy.PromptAllowed(profile, e.server, e.prompt)
+		ok = ok && !g.pins.hiddenKind(schemas.PinKindPrompt, e.server, e.prompt)
 		switch {
 		case ok && !t.visPrompts[wire]:
 			g.srv.AddPrompt(e.def, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
@@ -104,6 +105,7 @@ func (g *gateway) applyPrompts(profile string) {
 		}
 		uriT := te.def.URITemplate
 		ok, _ := g.cfg.Policy.TemplateAllowed(profile, uriT)
+		ok = ok && !g.pins.hiddenKind(schemas.PinKindResourceTemplate, te.server, uriT)
 		switch {
 		case ok && !t.visTmpl[uriT]:
 			if err := g.showTemplate(te); err != nil {
@@ -166,8 +168,25 @@ func (g *gateway) promptsGet(ctx context.Context, method string, r *mcp.GetPromp
 	} else {
 		v["reason"] = "unknown prompt"
 	}
+	var pinWhy map[string]string
+	if known && allowed {
+		var d policy.Decision
+		var refused bool
+		if d, pinWhy, refused = g.pins.refuseKind(schemas.PinKindPrompt, e.server, e.prompt, g.cfg.Now()); refused {
+			allowed = false
+			v["allowed"], v["reason"], v["matched_rule"] = false, d.Reason, d.MatchedRule
+			pinWhy["code"] = policy.RefusalCode(d)
+		} else {
+			pinWhy = nil
+		}
+	}
 	if err := g.recordVerdict(ctx, v); err != nil {
 		return nil, auditRefusal(method, err)
+	}
+	if pinWhy != nil {
+		// Changed since it was pinned: hidden, and refused until re-pinned.
+		pinWhy["prompt"], pinWhy["active_profile"] = policy.Capability(e.server, e.prompt), profile
+		return nil, gatewayRefusal(method, pinWhy, "prompt changed since it was pinned")
 	}
 	if !known {
 		// The go-sdk's answer to a prompt it does not have.

@@ -30,14 +30,30 @@ type listedTool struct {
 	seen toolSeen
 }
 
-// readToolList reads the result of a tools/list answer. why is set when
-// the listing as a whole cannot be read one way; more when a nextCursor
-// says more pages follow.
-func readToolList(result *reading.Value) (entries []listedTool, more bool, why string) {
+// listShape is what a listing of pinned things looks like: the result's
+// member that holds them, and the member of each that names it.
+type listShape struct{ member, key string }
+
+// The listings the pins read, by the method that asks for them.
+var listShapes = map[string]listShape{
+	"tools/list":               {"tools", "name"},
+	"prompts/list":             {"prompts", "name"},
+	"resources/templates/list": {"resourceTemplates", "uriTemplate"},
+}
+
+// readToolList reads the result of a tools/list answer.
+func readToolList(result *reading.Value) ([]listedTool, bool, string) {
+	return readListing(result, listShapes["tools/list"])
+}
+
+// readListing reads the result of a list answer of shape sh. why is set
+// when the listing as a whole cannot be read one way; more when a
+// nextCursor says more pages follow.
+func readListing(result *reading.Value, sh listShape) (entries []listedTool, more bool, why string) {
 	if result == nil || result.Kind != reading.Object {
 		return nil, false, "" // an error answer, or no result a host reads as one
 	}
-	tools, why := result.Lookup("tools")
+	tools, why := result.Lookup(sh.member)
 	if why != "" {
 		return nil, false, "the result's " + why
 	}
@@ -54,18 +70,18 @@ func readToolList(result *reading.Value) (entries []listedTool, more bool, why s
 		return nil, more, ""
 	}
 	if tools.Kind != reading.Array {
-		return nil, false, "the result's tools is no array"
+		return nil, false, "the result's " + sh.member + " is no array"
 	}
 	for i, e := range tools.Elems {
 		if e.Kind != reading.Object {
 			continue // no tool a host could call by name
 		}
-		nv, why := e.Lookup("name")
+		nv, why := e.Lookup(sh.key)
 		if why == "" {
 			why = nv.Ambiguous
 		}
 		if why != "" {
-			return nil, false, "tool " + strconv.Itoa(i+1) + " of the listing: " + why
+			return nil, false, "entry " + strconv.Itoa(i+1) + " of the listing: " + why
 		}
 		name, ok := nv.String()
 		if !ok || name == "" {
@@ -85,21 +101,47 @@ func seeTool(e *reading.Value) toolSeen {
 	if err != nil {
 		return toolSeen{bad: err.Error(), change: schemas.ToolChangeUnreadable}
 	}
-	old, _ := schemas.ParseToolDefinition(e.Raw)
-	s1, _ := old.Digest()
+	var s1 string
+	if old, err := schemas.ParseToolDefinition(e.Raw); err == nil {
+		s1, _ = old.Digest()
+	}
 	return toolSeen{digest: dg, fields: fields, scheme1: s1}
+}
+
+// readInstructions reads the instructions of an initialize result: one
+// entry named "instructions", none when the server gives none.
+func readInstructions(result *reading.Value) ([]listedTool, string) {
+	if result == nil || result.Kind != reading.Object {
+		return nil, ""
+	}
+	v, why := result.Lookup("instructions")
+	if why != "" {
+		return nil, "the result's " + why
+	}
+	if v == nil || v.Kind == reading.Null {
+		return nil, ""
+	}
+	if v.Kind != reading.String || v.Ambiguous != "" {
+		return []listedTool{{name: schemas.PinKindInstructions, seen: toolSeen{bad: "instructions that are no plain string: " + v.Ambiguous, change: schemas.ToolChangeUnreadable}}}, ""
+	}
+	obj, _ := reading.Read(append(append([]byte(`{"instructions":`), v.Raw...), '}')).One()
+	return []listedTool{{name: schemas.PinKindInstructions, seen: seeTool(obj)}}, ""
 }
 
 // readToolObjects reads tool objects the gateway shows its host (its own
 // encoding of what the go-sdk decoded) into entries.
-func readToolObjects(raws [][]byte) []listedTool {
+func readToolObjects(raws [][]byte) []listedTool { return readObjects(raws, "name") }
+
+// readObjects reads objects the gateway shows its host, each named by its
+// member key, into entries.
+func readObjects(raws [][]byte, key string) []listedTool {
 	out := make([]listedTool, 0, len(raws))
 	for _, raw := range raws {
 		v, ok := reading.Read(raw).One()
 		if !ok {
 			continue
 		}
-		nv, _ := v.Lookup("name")
+		nv, _ := v.Lookup(key)
 		name, ok := nv.String()
 		if !ok || name == "" {
 			continue

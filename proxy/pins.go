@@ -58,6 +58,7 @@ import (
 //     capabilities, it is changed. Pins of earlier versions (no Caps)
 //     count under every capability set, as before.
 type pinBook struct {
+	kind    string // what it pins: "" tools, else a schemas.PinKind
 	server  string
 	mode    policy.ToolChange
 	enforce bool
@@ -75,10 +76,11 @@ type pinBook struct {
 	// unreadable is why the server's last listing could not be read one
 	// way ("" = it could): every call is held while it is set. dirty is
 	// set when the listing under way met such a page.
-	unreadable string
-	dirty      bool
-	n          int
-	prefix     string // of the approval ids it asks for
+	unreadable  string
+	dirty       bool
+	listSettled bool // no first sight left for the listing under way
+	n           int
+	prefix      string // of the approval ids it asks for
 }
 
 // toolSeen is a tool's definition as a listing showed it.
@@ -107,9 +109,39 @@ func newPinBook(sess *projector.Session, server string, set *policy.Set) *pinBoo
 // newPinBookMode is newPinBook with on_tool_change given; enforce false
 // only records.
 func newPinBookMode(sess *projector.Session, server string, enforce bool, mode policy.ToolChange) *pinBook {
-	b := &pinBook{server: server, sess: sess, pinned: sess.Pins(server), enforce: enforce, mode: mode, prefix: "apr-pin-",
+	return newKindBook(sess, server, "", enforce, mode)
+}
+
+// newKindBook is newPinBookMode for what kind pins (a schemas.PinKind, ""
+// for tools).
+func newKindBook(sess *projector.Session, server, kind string, enforce bool, mode policy.ToolChange) *pinBook {
+	prefix := "apr-pin-"
+	if kind != "" {
+		prefix += strings.ReplaceAll(kind, "_", "-") + "-"
+	}
+	b := &pinBook{kind: kind, server: server, sess: sess, pinned: sess.Pins(server, kind), enforce: enforce, mode: mode, prefix: prefix,
 		current: map[string]toolSeen{}, changed: map[string]toolSeen{}, removed: map[string]bool{}, asked: map[string]pinAsk{}}
 	return b
+}
+
+// noun names what b pins, for messages.
+func (b *pinBook) noun() string {
+	switch b.kind {
+	case "":
+		return "tool"
+	case schemas.PinKindResourceTemplate:
+		return "resource template"
+	}
+	return b.kind
+}
+
+// what names one thing b pins, for messages: tool "fetch", the server's
+// instructions.
+func (b *pinBook) what(name string) string {
+	if b.kind == schemas.PinKindInstructions {
+		return "the server's instructions"
+	}
+	return fmt.Sprintf("%s %q", b.noun(), name)
 }
 
 // action is what a change is recorded as doing.
@@ -138,9 +170,12 @@ func (b *pinBook) observeChanges(tools []listedTool, continued, more bool) (fres
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !continued || b.listing == nil {
+		// Whether first sight is left is judged once per listing: the
+		// pins its first page makes do not settle its later pages.
 		b.listing, b.dirty = map[string]bool{}, false
+		b.listSettled = b.settled || b.pinnedUnderLocked(b.caps)
 	}
-	settled := b.settled || b.pinnedUnderLocked(b.caps)
+	settled := b.listSettled
 	var evs []func() (*events.Receipt, error)
 	for _, t := range tools {
 		name, seen := t.name, t.seen
@@ -155,7 +190,7 @@ func (b *pinBook) observeChanges(tools []listedTool, continued, more bool) (fres
 			if was, ok := b.changed[name]; ok && was.bad == seen.bad {
 				continue // recorded already
 			}
-			evs = append(evs, b.fact(schemas.KindToolChanged, schemas.ToolChanged{Server: b.server, Tool: name, Change: seen.change, Pinned: pin.Digest, Reason: seen.bad, Action: b.badAction()}))
+			evs = append(evs, b.fact(schemas.KindToolChanged, schemas.ToolChanged{Kind: b.kind, Server: b.server, Tool: name, Change: seen.change, Pinned: pin.Digest, Reason: seen.bad, Action: b.badAction()}))
 			b.changed[name] = seen
 			fresh = append(fresh, name)
 			continue
@@ -175,7 +210,7 @@ func (b *pinBook) observeChanges(tools []listedTool, continued, more bool) (fres
 			if was, ok := b.changed[name]; ok && was.digest == dg && was.bad == "" {
 				continue // recorded already
 			}
-			ch := schemas.ToolChanged{Server: b.server, Tool: name, Change: schemas.ToolChangeAdded, Digest: dg, Action: b.action()}
+			ch := schemas.ToolChanged{Kind: b.kind, Server: b.server, Tool: name, Change: schemas.ToolChangeAdded, Digest: dg, Action: b.action()}
 			if ok {
 				ch.Change, ch.Pinned, ch.Fields = schemas.ToolChangeChanged, pin.Digest, changedFields(pin, seen)
 			}
@@ -197,7 +232,7 @@ func (b *pinBook) observeChanges(tools []listedTool, continued, more bool) (fres
 			b.removed[name] = true
 			delete(b.current, name)
 			delete(b.changed, name)
-			evs = append(evs, b.fact(schemas.KindToolChanged, schemas.ToolChanged{Server: b.server, Tool: name, Change: schemas.ToolChangeRemoved, Pinned: pin.Digest, Action: b.action()}))
+			evs = append(evs, b.fact(schemas.KindToolChanged, schemas.ToolChanged{Kind: b.kind, Server: b.server, Tool: name, Change: schemas.ToolChangeRemoved, Pinned: pin.Digest, Action: b.action()}))
 		}
 		if !b.dirty {
 			b.unreadable = ""
@@ -227,7 +262,7 @@ func (b *pinBook) taint(why string) (*events.Receipt, error) {
 		return nil, nil
 	}
 	b.unreadable = why
-	rec := b.fact(schemas.KindToolChanged, schemas.ToolChanged{Server: b.server, Change: schemas.ToolChangeUnreadable, Reason: why, Action: b.badAction()})
+	rec := b.fact(schemas.KindToolChanged, schemas.ToolChanged{Kind: b.kind, Server: b.server, Change: schemas.ToolChangeUnreadable, Reason: why, Action: b.badAction()})
 	b.mu.Unlock()
 	return rec()
 }
@@ -264,9 +299,9 @@ func (b *pinBook) pinLocked(tool string, seen toolSeen, reason string) func() (*
 	if old, ok := b.pinned[tool]; ok && old.Digest != "" {
 		caps, known = old.Caps, old.CapsKnown
 	}
-	b.pinned[tool] = projector.Pin{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Session: b.sess.ID(), Reason: reason,
+	b.pinned[tool] = projector.Pin{Kind: b.kind, Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Session: b.sess.ID(), Reason: reason,
 		Scheme: schemas.ToolPinScheme, Caps: caps, CapsKnown: known}
-	ev := schemas.ToolPinned{Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Reason: reason, Scheme: schemas.ToolPinScheme}
+	ev := schemas.ToolPinned{Kind: b.kind, Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Reason: reason, Scheme: schemas.ToolPinScheme}
 	if known {
 		ev.Caps = &caps
 	}
@@ -362,7 +397,7 @@ func (b *pinBook) check(tool string) *pinRefusal {
 	if seen.bad != "" {
 		return &pinRefusal{
 			decision: policy.Decision{Verdict: policy.Deny, MatchedRule: pinRule,
-				Reason: fmt.Sprintf("tool %q cannot be pinned: %s", tool, seen.bad)},
+				Reason: fmt.Sprintf("%s cannot be pinned: %s", b.what(tool), seen.bad)},
 			hint:  "aegis refuses it whatever on_tool_change says; it can be called again once the server lists it once, in a form every JSON reader reads alike, as pinned",
 			final: true,
 		}
@@ -375,7 +410,7 @@ func (b *pinBook) check(tool string) *pinRefusal {
 			what += " (" + strings.Join(f, ", ") + ")"
 		}
 	}
-	reason := fmt.Sprintf("tool %q %s; its new definition is %s", tool, what, short(seen.digest))
+	reason := fmt.Sprintf("%s %s; its new definition is %s", b.what(tool), what, short(seen.digest))
 	if b.mode == policy.ToolChangeDeny {
 		return &pinRefusal{
 			decision: policy.Decision{Verdict: policy.Deny, Reason: reason, MatchedRule: pinRule},
@@ -460,21 +495,23 @@ type listWatch struct {
 
 type listReq struct {
 	id        reqID
-	continued bool // params.cursor was given
+	method    string // tools/list, prompts/list, resources/templates/list or initialize
+	continued bool   // params.cursor was given
 }
 
 // maxListWatch bounds the tools/list requests followed at once; the oldest
 // is forgotten first.
 const maxListWatch = 256
 
-// add registers a tools/list request in flight.
-func (w *listWatch) add(id reqID, continued bool) {
+// add registers a request in flight whose answer the pins read: a list
+// request (listShapes) or an initialize (for the instructions).
+func (w *listWatch) add(id reqID, method string, continued bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.reqs) >= maxListWatch {
 		w.reqs = w.reqs[1:]
 	}
-	w.reqs = append(w.reqs, listReq{id: id, continued: continued})
+	w.reqs = append(w.reqs, listReq{id: id, method: method, continued: continued})
 }
 
 // inFlight reports whether a tools/list request is in flight.
@@ -484,15 +521,17 @@ func (w *listWatch) inFlight() bool {
 	return len(w.reqs) > 0
 }
 
-// noteServer reads the tools/list answers in the texts of a relayed server
-// frame (the frame, and what a stream reader reads where it joins lines)
-// into book, and returns the receipt of the last pin event it recorded
-// (nil if none).
-func (w *listWatch) noteServer(texts [][]byte, book *pinBook) (last *events.Receipt, err error) {
+// noteServer reads the answers in the texts of a relayed server frame (the
+// frame, and what a stream reader reads where it joins lines) to the
+// requests the pins follow into books (by the request's method), and
+// returns the receipt of the last pin event it recorded (nil if none). A
+// message that cannot be read one way taints the tools book: it holds
+// every call.
+func (w *listWatch) noteServer(texts [][]byte, books map[string]*pinBook) (last *events.Receipt, err error) {
 	for _, text := range texts {
 		pages, why := w.answers(text)
 		if why != "" {
-			rc, err := book.taint(why)
+			rc, err := books["tools/list"].taint(why)
 			if err != nil {
 				return nil, err
 			}
@@ -501,6 +540,10 @@ func (w *listWatch) noteServer(texts [][]byte, book *pinBook) (last *events.Rece
 			}
 		}
 		for _, p := range pages {
+			book := books[p.method]
+			if book == nil {
+				continue
+			}
 			var rc *events.Receipt
 			if p.why != "" {
 				rc, err = book.taint(p.why)
@@ -521,6 +564,7 @@ func (w *listWatch) noteServer(texts [][]byte, book *pinBook) (last *events.Rece
 // listPage is one page of a tools/list result that answers a request in
 // flight, or why it cannot be read one way.
 type listPage struct {
+	method          string
 	tools           []listedTool
 	continued, more bool
 	why             string
@@ -562,11 +606,19 @@ func (w *listWatch) answers(text []byte) (out []listPage, why string) {
 			}
 			res, resWhy := m.Lookup("result")
 			if resWhy != "" {
-				out = append(out, listPage{why: "the answer's " + resWhy})
+				out = append(out, listPage{method: req.method, why: "the answer's " + resWhy})
 				continue
 			}
-			tools, more, lwhy := readToolList(res)
-			out = append(out, listPage{tools: tools, continued: req.continued, more: more, why: lwhy})
+			if res == nil {
+				continue // an error answer lists nothing, and removes nothing
+			}
+			p := listPage{method: req.method, continued: req.continued}
+			if req.method == "initialize" {
+				p.tools, p.why = readInstructions(res)
+			} else {
+				p.tools, p.more, p.why = readListing(res, listShapes[req.method])
+			}
+			out = append(out, p)
 		}
 	}
 	if why == "" && rd.Err != "" && rd.Ambiguous != "" {
@@ -592,6 +644,19 @@ func (w *listWatch) take(id reqID) (listReq, bool) {
 // pinApprover re-pins the tool of an approved re-pin approval.
 type pinApprover interface {
 	approved(id string) (bool, error)
+}
+
+// pinBooks are the books one approver re-pins through: the first that
+// asked for an approval pins it.
+type pinBooks []*pinBook
+
+func (bs pinBooks) approved(id string) (bool, error) {
+	for _, b := range bs {
+		if ok, err := b.approved(id); ok || err != nil {
+			return ok, err
+		}
+	}
+	return false, nil
 }
 
 // checkPin turns an allowed or pending verdict into the pin's refusal
@@ -626,7 +691,7 @@ func (r *relay) onServerFramePins(line []byte) (*events.Receipt, bool, bool) {
 	}
 	wait, relay, ok := r.onServerFrame(line)
 	if ok && relay && texts != nil {
-		rc, err := r.lists.noteServer(texts, r.pins)
+		rc, err := r.lists.noteServer(texts, r.books)
 		if err != nil {
 			r.fail(err)
 			return nil, false, false

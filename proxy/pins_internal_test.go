@@ -6,8 +6,8 @@ import "testing"
 // does: from its reading of the frame (Classify's Request.List).
 func noteHost(w *listWatch, frame string) {
 	for _, q := range Classify([]byte(frame)).Requests {
-		if q.List {
-			w.add(newReqID(q.Key, q.ID), q.Cursor)
+		if q.List != "" {
+			w.add(newReqID(q.Key, q.ID), q.List, q.Cursor)
 		}
 	}
 }
@@ -36,7 +36,7 @@ func TestListWatchMatchesIDsAsHostsDo(t *testing.T) {
 			`{"jsonrpc":"2.0","ID":1,"result":{"tools":[{"name":"evil"}]}}`, false, false, false, true},
 		{"a method in another case is a listing to a server that folds case", `{"jsonrpc":"2.0","id":1,"METHOD":"tools/list"}`, `{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}`, true, false, false, false},
 		{"another request's answer", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, `{"jsonrpc":"2.0","id":2,"result":{"tools":[]}}`, false, false, false, false},
-		{"not a listing", `{"jsonrpc":"2.0","id":1,"method":"prompts/list"}`, `{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}`, false, false, false, false},
+		{"not a listing", `{"jsonrpc":"2.0","id":1,"method":"resources/list"}`, `{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}`, false, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var w listWatch

@@ -130,7 +130,10 @@ func (g *gateway) relist(server string, k listKind) {
 		if err != nil {
 			g.log.Warn("list resources again", "server", server, "err", err)
 		} else {
-			tmpls, _ := collect(d.cs.ResourceTemplates(ctx, nil)) // none, for a server without templates
+			tmpls, terr := collect(d.cs.ResourceTemplates(ctx, nil)) // none, for a server without templates
+			if terr == nil {
+				g.pins.observeKind(schemas.PinKindResourceTemplate, server, anys(tmpls))
+			}
 			g.applyResources(ctx, server, res, tmpls)
 		}
 	}
@@ -139,9 +142,18 @@ func (g *gateway) relist(server string, k listKind) {
 		if err != nil {
 			g.log.Warn("list prompts again", "server", server, "err", err)
 		} else {
+			g.pins.observeKind(schemas.PinKindPrompt, server, anys(prompts))
 			g.relistPrompts(server, prompts)
 		}
 	}
+}
+
+func anys[T any](xs []*T) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
 }
 
 func collect[T any](seq iter.Seq2[*T, error]) ([]*T, error) {

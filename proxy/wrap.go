@@ -181,7 +181,10 @@ type relay struct {
 	gate   *gate    // nil without a policy
 	toHost *outPath // where refusal frames go
 
-	pins  *pinBook   // the server's tool pins (pins.go)
+	pins *pinBook // the server's tool pins (pins.go)
+	// books are the server's pins by the method whose answer they read:
+	// tools, prompts, resource templates and (initialize) instructions.
+	books map[string]*pinBook
 	lists *listWatch // the host's tools/list requests in flight
 
 	s2cFrames atomic.Int64 // server frames read so far
@@ -290,9 +293,21 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	inR.Close()
 	outW.Close()
 	r.kill = func() { tree.Kill() }
-	r.pins, r.lists = newPinBook(r.sess, schemas.WrapServerKey(cfg.Argv), cfg.Policy), &listWatch{}
+	key := schemas.WrapServerKey(cfg.Argv)
+	r.pins, r.lists = newPinBook(r.sess, key, cfg.Policy), &listWatch{}
+	r.books = map[string]*pinBook{"tools/list": r.pins}
+	for method, kind := range map[string]string{"prompts/list": schemas.PinKindPrompt, "resources/templates/list": schemas.PinKindResourceTemplate, "initialize": schemas.PinKindInstructions} {
+		// Wrap refuses only tools/call: changed prompts and templates are
+		// recorded; changed instructions hold every call (checkPin).
+		enforce := cfg.Policy != nil && kind == schemas.PinKindInstructions
+		mode := policy.ToolChangePendingApproval
+		if cfg.Policy != nil {
+			mode = cfg.Policy.OnToolChange()
+		}
+		r.books[method] = newKindBook(r.sess, key, kind, enforce, mode)
+	}
 	if r.gate != nil {
-		r.gate.pins = r.pins
+		r.gate.pins = pinBooks{r.pins, r.books["initialize"]}
 	}
 	if _, err := r.sess.Fact(schemas.KindChildStarted, map[string]any{"pid": cmd.Process.Pid, "argv": cfg.Argv}); err != nil {
 		r.fail(err)
@@ -802,6 +817,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 				return nil, false, false
 			}
 			verdicts[i].checkPin(r.pins, c.Tool)
+			verdicts[i].checkPin(r.books["initialize"], schemas.PinKindInstructions)
 			if verdicts[i].decision.Verdict != policy.Allow {
 				refused = true
 			}
@@ -1011,11 +1027,14 @@ func (r *relay) markReuse(cls *Classification) (registered bool) {
 // registerLocked registers requests as in flight; r.mu is held.
 func (r *relay) registerLocked(requests []Request) {
 	for _, q := range requests {
-		if q.List {
-			r.lists.add(newReqID(q.Key, q.ID), q.Cursor)
+		if q.List != "" {
+			r.lists.add(newReqID(q.Key, q.ID), q.List, q.Cursor)
 		}
 		if q.Init {
-			r.pins.setCaps(q.Caps)
+			r.lists.add(newReqID(q.Key, q.ID), "initialize", false)
+			for _, b := range r.books {
+				b.setCaps(q.Caps)
+			}
 		}
 		if o := r.others[q.Key]; o != nil {
 			o.n++

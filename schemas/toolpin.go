@@ -162,8 +162,22 @@ func ChangedFields(was, now map[string]string) []string {
 // argv joined by spaces in aegis wrap ([WrapServerKey]), its config name
 // in the gateway.
 
+// What a pin can pin besides tools (the Kind of [ToolPinned],
+// [ToolChanged] and [PinsReset]; "" is a tool). A prompt is pinned by its
+// name, a resource template by its uriTemplate, the server's instructions
+// (of its initialize result) under the name "instructions"; each to the
+// digest of its whole object as [ToolObjectDigest] takes it (instructions:
+// of the object {"instructions": …}).
+const (
+	PinKindPrompt           = "prompt"
+	PinKindResourceTemplate = "resource_template"
+	PinKindInstructions     = "instructions"
+)
+
 // ToolPinned is the payload of a tool.pinned event.
 type ToolPinned struct {
+	// Kind is what is pinned: "" for a tool, else a PinKind.
+	Kind   string            `json:"kind,omitempty"`
 	Server string            `json:"server"`
 	Tool   string            `json:"tool"`
 	Digest string            `json:"digest"`
@@ -189,6 +203,7 @@ type ToolPinned struct {
 // take two ways; Reason says how) or "duplicated" (a listing that names
 // the tool twice).
 type ToolChanged struct {
+	Kind   string   `json:"kind,omitempty"` // as in ToolPinned
 	Server string   `json:"server"`
 	Tool   string   `json:"tool"`
 	Change string   `json:"change"`
@@ -207,6 +222,7 @@ type ToolChanged struct {
 // PinsReset is the payload of a pins.reset event: every pin of Server, or
 // only Tool's when set.
 type PinsReset struct {
+	Kind   string `json:"kind,omitempty"` // of Tool, as in ToolPinned
 	Server string `json:"server"`
 	Tool   string `json:"tool,omitempty"`
 	By     string `json:"by,omitempty"`

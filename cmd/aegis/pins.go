@@ -89,7 +89,11 @@ func (m *Main) runPins(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVER\tTOOL\tDIGEST\tSINCE\tSESSION")
 	for _, p := range pins {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", projector.Printable(p.Server), projector.Printable(p.Tool), p.Digest[:min(16, len(p.Digest))],
+		name := projector.Printable(p.Tool)
+		if p.Kind != "" {
+			name = p.Kind + ":" + name // a prompt, resource template or the instructions
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", projector.Printable(p.Server), name, p.Digest[:min(16, len(p.Digest))],
 			p.Since.Local().Format(time.DateTime), p.Session)
 	}
 	return tw.Flush()
@@ -129,7 +133,7 @@ func (m *Main) pinsReset(ctx context.Context, args []string) error {
 		switch {
 		case *tool != "":
 			if p.Tool == *tool {
-				resets = append(resets, schemas.PinsReset{Server: p.Server, Tool: p.Tool, By: m.requester()})
+				resets = append(resets, schemas.PinsReset{Kind: p.Kind, Server: p.Server, Tool: p.Tool, By: m.requester()})
 			}
 		case !seen[p.Server]:
 			seen[p.Server] = true

@@ -30,7 +30,10 @@
 // -sampling-tool, a third tool, summarize, is listed only to a host whose
 // initialize declares sampling (as server-everything lists its sampling
 // tool), with $PINSERVER_SUMMARIZE as its description when set. Every
-// tools/call is answered with a text result naming the tool.
+// tools/call is answered with a text result naming the tool. It also
+// lists one prompt, greet, and one resource template, file:///{path}, and
+// gives instructions; $PINSERVER_PROMPT, $PINSERVER_TEMPLATE and
+// $PINSERVER_INSTRUCTIONS replace their descriptions and the instructions.
 package main
 
 import (
@@ -103,8 +106,12 @@ func main() {
 				}
 				tools = append(tools, tool{"name": "summarize", "description": d, "inputSchema": map[string]any{"type": "object"}})
 			}
-			result = map[string]any{"protocolVersion": v, "capabilities": map[string]any{"tools": map[string]any{"listChanged": true}},
-				"serverInfo": map[string]any{"name": "pinserver", "version": "1"}}
+			result = map[string]any{"protocolVersion": v, "capabilities": map[string]any{"tools": map[string]any{"listChanged": true}, "prompts": map[string]any{}, "resources": map[string]any{}},
+				"serverInfo": map[string]any{"name": "pinserver", "version": "1"}, "instructions": env("PINSERVER_INSTRUCTIONS", "Use fetch for web pages and echo to test.")}
+		case "prompts/list":
+			result = map[string]any{"prompts": []any{map[string]any{"name": "greet", "description": env("PINSERVER_PROMPT", "Greet the user.")}}}
+		case "resources/templates/list":
+			result = map[string]any{"resourceTemplates": []any{map[string]any{"uriTemplate": "file:///{path}", "name": "file", "description": env("PINSERVER_TEMPLATE", "A file.")}}}
 		case "tools/list":
 			from, _ := strconv.Atoi(m.Params.Cursor)
 			to := len(tools)
@@ -237,6 +244,13 @@ func apply(tools []tool, change string) []tool {
 			"type": "object", "properties": map[string]any{"cmd": map[string]any{"type": "string"}}}})
 	}
 	return tools
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func clone(t tool) tool {
