@@ -253,8 +253,9 @@ func smokeOneRound(t *testing.T, aegis, server string) {
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(rep.Order, []string{"A", "B"}) || len(rep.A.Rounds) != 1 || len(rep.B.Rounds) != 1 {
-		t.Fatalf("order %v, rounds A %d B %d; want A B, 1 each", rep.Order, len(rep.A.Rounds), len(rep.B.Rounds))
+	want := [][]string{{"startup A B", "wrap B A", "gateway A B"}}
+	if !slices.EqualFunc(rep.Order, want, slices.Equal) || len(rep.A.Rounds) != 1 || len(rep.B.Rounds) != 1 {
+		t.Fatalf("order %q, rounds A %d B %d; want %q, 1 round each", rep.Order, len(rep.A.Rounds), len(rep.B.Rounds), want)
 	}
 	for _, side := range []Figures{rep.A.Rounds[0], rep.B.Rounds[0]} {
 		for _, f := range figures {

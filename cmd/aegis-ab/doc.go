@@ -12,10 +12,14 @@
 //	aegis-ab [flags] A_AEGIS B_AEGIS SERVER
 //
 // SERVER is an MCP server with a tool named echo taking {message} (the
-// bundled aegis-example-server). For each of -rounds rounds it measures A
-// and B in rotation (A B, then B A, then A B, …) so that what the machine
-// does meanwhile falls on both alike, each measurement on a new temporary
-// state directory and a new key from that binary's own 'aegis keygen':
+// bundled aegis-example-server). Each of -rounds rounds measures every
+// figure of A and of B in three steps (startup, wrap, gateway); each step
+// runs for A and for B back to back, in an order that alternates from one
+// step to the next (round 1: startup A B, wrap B A, gateway A B; round 2:
+// startup B A, …), so that neither side always goes first and what the
+// machine does meanwhile falls on both alike. Each side has a new
+// temporary directory and a new key from its own 'aegis keygen' per round,
+// and every aegis process a new state directory:
 //
 //   - cpu1, cpu64: the CPU time (utime+stime of /proc/PID/stat) of the
 //     aegis wrap process alone, not its server, over -calls recorded echo
@@ -32,7 +36,8 @@
 //
 // It prints a markdown table: for A and B the median of each figure over
 // the rounds with its min and max, and B/A of the medians. -json FILE also
-// writes every round's figures, the rotation and the machine as JSON.
+// writes every round's figures (and the medians behind the differences),
+// the order of every step and the machine as JSON.
 // Pinning is left to the caller: run it under taskset and every process it
 // starts inherits the CPU set (make bench-ab does, where taskset exists);
 // the output says which CPUs it ran on.
@@ -40,10 +45,10 @@
 //	-rounds N    rounds, each measuring A and B once (default 3)
 //	-calls N     calls in each measured CPU window (default 2000)
 //	-warmup N    calls before each measured window (default 200)
-//	-starts N    starts of each kind per startup figure (default 10)
+//	-starts N    starts of each kind per startup figure (default 15)
 //	-gwcalls N   sequential calls each through gateway and wrap (default 1000)
 //	-idle D      wait before reading the idle RSS (default 2s)
-//	-timeout D   give up on one side's round after D (default 10m)
+//	-timeout D   give up on a round after D (default 10m)
 //	-a NAME, -b NAME   the columns' names (default A, B)
 //	-json FILE   write the figures as JSON too
 //

@@ -37,11 +37,12 @@ func (e *usageError) Error() string { return e.msg }
 
 // report is what -json writes.
 type report struct {
-	A       sideReport `json:"a"`
-	B       sideReport `json:"b"`
-	Order   []string   `json:"order"`
-	Server  string     `json:"server"`
-	Machine machine    `json:"machine"`
+	A     sideReport `json:"a"`
+	B     sideReport `json:"b"`
+	Order [][]string `json:"order"` // per round, per step: "step FIRST SECOND"
+
+	Server  string  `json:"server"`
+	Machine machine `json:"machine"`
 }
 
 type sideReport struct {
@@ -65,10 +66,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config
 	fs.IntVar(&cfg.calls, "calls", 2000, "calls in each measured CPU window")
 	fs.IntVar(&cfg.warmup, "warmup", 200, "calls before each measured window")
-	fs.IntVar(&cfg.starts, "starts", 10, "starts of each kind per startup figure")
+	fs.IntVar(&cfg.starts, "starts", 15, "starts of each kind per startup figure")
 	fs.IntVar(&cfg.gwCalls, "gwcalls", 1000, "sequential calls each through gateway and wrap")
 	fs.DurationVar(&cfg.idle, "idle", 2*time.Second, "wait before reading the idle RSS")
-	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "give up on one side's round after this long")
+	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "give up on a round after this long")
 	nameA := fs.String("a", "A", "the baseline's column name")
 	nameB := fs.String("b", "B", "the candidate's column name")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file too")
@@ -103,29 +104,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Server:  cfg.server,
 		Machine: machine{NumCPU: runtime.NumCPU(), CPUsAllowed: cpusAllowed(), LoadBefore: loadavg()},
 	}
-	order := rotation(*rounds)
-	for i, s := range order {
-		name := *nameA
-		if s == SideB {
-			name = *nameB
-		}
-		fmt.Fprintf(stderr, "aegis-ab: round %d of %d: %s (%s)\n", i/2+1, *rounds, s, name)
-		fig, err := measure(ctx, cfg, bins[s], tmp)
+	for r := range *rounds {
+		figs, order, err := measureRound(ctx, cfg, bins, tmp, r, stderr)
 		if err != nil {
-			return fmt.Errorf("round %d, %s (%s): %w", i/2+1, s, name, err)
+			return fmt.Errorf("round %d: %w", r+1, err)
 		}
-		if s == SideA {
-			rep.A.Rounds = append(rep.A.Rounds, fig)
-		} else {
-			rep.B.Rounds = append(rep.B.Rounds, fig)
-		}
-		rep.Order = append(rep.Order, s.String())
+		rep.A.Rounds = append(rep.A.Rounds, figs[SideA])
+		rep.B.Rounds = append(rep.B.Rounds, figs[SideB])
+		rep.Order = append(rep.Order, order)
 	}
 	rep.Machine.LoadAfter = loadavg()
 
 	fmt.Fprintf(stdout, "A = %s (%s), B = %s (%s), server %s\n", *nameA, bins[SideA], *nameB, bins[SideB], cfg.server)
-	fmt.Fprintf(stdout, "%d rounds in the order %s; %d CPUs, allowed %s; load average before %s, after %s\n\n",
-		*rounds, strings.Join(rep.Order, " "), rep.Machine.NumCPU, rep.Machine.CPUsAllowed, rep.Machine.LoadBefore, rep.Machine.LoadAfter)
+	fmt.Fprintf(stdout, "%d CPUs, allowed %s; load average before %s, after %s\n", rep.Machine.NumCPU,
+		rep.Machine.CPUsAllowed, rep.Machine.LoadBefore, rep.Machine.LoadAfter)
+	for r, order := range rep.Order {
+		fmt.Fprintf(stdout, "round %d: %s\n", r+1, strings.Join(order, ", "))
+	}
+	fmt.Fprintln(stdout)
 	if err := writeTable(stdout, *nameA, *nameB, rep.A.Rounds, rep.B.Rounds); err != nil {
 		return err
 	}

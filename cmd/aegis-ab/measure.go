@@ -35,7 +35,7 @@ type config struct {
 	starts  int // starts per kind for the startup figure
 	gwCalls int
 	idle    time.Duration
-	timeout time.Duration // for one side's measurements in one round
+	timeout time.Duration // for one round, both sides
 }
 
 // proc is a process the driver speaks JSON-RPC lines to, as a host.
@@ -374,31 +374,56 @@ func (r *rig) start(name string, argv []string) (*proc, error) {
 	return p, nil
 }
 
-// measure runs every figure for one side once.
-func measure(ctx context.Context, cfg config, aegis, parent string) (Figures, error) {
-	r, err := newRig(ctx, aegis, parent)
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(r.dir)
+// A step measures some of the figures of one side.
+type step struct {
+	name string
+	run  func(context.Context, config, *rig, Figures) error
+}
+
+// steps are what a round measures of each side, in order.
+var steps = []step{{"startup", measureStartup}, {"wrap", measureWrap}, {"gateway", measureGateway}}
+
+// measureRound measures every figure of both sides once, step by step,
+// each step of A and of B back to back in the order rotation gives it
+// (round r's steps are slots r·len(steps) on), so that the sides take
+// turns going first. It returns the figures of A and B and, per step, the
+// order it ran them in. Each side has its own directory and key for the
+// round; everything it started is killed when ctx ends or the round
+// outlasts cfg.timeout.
+func measureRound(ctx context.Context, cfg config, bins [2]string, parent string, round int, log io.Writer) ([2]Figures, []string, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	stop := context.AfterFunc(ctx, r.killAll)
-	defer stop()
-	fig := Figures{}
-	steps := []func(context.Context, config, *rig, Figures) error{measureStartup, measureWrap, measureGateway}
-	for _, step := range steps {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+	var rigs [2]*rig
+	for s := range rigs {
+		r, err := newRig(ctx, bins[s], parent)
+		if err != nil {
+			return [2]Figures{}, nil, err
 		}
-		if err := step(ctx, cfg, r, fig); err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%w (after %v)", context.Cause(ctx), cfg.timeout)
-			}
-			return nil, err
-		}
+		defer os.RemoveAll(r.dir)
+		stop := context.AfterFunc(ctx, r.killAll)
+		defer stop()
+		rigs[s] = r
 	}
-	return fig, nil
+	figs := [2]Figures{{}, {}}
+	order := rotation((round + 1) * len(steps))[2*round*len(steps):]
+	var done []string
+	for j, st := range steps {
+		pair := order[2*j : 2*j+2]
+		for _, s := range pair {
+			fmt.Fprintf(log, "aegis-ab: round %d: %s of %s\n", round+1, st.name, s)
+			if err := ctx.Err(); err != nil {
+				return [2]Figures{}, nil, err
+			}
+			if err := st.run(ctx, cfg, rigs[s], figs[s]); err != nil {
+				if ctx.Err() != nil {
+					err = fmt.Errorf("%w (the round's -timeout is %v)", context.Cause(ctx), cfg.timeout)
+				}
+				return [2]Figures{}, nil, fmt.Errorf("%s of %s: %w", st.name, s, err)
+			}
+		}
+		done = append(done, fmt.Sprintf("%s %s %s", st.name, pair[0], pair[1]))
+	}
+	return figs, done, nil
 }
 
 // timeToInitialize spawns argv, sends initialize, and returns the time from
