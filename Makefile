@@ -106,13 +106,15 @@ bench-report:
 
 # bench-ab: what the candidate (this working tree) costs against a
 # baseline commit BASE (default 8ff31f5, the commit before issues 14-22),
-# as a host sees it: cmd/aegis-ab runs both aegis binaries in rotation
-# (A B, B A, ...) for ROUNDS rounds in front of one example server built
-# from this tree, and prints the table of docs/BENCHMARKS.md "A/B against
+# as a host sees it: cmd/aegis-ab runs both aegis binaries for ROUNDS
+# rounds, A and B back to back in each step of a round and in alternating
+# order (A B, B A, ...), in front of one example server built from this
+# tree, and prints the table of docs/BENCHMARKS.md "A/B against
 # a baseline commit" (JSON in .cache/ab/ab.json). The baseline is built
-# from `git archive BASE` in .cache/ab/base. Where taskset exists (and
-# AB_CPUS can be used), the driver and every process it starts are pinned
-# to AB_CPUS (default: CPUs 0 and 1, or 0 alone on a one-CPU machine).
+# from `git archive BASE` in .cache/ab/base, removed once built. Where
+# taskset exists (and AB_CPUS can be used), the driver and every process it
+# starts are pinned to AB_CPUS (default: CPUs 0 and 1, or 0 alone on a
+# one-CPU machine). AB_ARGS passes flags to aegis-ab (-calls, -starts, ...).
 BASE    ?= 8ff31f5
 ROUNDS  ?= 3
 AB_DIR  := .cache/ab
@@ -126,6 +128,7 @@ bench-ab:
 	rm -rf $(AB_DIR)/base && mkdir -p $(AB_DIR)/base
 	git archive '$(BASE)' | tar -x -C $(AB_DIR)/base
 	cd $(AB_DIR)/base && $(GO) build -buildvcs=false -o ../aegis-base ./cmd/aegis
+	rm -rf $(AB_DIR)/base
 	$(GO) build $(BUILDFLAGS) -o $(AB_DIR)/aegis-cand ./cmd/aegis
 	$(GO) build -o $(AB_DIR)/aegis-example-server ./cmd/aegis-example-server
 	$(GO) build -o $(AB_DIR)/aegis-ab ./cmd/aegis-ab
