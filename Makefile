@@ -80,7 +80,8 @@ python-deps:
 # benchmark of ./events and ./proxy once, then the scale benchmark (a store
 # of 300 000 recorded calls, about 1.4 GB in the temp dir; AEGIS_SCALE_CALLS
 # changes the number), each merging its figures into BENCH_JSON, then the
-# table of goals from cmd/aegis-benchreport.
+# table of goals from cmd/aegis-benchreport. Its A/B mode against a
+# baseline commit is make bench-ab BASE=COMMIT (below).
 BENCH_JSON ?= .cache/bench/bench.json
 bench:
 	mkdir -p $(dir $(BENCH_JSON)) && rm -f $(BENCH_JSON)
@@ -102,6 +103,38 @@ bench-report:
 	done
 	$(GO) run ./cmd/aegis-benchreport -update docs/BENCHMARKS.md -svg docs/bench-inflight.svg \
 	  $(foreach n,$(BENCH_RUNS),.cache/bench/run-$(n).json)
+
+# bench-ab: what the candidate (this working tree) costs against a
+# baseline commit BASE (default 8ff31f5, the commit before issues 14-22),
+# as a host sees it: cmd/aegis-ab runs both aegis binaries for ROUNDS
+# rounds, A and B back to back in each step of a round and in alternating
+# order (A B, B A, ...), in front of one example server built from this
+# tree, and prints the table of docs/BENCHMARKS.md "A/B against
+# a baseline commit" (JSON in .cache/ab/ab.json). The baseline is built
+# from `git archive BASE` in .cache/ab/base, removed once built. Where
+# taskset exists (and AB_CPUS can be used), the driver and every process it
+# starts are pinned to AB_CPUS (default: CPUs 0 and 1, or 0 alone on a
+# one-CPU machine). AB_ARGS passes flags to aegis-ab (-calls, -starts, ...).
+BASE    ?= 8ff31f5
+ROUNDS  ?= 3
+AB_DIR  := .cache/ab
+AB_ARGS ?=
+AB_CPUS ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 0,1 || echo 0)
+AB_PIN   = $(shell command -v taskset >/dev/null 2>&1 && taskset -c $(AB_CPUS) true 2>/dev/null && echo taskset -c $(AB_CPUS))
+.PHONY: bench-ab
+bench-ab:
+	@git cat-file -e '$(BASE)^{commit}' 2>/dev/null || { \
+	  echo "bench-ab: error: $(BASE) is not a commit of this repository (in a shallow clone: git fetch --unshallow)" >&2; exit 1; }
+	rm -rf $(AB_DIR)/base && mkdir -p $(AB_DIR)/base
+	git archive '$(BASE)' | tar -x -C $(AB_DIR)/base
+	cd $(AB_DIR)/base && $(GO) build -buildvcs=false -o ../aegis-base ./cmd/aegis
+	rm -rf $(AB_DIR)/base
+	$(GO) build $(BUILDFLAGS) -o $(AB_DIR)/aegis-cand ./cmd/aegis
+	$(GO) build -o $(AB_DIR)/aegis-example-server ./cmd/aegis-example-server
+	$(GO) build -o $(AB_DIR)/aegis-ab ./cmd/aegis-ab
+	@echo "== A = $(BASE) ($$(git rev-parse --short '$(BASE)^{commit}')), B = the working tree ($$(git rev-parse --short HEAD)$$(git diff --quiet HEAD -- . 2>/dev/null || echo ', with changes')); pinned: $(if $(AB_PIN),$(AB_PIN),no (taskset missing or AB_CPUS unusable))"
+	$(AB_PIN) $(AB_DIR)/aegis-ab -rounds $(ROUNDS) -a '$(BASE)' -b 'working tree' -json $(AB_DIR)/ab.json $(AB_ARGS) \
+	  $(AB_DIR)/aegis-base $(AB_DIR)/aegis-cand $(AB_DIR)/aegis-example-server
 
 # fuzz: a short run of every fuzz target.
 fuzz:
