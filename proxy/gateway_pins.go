@@ -28,8 +28,8 @@ type gatewayPins struct {
 func newGatewayPins(g *gateway) *gatewayPins {
 	gp := &gatewayPins{g: g, books: map[string]*pinBook{}}
 	for _, s := range g.cfg.Servers {
-		b := newPinBookMode(g.sess, s.Name, true, g.cfg.OnToolChange)
-		b.prefix = "apr-pin-" + sanitizeID(s.Name) + "-"
+		b := newPinBookMode(g.sess, g.gate.ids, s.Name, true, g.cfg.OnToolChange)
+		b.names = []string{s.Name}
 		gp.books[s.Name] = b
 	}
 	return gp
@@ -117,7 +117,7 @@ func (gp *gatewayPins) refuse(server, tool string, now time.Time) (policy.Decisi
 		if id, ok := gp.request(b, server, tool, now); ok {
 			d.ApprovalID = id
 			out["approval_id"] = id
-			out["hint"] = "review the server's new definition, then run: aegis approve " + id + " to pin it (or: aegis deny " + id + "), and call the tool again"
+			out["hint"] = "review the server's new definition, then run: aegis approve " + quoteArg(id) + " to pin it (or: aegis deny " + quoteArg(id) + "), and call the tool again"
 		}
 	} else {
 		out["hint"] = "review the server's new definition; to accept it, end this session and run: aegis pins reset --server " + quoteArg(server) + " --tool " + quoteArg(tool)

@@ -290,9 +290,11 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	inR.Close()
 	outW.Close()
 	r.kill = func() { tree.Kill() }
-	r.pins, r.lists = newPinBook(r.sess, schemas.WrapServerKey(cfg.Argv), cfg.Policy), &listWatch{}
+	ids := policy.NewApprovalIDs(r.sess.Seq())
+	r.pins, r.lists = newPinBook(r.sess, ids, schemas.WrapServerKey(cfg.Argv), cfg.Policy), &listWatch{}
 	if r.gate != nil {
 		r.gate.pins = r.pins
+		r.gate.number(ids)
 	}
 	if _, err := r.sess.Fact(schemas.KindChildStarted, map[string]any{"pid": cmd.Process.Pid, "argv": cfg.Argv}); err != nil {
 		r.fail(err)
@@ -1258,7 +1260,7 @@ func (r *relay) prompt(p PendingApproval) {
 
 // approvalPrompt is the stderr prompt of a pending tool call approval.
 func approvalPrompt(p PendingApproval) string {
-	id := projector.Printable(p.ApprovalID)
+	id := quoteArg(projector.Printable(p.ApprovalID))
 	if p.PinDigest != "" {
 		return fmt.Sprintf("aegis: tool changed: tools/call %q was refused: the tool's definition changed since it was pinned (now %s); approval %s (expires %s)\n"+
 			"aegis: hint: review the new definition (aegis replay shows the listing), then run: aegis approve %s to pin it   (or: aegis deny %s)\n",
@@ -1586,7 +1588,7 @@ func decideApproval(sess *projector.Session, g *gate, approvers *schemas.Approve
 	} else {
 		g.denied(p.ApprovalID)
 	}
-	return ApprovalReply{OK: true, Message: msg}
+	return ApprovalReply{OK: true, Message: msg, Decided: p}
 }
 
 // refusedFact is the payload of an approval.refused event: the request,
