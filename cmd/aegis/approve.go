@@ -427,8 +427,9 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 		case len(procs) == 1 && failed == 0:
 			// One process, and the id is not pending there: ask it anyway,
 			// so that its answer says why (unknown, expired, already used).
-			// Ids are unique within a process, so this cannot reach a call
-			// the user has not seen.
+			// Ids are unique within a state directory (they carry the
+			// session's number in it), so this cannot reach a call the
+			// user has not seen.
 			target = &procs[0]
 		default:
 			return withHint(fmt.Errorf("approval %s is not pending in any running aegis process (%d of %d asked)", id, len(procs)-failed, len(procs)),
@@ -460,8 +461,37 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 		msg = fmt.Sprintf("%s %s in session %s", map[string]string{events.OpApprove: "approved", events.OpDeny: "denied"}[op], id, target.Session)
 	}
 	fmt.Fprintln(m.Stdout, projector.Printable(msg))
+	fmt.Fprint(m.Stdout, decidedLines(rep, target.Session))
 	m.unchecked(key, msg)
 	return nil
+}
+
+// decidedLines says what an approve or deny resolved, as the process that
+// recorded it answered: the session, the tool and the digest of the
+// arguments the approval covers (the escalation's switch, or the
+// definition a re-pin pins). A process older than the reply's decided
+// member names only its session.
+func decidedLines(rep events.ApprovalReply, session string) string {
+	if rep.Session != "" {
+		session = rep.Session
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  session:     %s\n", projector.Printable(session))
+	d := rep.Decided
+	if d == nil {
+		return b.String()
+	}
+	fmt.Fprintf(&b, "  tool:        %s\n", projector.Printable(d.ToolID))
+	if d.ArgsDigest != "" {
+		fmt.Fprintf(&b, "  args_digest: sha256:%s\n", projector.Printable(d.ArgsDigest))
+		if d.ArgumentsBytes > 0 {
+			fmt.Fprintf(&b, "  arguments:   %s\n", proxy.ShowArgs(d.Arguments, d.ArgumentsBytes, d.ArgsDigest))
+		}
+	}
+	if d.PinDigest != "" {
+		fmt.Fprintf(&b, "  pins:        sha256:%s\n", projector.Printable(d.PinDigest))
+	}
+	return b.String()
 }
 
 // unchecked warns when a signed approve was taken by a process that runs
