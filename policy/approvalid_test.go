@@ -58,3 +58,16 @@ func TestApprovalIDsShareOneCounter(t *testing.T) {
 		t.Fatalf("without a session: %q, want upstream's apr-gate-dream-1", got)
 	}
 }
+
+// Every id ApprovalIDs makes is one the profile state takes as an
+// escalation id, however long the names.
+func TestApprovalIDsFitTheProfileState(t *testing.T) {
+	ids := NewApprovalIDs(^uint64(0))
+	ids.n.Store(^uint64(0) - 1)
+	long := strings.Repeat("\u00e9<x>", 100)
+	for _, id := range []string{ids.Next("apr-pin", long, long), ids.Next("esc")} {
+		if !validApprovalID(id) {
+			t.Errorf("%q (%d bytes) is not a valid approval id", id, len(id))
+		}
+	}
+}
