@@ -97,8 +97,9 @@
 // batch is refused whole). The frame keeps upstream's members and order;
 // data.aegis holds, keys sorted and in RFC 8785 form, approval_id (for
 // PENDING_APPROVAL only), code, hint (what to do, e.g. "run: aegis approve
-// apr-gate-deploy-deploy-7.1"), layer and reason (why). Without a policy every well-formed call
-// is allowed and recorded with the pass-through policy_set_hash.
+// apr-gate-deploy-deploy-7.1"), layer and reason (why). Without a policy
+// every well-formed call is allowed and recorded with the pass-through
+// policy_set_hash.
 //
 // # Approvals
 //
