@@ -121,12 +121,15 @@ type ApprovalRequest struct {
 }
 
 // ApprovalReply is the proxy's answer. OK false comes with Error; a list
-// comes with Pending; Message is a line for the person who asked.
+// comes with Pending; Message is a line for the person who asked. An
+// approve or deny that was recorded comes with Decided, the approval it
+// resolved, as a list showed it (older processes leave it out).
 type ApprovalReply struct {
 	OK      bool              `json:"ok"`
 	Error   string            `json:"error,omitempty"`
 	Pending []PendingApproval `json:"pending,omitempty"`
 	Message string            `json:"message,omitempty"`
+	Decided *PendingApproval  `json:"decided,omitempty"`
 	// Session and PID name the session that answered and its process,
 	// Host its fleet host name ("" without a hub).
 	Session string `json:"session,omitempty"`

@@ -83,12 +83,20 @@
 // (per rule and tool when the request has no session): a window opens at the
 // first admitted call, admits while fewer than max calls were admitted, and
 // is replaced at the first call at or after opened + per_seconds. Windows
-// and the approval counter live in the Engine's memory and start empty;
-// durable windows are a projection of the event stream, not this package's
-// concern.
+// live in the Engine's memory and start empty; durable windows are a
+// projection of the event stream, not this package's concern.
 //
-// pending_approval refuses with an approval id "apr-<rule_id>-<tool>-<n>",
-// n counting from 1 per Engine. park and timeout_seconds are parsed,
+// pending_approval refuses with an approval id
+// "apr-<rule_id>-<tool>-<session>.<n>" ([ApprovalIDs]): session is the
+// session's number in its state directory, which no other session of the
+// directory has, and n counts the session's approvals from 1, so an id
+// never repeats within a state directory, across sessions and restarts
+// (upstream's "apr-<rule_id>-<tool>-<n>" repeats in every session). The
+// rule id and tool keep only [A-Za-z0-9._-] (any other character becomes
+// '_') and at most 32 bytes each, so an id can be pasted into a shell
+// unquoted whatever a server named its tool. An Engine made alone (aegis
+// policy test, replays) has no session and writes "apr-<rule_id>-<tool>-<n>".
+// park and timeout_seconds are parsed,
 // validated, hashed and passed through in the [Decision]; holding the call
 // is the caller's business.
 //

@@ -67,7 +67,9 @@ const ReasonDefaultDeny = "no matching rule (default deny)"
 //   - MatchedRule is the id of the rule that decided, "" when the default
 //     did.
 //   - ApprovalID is set for PendingApproval by [Engine.Evaluate]:
-//     "apr-<rule_id>-<tool>-<n>", n counting from 1 per Engine.
+//     "apr-<rule_id>-<tool>-<session>.<n>" from the Engine's [ApprovalIDs]
+//     (see there; "apr-<rule_id>-<tool>-<n>" without a session), rule id
+//     and tool made shell-safe.
 //   - Limits are the winning allow or rate_limit rule's limits.
 //   - Park and Timeout are the pending_approval rule's park setting: when
 //     Park is true the caller may hold the call for up to Timeout instead of
@@ -121,11 +123,12 @@ func RefusalCode(d Decision) string {
 }
 
 // Engine evaluates requests against one [Set] and holds the state that
-// evaluation keeps: the fixed rate windows and the approval counter. Both
-// live in memory only and start empty. An Engine is safe for concurrent use.
+// evaluation keeps: the fixed rate windows and the approval ids it hands
+// out. Both live in memory only and start empty. An Engine is safe for
+// concurrent use.
 type Engine struct {
-	set       *Set
-	approvals atomic.Uint64
+	set *Set
+	ids atomic.Pointer[ApprovalIDs]
 
 	mu        sync.Mutex
 	windows   map[windowKey]window
@@ -147,13 +150,26 @@ type window struct {
 
 const minSweep = 1024
 
-// NewEngine returns an Engine for set with no rate windows open and the
-// approval counter at 0. It panics if set is nil.
+// NewEngine returns an Engine for set with no rate windows open and
+// approval ids of its own, without a session (NewApprovalIDs(0)). It panics
+// if set is nil.
 func NewEngine(set *Set) *Engine {
 	if set == nil {
 		panic("policy: NewEngine with a nil Set")
 	}
-	return &Engine{set: set, windows: make(map[windowKey]window), sweepSize: minSweep}
+	e := &Engine{set: set, windows: make(map[windowKey]window), sweepSize: minSweep}
+	e.ids.Store(NewApprovalIDs(0))
+	return e
+}
+
+// SetApprovalIDs makes e take its approval ids from ids, the session's
+// ([ApprovalIDs]), from its next pending_approval decision on. It panics if
+// ids is nil.
+func (e *Engine) SetApprovalIDs(ids *ApprovalIDs) {
+	if ids == nil {
+		panic("policy: SetApprovalIDs with nil")
+	}
+	e.ids.Store(ids)
 }
 
 // Set returns the Set that e evaluates against.
@@ -218,8 +234,7 @@ func (e *Engine) decide(req *Request, now time.Time, commit bool) Decision {
 			Timeout:     time.Duration(r.timeoutSeconds) * time.Second,
 		}
 		if commit {
-			n := e.approvals.Add(1)
-			d.ApprovalID = "apr-" + r.id + "-" + req.Tool + "-" + strconv.FormatUint(n, 10)
+			d.ApprovalID = e.ids.Load().Next("apr", r.id, req.Tool)
 		}
 		return d
 	}

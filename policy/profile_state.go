@@ -290,7 +290,7 @@ func (s *ProfileState) Apply(ev ProfileEvent) error {
 }
 
 // validApprovalID accepts 1 to 128 bytes of [A-Za-z0-9_.-], which covers
-// upstream's apr_<n> and wrap's apr-<rule>-<tool>-<n>.
+// upstream's apr_<n> and every id [ApprovalIDs] makes.
 func validApprovalID(id string) bool {
 	if id == "" || len(id) > 128 {
 		return false

@@ -112,6 +112,7 @@ type Session struct {
 	checked   atomic.Bool // the record file was checked whole (or needed not be)
 
 	pins PinSet // the tool pins as the session opened (pins.go)
+	seq  uint64 // the stream sequence of session.opened
 }
 
 // OpenSession opens the record file (creating it) and locks it against
@@ -199,9 +200,11 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 	if err != nil {
 		return nil, fmt.Errorf("open audit session: %w", err)
 	}
-	if _, err := rcpt.Wait(ctx); err != nil {
+	opened, err := rcpt.Wait(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("open audit session: %w", err)
 	}
+	s.seq = opened.Seq
 	if len(with) > 0 {
 		rs, err := cfg.Store.EnqueueMany(with...)
 		if err == nil {
@@ -329,6 +332,13 @@ func (s *Session) stopIndexer(save bool) {
 
 // ID returns the session id.
 func (s *Session) ID() string { return s.id }
+
+// Seq returns the session's number in its state directory: the stream
+// sequence of its session.opened event. No other session of the directory
+// has it: session.opened is committed in a message of its own, and the
+// stream's sequence only grows (the stream denies delete and purge, and a
+// rotation starts the new stream after the old one's last sequence).
+func (s *Session) Seq() uint64 { return s.seq }
 
 // KeyID returns the key_id of the session's signing key.
 func (s *Session) KeyID() string { return s.chain.KeyID() }

@@ -460,7 +460,7 @@ func TestApprovedAllowanceExpiresWithItsApproval(t *testing.T) {
 	}
 
 	first := send(1)
-	if first["code"] != "PENDING_APPROVAL" || first["approval_id"] != "apr-gate-deploy-deploy-1" {
+	if first["code"] != "PENDING_APPROVAL" || first["approval_id"] != "apr-gate-deploy-deploy-1.1" { // session 1 of its state directory
 		t.Fatalf("first call: %v", first)
 	}
 	if rep := handle(proxy.ApprovalOp{Op: "approve", ApprovalID: first["approval_id"], By: "test"}); !rep.OK {

@@ -97,8 +97,9 @@
 // batch is refused whole). The frame keeps upstream's members and order;
 // data.aegis holds, keys sorted and in RFC 8785 form, approval_id (for
 // PENDING_APPROVAL only), code, hint (what to do, e.g. "run: aegis approve
-// apr-…"), layer and reason (why). Without a policy every well-formed call
-// is allowed and recorded with the pass-through policy_set_hash.
+// apr-gate-deploy-deploy-7.1"), layer and reason (why). Without a policy
+// every well-formed call is allowed and recorded with the pass-through
+// policy_set_hash.
 //
 // # Approvals
 //
@@ -135,10 +136,26 @@
 //     approve, as before.
 //   - The approver sees what they approve: the stderr prompt and `aegis
 //     approvals` show the tool, and the canonical JSON of the arguments cut
-//     to [ArgsPreviewBytes] with their length and digest ([ShowArgs]).
-//     Every host-chosen text shown to the operator (tool, approval id,
-//     arguments) goes through [projector.Printable], so no control or format
-//     character reaches the terminal raw.
+//     to [ArgsPreviewBytes] with their length and digest ([ShowArgs]); the
+//     reply to an approve or deny carries the approval it resolved
+//     ([ApprovalReply].Decided: session, tool, args digest), which `aegis
+//     approve` prints. Every host-chosen text shown to the operator (tool,
+//     approval id, arguments) goes through [projector.Printable], so no
+//     control or format character reaches the terminal raw.
+//   - An approval id never repeats within a state directory. Every approval
+//     of a session (a pending_approval rule's, a changed tool's re-pin
+//     apr-pin-…, a gateway escalation's esc-…) takes the next number of
+//     one counter, the session's [policy.ApprovalIDs], behind the session's
+//     number in the state directory ([projector.Session.Seq]): ids end in
+//     "-<session>.<n>", so an id printed by one session (an ended one, an
+//     earlier run, another HTTP client of the same gateway) never names
+//     another session's call, and its approve is refused there.
+//   - An approval id is shell-safe: the names in it (rule, server, tool)
+//     keep only [A-Za-z0-9._-] and 32 bytes each, whatever a server named
+//     its tool, so the id is at most 128 bytes and `aegis approve ID`
+//     takes it as printed. Every hint that gives a command to run (the
+//     -32042 refusal, the gateway's refusals, the stderr prompts) quotes
+//     what a shell would not take as it is.
 //
 // With Confine set, the server runs through the sandbox helper, and its
 // enforcement fact is signed into the open line before it may exec.

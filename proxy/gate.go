@@ -90,7 +90,7 @@ func refusalText(code, approvalID string) (reason, hint string) {
 			return "a human must approve this call", "ask the operator to approve it, then send the same call again"
 		}
 		return "a human must approve this call",
-			"run: aegis approve " + approvalID + " (or: aegis deny " + approvalID + "), then send the same call again: the approval lets it through once"
+			"run: aegis approve " + quoteArg(approvalID) + " (or: aegis deny " + quoteArg(approvalID) + "), then send the same call again: the approval lets it through once"
 	}
 	return "aegis refused this call before it reached the server", "see aegis's stderr and the record for why"
 }
@@ -108,12 +108,15 @@ type ApprovalOp struct {
 	Approver *schemas.ApproverSignature
 }
 
-// ApprovalReply answers an ApprovalOp.
+// ApprovalReply answers an ApprovalOp. Decided is the approval an approve
+// or deny resolved: what was approved or denied (tool, arguments' digest,
+// session), for the person who asked.
 type ApprovalReply struct {
 	OK      bool
 	Error   string
 	Message string
 	Pending []PendingApproval
+	Decided *PendingApproval
 }
 
 // PendingApproval is one call waiting for a human.
@@ -154,6 +157,18 @@ type gate struct {
 
 	// pins re-pins a changed tool when its approval is approved (pins.go).
 	pins pinApprover
+	// ids are the session's approval ids ([policy.ApprovalIDs]), which
+	// its rules, re-pins and escalations share; set by number.
+	ids *policy.ApprovalIDs
+}
+
+// number gives the gate the approval ids of its session, once the session
+// is open and before it decides a call.
+func (g *gate) number(ids *policy.ApprovalIDs) {
+	g.ids = ids
+	if g.engine != nil {
+		g.engine.SetApprovalIDs(ids)
+	}
 }
 
 // allowance is what an approval grants: one call of its tool with its

@@ -145,7 +145,9 @@ func TestRefusalFramesSayWhyAndWhatToDo(t *testing.T) {
 			a["reason"] == "" || a["hint"] == "" || a["approval_id"] != c.r.approvalID {
 			t.Errorf("refusal frame %s", f)
 		}
-		if c.r.approvalID != "" && !strings.Contains(a["hint"], "run: aegis approve "+c.r.approvalID) {
+		// The command as a shell takes it: an id that needs quotes (none
+		// that aegis makes does) is quoted.
+		if c.r.approvalID != "" && !strings.Contains(a["hint"], "run: aegis approve "+quoteArg(c.r.approvalID)) {
 			t.Errorf("a pending refusal without the command to approve it: %s", f)
 		}
 		b.Write(f)

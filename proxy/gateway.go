@@ -136,7 +136,6 @@ type gateway struct {
 	state   *policy.ProfileState // a fold of the session's profile events
 	visible map[string]bool      // wire names registered with the server
 	visRes  map[string]bool
-	escN    int
 
 	pt promptTable // prompts and resource templates
 	fw forwarder   // what is forwarded besides calls, and the list_changed relisting
@@ -304,6 +303,7 @@ func Gateway(ctx context.Context, cfg GatewayConfig) (*projector.Session, error)
 		return nil, &OpenError{Err: err}
 	}
 	g.sess = sess
+	g.gate.number(policy.NewApprovalIDs(sess.Seq()))
 	g.pins = newGatewayPins(g)
 	g.gate.pins = g.pins
 
@@ -743,7 +743,7 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 				// Only a pending approval has an id; a denial or a rate
 				// limit names none.
 				refusal["approval_id"] = id
-				refusal["hint"] = "run: aegis approve " + id + " (or: aegis deny " + id + "), then call the tool again with the same arguments: the approval lets it through once"
+				refusal["hint"] = "run: aegis approve " + quoteArg(id) + " (or: aegis deny " + quoteArg(id) + "), then call the tool again with the same arguments: the approval lets it through once"
 			}
 			b, _ := json.Marshal(refusal)
 			return finish(o, textResult(string(b), true))
@@ -829,16 +829,13 @@ func (g *gateway) meta(name string, args json.RawMessage) *mcp.CallToolResult {
 			}
 			return textResult(fmt.Sprintf("code=OK active=%s approval=", a.Name), false)
 		}
-		g.mu.Lock()
-		g.escN++
-		id := fmt.Sprintf("esc-%d", g.escN)
-		g.mu.Unlock()
+		id := g.gate.ids.Next("esc")
 		exp := now.Add(g.gate.ttl)
 		ev := policy.ProfileEvent{Kind: policy.EventSwitchRequested, ID: id, From: from, To: a.Name, Source: policy.SourceAgent, At: now, ExpiresAt: exp}
 		if err := g.profileEvent(ev, schemas.KindApprovalRequested, map[string]any{"approval_id": id, "kind": "profile", "from": from, "to": a.Name, "expires_at": exp}); err != nil {
 			return textResult("request failed: "+err.Error(), true)
 		}
-		fmt.Fprintf(g.cfg.Stderr, "aegis: approval needed: switch from profile %q to %q (approval %s)\naegis: hint: run: aegis approve %s   (or: aegis deny %s)\n", from, a.Name, id, id, id)
+		fmt.Fprintf(g.cfg.Stderr, "aegis: approval needed: switch from profile %q to %q (approval %s)\naegis: hint: run: aegis approve %s   (or: aegis deny %s)\n", from, a.Name, id, quoteArg(id), quoteArg(id))
 		return textResult(fmt.Sprintf("code=AEGIS_PENDING_APPROVAL active=%s approval=%s", from, id), false)
 	case "aegis.approval_status":
 		g.expireDue(now)
@@ -964,7 +961,8 @@ func (g *gateway) handleApproval(op ApprovalOp) ApprovalReply {
 	case err != nil:
 		return refuse(err.Error())
 	}
-	return ApprovalReply{OK: true, Message: msg}
+	return ApprovalReply{OK: true, Message: msg, Decided: &PendingApproval{ApprovalID: e.ID, ToolID: EscalationTarget(e.From, e.To),
+		Session: g.sess.ID(), RequestedAt: e.RequestedAt, ExpiresAt: e.ExpiresAt, Profile: e.From}}
 }
 
 // EscalationTarget is what an escalation from one profile to another is

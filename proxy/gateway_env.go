@@ -119,7 +119,7 @@ func ReadSecretFile(path string, kind error, nul string) (string, error) {
 		return "", fmt.Errorf("%w: %s is not a regular file", kind, path)
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return "", fmt.Errorf("%w: %s is accessible by group or others (mode %#o); run: chmod 600 %s", kind, path, perm, path)
+		return "", fmt.Errorf("%w: %s is accessible by group or others (mode %#o); run: chmod 600 %s", kind, path, perm, quoteArg(path))
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxEnvFile+1))
 	if err != nil {

@@ -83,7 +83,7 @@ rules:
 		want map[string]string
 	}{
 		{"PolicyDenied", "echo", map[string]any{"message": "hi"}, map[string]string{"layer": "wrap", "code": "POLICY_DENIED", "reason": "echo is off"}},
-		{"PendingApproval", "add", map[string]any{"a": 1, "b": 2}, map[string]string{"layer": "wrap", "code": "PENDING_APPROVAL", "approval_id": "apr-gate-add-add-1"}},
+		{"PendingApproval", "add", map[string]any{"a": 1, "b": 2}, map[string]string{"layer": "wrap", "code": "PENDING_APPROVAL", "approval_id": "apr-gate-add-add-1.1"}}, // session 1 of the state directory
 		{"RateLimited", "slow", map[string]any{"ms": 1}, map[string]string{"layer": "wrap", "code": "RATE_LIMITED"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

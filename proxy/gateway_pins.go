@@ -35,15 +35,15 @@ type gatewayPins struct {
 func newGatewayPins(g *gateway) *gatewayPins {
 	gp := &gatewayPins{g: g, books: map[string]*pinBook{}, kinds: map[string]map[string]*pinBook{}}
 	for _, s := range g.cfg.Servers {
-		b := newPinBookMode(g.sess, s.Name, true, g.cfg.OnToolChange)
-		b.prefix = "apr-pin-" + sanitizeID(s.Name) + "-"
+		b := newPinBookMode(g.sess, g.gate.ids, s.Name, true, g.cfg.OnToolChange)
+		b.names = []string{s.Name}
 		gp.books[s.Name] = b
 		for _, kind := range []string{schemas.PinKindPrompt, schemas.PinKindResourceTemplate} {
 			if gp.kinds[kind] == nil {
 				gp.kinds[kind] = map[string]*pinBook{}
 			}
-			kb := newKindBook(g.sess, s.Name, kind, true, g.cfg.OnToolChange)
-			kb.prefix += sanitizeID(s.Name) + "-"
+			kb := newKindBook(g.sess, g.gate.ids, s.Name, kind, true, g.cfg.OnToolChange)
+			kb.names = append(kb.names, s.Name)
 			gp.kinds[kind][s.Name] = kb
 		}
 	}
@@ -219,7 +219,7 @@ func (gp *gatewayPins) refuseKind(kind, server, tool string, now time.Time) (pol
 		if id, ok := gp.request(b, server, tool, now); ok {
 			d.ApprovalID = id
 			out["approval_id"] = id
-			out["hint"] = "review the server's new definition, then run: aegis approve " + id + " to pin it (or: aegis deny " + id + "), and call the tool again"
+			out["hint"] = "review the server's new definition, then run: aegis approve " + quoteArg(id) + " to pin it (or: aegis deny " + quoteArg(id) + "), and call the tool again"
 		}
 	} else if !pr.final {
 		out["hint"] = "review the server's new definition; to accept it, end this session and run: aegis pins reset --server " + quoteArg(server) + " --tool " + quoteArg(tool)

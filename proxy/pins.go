@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -78,9 +77,9 @@ type pinBook struct {
 	// set when the listing under way met such a page.
 	unreadable  string
 	dirty       bool
-	listSettled bool // no first sight left for the listing under way
-	n           int
-	prefix      string // of the approval ids it asks for
+	listSettled bool                // no first sight left for the listing under way
+	ids         *policy.ApprovalIDs // the session's, shared with its other approvals
+	names       []string            // the names before the tool in its approval ids
 }
 
 // toolSeen is a tool's definition as a listing showed it.
@@ -99,28 +98,29 @@ type pinAsk struct {
 	seen toolSeen
 }
 
-func newPinBook(sess *projector.Session, server string, set *policy.Set) *pinBook {
+func newPinBook(sess *projector.Session, ids *policy.ApprovalIDs, server string, set *policy.Set) *pinBook {
 	if set == nil {
-		return newPinBookMode(sess, server, false, 0)
+		return newPinBookMode(sess, ids, server, false, 0)
 	}
-	return newPinBookMode(sess, server, true, set.OnToolChange())
+	return newPinBookMode(sess, ids, server, true, set.OnToolChange())
 }
 
 // newPinBookMode is newPinBook with on_tool_change given; enforce false
-// only records.
-func newPinBookMode(sess *projector.Session, server string, enforce bool, mode policy.ToolChange) *pinBook {
-	return newKindBook(sess, server, "", enforce, mode)
+// only records. Its re-pin approvals take their ids from ids, the
+// session's.
+func newPinBookMode(sess *projector.Session, ids *policy.ApprovalIDs, server string, enforce bool, mode policy.ToolChange) *pinBook {
+	return newKindBook(sess, ids, server, "", enforce, mode)
 }
 
 // newKindBook is newPinBookMode for what kind pins (a schemas.PinKind, ""
-// for tools).
-func newKindBook(sess *projector.Session, server, kind string, enforce bool, mode policy.ToolChange) *pinBook {
-	prefix := "apr-pin-"
-	if kind != "" {
-		prefix += strings.ReplaceAll(kind, "_", "-") + "-"
-	}
-	b := &pinBook{kind: kind, server: server, sess: sess, pinned: sess.Pins(server, kind), enforce: enforce, mode: mode, prefix: prefix,
+// for tools). The approval ids of a kind other than tools name it first
+// (apr-pin-prompt-…).
+func newKindBook(sess *projector.Session, ids *policy.ApprovalIDs, server, kind string, enforce bool, mode policy.ToolChange) *pinBook {
+	b := &pinBook{kind: kind, server: server, sess: sess, pinned: sess.Pins(server, kind), enforce: enforce, mode: mode, ids: ids,
 		current: map[string]toolSeen{}, changed: map[string]toolSeen{}, removed: map[string]bool{}, asked: map[string]pinAsk{}}
+	if kind != "" {
+		b.names = []string{strings.ReplaceAll(kind, "_", "-")}
+	}
 	return b
 }
 
@@ -421,7 +421,7 @@ func (b *pinBook) check(tool string) *pinRefusal {
 	id := b.askLocked(tool, seen)
 	return &pinRefusal{
 		decision: policy.Decision{Verdict: policy.PendingApproval, Reason: reason, MatchedRule: pinRule, ApprovalID: id},
-		hint:     "review the server's new definition, then run: aegis approve " + id + " to pin it (or: aegis deny " + id + "), and send the call again",
+		hint:     "review the server's new definition, then run: aegis approve " + quoteArg(id) + " to pin it (or: aegis deny " + quoteArg(id) + "), and send the call again",
 		digest:   seen.digest,
 	}
 }
@@ -458,29 +458,19 @@ func short(d string) string {
 	return "sha256:" + d
 }
 
+// quoteArg quotes s for a POSIX shell, so that a hint's command can be
+// pasted as printed: as it is when it is made only of characters no shell
+// treats specially, else in single quotes.
 func quoteArg(s string) string {
-	if s != "" && !strings.ContainsAny(s, " \t\n'\"\\$`") {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool { return !shellPlain(r) }) < 0 {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// sanitizeID keeps an approval id to the characters aegis approve takes
-// from a shell without quoting.
-func sanitizeID(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-		if b.Len() >= 48 {
-			break
-		}
-	}
-	return b.String()
+// shellPlain reports whether r stands for itself in a shell word.
+func shellPlain(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.,/:@%+=", r)
 }
 
 // listWatch follows the host's tools/list requests in aegis wrap, so that
@@ -706,8 +696,7 @@ func (r *relay) onServerFramePins(line []byte) (*events.Receipt, bool, bool) {
 // askLocked registers a re-pin approval of tool's definition seen and
 // returns its id; b.mu is held.
 func (b *pinBook) askLocked(tool string, seen toolSeen) string {
-	b.n++
-	id := b.prefix + sanitizeID(tool) + "-" + strconv.Itoa(b.n)
+	id := b.ids.Next("apr-pin", append(b.names[:len(b.names):len(b.names)], tool)...)
 	b.asked[id] = pinAsk{tool: tool, seen: seen}
 	return id
 }

@@ -98,8 +98,10 @@ func TestPolicyRefusedCallsNeverReachServer(t *testing.T) {
 		t.Fatalf("the server received:\n%s\nwant only:\n%s", got, want)
 	}
 	out := string(run.out)
+	// The approval id ends in the session's number in its state directory
+	// (1: the first session of a fresh one) and the session's first approval.
 	for _, r := range []string{refusal("2", "POLICY_DENIED", "rm is not allowed here", hintDenied),
-		pendingRefusal(`"d"`, "apr-gate-deploy-deploy-1", "a human must approve this call (rule gate-deploy)"),
+		pendingRefusal(`"d"`, "apr-gate-deploy-deploy-1.1", "a human must approve this call (rule gate-deploy)"),
 		refusal("5", "RATE_LIMITED", "rate limit exceeded for `rate-search` (1 per 3600s)", hintRate),
 		"[" + refusal("6", "HOST_DENIED", reasonSibling, hintSibling) + "," + refusal("7", "POLICY_DENIED", "rm is not allowed here", hintDenied) + "]"} {
 		if !strings.Contains(out, r+"\n") {
@@ -153,7 +155,7 @@ func TestPolicyRefusedCallsNeverReachServer(t *testing.T) {
 	if e := byCall["call-8"]["execution"].(map[string]any); e["status"] != "success" {
 		t.Errorf("allowed call: %v", e)
 	}
-	if p := byCall["call-2"]["policy"].(map[string]any); p["approval_id"] != "apr-gate-deploy-deploy-1" {
+	if p := byCall["call-2"]["policy"].(map[string]any); p["approval_id"] != "apr-gate-deploy-deploy-1.1" {
 		t.Errorf("approval id %v", p["approval_id"])
 	}
 	if r := h.verify(); r.Verdict != verifier.Verified {

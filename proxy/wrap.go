@@ -293,8 +293,9 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	inR.Close()
 	outW.Close()
 	r.kill = func() { tree.Kill() }
+	ids := policy.NewApprovalIDs(r.sess.Seq())
 	key := schemas.WrapServerKey(cfg.Argv)
-	r.pins, r.lists = newPinBook(r.sess, key, cfg.Policy), &listWatch{}
+	r.pins, r.lists = newPinBook(r.sess, ids, key, cfg.Policy), &listWatch{}
 	r.books = map[string]*pinBook{"tools/list": r.pins}
 	for method, kind := range map[string]string{"prompts/list": schemas.PinKindPrompt, "resources/templates/list": schemas.PinKindResourceTemplate, "initialize": schemas.PinKindInstructions} {
 		// Wrap refuses only tools/call: changed prompts and templates are
@@ -304,10 +305,11 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 		if cfg.Policy != nil {
 			mode = cfg.Policy.OnToolChange()
 		}
-		r.books[method] = newKindBook(r.sess, key, kind, enforce, mode)
+		r.books[method] = newKindBook(r.sess, ids, key, kind, enforce, mode)
 	}
 	if r.gate != nil {
 		r.gate.pins = pinBooks{r.pins, r.books["initialize"]}
+		r.gate.number(ids)
 	}
 	if _, err := r.sess.Fact(schemas.KindChildStarted, map[string]any{"pid": cmd.Process.Pid, "argv": cfg.Argv}); err != nil {
 		r.fail(err)
@@ -1282,7 +1284,7 @@ func (r *relay) prompt(p PendingApproval) {
 
 // approvalPrompt is the stderr prompt of a pending tool call approval.
 func approvalPrompt(p PendingApproval) string {
-	id := projector.Printable(p.ApprovalID)
+	id := quoteArg(projector.Printable(p.ApprovalID))
 	if p.PinDigest != "" {
 		return fmt.Sprintf("aegis: tool changed: tools/call %q was refused: the tool's definition changed since it was pinned (now %s); approval %s (expires %s)\n"+
 			"aegis: hint: review the new definition (aegis replay shows the listing), then run: aegis approve %s to pin it   (or: aegis deny %s)\n",
@@ -1610,7 +1612,7 @@ func decideApproval(sess *projector.Session, g *gate, approvers *schemas.Approve
 	} else {
 		g.denied(p.ApprovalID)
 	}
-	return ApprovalReply{OK: true, Message: msg}
+	return ApprovalReply{OK: true, Message: msg, Decided: p}
 }
 
 // refusedFact is the payload of an approval.refused event: the request,

@@ -62,8 +62,8 @@ can answer on; the table gets a HOST column, and --json a host field.
 
 Example:
   $ aegis approvals
-  APPROVAL          TOOL   SESSION                     PID   REQUESTED            EXPIRES   ARGUMENTS
-  apr-gate-dream-1  dream  01KAQ3T5PS0C6ZJ5X1JQZ4Q1RM  4242  2026-09-01 10:02:03  in 4m12s  {"sleep":3} (11 bytes, sha256 9a1f0c2b7d3e5a64…)
+  APPROVAL            TOOL   SESSION                     PID   REQUESTED            EXPIRES   ARGUMENTS
+  apr-gate-dream-7.1  dream  01KAQ3T5PS0C6ZJ5X1JQZ4Q1RM  4242  2026-09-01 10:02:03  in 4m12s  {"sleep":3} (11 bytes, sha256 9a1f0c2b7d3e5a64…)
 `
 
 const approveUsage = `Usage:
@@ -72,7 +72,20 @@ const approveUsage = `Usage:
 
 Approves one pending tools/call: the aegis process that holds it checks the
 request (known id, still pending, not expired, its own session), records a
-signed decision and lets the call through. Its answer is printed.
+signed decision and lets the call through. Its answer is printed, then
+what it approved, as that process says: the session, the tool, the
+SHA-256 of the arguments' canonical JSON (args_digest, as 'aegis
+approvals --json' shows it) and their preview.
+
+An approval id is printed in the refusal the host gets and in the prompt
+on the aegis process's stderr: apr-RULE-TOOL-SESSION.N (apr-pin-… for a
+changed tool's re-pin, esc-SESSION.N for a gateway escalation). SESSION
+is the session's number in its state directory and N its count of
+approvals, so an id is never reused within a state directory: an id that
+an ended session or an earlier run printed names no other call. Ids hold
+only A-Z a-z 0-9 . _ - (any other character of a rule or tool name is
+written _), so they can be pasted into a shell as printed; the match is
+exact.
 
 An approval lets exactly one call through: the same tool with the same
 arguments (as 'aegis approvals' shows them), sent again by the host before
@@ -121,9 +134,9 @@ Exit status: 0 approved; 1 refused (unknown, expired, already used, or
 not signed by an approver) or no process could be asked; 2 usage error.
 
 Example:
-  $ aegis approve apr-gate-dream-1
-  $ aegis approve apr-gate-dream-1 --approver-key ~/.config/aegis/approver.age
-  $ aegis approve apr-gate-dream-1 --hub nats://hub-1:4222 --hub-nkey alice.nkey
+  $ aegis approve apr-gate-dream-7.1
+  $ aegis approve apr-gate-dream-7.1 --approver-key ~/.config/aegis/approver.age
+  $ aegis approve apr-gate-dream-7.1 --hub nats://hub-1:4222 --hub-nkey alice.nkey
 `
 
 const denyUsage = `Usage:
@@ -132,7 +145,7 @@ const denyUsage = `Usage:
 
 Denies one pending tools/call: the aegis process that holds it records a
 signed decision with the reason and answers the call with an error. Its
-answer is printed. The process is found as for 'aegis approve', over a
+answer is printed, then what it denied (session, tool, args_digest). The process is found as for 'aegis approve', over a
 fleet's hub with --hub. A deny is never signed, even when the process runs
 with --approvers: it can only keep a call from running (fail closed).
 
@@ -140,7 +153,7 @@ Exit status: 0 denied; 1 refused (unknown, expired or already used) or no
 process could be asked; 2 usage error.
 
 Example:
-  $ aegis deny apr-gate-dream-1 --reason "not on production"
+  $ aegis deny apr-gate-dream-7.1 --reason "not on production"
 `
 
 // approvalTimeout bounds asking one process.
@@ -427,8 +440,9 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 		case len(procs) == 1 && failed == 0:
 			// One process, and the id is not pending there: ask it anyway,
 			// so that its answer says why (unknown, expired, already used).
-			// Ids are unique within a process, so this cannot reach a call
-			// the user has not seen.
+			// Ids are unique within a state directory (they carry the
+			// session's number in it), so this cannot reach a call the
+			// user has not seen.
 			target = &procs[0]
 		default:
 			return withHint(fmt.Errorf("approval %s is not pending in any running aegis process (%d of %d asked)", id, len(procs)-failed, len(procs)),
@@ -460,8 +474,37 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 		msg = fmt.Sprintf("%s %s in session %s", map[string]string{events.OpApprove: "approved", events.OpDeny: "denied"}[op], id, target.Session)
 	}
 	fmt.Fprintln(m.Stdout, projector.Printable(msg))
+	fmt.Fprint(m.Stdout, decidedLines(rep, target.Session))
 	m.unchecked(key, msg)
 	return nil
+}
+
+// decidedLines says what an approve or deny resolved, as the process that
+// recorded it answered: the session, the tool and the digest of the
+// arguments the approval covers (the escalation's switch, or the
+// definition a re-pin pins). A process older than the reply's decided
+// member names only its session.
+func decidedLines(rep events.ApprovalReply, session string) string {
+	if rep.Session != "" {
+		session = rep.Session
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  session:     %s\n", projector.Printable(session))
+	d := rep.Decided
+	if d == nil {
+		return b.String()
+	}
+	fmt.Fprintf(&b, "  tool:        %s\n", projector.Printable(d.ToolID))
+	if d.ArgsDigest != "" {
+		fmt.Fprintf(&b, "  args_digest: sha256:%s\n", projector.Printable(d.ArgsDigest))
+		if d.ArgumentsBytes > 0 {
+			fmt.Fprintf(&b, "  arguments:   %s\n", proxy.ShowArgs(d.Arguments, d.ArgumentsBytes, d.ArgsDigest))
+		}
+	}
+	if d.PinDigest != "" {
+		fmt.Fprintf(&b, "  pins:        sha256:%s\n", projector.Printable(d.PinDigest))
+	}
+	return b.String()
 }
 
 // unchecked warns when a signed approve was taken by a process that runs

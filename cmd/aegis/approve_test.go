@@ -218,7 +218,7 @@ func TestApproveFindsTheProcessThatHoldsTheID(t *testing.T) {
 	b := startFakeProxy(t, dir, "apr-b-1")
 
 	code, out, stderr := runApprovalCmd(t, env, "approve", "apr-a-1")
-	if code != 0 || out != "apr-a-1: approve of fs.write recorded\n" || stderr != "" {
+	if code != 0 || out != "apr-a-1: approve of fs.write recorded\n  session:     "+a.session+"\n" || stderr != "" {
 		t.Fatalf("approve: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	got := a.decisions()

@@ -391,8 +391,8 @@ func TestWrapRefusesABadApproversFile(t *testing.T) {
 }
 
 // TestAgentSelfEscalationRefusedWithApprovers: the attack of issue 19 as
-// it was tried: the agent asks for deploy, gets esc-1, runs aegis approve
-// esc-1 through a shell. With --approvers on the gateway that is refused,
+// it was tried: the agent asks for deploy, gets esc-1.1, runs aegis approve
+// esc-1.1 through a shell. With --approvers on the gateway that is refused,
 // the agent stays where it was, and only the approver's signed approve
 // promotes it; the decision line names the approver's key id.
 func TestAgentSelfEscalationRefusedWithApprovers(t *testing.T) {
@@ -415,22 +415,23 @@ func TestAgentSelfEscalationRefusedWithApprovers(t *testing.T) {
 		id++
 		return toolText(t, w.call(id, "tools/call", `{"name":"`+name+`","arguments":`+args+`}`))
 	}
-	if got := call("aegis.set_profile", `{"name":"deploy"}`); got != "code=AEGIS_PENDING_APPROVAL active=developer approval=esc-1" {
+	// esc-1.1: the first approval of session 1 (the state directory's first).
+	if got := call("aegis.set_profile", `{"name":"deploy"}`); got != "code=AEGIS_PENDING_APPROVAL active=developer approval=esc-1.1" {
 		t.Fatalf("escalation: %q", got)
 	}
-	if out, code := l.aegis("approve", "esc-1"); code != 1 || !strings.Contains(out, "carries no approver signature") {
-		t.Fatalf("the agent's aegis approve esc-1: %d %s", code, out)
+	if out, code := l.aegis("approve", "esc-1.1"); code != 1 || !strings.Contains(out, "carries no approver signature") {
+		t.Fatalf("the agent's aegis approve esc-1.1: %d %s", code, out)
 	}
-	if got := call("aegis.approval_status", `{"id":"esc-1"}`); !strings.HasPrefix(got, "pending") {
+	if got := call("aegis.approval_status", `{"id":"esc-1.1"}`); !strings.HasPrefix(got, "pending") {
 		t.Fatalf("status after the agent's approve: %q", got)
 	}
 	env := map[string]string{"XDG_RUNTIME_DIR": l.runtime, "USER": "alice"}
-	code, stdout, stderr := withTerminal(t, env, &typist{lines: []string{pass}}, "approve", "--approver-key", aliceKey, "esc-1")
-	if code != 0 || !strings.Contains(stdout, "approved esc-1") || !strings.Contains(stdout, "signed by alice") ||
+	code, stdout, stderr := withTerminal(t, env, &typist{lines: []string{pass}}, "approve", "--approver-key", aliceKey, "esc-1.1")
+	if code != 0 || !strings.Contains(stdout, "approved esc-1.1") || !strings.Contains(stdout, "signed by alice") ||
 		!strings.Contains(stderr, "aegis.set_profile developer -> deploy") {
 		t.Fatalf("signed approve: %d\n%s\n%s", code, stdout, stderr)
 	}
-	if got := call("aegis.approval_status", `{"id":"esc-1"}`); got != "approved" {
+	if got := call("aegis.approval_status", `{"id":"esc-1.1"}`); got != "approved" {
 		t.Fatalf("status after the signed approve: %q", got)
 	}
 	w.finish()

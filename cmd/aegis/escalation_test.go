@@ -64,21 +64,22 @@ func TestApprovalAfterTheAgentMovedOn(t *testing.T) {
 		id++
 		return toolText(t, w.call(id, "tools/call", `{"name":"`+name+`","arguments":`+args+`}`))
 	}
-	if got := call("aegis.set_profile", `{"name":"deploy"}`); got != "code=AEGIS_PENDING_APPROVAL active=developer approval=esc-1" {
+	// esc-1.1: the first approval of session 1 (the state directory's first).
+	if got := call("aegis.set_profile", `{"name":"deploy"}`); got != "code=AEGIS_PENDING_APPROVAL active=developer approval=esc-1.1" {
 		t.Fatalf("escalation: %q", got)
 	}
-	if id := w.approvalID(); id != "esc-1" {
+	if id := w.approvalID(); id != "esc-1.1" {
 		t.Fatalf("approval prompt names %q", id)
 	}
 	if got := call("aegis.set_profile", `{"name":"reviewer"}`); got != "code=OK active=reviewer approval=" {
 		t.Fatalf("edge switch: %q", got)
 	}
-	out, code := l.aegis("approve", "esc-1")
-	if code != 0 || !strings.Contains(out, "approved esc-1") || !strings.Contains(out, "the agent is in reviewer now") {
-		t.Fatalf("aegis approve esc-1 while the agent is in reviewer: %d %s", code, out)
+	out, code := l.aegis("approve", "esc-1.1")
+	if code != 0 || !strings.Contains(out, "approved esc-1.1") || !strings.Contains(out, "the agent is in reviewer now") {
+		t.Fatalf("aegis approve esc-1.1 while the agent is in reviewer: %d %s", code, out)
 	}
 	// Applied from the wrong profile: refused, not spent.
-	if got := call("aegis.approval_status", `{"id":"esc-1"}`); got != "pending: approved for a switch from developer, but the active profile is reviewer" {
+	if got := call("aegis.approval_status", `{"id":"esc-1.1"}`); got != "pending: approved for a switch from developer, but the active profile is reviewer" {
 		t.Fatalf("status from reviewer: %q", got)
 	}
 	if got := call("example__slow", `{"ms":1}`); !strings.Contains(got, "AEGIS_CAP_DENIED") || !strings.Contains(got, `"active_profile":"reviewer"`) {
@@ -88,17 +89,17 @@ func TestApprovalAfterTheAgentMovedOn(t *testing.T) {
 	if got := call("aegis.set_profile", `{"name":"developer"}`); got != "code=OK active=developer approval=" {
 		t.Fatalf("back to developer: %q", got)
 	}
-	if got := call("aegis.approval_status", `{"id":"esc-1"}`); got != "approved" {
+	if got := call("aegis.approval_status", `{"id":"esc-1.1"}`); got != "approved" {
 		t.Fatalf("status from developer: %q", got)
 	}
 	if got := call("example__slow", `{"ms":1}`); !strings.Contains(got, "slept") {
 		t.Fatalf("slow as deploy: %q", got)
 	}
-	if got := call("aegis.approval_status", `{"id":"esc-1"}`); got != "denied: already used" {
+	if got := call("aegis.approval_status", `{"id":"esc-1.1"}`); got != "denied: already used" {
 		t.Fatalf("approval replayed: %q", got)
 	}
-	if out, code := l.aegis("approve", "esc-1"); code == 0 || !strings.Contains(out, "already resolved") {
-		t.Fatalf("aegis approve esc-1 a second time: %d %s", code, out)
+	if out, code := l.aegis("approve", "esc-1.1"); code == 0 || !strings.Contains(out, "already resolved") {
+		t.Fatalf("aegis approve esc-1.1 a second time: %d %s", code, out)
 	}
 	w.finish()
 
@@ -107,8 +108,8 @@ func TestApprovalAfterTheAgentMovedOn(t *testing.T) {
 		t.Fatalf("%d sessions", len(list))
 	}
 	resolved, refused := approvalEventsOf(t, l.streamEvents(), list[0].ID)
-	if resolved["esc-1"] != 1 || refused["esc-1"] != 1 {
-		t.Errorf("approval.resolved %v, approval.refused %v; want one of each for esc-1", resolved, refused)
+	if resolved["esc-1.1"] != 1 || refused["esc-1.1"] != 1 {
+		t.Errorf("approval.resolved %v, approval.refused %v; want one of each for esc-1.1", resolved, refused)
 	}
 	var switches []string
 	for _, e := range l.streamEvents() {

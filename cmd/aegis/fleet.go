@@ -160,6 +160,7 @@ func (m *Main) fleetDecide(ctx context.Context, h *hubFlags, session string, req
 		msg = fmt.Sprintf("%s %s in session %s", map[string]string{events.OpApprove: "approved", events.OpDeny: "denied"}[req.Op], id, session)
 	}
 	fmt.Fprintf(m.Stdout, "%s (host %s)\n", projector.Printable(msg), host)
+	fmt.Fprint(m.Stdout, decidedLines(rep, session))
 	m.unchecked(key, msg)
 	return nil
 }

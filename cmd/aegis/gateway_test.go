@@ -50,6 +50,14 @@ func (l *live) gateway(config string) *wrapProc {
 	return l.start(exec.Command(filepath.Join(l.bin, "aegis"), "gateway", "--config", path, "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state))
 }
 
+// The approval ids of gatewaySession: the first session of a fresh state
+// directory is number 1, and its approvals take their numbers from one
+// counter (the add call that rode on the approval took number 2).
+const (
+	gwAddApproval = "apr-add-needs-a-human-example__add-1.1"
+	gwEscalation  = "esc-1.3"
+)
+
 // gatewaySession runs the scripted gateway session: an allowed call, a call
 // that needs a human, its approval and the approved call, an escalation
 // from developer to deploy approved from a second process (and approved
@@ -66,6 +74,9 @@ func gatewaySession(t *testing.T) *live {
 		t.Fatalf("add: %s", a)
 	}
 	id := w.approvalID()
+	if id != gwAddApproval {
+		t.Fatalf("approval prompt names %q, want %s", id, gwAddApproval)
+	}
 	// The approver sees which rule asked, under which profile.
 	if out, _, code := l.aegisStdout("approvals", "--json"); code != 0 || !strings.Contains(out, `"matched_rule": "add-needs-a-human"`) || !strings.Contains(out, `"profile": "developer"`) {
 		t.Fatalf("approvals --json: exit %d\n%s", code, out)
@@ -76,19 +87,19 @@ func gatewaySession(t *testing.T) *live {
 	if a := w.call(3, "tools/call", `{"name":"example__add","arguments":{"a":2,"b":3}}`); !strings.Contains(a, `"sum":5`) {
 		t.Fatalf("approved add: %s", a)
 	}
-	if a := w.call(4, "tools/call", `{"name":"aegis.set_profile","arguments":{"name":"deploy"}}`); !strings.Contains(a, "code=AEGIS_PENDING_APPROVAL active=developer approval=esc-1") {
+	if a := w.call(4, "tools/call", `{"name":"aegis.set_profile","arguments":{"name":"deploy"}}`); !strings.Contains(a, "code=AEGIS_PENDING_APPROVAL active=developer approval="+gwEscalation+`"`) {
 		t.Fatalf("escalation: %s", a)
 	}
-	if id := w.approvalID(); id != "esc-1" {
-		t.Fatalf("approval prompt names %q", id)
+	if id := w.approvalID(); id != gwEscalation {
+		t.Fatalf("approval prompt names %q, want %s", id, gwEscalation)
 	}
-	if out, code := l.aegis("approve", "esc-1"); code != 0 {
-		t.Fatalf("aegis approve esc-1: %d %s", code, out)
+	if out, code := l.aegis("approve", gwEscalation); code != 0 {
+		t.Fatalf("aegis approve %s: %d %s", gwEscalation, code, out)
 	}
-	if out, code := l.aegis("approve", "esc-1"); code == 0 || !strings.Contains(out, "already resolved") {
-		t.Fatalf("aegis approve esc-1 a second time: %d %s", code, out)
+	if out, code := l.aegis("approve", gwEscalation); code == 0 || !strings.Contains(out, "already resolved") {
+		t.Fatalf("aegis approve %s a second time: %d %s", gwEscalation, code, out)
 	}
-	if a := w.call(5, "tools/call", `{"name":"aegis.approval_status","arguments":{"id":"esc-1"}}`); !strings.Contains(a, `"approved"`) {
+	if a := w.call(5, "tools/call", `{"name":"aegis.approval_status","arguments":{"id":"`+gwEscalation+`"}}`); !strings.Contains(a, `"approved"`) {
 		t.Fatalf("approval status: %s", a)
 	}
 	if a := w.call(6, "tools/call", `{"name":"example__slow","arguments":{"ms":1}}`); !strings.Contains(a, "slept") {
@@ -185,16 +196,18 @@ func TestGatewayRecordsOneResolutionPerApproval(t *testing.T) {
 	// A second session: an escalation approved, then revoked.
 	w := l.gateway(gatewayConfig(l.bin))
 	w.initialize()
-	if a := w.call(1, "tools/call", `{"name":"aegis.set_profile","arguments":{"name":"deploy"}}`); !strings.Contains(a, "approval=esc-1") {
-		t.Fatalf("escalation: %s", a)
+	a := w.call(1, "tools/call", `{"name":"aegis.set_profile","arguments":{"name":"deploy"}}`)
+	esc := w.approvalID()
+	if !strings.Contains(a, "approval="+esc+`"`) || esc == gwEscalation {
+		t.Fatalf("escalation %s: %s", esc, a)
 	}
-	if out, code := l.aegis("approve", "esc-1"); code != 0 {
-		t.Fatalf("aegis approve esc-1: %d %s", code, out)
+	if out, code := l.aegis("approve", esc); code != 0 {
+		t.Fatalf("aegis approve %s: %d %s", esc, code, out)
 	}
-	if out, code := l.aegis("deny", "esc-1"); code != 0 {
-		t.Fatalf("aegis deny esc-1 (revoke): %d %s", code, out)
+	if out, code := l.aegis("deny", esc); code != 0 {
+		t.Fatalf("aegis deny %s (revoke): %d %s", esc, code, out)
 	}
-	if a := w.call(2, "tools/call", `{"name":"aegis.approval_status","arguments":{"id":"esc-1"}}`); !strings.Contains(a, `"denied"`) {
+	if a := w.call(2, "tools/call", `{"name":"aegis.approval_status","arguments":{"id":"`+esc+`"}}`); !strings.Contains(a, `"denied"`) {
 		t.Fatalf("approval status after the revocation: %s", a)
 	}
 	w.finish()
@@ -205,14 +218,14 @@ func TestGatewayRecordsOneResolutionPerApproval(t *testing.T) {
 	}
 	evs := l.streamEvents()
 	resolved, refused := approvalEventsOf(t, evs, list[0].ID)
-	if len(resolved) != 2 || resolved["esc-1"] != 1 || resolved["apr-add-needs-a-human-example__add-1"] != 1 || len(refused) != 1 || refused["esc-1"] != 1 {
+	if len(resolved) != 2 || resolved[gwEscalation] != 1 || resolved[gwAddApproval] != 1 || len(refused) != 1 || refused[gwEscalation] != 1 {
 		t.Errorf("first session: approval.resolved per approval %v, approval.refused %v", resolved, refused)
 	}
 	if a := list[0].Approvals; a["requested"] != 2 || a["approved"] != 2 || a["denied"] != 0 || a["refused"] != 1 || a["used"] != 1 || a["duplicate"] != 0 {
 		t.Errorf("first session: approval counts %v", a)
 	}
 	_, out, _ := l.in("replay", list[0].ID)
-	if strings.Count(out, "esc-1 approved by tester@") != 1 || strings.Contains(out, "esc-1 denied") || !strings.Contains(out, "approve esc-1 by tester@") {
+	if strings.Count(out, gwEscalation+" approved by tester@") != 1 || strings.Contains(out, gwEscalation+" denied") || !strings.Contains(out, "approve "+gwEscalation+" by tester@") {
 		t.Errorf("first session's replay:\n%s", out)
 	}
 	_, out, _ = l.in("sessions")
@@ -221,14 +234,14 @@ func TestGatewayRecordsOneResolutionPerApproval(t *testing.T) {
 	}
 
 	resolved, refused = approvalEventsOf(t, evs, list[1].ID)
-	if len(resolved) != 1 || resolved["esc-1"] != 2 || len(refused) != 0 {
+	if len(resolved) != 1 || resolved[esc] != 2 || len(refused) != 0 {
 		t.Errorf("second session: approval.resolved per approval %v, approval.refused %v", resolved, refused)
 	}
 	if a := list[1].Approvals; a["requested"] != 1 || a["approved"] != 0 || a["denied"] != 1 || a["duplicate"] != 0 {
 		t.Errorf("second session: approval counts %v", a)
 	}
 	_, out, _ = l.in("replay", list[1].ID)
-	if strings.Count(out, "esc-1 approved by tester@") != 1 || strings.Count(out, "esc-1 denied by tester@") != 1 || !strings.Contains(out, "revokes its approval") {
+	if strings.Count(out, esc+" approved by tester@") != 1 || strings.Count(out, esc+" denied by tester@") != 1 || !strings.Contains(out, "revokes its approval") {
 		t.Errorf("second session's replay:\n%s", out)
 	}
 }
@@ -258,7 +271,7 @@ func TestReplayApprovalRequestNamesItsTarget(t *testing.T) {
 	if code != 0 || stderr != "" {
 		t.Fatalf("replay: exit %d, stderr %q", code, stderr)
 	}
-	if !strings.Contains(out, "requested esc-1 for profile developer -> deploy · expires") || !strings.Contains(out, "requested apr-add-needs-a-human-example__add-1 for example__add · expires") || strings.Contains(out, "for  ·") {
+	if !strings.Contains(out, "requested "+gwEscalation+" for profile developer -> deploy · expires") || !strings.Contains(out, "requested "+gwAddApproval+" for example__add · expires") || strings.Contains(out, "for  ·") {
 		t.Errorf("replay:\n%s", out)
 	}
 	golden(t, "replay-gateway.golden", l.normalizer().norm(transcriptSteps(out)))

@@ -52,7 +52,7 @@ Example:
   $ aegis hub enroll laptop-7 --hub nats://hub-1:4222,nats://hub-2:4222 --creds admin.creds
   $ aegis wrap --hub tls://hub-1:7422,tls://hub-2:7422 --host laptop-7 --hub-nkey laptop-7.nkey --audit calls.aarl --signing-key key -- server
   $ aegis hub approver alice
-  $ aegis approve --hub nats://hub-1:4222 --hub-nkey alice.nkey apr-gate-dream-1
+  $ aegis approve --hub nats://hub-1:4222 --hub-nkey alice.nkey apr-gate-dream-7.1
 `
 
 // hubFlags are the flags of a command that uses a fleet's hub: one that

@@ -86,7 +86,7 @@ rules:
 	if strings.Join(got, "\n") != strings.Join(want, "\n") || res.Summary.Calls != 4 || res.Summary.NewlyAllowed != 3 || res.Summary.Unchanged != 1 || len(res.PolicySetHash) != 64 {
 		t.Errorf("looser:\n%s\nwant:\n%s\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), out)
 	}
-	if res.Changes[2].Recorded.ApprovalRef != "apr-gate-add-add-1" {
+	if res.Changes[2].Recorded.ApprovalRef != "apr-gate-add-add-1.1" { // the first approval of session 1
 		t.Errorf("the approved call's recorded verdict: %+v", res.Changes[2])
 	}
 

@@ -382,10 +382,17 @@ func (m *Main) approvalServer(store *events.Store) func(string, func(proxy.Appro
 		l, err := store.ListenApprovals(session, func(req events.ApprovalRequest) events.ApprovalReply {
 			r := handle(proxy.ApprovalOp{Op: req.Op, ApprovalID: req.ApprovalID, Reason: req.Reason, By: req.By, Approver: req.Approver})
 			out := events.ApprovalReply{OK: r.OK, Error: r.Error, Message: r.Message}
-			for _, p := range r.Pending {
-				out.Pending = append(out.Pending, events.PendingApproval{ApprovalID: p.ApprovalID, ToolID: p.ToolID,
+			conv := func(p proxy.PendingApproval) events.PendingApproval {
+				return events.PendingApproval{ApprovalID: p.ApprovalID, ToolID: p.ToolID,
 					RequestDigest: p.RequestDigest, ArgsDigest: p.ArgsDigest, RequestedAt: p.RequestedAt, ExpiresAt: p.ExpiresAt,
-					Arguments: p.Args, ArgumentsBytes: p.ArgsBytes, MatchedRule: p.MatchedRule, Profile: p.Profile, PinDigest: p.PinDigest})
+					Arguments: p.Args, ArgumentsBytes: p.ArgsBytes, MatchedRule: p.MatchedRule, Profile: p.Profile, PinDigest: p.PinDigest}
+			}
+			for _, p := range r.Pending {
+				out.Pending = append(out.Pending, conv(p))
+			}
+			if r.Decided != nil {
+				d := conv(*r.Decided)
+				out.Decided = &d
 			}
 			return out
 		})
