@@ -29,6 +29,11 @@ import (
 //   - The host's notifications/tasks/status for such a task reaches the
 //     server that asked; a server's notifications/cancelled for a request
 //     taken here cancels the gateway's request to the host.
+//   - The host's task ids are not mapped: one receiver, the host, makes
+//     them all, so two servers cannot bring the same id, and each id is
+//     bound to the server it was created for. A task id the host gives a
+//     second server while the first's task is still known is refused to
+//     that server (the task stays the first's).
 
 // hostRuns reports whether the host runs requests of kind (sampling,
 // elicitation) and method (createMessage, create) as tasks.
@@ -123,6 +128,16 @@ func (t *tasker) askHost(ctx context.Context, server string, h rpcFrame) (json.R
 		if token := p.Meta["progressToken"]; token != nil && d != nil {
 			defer t.g.fw.upstream(token, d.cs)()
 		}
+		// A task of the server's own that the request belongs to is
+		// named by the gateway's id of it.
+		var m map[string]json.RawMessage
+		if json.Unmarshal(h.Params, &m) == nil && m != nil {
+			t.mu.Lock()
+			if mapRelated(m, func(id string) (string, bool) { return t.tasks.hostID(server, id, t.creating[server] > 0) }) {
+				h.Params, _ = json.Marshal(m)
+			}
+			t.mu.Unlock()
+		}
 	}
 	raw, err := t.hostRaw.call(ctx, h.Method, json.RawMessage(orEmptyObject(h.Params)))
 	if err != nil {
@@ -131,8 +146,13 @@ func (t *tasker) askHost(ctx context.Context, server string, h rpcFrame) (json.R
 	if h.Method == "sampling/createMessage" || h.Method == "elicitation/create" {
 		if id := createdTaskID(raw); id != "" {
 			t.mu.Lock()
+			defer t.mu.Unlock()
+			if owner, ok := t.hostTasks.m[id]; ok && owner != server {
+				// The host gave another server's task id again: the
+				// task stays that server's, and this one is told so.
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: the host answered with task %q, which it created for another server", id)}
+			}
 			t.hostTasks.put(id, server)
-			t.mu.Unlock()
 		}
 	}
 	return raw, nil

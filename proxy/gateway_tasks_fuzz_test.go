@@ -70,7 +70,7 @@ func FuzzTaskLines(f *testing.F) {
 // A session that creates tasks without end holds at most maxTasks of them:
 // the oldest is forgotten (and then refused as unknown), the newest kept.
 func TestTaskTableForgetsTheOldest(t *testing.T) {
-	tt := newTaskTable[int]()
+	tt := newTaskTable[int](maxTasks)
 	for i := range maxTasks + 1 {
 		tt.put(strconv.Itoa(i), i)
 	}
@@ -138,4 +138,63 @@ func FuzzPlainCallShape(f *testing.F) {
 			t.Fatalf("taken as a plain call of %q, but decided as %q (%q)", name, p.Name, h.Method)
 		}
 	})
+}
+
+// The gateway's task ids at their limits: a session that creates tasks
+// without end, on two servers that give the same ids, holds maxTasks of
+// them and the way back to each, no more; the oldest gateway id is then
+// unknown, refused with -32602, and reaches no server. Statuses of tasks
+// not created yet hold at most maxEarlyTasks early ids.
+func TestTaskIDMapAtItsLimit(t *testing.T) {
+	var toA, toB, out lockedBuffer
+	g := &gateway{downs: map[string]*downstream{}, log: slog.New(slog.DiscardHandler)}
+	g.initTasks(context.Background())
+	g.tk.out = &hostOut{w: nopWriteCloser{&out}, t: g.tk}
+	g.downs["a"] = &downstream{raw: newDownRaw("a", &toA)}
+	g.downs["b"] = &downstream{raw: newDownRaw("b", &toB)}
+	g.tk.ready.Store(true)
+	m := g.tk.tasks
+	var ids []string
+	for i := range maxTasks + 1 {
+		server := []string{"a", "b"}[i%2]
+		ids = append(ids, m.create(taskEntry{server: server, serverID: "t" + strconv.Itoa(i/2)}))
+	}
+	if len(m.created.m) != maxTasks || len(m.created.order) != maxTasks || len(m.back) != maxTasks {
+		t.Fatalf("after %d tasks: %d held, %d in order, %d ways back", maxTasks+1, len(m.created.m), len(m.created.order), len(m.back))
+	}
+	if e := m.created.m[ids[1]]; e.server != "b" || e.serverID != "t0" {
+		t.Errorf("b's t0 is %v", e)
+	}
+	if id, _ := m.hostID("a", "t0", false); id != "" {
+		t.Errorf("a's forgotten t0 is still %s", id)
+	}
+	last := ids[maxTasks]
+	if e := m.created.m[last]; e.server != "a" || e.serverID != "t"+strconv.Itoa(maxTasks/2) {
+		t.Errorf("the newest task is %v", e)
+	}
+	g.tk.hostLine([]byte(`{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"`+ids[0]+`"}}`), true)
+	g.tk.close()
+	if !bytes.Contains(out.b.Bytes(), []byte(`"code":-32602`)) || toA.b.Len()+toB.b.Len() != 0 {
+		t.Errorf("the forgotten task: host got %q, servers %q %q", out.b.Bytes(), toA.b.Bytes(), toB.b.Bytes())
+	}
+
+	g.tk.creating["a"] = 1
+	for i := range maxEarlyTasks + 1 {
+		line := `{"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"e` + strconv.Itoa(i) + `","status":"working"}}`
+		g.tk.serverLine(g.downs["a"].raw, []byte(line), true)
+	}
+	if len(m.early.m) != maxEarlyTasks || len(m.early.order) != maxEarlyTasks || len(m.back) != maxTasks+maxEarlyTasks {
+		t.Fatalf("after %d early statuses: %d held, %d in order, %d ways back", maxEarlyTasks+1, len(m.early.m), len(m.early.order), len(m.back))
+	}
+	if n := bytes.Count(out.b.Bytes(), []byte(`notifications/tasks/status`)); n != maxEarlyTasks+1 {
+		t.Errorf("%d statuses reached the host, want %d", n, maxEarlyTasks+1)
+	}
+	// An early id is the task's once it is created; a forgotten one is not.
+	early, _ := m.hostID("a", "e1", false)
+	if id := m.create(taskEntry{server: "a", serverID: "e1"}); id != early || early == "" {
+		t.Errorf("a's e1 was %s early, %s created", early, id)
+	}
+	if id := m.create(taskEntry{server: "a", serverID: "e0"}); id == "" || m.early.m[id].serverID != "" {
+		t.Errorf("a's forgotten early e0 was created as %s", id)
+	}
 }

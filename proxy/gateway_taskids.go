@@ -1,0 +1,251 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// The task ids the host sees are the gateway's own. Servers choose their
+// task ids each for itself, so two servers may well both call a task "t1";
+// the host must never be able to tell them apart only by asking the right
+// server. Invariants:
+//
+//   - A server's task gets a gateway id (32 hex digits from crypto/rand,
+//     never given twice in a process) when the server first names it to
+//     the gateway: in its CreateTaskResult, or in a status or a
+//     related-task _meta sent while a task-augmented call to it is in
+//     flight (an "early" id, which the CreateTaskResult then takes over).
+//   - The map is keyed by (server, the server's id) one way and by the
+//     gateway id the other, so what a server says is only ever read as
+//     naming a task of its own: no server can name, poll, cancel or
+//     answer for another server's task.
+//   - Bounded: maxTasks created tasks and maxEarlyTasks early ids; beyond
+//     them the oldest is forgotten, and its id is then unknown (refused).
+//   - Where a task id is rewritten, every other spelling of its member
+//     (another case) is removed, so a reader that matches names
+//     case-insensitively reads the same id.
+
+// relatedTaskKey is the _meta member that names the task a message
+// belongs to.
+const relatedTaskKey = "io.modelcontextprotocol/related-task"
+
+// maxEarlyTasks bounds the ids given to tasks named before their
+// CreateTaskResult arrived.
+const maxEarlyTasks = 1024
+
+// taskMap holds the tasks created through the gateway under the gateway's
+// ids. Its methods are called with tasker.mu held.
+type taskMap struct {
+	created *taskTable[taskEntry] // gateway id -> task created through this gateway
+	early   *taskTable[taskEntry] // gateway id -> task named before its creation was answered
+	back    map[string]string     // server "\x00" server's id -> gateway id, of the entries above
+}
+
+func newTaskMap() *taskMap {
+	return &taskMap{created: newTaskTable[taskEntry](maxTasks), early: newTaskTable[taskEntry](maxEarlyTasks), back: map[string]string{}}
+}
+
+func taskKey(server, id string) string { return server + "\x00" + id }
+
+// newID returns a gateway task id that no task of this map has.
+func (m *taskMap) newID() string {
+	for {
+		var b [16]byte
+		rand.Read(b[:])
+		id := hex.EncodeToString(b[:])
+		if _, ok := m.created.m[id]; !ok {
+			if _, ok := m.early.m[id]; !ok {
+				return id
+			}
+		}
+	}
+}
+
+// create records the task e.server created as e.serverID, and returns the
+// gateway's id of it: the early id when the server named it before, a new
+// one otherwise (also when the server gives the id of a task it created
+// before to a new task).
+func (m *taskMap) create(e taskEntry) string {
+	k := taskKey(e.server, e.serverID)
+	id, ok := m.back[k]
+	if _, done := m.created.m[id]; !ok || done {
+		id = m.newID()
+	}
+	m.back[k] = id
+	if old, ov, ok := m.created.put(id, e); ok {
+		if ok := m.back[taskKey(ov.server, ov.serverID)] == old; ok {
+			delete(m.back, taskKey(ov.server, ov.serverID))
+		}
+	}
+	return id
+}
+
+// hostID returns the gateway's id of server's task serverID; with early,
+// an unknown one gets an early id.
+func (m *taskMap) hostID(server, serverID string, early bool) (string, bool) {
+	if serverID == "" {
+		return "", false
+	}
+	k := taskKey(server, serverID)
+	if id, ok := m.back[k]; ok {
+		return id, true
+	}
+	if !early {
+		return "", false
+	}
+	id := m.newID()
+	m.back[k] = id
+	if old, ov, ok := m.early.put(id, taskEntry{server: server, serverID: serverID}); ok {
+		_, taken := m.created.m[old]
+		if ok := m.back[taskKey(ov.server, ov.serverID)] == old; ok && !taken {
+			delete(m.back, taskKey(ov.server, ov.serverID))
+		}
+	}
+	return id, true
+}
+
+// idMapper maps a task id from one side's to the other's, and reports
+// whether it could.
+type idMapper func(id string) (string, bool)
+
+// setMember sets obj's member name to v (nil: removes it), removing every
+// other spelling of name.
+func setMember(obj map[string]json.RawMessage, name string, v json.RawMessage) {
+	for k := range obj {
+		if strings.EqualFold(k, name) {
+			delete(obj, k)
+		}
+	}
+	if v != nil {
+		obj[name] = v
+	}
+}
+
+// mapRelated rewrites the related-task _meta of obj (a message's params
+// or result) with to; a related task that to cannot map is removed. It
+// reports whether it changed obj.
+func mapRelated(obj map[string]json.RawMessage, to idMapper) bool {
+	changed := false
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		if !strings.EqualFold(k, "_meta") {
+			continue
+		}
+		var meta map[string]json.RawMessage
+		if json.Unmarshal(obj[k], &meta) != nil || meta == nil {
+			continue
+		}
+		var rel json.RawMessage
+		found := false
+		for _, mk := range slices.Sorted(maps.Keys(meta)) {
+			if strings.EqualFold(mk, relatedTaskKey) {
+				rel, found = meta[mk], true // any: it is read in server's namespace
+			}
+		}
+		if !found {
+			continue
+		}
+		setMember(meta, relatedTaskKey, nil)
+		var r map[string]json.RawMessage
+		if id, ok := to(taskIDOf(rel)); ok && json.Unmarshal(rel, &r) == nil && r != nil {
+			b, _ := json.Marshal(id)
+			setMember(r, "taskId", b)
+			meta[relatedTaskKey], _ = json.Marshal(r)
+		}
+		obj[k], _ = json.Marshal(meta)
+		changed = true
+	}
+	return changed
+}
+
+// mapTask returns obj (a task, or a message's params or result) with its
+// taskId, when it has one, and its related-task _meta mapped by to. A
+// taskId that to cannot map is an error: the answer is not passed on.
+func mapTask(obj json.RawMessage, to idMapper) (json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(obj, &m) != nil || m == nil {
+		return obj, true
+	}
+	has := false
+	for k := range m {
+		has = has || strings.EqualFold(k, "taskId")
+	}
+	if has {
+		id, ok := to(taskIDOf(obj))
+		if !ok {
+			return nil, false
+		}
+		b, _ := json.Marshal(id)
+		setMember(m, "taskId", b)
+	}
+	mapRelated(m, to)
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, false
+	}
+	return b, true
+}
+
+// mapCreated returns a CreateTaskResult with its task's id, and the
+// related-task _meta, mapped by to.
+func mapCreated(result json.RawMessage, to idMapper) (json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(result, &m) != nil || m == nil {
+		return result, true
+	}
+	var task json.RawMessage
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if strings.EqualFold(k, "task") {
+			task = m[k]
+		}
+	}
+	if task != nil {
+		t, ok := mapTask(task, to)
+		if !ok {
+			return nil, false
+		}
+		setMember(m, "task", t)
+	}
+	mapRelated(m, to)
+	b, err := json.Marshal(m)
+	return b, err == nil
+}
+
+// serverEdit returns a line from server, which the SDK is to read, with
+// the related-task _meta of its params or result naming the gateway's id
+// of the task (removed when the task is not one of server's known to the
+// gateway). Lines that name no related task pass unchanged.
+func (t *tasker) serverEdit(server string, line []byte) []byte {
+	if !bytes.Contains(line, []byte("related-task")) && !bytes.Contains(line, []byte(`\u`)) {
+		return line
+	}
+	var f rpcFrame
+	if json.Unmarshal(line, &f) != nil {
+		return line
+	}
+	obj := &f.Params
+	if f.Method == "" {
+		obj = &f.Result
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(*obj, &m) != nil || m == nil {
+		return line
+	}
+	t.mu.Lock()
+	early := t.creating[server] > 0
+	changed := mapRelated(m, func(id string) (string, bool) { return t.tasks.hostID(server, id, early) })
+	t.mu.Unlock()
+	if !changed {
+		return line
+	}
+	*obj, _ = json.Marshal(m)
+	b, err := json.Marshal(f)
+	if err != nil {
+		return line
+	}
+	return append(b, '\n')
+}
