@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -39,6 +40,8 @@ func FuzzTaskLines(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"s__t","task":{}}}` + "\n" + `{"jsonrpc":"2.0","id":"aegis-1","result":{}}`))
 	f.Add([]byte(`{"jsonrpc":"2.0","id":"g","method":"sampling/createMessage","params":{"task":{}}}` + "\n" + `{"jsonrpc":"2.0","id":"aegis-1","result":{"task":{"taskId":"h"}}}`))
 	f.Add([]byte(`{"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"x"}}` + "\n" + `{"jsonrpc":"2.0","id":3,"result":{"capabilities":{"tasks":{"requests":{"tools":{"call":{}}}}},"protocolVersion":"2025-11-25","tools":[{"name":"t","execution":{"taskSupport":"required"}}]}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":"s1","method":"elicitation/create","params":{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t1"}}}}` + "\n" + `{"jsonrpc":"2.0","id":"aegis-1","result":{"task":{"taskId":"t1"},"_meta":{"io.modelcontextprotocol/related-task":{"TaskId":"t1"}}}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"t1","TASKID":"t2","_META":{"io.modelcontextprotocol/related\u002dtask":{"taskId":"t1"}}}}` + "\n" + `{"jsonrpc":"2.0","id":4,"result":{"_meta":{"io.modelcontextprotocol/related-task":"x"}}}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		first, second, _ := bytes.Cut(in, []byte("\n"))
 		g := &gateway{tools: map[string]toolEntry{"s__t": {server: "s", tool: "t"}}, log: slog.New(slog.DiscardHandler)}
@@ -49,9 +52,13 @@ func FuzzTaskLines(f *testing.F) {
 		g.tk.hostCaps = json.RawMessage(`{"list":{},"requests":{"sampling":{"createMessage":{}}}}`)
 		var toServer lockedBuffer
 		d := newDownRaw("s", &toServer)
+		g.tk.creating["s"] = 1 // statuses of tasks not created yet pass too
 		for _, line := range [][]byte{first, second} {
 			g.tk.hostLine(line, true) // not ready: a task request is refused at once
 			g.tk.serverLine(d, line, true)
+			if e := g.tk.serverEdit("s", line); !bytes.Equal(e, line) && !json.Valid(e) {
+				t.Fatalf("edited %q into %q", line, e)
+			}
 		}
 		g.tk.close() // not ready: what was taken is refused at once
 		g.tk.observe("s", second)
@@ -197,4 +204,59 @@ func TestTaskIDMapAtItsLimit(t *testing.T) {
 	if id := m.create(taskEntry{server: "a", serverID: "e0"}); id == "" || m.early.m[id].serverID != "" {
 		t.Errorf("a's forgotten early e0 was created as %s", id)
 	}
+}
+
+// Whatever object a server sends, once its task ids are mapped every
+// reader finds only mapped ids in it: the taskId member, read exactly or
+// case-insensitively, and the related-task _meta are the mapped id or
+// absent; an id that cannot be mapped makes the answer refused, never
+// passed.
+func FuzzTaskIDMapping(f *testing.F) {
+	f.Add([]byte(`{"taskId":"k1","status":"working"}`))
+	f.Add([]byte(`{"taskId":"k1","TaskId":"x9"}`))
+	f.Add([]byte(`{"taskid":"x9","taskId":"k1","_meta":{"io.modelcontextprotocol/related-task":{"taskId":"x9"}}}`))
+	f.Add([]byte(`{"_META":{"IO.modelcontextprotocol/related-task":{"TASKID":"k2"}},"task":{"taskId":"k3"}}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		to := func(id string) (string, bool) {
+			if strings.HasPrefix(id, "k") {
+				return "G" + id, true
+			}
+			return "", false
+		}
+		check := func(what string, out json.RawMessage, taskID bool) {
+			var exact map[string]json.RawMessage
+			if json.Unmarshal(out, &exact) != nil {
+				return
+			}
+			var folded struct {
+				TaskID *string         `json:"taskId"`
+				Meta   json.RawMessage `json:"_meta"`
+			}
+			json.Unmarshal(out, &folded)
+			var id string
+			if !taskID {
+				exact["taskId"], folded.TaskID = nil, nil
+			}
+			if exact["taskId"] != nil && json.Unmarshal(exact["taskId"], &id) != nil || id != "" && !strings.HasPrefix(id, "G") {
+				t.Fatalf("%s: %q has taskId %s", what, out, exact["taskId"])
+			}
+			if folded.TaskID != nil && *folded.TaskID != id {
+				t.Fatalf("%s: %q reads as task %q case-insensitively, %q exactly", what, out, *folded.TaskID, id)
+			}
+			var meta map[string]json.RawMessage
+			if json.Unmarshal(exact["_meta"], &meta) == nil {
+				if rel := meta[relatedTaskKey]; rel != nil && !strings.HasPrefix(taskIDOf(rel), "G") {
+					t.Fatalf("%s: %q keeps the related task %s", what, out, rel)
+				}
+			}
+		}
+		if out, ok := mapTask(in, to); ok && !bytes.Equal(out, in) {
+			check("task", out, true)
+		}
+		var m map[string]json.RawMessage
+		if json.Unmarshal(in, &m) == nil && m != nil && mapRelated(m, to) {
+			b, _ := json.Marshal(m)
+			check("related", b, false)
+		}
+	})
 }
