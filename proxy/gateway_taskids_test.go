@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -8,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
 // linesWith returns the lines of the file at path that hold every one of
@@ -182,5 +185,74 @@ activation:
 	}
 	if len(cancels) != 1 || cancels[0]["task_id"] != ta || cancels[0]["server_task_id"] != "t1" || cancels[0]["server"] != "a" {
 		t.Errorf("call.cancelled of tasks: %v, want one for a's %s", cancels, ta)
+	}
+}
+
+// The other direction: the host runs sampling as a task for two servers
+// and (wrongly) gives both the task id host-task-1. The task stays the
+// first server's: the second is refused the id, so it can never poll or
+// read the first's task, and the host is asked nothing for it after.
+func TestHostTaskIDGivenToTwoServersStaysTheFirsts(t *testing.T) {
+	every := mcptest.EverythingServer(t)
+	caps := map[string]any{"sampling": map[string]any{}, "tasks": map[string]any{"list": map[string]any{}, "cancel": map[string]any{},
+		"requests": map[string]any{"sampling": map[string]any{"createMessage": map[string]any{}}}}}
+	task := map[string]any{"taskId": "host-task-1", "status": "working", "ttl": 60000, "createdAt": "2026-01-01T00:00:00Z",
+		"lastUpdatedAt": "2026-01-01T00:00:00Z", "pollInterval": 100}
+	c := newCLI(t)
+	gw := c.startGateway(`version: 1
+servers:
+  e1:
+    command: `+every[0]+`
+    args: `+quoteArgs(every[1:])+`
+  e2:
+    command: `+every[0]+`
+    args: `+quoteArgs(every[1:])+`
+profiles:
+  p:
+    allow: [e1.trigger-sampling-request-async, e2.trigger-sampling-request-async]
+activation:
+  default_profile: p
+`, gatewayEnv(t))
+	h := gw.taskHost()
+	var mu sync.Mutex
+	var asked []string
+	h.before = func(req map[string]any) bool {
+		method, _ := req["method"].(string)
+		mu.Lock()
+		asked = append(asked, method)
+		mu.Unlock()
+		var res any
+		switch method {
+		case "sampling/createMessage":
+			res = map[string]any{"task": task}
+		case "tasks/get":
+			done := maps.Clone(task)
+			done["status"] = "completed"
+			res = done
+		case "tasks/result":
+			res = map[string]any{"role": "assistant", "content": map[string]any{"type": "text", "text": "sampled as a task"}, "model": "test-model"}
+		default:
+			return true
+		}
+		h.write(map[string]any{"jsonrpc": "2.0", "id": req["id"], "result": res})
+		return false
+	}
+	h.initializeWith(caps)
+	time.Sleep(500 * time.Millisecond) // the conditional tools come with initialized
+	text := func(tool string) string {
+		a := h.request("tools/call", map[string]any{"name": tool, "arguments": map[string]any{"prompt": "hello"}})
+		return canon(dig(a, "result", "content"))
+	}
+	if got := text("e1__trigger-sampling-request-async"); !strings.Contains(got, "sampled as a task") {
+		t.Fatalf("the first server's sampling task: %s", got)
+	}
+	if got := text("e2__trigger-sampling-request-async"); strings.Contains(got, "sampled as a task") || !strings.Contains(got, "created for another server") {
+		t.Errorf("the second server given the first's task id: %s", got)
+	}
+	gw.finish(30 * time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(asked, " ") != "sampling/createMessage tasks/get tasks/result sampling/createMessage" {
+		t.Errorf("the host was asked %v", asked)
 	}
 }
