@@ -215,12 +215,67 @@ func mapCreated(result json.RawMessage, to idMapper) (json.RawMessage, bool) {
 	return b, err == nil
 }
 
+// mayNameTask reports whether b may hold a related-task _meta: it names
+// one, or has escapes that could spell one.
+func mayNameTask(b []byte) bool {
+	return bytes.Contains(b, []byte("related-task")) || bytes.Contains(b, []byte(`\u`))
+}
+
+// relatedToHost returns obj (params or a result of server's) with its
+// related-task _meta naming the gateway's id of the task, or without it
+// when the task is none of server's the gateway knows.
+func (t *tasker) relatedToHost(server string, obj json.RawMessage) json.RawMessage {
+	if !mayNameTask(obj) {
+		return obj
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(obj, &m) != nil || m == nil {
+		return obj
+	}
+	t.mu.Lock()
+	early := t.creating[server] > 0
+	changed := mapRelated(m, func(id string) (string, bool) { return t.tasks.hostID(server, id, early) })
+	t.mu.Unlock()
+	if !changed {
+		return obj
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return obj
+	}
+	return b
+}
+
+// metaToServer returns a host's _meta for a request to server with its
+// related-task naming the server's own id of the task, or without it when
+// the task is none of server's.
+func (t *tasker) metaToServer(server string, meta map[string]any) any {
+	named := false
+	for k := range meta {
+		named = named || strings.EqualFold(k, relatedTaskKey)
+	}
+	if !named {
+		return meta
+	}
+	b, _ := json.Marshal(map[string]any{"_meta": meta})
+	var m map[string]json.RawMessage
+	json.Unmarshal(b, &m)
+	mapRelated(m, func(gid string) (string, bool) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if e, ok := t.tasks.created.m[gid]; ok && e.server == server {
+			return e.serverID, true
+		}
+		return "", false
+	})
+	return m["_meta"]
+}
+
 // serverEdit returns a line from server, which the SDK is to read, with
-// the related-task _meta of its params or result naming the gateway's id
-// of the task (removed when the task is not one of server's known to the
-// gateway). Lines that name no related task pass unchanged.
+// its params' or result's related-task _meta mapped by relatedToHost.
+// Lines that name no related task pass unchanged.
 func (t *tasker) serverEdit(server string, line []byte) []byte {
-	if !bytes.Contains(line, []byte("related-task")) && !bytes.Contains(line, []byte(`\u`)) {
+	if !mayNameTask(line) {
 		return line
 	}
 	var f rpcFrame
@@ -231,18 +286,11 @@ func (t *tasker) serverEdit(server string, line []byte) []byte {
 	if f.Method == "" {
 		obj = &f.Result
 	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(*obj, &m) != nil || m == nil {
+	edited := t.relatedToHost(server, *obj)
+	if bytes.Equal(edited, *obj) {
 		return line
 	}
-	t.mu.Lock()
-	early := t.creating[server] > 0
-	changed := mapRelated(m, func(id string) (string, bool) { return t.tasks.hostID(server, id, early) })
-	t.mu.Unlock()
-	if !changed {
-		return line
-	}
-	*obj, _ = json.Marshal(m)
+	*obj = edited
 	b, err := json.Marshal(f)
 	if err != nil {
 		return line

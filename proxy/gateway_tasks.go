@@ -383,12 +383,16 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 				params["arguments"] = p.Arguments
 			}
 			if p.Meta != nil {
-				params["_meta"] = p.Meta
+				params["_meta"] = t.metaToServer(e.server, p.Meta)
 			}
 			if !task {
 				// A plain call (see plainCall): the server's answer is
 				// the host's, as the server sent it.
-				return d.raw.call(cctx, "tools/call", params)
+				raw, err := d.raw.call(cctx, "tools/call", params)
+				if err != nil {
+					return nil, err
+				}
+				return t.relatedToHost(e.server, raw), nil
 			}
 			params["task"] = p.Task
 			// A status the server sends before its answer names a task
