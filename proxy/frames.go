@@ -11,8 +11,7 @@ import (
 // remove whole frames from it before the reader above (the SDK) sees them.
 // Invariants:
 //
-//   - Bytes it does not take pass unchanged and in order, but for what
-//     edit (when set) makes of a line at a boundary: one whole frame.
+//   - Bytes it does not take pass unchanged and in order.
 //   - take sees a line only if the bytes passed before it end a sequence of
 //     complete JSON values (at = true), as a continuous JSON decoder above
 //     it would read them: a line that is the middle of a value split over
@@ -27,7 +26,6 @@ import (
 type frameFilter struct {
 	r    io.Reader
 	take func(line []byte, at bool) bool
-	edit func(line []byte) []byte
 
 	tmp  []byte
 	in   []byte // an incomplete line
@@ -119,9 +117,6 @@ func (f *frameFilter) line(line []byte) {
 	at := f.pend == nil
 	if f.take(line, at) && at {
 		return
-	}
-	if at && f.edit != nil {
-		line = f.edit(line)
 	}
 	f.pass(line, true)
 }

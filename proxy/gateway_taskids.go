@@ -2,12 +2,16 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // The task ids the host sees are the gateway's own. Servers choose their
@@ -26,6 +30,12 @@ import (
 //     answer for another server's task.
 //   - Bounded: maxTasks created tasks and maxEarlyTasks early ids; beyond
 //     them the oldest is forgotten, and its id is then unknown (refused).
+//   - The related-task _meta of what the SDK carries between a server
+//     and the host (a server's requests and notifications, the host's
+//     requests and their answers) is mapped after the SDK decoded it
+//     (relatedMiddleware), however the server spelled or split its
+//     frame; so is that of the frames the task layer carries itself. A
+//     related task that cannot be mapped is removed.
 //   - Where a task id is rewritten, every other spelling of its member
 //     (another case) is removed, so a reader that matches names
 //     case-insensitively reads the same id.
@@ -249,18 +259,8 @@ func (t *tasker) relatedToHost(server string, obj json.RawMessage) json.RawMessa
 // metaToServer returns a host's _meta for a request to server with its
 // related-task naming the server's own id of the task, or without it when
 // the task is none of server's.
-func (t *tasker) metaToServer(server string, meta map[string]any) any {
-	named := false
-	for k := range meta {
-		named = named || strings.EqualFold(k, relatedTaskKey)
-	}
-	if !named {
-		return meta
-	}
-	b, _ := json.Marshal(map[string]any{"_meta": meta})
-	var m map[string]json.RawMessage
-	json.Unmarshal(b, &m)
-	mapRelated(m, func(gid string) (string, bool) {
+func (t *tasker) metaToServer(server string, meta map[string]any) map[string]any {
+	m, _ := metaMapped(meta, func(gid string) (string, bool) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		if e, ok := t.tasks.created.m[gid]; ok && e.server == server {
@@ -268,32 +268,82 @@ func (t *tasker) metaToServer(server string, meta map[string]any) any {
 		}
 		return "", false
 	})
-	return m["_meta"]
+	return m
 }
 
-// serverEdit returns a line from server, which the SDK is to read, with
-// its params' or result's related-task _meta mapped by relatedToHost.
-// Lines that name no related task pass unchanged.
-func (t *tasker) serverEdit(server string, line []byte) []byte {
-	if !mayNameTask(line) {
-		return line
+// relatedMiddleware maps the related-task _meta of what the SDK carries
+// between server and the host: of a server's request or notification
+// (incoming), to the gateway's id of the server's task; of a request to
+// the server (the host's, !incoming), to the server's own id, and of the
+// server's answer back to the gateway's. A related task that cannot be
+// mapped is removed.
+func (t *tasker) relatedMiddleware(server string, incoming bool) mcp.Middleware {
+	toHost := func(id string) (string, bool) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.tasks.hostID(server, id, t.creating[server] > 0)
 	}
-	var f rpcFrame
-	if json.Unmarshal(line, &f) != nil {
-		return line
+	toServer := func(gid string) (string, bool) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if e, ok := t.tasks.created.m[gid]; ok && e.server == server {
+			return e.serverID, true
+		}
+		return "", false
 	}
-	obj := &f.Params
-	if f.Method == "" {
-		obj = &f.Result
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if p := req.GetParams(); p != nil && !isNilParams(p) {
+				to := toServer
+				if incoming {
+					to = toHost
+				}
+				if m, ok := metaMapped(p.GetMeta(), to); ok {
+					p.SetMeta(m)
+				}
+			}
+			res, err := next(ctx, method, req)
+			if !incoming && res != nil && !isNilResult(res) {
+				if m, ok := metaMapped(res.GetMeta(), toHost); ok {
+					res.SetMeta(m)
+				}
+			}
+			return res, err
+		}
 	}
-	edited := t.relatedToHost(server, *obj)
-	if bytes.Equal(edited, *obj) {
-		return line
+}
+
+func isNilParams(p mcp.Params) bool {
+	v := reflect.ValueOf(p)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+func isNilResult(r mcp.Result) bool {
+	v := reflect.ValueOf(r)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// metaMapped returns meta with its related task mapped by to (removed when
+// to cannot map it), and whether meta names one at all.
+func metaMapped(meta map[string]any, to idMapper) (map[string]any, bool) {
+	named := false
+	for k := range meta {
+		named = named || strings.EqualFold(k, relatedTaskKey)
 	}
-	*obj = edited
-	b, err := json.Marshal(f)
+	if !named {
+		return meta, false
+	}
+	b, err := json.Marshal(map[string]any{"_meta": meta})
 	if err != nil {
-		return line
+		return meta, false
 	}
-	return append(b, '\n')
+	var m map[string]json.RawMessage
+	json.Unmarshal(b, &m)
+	mapRelated(m, to)
+	var out map[string]any
+	json.Unmarshal(m["_meta"], &out)
+	if out == nil {
+		out = map[string]any{}
+	}
+	return out, true
 }

@@ -958,8 +958,7 @@ type serverReader struct {
 }
 
 func (t *tasker) serverReader(d *downRaw, r io.Reader) io.ReadCloser {
-	return &serverReader{f: &frameFilter{r: r, take: func(line []byte, at bool) bool { return t.serverLine(d, line, at) },
-		edit: func(line []byte) []byte { return t.serverEdit(d.server, line) }}, d: d}
+	return &serverReader{f: &frameFilter{r: r, take: func(line []byte, at bool) bool { return t.serverLine(d, line, at) }}, d: d}
 }
 
 func (s *serverReader) Read(p []byte) (int, error) {

@@ -56,8 +56,8 @@ func FuzzTaskLines(f *testing.F) {
 		for _, line := range [][]byte{first, second} {
 			g.tk.hostLine(line, true) // not ready: a task request is refused at once
 			g.tk.serverLine(d, line, true)
-			if e := g.tk.serverEdit("s", line); !bytes.Equal(e, line) && !json.Valid(e) {
-				t.Fatalf("edited %q into %q", line, e)
+			if e := g.tk.relatedToHost("s", line); !bytes.Equal(e, line) && !json.Valid(e) {
+				t.Fatalf("mapped %q into %q", line, e)
 			}
 		}
 		g.tk.close() // not ready: what was taken is refused at once
