@@ -102,6 +102,9 @@ func (t *tasker) askHost(ctx context.Context, server string, h rpcFrame) (json.R
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: no host is connected to the gateway"}
 	}
 	d := t.g.downs[server]
+	// A task of the server's own that the request belongs to is named by
+	// the gateway's id of it.
+	h.Params = t.relatedToHost(server, h.Params)
 	switch h.Method {
 	case "tasks/list":
 		if !t.hostHas("list") {
@@ -127,16 +130,6 @@ func (t *tasker) askHost(ctx context.Context, server string, h rpcFrame) (json.R
 		json.Unmarshal(h.Params, &p)
 		if token := p.Meta["progressToken"]; token != nil && d != nil {
 			defer t.g.fw.upstream(token, d.cs)()
-		}
-		// A task of the server's own that the request belongs to is
-		// named by the gateway's id of it.
-		var m map[string]json.RawMessage
-		if json.Unmarshal(h.Params, &m) == nil && m != nil {
-			t.mu.Lock()
-			if mapRelated(m, func(id string) (string, bool) { return t.tasks.hostID(server, id, t.creating[server] > 0) }) {
-				h.Params, _ = json.Marshal(m)
-			}
-			t.mu.Unlock()
 		}
 	}
 	raw, err := t.hostRaw.call(ctx, h.Method, json.RawMessage(orEmptyObject(h.Params)))

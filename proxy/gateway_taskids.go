@@ -16,12 +16,12 @@ import (
 
 // The task ids the host sees are the gateway's own. Servers choose their
 // task ids each for itself, so two servers may well both call a task "t1";
-// the host must never be able to tell them apart only by asking the right
-// server. Invariants:
+// to the host they are two tasks, and neither server is ever asked about,
+// or heard for, the other's. Invariants:
 //
-//   - A server's task gets a gateway id (32 hex digits from crypto/rand,
-//     never given twice in a process) when the server first names it to
-//     the gateway: in its CreateTaskResult, or in a status or a
+//   - A server's task gets a gateway id (32 hex digits from crypto/rand;
+//     no two tasks of a process share one) when the server first names
+//     it to the gateway: in its CreateTaskResult, or in a status or a
 //     related-task _meta sent while a task-augmented call to it is in
 //     flight (an "early" id, which the CreateTaskResult then takes over).
 //   - The map is keyed by (server, the server's id) one way and by the
@@ -87,10 +87,8 @@ func (m *taskMap) create(e taskEntry) string {
 		id = m.newID()
 	}
 	m.back[k] = id
-	if old, ov, ok := m.created.put(id, e); ok {
-		if ok := m.back[taskKey(ov.server, ov.serverID)] == old; ok {
-			delete(m.back, taskKey(ov.server, ov.serverID))
-		}
+	if old, ov, forgot := m.created.put(id, e); forgot && m.back[taskKey(ov.server, ov.serverID)] == old {
+		delete(m.back, taskKey(ov.server, ov.serverID))
 	}
 	return id
 }
@@ -110,9 +108,9 @@ func (m *taskMap) hostID(server, serverID string, early bool) (string, bool) {
 	}
 	id := m.newID()
 	m.back[k] = id
-	if old, ov, ok := m.early.put(id, taskEntry{server: server, serverID: serverID}); ok {
-		_, taken := m.created.m[old]
-		if ok := m.back[taskKey(ov.server, ov.serverID)] == old; ok && !taken {
+	if old, ov, forgot := m.early.put(id, taskEntry{server: server, serverID: serverID}); forgot {
+		// An early id the CreateTaskResult took over stays.
+		if _, created := m.created.m[old]; !created && m.back[taskKey(ov.server, ov.serverID)] == old {
 			delete(m.back, taskKey(ov.server, ov.serverID))
 		}
 	}
@@ -273,10 +271,10 @@ func (t *tasker) metaToServer(server string, meta map[string]any) map[string]any
 
 // relatedMiddleware maps the related-task _meta of what the SDK carries
 // between server and the host: of a server's request or notification
-// (incoming), to the gateway's id of the server's task; of a request to
-// the server (the host's, !incoming), to the server's own id, and of the
-// server's answer back to the gateway's. A related task that cannot be
-// mapped is removed.
+// (incoming) to the gateway's id of the server's task, and of the host's
+// answer to it back to the server's own id; of a request to the server
+// (!incoming) to the server's own id, and of its answer back to the
+// gateway's. A related task that cannot be mapped is removed.
 func (t *tasker) relatedMiddleware(server string, incoming bool) mcp.Middleware {
 	toHost := func(id string) (string, bool) {
 		t.mu.Lock()
@@ -303,8 +301,12 @@ func (t *tasker) relatedMiddleware(server string, incoming bool) mcp.Middleware 
 				}
 			}
 			res, err := next(ctx, method, req)
-			if !incoming && res != nil && !isNilResult(res) {
-				if m, ok := metaMapped(res.GetMeta(), toHost); ok {
+			if hasMeta(res) {
+				to := toHost
+				if incoming {
+					to = toServer
+				}
+				if m, ok := metaMapped(res.GetMeta(), to); ok {
 					res.SetMeta(m)
 				}
 			}
@@ -313,13 +315,26 @@ func (t *tasker) relatedMiddleware(server string, incoming bool) mcp.Middleware 
 	}
 }
 
-func isNilParams(p mcp.Params) bool {
-	v := reflect.ValueOf(p)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+// hasMeta reports whether res is a result that carries _meta between a
+// server and the host (the SDK's empty result, say, has none to read).
+func hasMeta(res mcp.Result) bool {
+	switch r := res.(type) {
+	case *mcp.CallToolResult:
+		return r != nil
+	case *mcp.ElicitResult:
+		return r != nil
+	case *mcp.CreateMessageResult:
+		return r != nil
+	case *mcp.CreateMessageWithToolsResult:
+		return r != nil
+	case *mcp.ListRootsResult:
+		return r != nil
+	}
+	return false
 }
 
-func isNilResult(r mcp.Result) bool {
-	v := reflect.ValueOf(r)
+func isNilParams(p mcp.Params) bool {
+	v := reflect.ValueOf(p)
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 

@@ -27,7 +27,8 @@ import (
 //     tools/call is (decideCall): intent before it reaches the server,
 //     outcome (the server's CreateTaskResult, or the refusal) before the
 //     host sees the answer. Its name is namespaced; its arguments, _meta
-//     and task reach the server unchanged.
+//     (but for a related task, see below) and task reach the server
+//     unchanged.
 //   - The host knows each task by an id of the gateway's, never by the
 //     server's (gateway_taskids.go): two servers that give the same task
 //     id make two tasks to the host. Wherever a server's task id would
@@ -387,7 +388,8 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 			}
 			if !task {
 				// A plain call (see plainCall): the server's answer is
-				// the host's, as the server sent it.
+				// the host's, as the server sent it but for a related
+				// task.
 				raw, err := d.raw.call(cctx, "tools/call", params)
 				if err != nil {
 					return nil, err
