@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -133,6 +134,22 @@ activation:
 	}
 	if got := append(linesWith(t, alog, `"tasks/get"`), linesWith(t, blog, `"tasks/get"`)...); len(got) != before {
 		t.Errorf("a tasks/get of t1 reached a server: %q", got)
+	}
+	// A host's related-task _meta reaches the task's server as its own id,
+	// and no other server, on the gateway's own path (a plain call) and
+	// through the SDK (a call with a null task) alike.
+	for i, extra := range []map[string]any{{}, {"task": nil}} {
+		for _, server := range []string{"a", "b"} {
+			params := map[string]any{"name": server + "__work", "arguments": map[string]any{"n": i},
+				"_meta": map[string]any{"io.modelcontextprotocol/related-task": map[string]any{"taskId": ta}}}
+			maps.Copy(params, extra)
+			h.request("tools/call", params)
+		}
+		a := linesWith(t, alog, `"tools/call"`, `"n":`+fmt.Sprint(i))
+		b := linesWith(t, blog, `"tools/call"`, `"n":`+fmt.Sprint(i))
+		if len(a) != 1 || !strings.Contains(a[0], `"io.modelcontextprotocol/related-task":{"taskId":"t1"}`) || len(b) != 1 || strings.Contains(b[0], "related-task") {
+			t.Errorf("the host's related task %s reached a as %q and b as %q", ta, a, b)
+		}
 	}
 	ls := h.request("tasks/list", map[string]any{})
 	listed := map[any]any{}
