@@ -233,7 +233,9 @@
 // (gateway_tasks.go, gateway_hosttasks.go): a task-augmented tools/call is
 // decided and recorded as every call is, a task's result is recorded
 // before the host sees it, and a task id reaches only the peer that
-// created it. A frame filter (frames.go) takes those frames out of a
+// created it: the host knows a server's task by an id of the gateway's,
+// mapped to that server and its own id (gateway_taskids.go), so two
+// servers' equal task ids never meet. A frame filter (frames.go) takes those frames out of a
 // stream only where a continuous JSON reader would also see a whole frame,
 // so the SDK and the task layer never both answer one request.
 //

@@ -510,7 +510,8 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 		opts.ElicitationHandler = nil
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "aegis-gateway", Version: "1"}, opts)
-	c.AddReceivingMiddleware(g.rootsMiddleware(server), elicitAsSent(opts.ElicitationHandler))
+	c.AddReceivingMiddleware(g.tk.relatedMiddleware(server, true), g.rootsMiddleware(server), elicitAsSent(opts.ElicitationHandler))
+	c.AddSendingMiddleware(g.tk.relatedMiddleware(server, false))
 	f.mu.Lock()
 	f.init()
 	f.clients[server] = c

@@ -29,6 +29,11 @@ import (
 //   - The host's notifications/tasks/status for such a task reaches the
 //     server that asked; a server's notifications/cancelled for a request
 //     taken here cancels the gateway's request to the host.
+//   - The host's task ids are not mapped: one receiver, the host, makes
+//     them all, so two servers cannot bring the same id, and each id is
+//     bound to the server it was created for. A task id the host gives a
+//     second server while the first's task is still known is refused to
+//     that server (the task stays the first's).
 
 // hostRuns reports whether the host runs requests of kind (sampling,
 // elicitation) and method (createMessage, create) as tasks.
@@ -97,6 +102,9 @@ func (t *tasker) askHost(ctx context.Context, server string, h rpcFrame) (json.R
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: no host is connected to the gateway"}
 	}
 	d := t.g.downs[server]
+	// A task of the server's own that the request belongs to is named by
+	// the gateway's id of it.
+	h.Params = t.relatedToHost(server, h.Params)
 	switch h.Method {
 	case "tasks/list":
 		if !t.hostHas("list") {
@@ -131,8 +139,13 @@ func (t *tasker) askHost(ctx context.Context, server string, h rpcFrame) (json.R
 	if h.Method == "sampling/createMessage" || h.Method == "elicitation/create" {
 		if id := createdTaskID(raw); id != "" {
 			t.mu.Lock()
+			defer t.mu.Unlock()
+			if owner, ok := t.hostTasks.m[id]; ok && owner != server {
+				// The host gave another server's task id again: the
+				// task stays that server's, and this one is told so.
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: the host answered with task %q, which it created for another server", id)}
+			}
 			t.hostTasks.put(id, server)
-			t.mu.Unlock()
 		}
 	}
 	return raw, nil

@@ -27,15 +27,25 @@ import (
 //     tools/call is (decideCall): intent before it reaches the server,
 //     outcome (the server's CreateTaskResult, or the refusal) before the
 //     host sees the answer. Its name is namespaced; its arguments, _meta
-//     and task reach the server unchanged.
+//     (but for a related task, see below) and task reach the server
+//     unchanged.
+//   - The host knows each task by an id of the gateway's, never by the
+//     server's (gateway_taskids.go): two servers that give the same task
+//     id make two tasks to the host. Wherever a server's task id would
+//     reach the host (a CreateTaskResult, the answers to tasks/*, a
+//     status, a related-task _meta) it is the gateway's id of that
+//     server's task; a host's request names the task by the gateway's id
+//     and reaches the server by the server's own.
 //   - tasks/get, tasks/result and tasks/cancel reach only the server that
 //     created the task, and only for a task created through this gateway;
-//     any other task id is refused (-32602) and reaches no server.
+//     any other task id is refused (-32602) and reaches no server; an
+//     answer about another task than the one asked is refused too.
 //     tasks/list answers the tasks created through this gateway.
 //   - tasks/result's answer (the tool's real result) is recorded
-//     (task.result) before the host sees it; a tasks/cancel is recorded as
-//     call.cancelled naming the task.
-//   - Task ids, statuses and results are the server's, unchanged.
+//     (task.result, with the gateway's and the server's task id) before
+//     the host sees it; a tasks/cancel is recorded as call.cancelled
+//     naming the task both ways.
+//   - Statuses and results are the server's, but for the task ids.
 //   - The gateway's own requests to a server have string ids "aegis-N",
 //     which the SDK never uses; their answers are taken out of the
 //     server's stream before the SDK reads it.
@@ -51,9 +61,10 @@ const rawIDPrefix = "aegis-"
 var taskMethods = map[string]bool{"tasks/get": true, "tasks/result": true, "tasks/cancel": true, "tasks/list": true}
 
 type taskEntry struct {
-	server string
-	callID string
-	toolID string // wire name
+	server   string
+	serverID string // the server's own id of the task
+	callID   string
+	toolID   string // wire name
 }
 
 // tasker is the gateway's task layer. Its zero value is not ready: see
@@ -64,7 +75,7 @@ type tasker struct {
 	out  *hostOut
 
 	mu       sync.Mutex
-	tasks    *taskTable[taskEntry]                 // task id -> where it runs
+	tasks    *taskMap                              // the gateway's task id <-> the server's
 	inflight map[string]context.CancelCauseFunc    // host request id -> cancel
 	watch    map[string]string                     // host request id -> method whose answer is amended
 	exec     map[string]map[string]json.RawMessage // server -> tool -> execution
@@ -85,8 +96,8 @@ type tasker struct {
 }
 
 func (g *gateway) initTasks(ctx context.Context) {
-	g.tk = &tasker{g: g, base: ctx, tasks: newTaskTable[taskEntry](), inflight: map[string]context.CancelCauseFunc{},
-		watch: map[string]string{}, creating: map[string]int{}, hostTasks: newTaskTable[string](), asks: map[string]context.CancelCauseFunc{}, exec: map[string]map[string]json.RawMessage{}, caps: map[string]json.RawMessage{}}
+	g.tk = &tasker{g: g, base: ctx, tasks: newTaskMap(), inflight: map[string]context.CancelCauseFunc{},
+		watch: map[string]string{}, creating: map[string]int{}, hostTasks: newTaskTable[string](maxTasks), asks: map[string]context.CancelCauseFunc{}, exec: map[string]map[string]json.RawMessage{}, caps: map[string]json.RawMessage{}}
 }
 
 type rpcFrame struct {
@@ -373,12 +384,17 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 				params["arguments"] = p.Arguments
 			}
 			if p.Meta != nil {
-				params["_meta"] = p.Meta
+				params["_meta"] = t.metaToServer(e.server, p.Meta)
 			}
 			if !task {
 				// A plain call (see plainCall): the server's answer is
-				// the host's, as the server sent it.
-				return d.raw.call(cctx, "tools/call", params)
+				// the host's, as the server sent it but for a related
+				// task.
+				raw, err := d.raw.call(cctx, "tools/call", params)
+				if err != nil {
+					return nil, err
+				}
+				return t.relatedToHost(e.server, raw), nil
 			}
 			params["task"] = p.Task
 			// A status the server sends before its answer names a task
@@ -398,12 +414,23 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			if id := createdTaskID(raw); id != "" {
-				t.mu.Lock()
-				t.tasks.put(id, taskEntry{server: e.server, callID: wc.CallID, toolID: wc.ToolID})
-				t.mu.Unlock()
+			// The host knows the task by the gateway's id of it.
+			t.mu.Lock()
+			sid, gid := createdTaskID(raw), ""
+			if sid != "" {
+				gid = t.tasks.create(taskEntry{server: e.server, serverID: sid, callID: wc.CallID, toolID: wc.ToolID})
 			}
-			return raw, nil
+			out, ok := mapCreated(raw, func(id string) (string, bool) {
+				if id == sid && sid != "" {
+					return gid, true
+				}
+				return t.tasks.hostID(e.server, id, false)
+			})
+			t.mu.Unlock()
+			if !ok {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: server %s answered a task-augmented call with an unreadable task", e.server)}
+			}
+			return out, nil
 		})
 	}
 	if h.Method == "tasks/list" {
@@ -414,11 +441,24 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "aegis: " + h.Method + " needs params.taskId"}
 	}
 	t.mu.Lock()
-	e, ok := t.tasks.m[id]
+	e, ok := t.tasks.created.m[id]
 	t.mu.Unlock()
 	d := g.downs[e.server]
 	if !ok || d == nil || d.raw == nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("aegis: unknown task %q: no task of that id was created through this gateway", id)}
+	}
+	// The server is asked about its task by its own id, and its answer
+	// names the task by the gateway's.
+	params, ok := mapTask(orEmptyObject(h.Params), func(gid string) (string, bool) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if o, ok := t.tasks.created.m[gid]; ok && o.server == e.server {
+			return o.serverID, true
+		}
+		return "", false
+	})
+	if !ok {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "aegis: invalid " + h.Method + " params"}
 	}
 	cctx, release := g.callContext(ctx)
 	defer release()
@@ -427,12 +467,15 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 		// this host.
 		defer g.fw.begin(cctx, e.server, host, nil)()
 	}
-	raw, err := d.raw.call(cctx, h.Method, json.RawMessage(orEmptyObject(h.Params)))
+	raw, err := d.raw.call(cctx, h.Method, params)
+	if err == nil {
+		raw, err = t.answerToHost(e, id, h.Method, raw)
+	}
 	rctx := context.WithoutCancel(ctx)
 	switch h.Method {
 	case "tasks/cancel":
 		if err == nil {
-			fact := map[string]string{"task_id": id, "call_id": e.callID, "tool_id": e.toolID, "server": e.server, "method": h.Method, "by": "host"}
+			fact := map[string]string{"task_id": id, "server_task_id": e.serverID, "call_id": e.callID, "tool_id": e.toolID, "server": e.server, "method": h.Method, "by": "host"}
 			if rc, ferr := g.sess.Fact(schemas.KindCallCancelled, fact); ferr != nil {
 				return nil, auditRefusal(h.Method, ferr)
 			} else if _, ferr := rc.Wait(rctx); ferr != nil {
@@ -440,7 +483,7 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 			}
 		}
 	case "tasks/result":
-		fact := map[string]any{"task_id": id, "call_id": e.callID, "tool_id": e.toolID, "server": e.server}
+		fact := map[string]any{"task_id": id, "server_task_id": e.serverID, "call_id": e.callID, "tool_id": e.toolID, "server": e.server}
 		if err != nil {
 			fact["error"] = err.Error()
 		} else {
@@ -463,6 +506,40 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 	return raw, nil
 }
 
+// answerToHost returns server's answer to method about its task e (the
+// gateway's id gid) as the host is to see it: naming the task by gid. An
+// answer about another task is an error.
+func (t *tasker) answerToHost(e taskEntry, gid, method string, raw json.RawMessage) (json.RawMessage, error) {
+	to := func(id string) (string, bool) {
+		if id == e.serverID {
+			return gid, true
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.tasks.hostID(e.server, id, false)
+	}
+	var out json.RawMessage
+	ok := true
+	if method == "tasks/result" {
+		// The task's result: only its related-task _meta names it.
+		var m map[string]json.RawMessage
+		if out = raw; json.Unmarshal(raw, &m) == nil && m != nil && mapRelated(m, to) {
+			out, _ = json.Marshal(m)
+		}
+	} else {
+		out, ok = mapTask(raw, func(id string) (string, bool) {
+			if id != e.serverID {
+				return "", false
+			}
+			return gid, true
+		})
+	}
+	if !ok {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: server %s answered %s of its task %q about another task", e.server, method, e.serverID)}
+	}
+	return out, nil
+}
+
 func compactJSON(b []byte) []byte {
 	var buf bytes.Buffer
 	if json.Compact(&buf, b) != nil {
@@ -475,12 +552,15 @@ func compactJSON(b []byte) []byte {
 // their servers list them.
 func (t *tasker) list(ctx context.Context) (any, error) {
 	t.mu.Lock()
-	mine := map[string]map[string]bool{} // server -> task ids
-	for id, e := range t.tasks.m {
-		if mine[e.server] == nil {
-			mine[e.server] = map[string]bool{}
+	mine := map[string]map[string]string{} // server -> its task id -> the gateway's
+	for id, e := range t.tasks.created.m {
+		if t.tasks.back[taskKey(e.server, e.serverID)] != id {
+			continue // the server gave its id to a later task
 		}
-		mine[e.server][id] = true
+		if mine[e.server] == nil {
+			mine[e.server] = map[string]string{}
+		}
+		mine[e.server][e.serverID] = id
 	}
 	t.mu.Unlock()
 	cctx, release := t.g.callContext(ctx)
@@ -509,7 +589,11 @@ func (t *tasker) list(ctx context.Context) (any, error) {
 				return nil, fmt.Errorf("server %s answered tasks/list with %w", n, err)
 			}
 			for _, task := range page.Tasks {
-				if mine[n][taskIDOf(task)] {
+				gid, ok := mine[n][taskIDOf(task)]
+				if !ok {
+					continue
+				}
+				if task, ok = mapTask(task, func(string) (string, bool) { return gid, true }); ok {
 					tasks = append(tasks, task)
 				}
 			}
@@ -602,12 +686,19 @@ func (t *tasker) serverLine(d *downRaw, line []byte, at bool) bool {
 	}
 	switch {
 	case h.Method == "notifications/tasks/status":
+		// The status of a task of this server, under the gateway's id of
+		// it; while a task-augmented call to the server is in flight, of
+		// a task it has not answered yet too.
+		if !at {
+			return true
+		}
 		t.mu.Lock()
-		e, known := t.tasks.m[taskIDOf(h.Params)]
-		known = (known && e.server == d.server) || (!known && t.creating[d.server] > 0)
+		early := t.creating[d.server] > 0
+		params, known := mapTask(h.Params, func(id string) (string, bool) { return t.tasks.hostID(d.server, id, early) })
+		known = known && taskIDOf(h.Params) != ""
 		t.mu.Unlock()
-		if known && at {
-			t.out.frame(rpcFrame{JSONRPC: "2.0", Method: h.Method, Params: h.Params})
+		if known {
+			t.out.frame(rpcFrame{JSONRPC: "2.0", Method: h.Method, Params: params})
 		}
 		return true
 	case h.Method == "" && h.Result != nil:
@@ -907,21 +998,28 @@ func cancelledID(params json.RawMessage) json.RawMessage {
 const maxTasks = 10000
 
 // taskTable maps task ids to what the gateway knows of them, forgetting
-// the oldest beyond maxTasks.
+// the oldest beyond its limit.
 type taskTable[V any] struct {
 	m     map[string]V
 	order []string // ids, oldest first
+	limit int
 }
 
-func newTaskTable[V any]() *taskTable[V] { return &taskTable[V]{m: map[string]V{}} }
+func newTaskTable[V any](limit int) *taskTable[V] {
+	return &taskTable[V]{m: map[string]V{}, limit: limit}
+}
 
-func (t *taskTable[V]) put(id string, v V) {
+// put sets id's value, and returns the id and value it forgot to make
+// room, if it did.
+func (t *taskTable[V]) put(id string, v V) (old string, ov V, forgot bool) {
 	if _, ok := t.m[id]; !ok {
 		t.order = append(t.order, id)
-		if len(t.order) > maxTasks {
-			delete(t.m, t.order[0])
+		if len(t.order) > t.limit {
+			old, ov, forgot = t.order[0], t.m[t.order[0]], true
+			delete(t.m, old)
 			t.order = t.order[1:]
 		}
 	}
 	t.m[id] = v
+	return old, ov, forgot
 }

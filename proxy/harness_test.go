@@ -50,6 +50,7 @@ func bin(t testing.TB, name string) string {
 			"aegis-example-server": "./cmd/aegis-example-server",
 			"rawserver":            "./proxy/testdata/rawserver",
 			"growserver":           "./proxy/testdata/growserver",
+			"taskserver":           "./proxy/testdata/taskserver",
 			"spawner":              "./proxy/testdata/spawner",
 			"pinserver":            "./proxy/testdata/pinserver",
 			"probe":                "./sandbox/testdata/probe",
