@@ -172,7 +172,10 @@
 // are read through package reading, never a decoder or byte filter of
 // their own: a definition that readers could take two ways, or a tool
 // listed twice, is refused whatever on_tool_change says, and a listing
-// that cannot be read one way holds every call to its server.
+// that cannot be read one way holds every call to its server. Prompts,
+// resource templates and (in wrap) the server's instructions are pinned
+// the same way, by kind: the gateway hides and refuses what changed; wrap
+// records it, and holds every call while the instructions changed.
 // Wrap registers the host's tools/list requests where it registers every
 // host request, from its own reading of the frame (Request.List), and
 // reads the server's answers to them, matched as the host matches them
