@@ -374,8 +374,8 @@ type pinRefusal struct {
 const pinRule = "on_tool_change"
 
 // check decides a call to tool against its pin: nil when the tool is as
-// pinned (or not enforced). approvalPrefix names the approvals it asks
-// for.
+// pinned (or not enforced). Under pending_approval it asks for the re-pin
+// approval the refusal names.
 func (b *pinBook) check(tool string) *pinRefusal {
 	if b == nil || !b.enforce {
 		return nil
