@@ -498,20 +498,10 @@ func (p *parser) hex4() (rune, bool) {
 	if p.i+4 > len(p.b) {
 		return 0, false
 	}
-	var r rune
-	for _, c := range p.b[p.i : p.i+4] {
-		r <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			r |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			r |= rune(c - 'a' + 10)
-		case c >= 'A' && c <= 'F':
-			r |= rune(c - 'A' + 10)
-		default:
-			return 0, false
-		}
+	n, err := strconv.ParseUint(string(p.b[p.i:p.i+4]), 16, 16)
+	if err != nil {
+		return 0, false
 	}
 	p.i += 4
-	return r, true
+	return rune(n), true
 }
