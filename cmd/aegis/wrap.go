@@ -481,7 +481,10 @@ func (m *Main) protect(p *sandbox.Profile, keyPath, audit, stateDirFlag string) 
 // openSessionError says why a session could not be opened on the record
 // file audit, and what to do about it. The server never ran.
 func openSessionError(err error, audit string) error {
+	var unsafe *projector.UnsafeFileError
 	switch {
+	case errors.As(err, &unsafe):
+		return withHint(unsafe, unsafe.Hint()+". The server was not started and nothing was recorded")
 	case errors.Is(err, projector.ErrRecordDiverged):
 		return withHint(fmt.Errorf("will not append to %s: %w", audit, err), "keep that file as evidence and check it with 'aegis verify'; use a new --audit path, or rebuild the record with 'aegis export'")
 	case errors.Is(err, projector.ErrTornTail):
