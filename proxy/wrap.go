@@ -496,11 +496,8 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	failed := r.failed
 	r.mu.Unlock()
 	exit := map[string]any{"code": res.ExitCode, "server_exited_first": first}
-	switch {
-	case end.by != "":
+	if end.by != "" {
 		exit["ended_by"] = end.by
-	case !hostWasOpen:
-		exit["ended_by"] = endedByStdin
 	}
 	if end.reason != "" {
 		exit["reason"] = end.reason
