@@ -58,6 +58,13 @@
 // locked is refused before session.opened, so no session is left in the
 // stream that never ran, and no later CatchUp writes its open line.
 //
+// Only private files get evidence. The record file and its checkpoints
+// sidecar are created 0600 with O_EXCL; an existing one must be a regular
+// file of the effective user's with no group or other access, opened
+// with O_NOFOLLOW, else [*UnsafeFileError] ([ErrUnsafeRecordFile]) before
+// session.opened. A link named as the record is followed only while each
+// link is the user's own (recordfile.go).
+//
 // # Folds
 //
 // The transcript ([Timeline]), the session index ([SessionIndex]), the

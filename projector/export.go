@@ -302,7 +302,7 @@ func complete(ctx context.Context, s *events.Store, f *os.File, path string, spa
 	have := size - span.Offset // bytes of the span the file holds
 	m := span.markBefore(have)
 	file := bufio.NewReader(io.NewSectionReader(f, span.Offset+m.Bytes, have-m.Bytes))
-	out, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+	out, err := openPrivateExisting(path, recordWhat, recordInto)
 	if err != nil {
 		return false, fmt.Errorf("complete record file: %w", err)
 	}

@@ -228,7 +228,7 @@ func (c *liveCheckpoints) checkpoint(ctx context.Context) {
 		return
 	}
 	if c.sidecar == nil {
-		if c.sidecar, err = os.OpenFile(c.path+CheckpointsSuffix, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
+		if c.sidecar, _, err = openPrivateAppend(c.path+CheckpointsSuffix, sidecarWhat, sidecarInto); err != nil {
 			c.fail(err)
 			return
 		}

@@ -38,20 +38,22 @@ func (e *RecordLockedError) Unwrap() error { return ErrRecordLocked }
 
 // openRecordFile opens the record file at path for appending, creating it
 // with mode 0600, and takes an exclusive flock on it that lasts as long as
-// the file stays open. The lock is on the file itself, not on a name, so
+// the file stays open. An existing file must be a regular file of this
+// user's that group and others cannot access, and is not followed if it
+// is a symbolic link (openPrivateAppend): [*UnsafeFileError] otherwise. The lock is on the file itself, not on a name, so
 // two paths to one file (a symbolic or hard link) still find each other,
 // and the file's bytes stay nothing but audit lines. The kernel drops the
-// lock when the holder dies, so a crash leaves no stale lock.
+// lock when the holder dies, so a crash leaves no stale lock. (A link
+// reaches openRecordFile resolved: see resolveRecordPath.)
 //
 // created says whether this call made the file, so that a caller that
 // fails before writing to it can remove it again.
 func openRecordFile(path string) (f *os.File, created bool, err error) {
-	f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
-	created = err == nil
-	if errors.Is(err, fs.ErrExist) {
-		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
-	}
+	f, created, err = openPrivateAppend(path, recordWhat, recordInto)
 	if err != nil {
+		if _, ok := err.(*UnsafeFileError); ok {
+			return nil, false, err
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, false, fmt.Errorf("%w: %s has no directory %s", ErrNoRecordDir, path, filepath.Dir(path))
 		}

@@ -149,6 +149,13 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 			f.Close()
 		}
 	}()
+	if !cfg.Checkpoints.Off {
+		// Created at the first checkpoint; one that is there already is
+		// refused now, before the session writes anything.
+		if err := checkPrivateFile(path+CheckpointsSuffix, sidecarWhat, sidecarInto); err != nil {
+			return nil, err
+		}
+	}
 	ix := cfg.Index
 	if ix == nil {
 		if ix, err = LoadIndex(ctx, cfg.Store, cfg.Logger, nil); err != nil {
@@ -733,9 +740,16 @@ func fastLine(p []byte) (string, bool) {
 // a session recorded through a link is caught up and checked like one
 // recorded through the file's own path. A file that does not exist yet is
 // resolved through its directory.
+//
+// A link at the final component is followed only while it is this user's
+// own ([followOwnLinks]); the file it leads to is then opened without
+// following links.
 func resolveRecordPath(p string) (string, error) {
 	abs, err := filepath.Abs(p)
 	if err != nil {
+		return "", err
+	}
+	if err := followOwnLinks(abs); err != nil {
 		return "", err
 	}
 	if r, err := filepath.EvalSymlinks(abs); err == nil {

@@ -156,7 +156,7 @@ func (ix *SessionIndex) fold(rec events.Record) int {
 	case schemas.KindChildExited:
 		var c childPayload
 		json.Unmarshal(e.Payload, &c)
-		s.Exit = &ChildInfo{Server: c.Server, PID: c.PID, Code: c.Code, ServerExitedFirst: c.ServerExitedFirst, EndedBy: c.EndedBy}
+		s.Exit = &ChildInfo{Server: c.Server, PID: c.PID, Code: c.Code, ServerExitedFirst: c.ServerExitedFirst, EndedBy: c.EndedBy, Reason: c.Reason}
 	case schemas.KindNote:
 		if sk, ok := skippedOf(e.Payload); ok {
 			s.Skipped = append(s.Skipped, sk)

@@ -174,9 +174,10 @@ type ConfinementInfo struct {
 }
 
 // ChildInfo is child.started (Server, PID, Argv) or child.exited (Server,
-// PID, Code, ServerExitedFirst, EndedBy). Server names a gateway's
+// PID, Code, ServerExitedFirst, EndedBy, Reason). Server names a gateway's
 // server; EndedBy says what ended it when the gateway stopped it ("stdin
-// closed", "SIGTERM", "SIGKILL", or "exited before the shutdown").
+// closed", "SIGTERM", "SIGKILL", or "exited before the shutdown") or when
+// wrap did, and Reason why wrap did (e.g. a frame over the 16 MiB limit).
 type ChildInfo struct {
 	Server            string   `json:"server,omitempty"`
 	PID               int      `json:"pid,omitempty"`
@@ -184,6 +185,7 @@ type ChildInfo struct {
 	Code              *int     `json:"code,omitempty"`
 	ServerExitedFirst bool     `json:"server_exited_first,omitempty"`
 	EndedBy           string   `json:"ended_by,omitempty"`
+	Reason            string   `json:"reason,omitempty"`
 }
 
 // SkippedServer is a gateway's server that could not be used: the note
@@ -294,7 +296,7 @@ func (t *Timeline) Fold(rec events.Record) (Step, bool) {
 	case schemas.KindChildStarted, schemas.KindChildExited:
 		var c childPayload
 		json.Unmarshal(e.Payload, &c)
-		st.Child = &ChildInfo{Server: c.Server, PID: c.PID, Argv: c.Argv, Code: c.Code, ServerExitedFirst: c.ServerExitedFirst, EndedBy: c.EndedBy}
+		st.Child = &ChildInfo{Server: c.Server, PID: c.PID, Argv: c.Argv, Code: c.Code, ServerExitedFirst: c.ServerExitedFirst, EndedBy: c.EndedBy, Reason: c.Reason}
 	case schemas.KindProfileSwitched:
 		if p := profileOf(e.Payload); p != "" {
 			s.profile = p
@@ -368,6 +370,7 @@ type openedPayload struct {
 type childPayload struct {
 	Server            string   `json:"server"`
 	EndedBy           string   `json:"ended_by"`
+	Reason            string   `json:"reason"`
 	PID               int      `json:"pid"`
 	Argv              []string `json:"argv"`
 	Code              *int     `json:"code"`

@@ -390,3 +390,23 @@ func TestStepTextOfCancelledCallsAndDroppedFrames(t *testing.T) {
 		}
 	}
 }
+
+// A server that wrap stopped reads as stopped, with why; one that exited on
+// its own says so.
+func TestStepTextOfAStoppedServer(t *testing.T) {
+	code := 137
+	for _, tc := range []struct {
+		child projector.ChildInfo
+		want  string
+	}{
+		{projector.ChildInfo{Code: &code, EndedBy: "SIGKILL", Reason: "the server sent a frame of at least 16842752 bytes, larger than the 16 MiB frame limit"},
+			"exited    status 137 · ended by SIGKILL: the server sent a frame of at least 16842752 bytes, larger than the 16 MiB frame limit"},
+		{projector.ChildInfo{Code: &code, ServerExitedFirst: true},
+			"exited    status 137 · the server exited before the host closed stdin"},
+	} {
+		st := projector.Step{Kind: string(schemas.KindChildExited), Child: &tc.child}
+		if got := st.Line(); !strings.HasSuffix(got, tc.want) {
+			t.Errorf("Line() = %q, want it to end in %q", got, tc.want)
+		}
+	}
+}

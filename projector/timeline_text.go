@@ -170,6 +170,9 @@ func (s Step) text() string {
 			if c.EndedBy != "" {
 				b.WriteString(" · ended by " + c.EndedBy)
 			}
+			if c.Reason != "" {
+				b.WriteString(": " + Printable(c.Reason))
+			}
 			if c.ServerExitedFirst {
 				b.WriteString(" · the server exited before the host closed stdin")
 			}

@@ -71,12 +71,13 @@
 //     so an answer that overtakes the reading is still matched. Everything
 //     else, and every frame under a policy, is read before it is relayed.
 //   - Every call gets exactly one outcome: answered; "child exited before
-//     responding"; when the host left and the server stayed silent through
-//     the grace, "client closed stdin; …"; or, for a call the host
-//     cancelled (recorded as call.cancelled) and the server never answered,
-//     a trap saying so. "not executed" is said only of a call whose frame
-//     never reached the server, and of a malformed call relayed without a
-//     policy, as the record format's wrap table fixes it.
+//     responding" (only when it ended on its own: when aegis stopped it,
+//     the reason says so, and why); when the host left and the server
+//     stayed silent through the grace, "client closed stdin; …"; or, for a
+//     call the host cancelled (recorded as call.cancelled) and the server
+//     never answered, a trap saying so. "not executed" is said only of a
+//     call whose frame never reached the server, and of a malformed call
+//     relayed without a policy, as the record format's wrap table fixes it.
 //   - Bounded memory. A reader stops reading its side while what it read is
 //     not yet on its way: the events store bounds the frames queued for a
 //     commit (events.Config.MaxQueueBytes), and each direction bounds the
@@ -87,7 +88,9 @@
 //     A line is read into a slice of exactly its size.
 //   - Fail closed. If the store stops acknowledging, or a frame exceeds
 //     [MaxFrame] (it could not be one event), the server is killed and
-//     nothing further is relayed.
+//     nothing further is relayed. child.exited then says aegis ended it
+//     (ended_by, reason, and an oversized frame's size as far as read);
+//     server_exited_first is true only for a server that ended on its own.
 //
 // With a policy ([WrapConfig.Policy]) every tools/call is decided before
 // its frame may be relayed, and a frame that names tools/call but cannot

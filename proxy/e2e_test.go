@@ -390,6 +390,23 @@ func TestWrapRefusesBeforeServerStarts(t *testing.T) {
 			}
 		})
 	}
+	t.Run("record file others can write", func(t *testing.T) {
+		shared := filepath.Join(c.dir, "shared.aarl")
+		os.WriteFile(shared, nil, 0o666)
+		os.Chmod(shared, 0o666)
+		_, stderr, code := c.aegis(append([]string{"wrap", "--audit", shared, "--signing-key", c.key, "--state-dir", c.state, "--"}, server...)...)
+		want := "aegis: error: audit file " + shared + " is readable or writable by group or others (mode 0666); refusing to write the signed record into it\n" +
+			"aegis: hint: chmod 600 " + shared + ", or choose a file in a directory only you can write"
+		if code != 1 || !strings.HasPrefix(stderr, want) {
+			t.Errorf("exit %d, stderr %q; want exit 1 and %q", code, stderr, want)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatal("the server ran")
+		}
+		if b, _ := os.ReadFile(shared); len(b) != 0 {
+			t.Errorf("the refused record file was written to: %q", b)
+		}
+	})
 	t.Run("state dir held by another process", func(t *testing.T) {
 		s, err := events.Open(context.Background(), events.Config{Dir: c.state})
 		if err != nil {

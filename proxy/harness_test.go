@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -151,7 +152,8 @@ func (h *harness) run(argv []string, input io.Reader, grace time.Duration, sigs 
 	if sess == nil {
 		return wrapRun{res: res, err: werr, out: out.Bytes()}
 	}
-	if werr == nil || isStartError(werr) {
+	var stopped *proxy.StoppedError
+	if werr == nil || isStartError(werr) || errors.As(werr, &stopped) {
 		if err := sess.Close(ctx); err != nil {
 			h.t.Fatalf("session Close = %v", err)
 		}

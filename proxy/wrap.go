@@ -37,8 +37,44 @@ const DefaultGrace = 5 * time.Second
 
 // ErrFrameTooLarge ends a session whose host or server sent a frame longer
 // than [MaxFrame]: it could not be recorded as one event, and relaying it
-// unrecorded could carry a tools/call past the record.
+// unrecorded could carry a tools/call past the record. Wrap returns it in
+// a [*StoppedError].
 var ErrFrameTooLarge = errors.New("frame larger than 16 MiB")
+
+// FrameSizeError is an oversized frame: Size bytes of it were read (the
+// whole frame when Whole, else the frame is at least that long).
+type FrameSizeError struct {
+	Size  int
+	Whole bool
+}
+
+func (e *FrameSizeError) Error() string {
+	return fmt.Sprintf("frame of %s, larger than the 16 MiB frame limit (%d bytes)", e.Bytes(), MaxFrame)
+}
+
+// Bytes says how long the frame is, as far as it was read.
+func (e *FrameSizeError) Bytes() string {
+	if e.Whole {
+		return fmt.Sprintf("%d bytes", e.Size)
+	}
+	return fmt.Sprintf("at least %d bytes", e.Size)
+}
+
+func (e *FrameSizeError) Unwrap() error { return ErrFrameTooLarge }
+
+// StoppedError reports a session that aegis ended by stopping the server
+// for a reason other than a failure to record (a frame larger than
+// [MaxFrame]). The record is whole: the calls left unanswered have
+// outcomes that say why, and child.exited says what aegis did; the caller
+// closes the session as after a normal end.
+type StoppedError struct {
+	// Reason is what child.exited's "reason" says.
+	Reason string
+	Err    error
+}
+
+func (e *StoppedError) Error() string { return e.Reason }
+func (e *StoppedError) Unwrap() error { return e.Err }
 
 // WrapConfig runs one recorded relay between a host and a server process.
 type WrapConfig struct {
@@ -95,8 +131,9 @@ type WrapConfig struct {
 type WrapResult struct {
 	// ExitCode is the server's exit status: its code, or 128+signal.
 	ExitCode int
-	// ServerExitedFirst is set when the server ended while the host was
-	// still connected.
+	// ServerExitedFirst is set when the server ended on its own while the
+	// host was still connected: not when aegis stopped it, or passed a
+	// signal on to it.
 	ServerExitedFirst bool
 	// Calls counts the tools/call requests recorded.
 	Calls int
@@ -174,6 +211,7 @@ type relay struct {
 	hostClosed bool
 	failed     error
 	calls      int
+	end        serverEnd // what aegis did to end the server, if anything
 
 	rearm chan struct{}
 	kill  func()
@@ -378,8 +416,10 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 				}
 				n++
 				if n > 1 {
-					tree.Kill()
+					r.stopServer(serverEnd{reason: "aegis was told to stop a second time (" + signalName(sig) + ") and killed the server",
+						outcome: schemas.ReasonStoppedBySignal})
 				} else {
+					r.ended(signalName(sig)+" (passed on by aegis)", "aegis received "+signalName(sig)+" and passed it on to the server")
 					tree.Signal(sig)
 				}
 			}
@@ -406,10 +446,13 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 				t.Reset(cfg.Grace)
 			case <-t.C:
 				r.settlePending(schemas.WrapCall.ClientClosed)
+				const why = "the host closed stdin and the server did not exit within the shutdown grace"
+				r.ended(endedBySIGTERM, why)
 				tree.Signal(syscall.SIGTERM)
 				select {
 				case <-exited:
 				case <-time.After(2 * time.Second):
+					r.ended(endedBySIGKILL, why)
 					tree.Kill()
 				}
 				return
@@ -453,15 +496,32 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	r.mu.Lock()
 	hostWasOpen := !r.hostClosed
 	r.stopped = true
+	end := r.end
 	r.mu.Unlock()
-	r.settlePending(schemas.WrapCall.ChildExited)
+	if end.outcome != "" {
+		r.settlePending(func(c schemas.WrapCall) schemas.Outcome { return c.Stopped(end.outcome) })
+	} else {
+		r.settlePending(schemas.WrapCall.ChildExited)
+	}
 
-	res.ExitCode, res.ServerExitedFirst = exitCode(cmd.ProcessState), hostWasOpen
+	// The server exited first only if it did so on its own: not when
+	// aegis stopped it, or passed on a signal it may have exited of.
+	first := hostWasOpen && end.by == ""
+	res.ExitCode, res.ServerExitedFirst = exitCode(cmd.ProcessState), first
 	r.mu.Lock()
 	res.Calls = r.calls
 	failed := r.failed
 	r.mu.Unlock()
-	exit := map[string]any{"code": res.ExitCode, "server_exited_first": hostWasOpen}
+	exit := map[string]any{"code": res.ExitCode, "server_exited_first": first}
+	if end.by != "" {
+		exit["ended_by"] = end.by
+	}
+	if end.reason != "" {
+		exit["reason"] = end.reason
+	}
+	if end.frameBytes > 0 {
+		exit["frame_bytes"] = end.frameBytes
+	}
 	// Once recording failed, the store refuses the exit fact with the same
 	// failure: it is said once.
 	if rc, err := r.sess.Fact(schemas.KindChildExited, exit); err != nil {
@@ -472,7 +532,69 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	if failed != nil {
 		return res, fmt.Errorf("recording failed; the server was stopped: %w", failed)
 	}
+	if end.err != nil {
+		return res, &StoppedError{Reason: end.reason, Err: end.err}
+	}
 	return res, nil
+}
+
+// serverEnd is what aegis did to end the server, when it did: by says how
+// (child.exited's ended_by), reason why (child.exited's reason), outcome
+// is the execution reason of the calls it left unanswered, and err, for a
+// stop that is not a recording failure, what Wrap returns.
+type serverEnd struct {
+	by         string
+	reason     string
+	outcome    string
+	frameBytes int // the bytes read of an oversized frame
+	err        error
+}
+
+// stopServer kills the server for the reason end gives, unless aegis
+// already stopped it (the first reason is the one recorded); nothing
+// further is relayed.
+func (r *relay) stopServer(end serverEnd) {
+	r.mu.Lock()
+	first := r.end.outcome == ""
+	if first {
+		end.by = endedBySIGKILL
+		r.end = end
+	}
+	r.stopped = true
+	r.mu.Unlock()
+	if first {
+		r.log.Error("stopping the server: " + end.reason)
+		if r.kill != nil {
+			r.kill()
+		}
+	}
+}
+
+// ended notes how aegis ended the server when it did not stop it for a
+// reason of its own ([relay.stopServer]): a signal passed on to it, or
+// SIGTERM and SIGKILL once the grace after the host left ran out. A stop
+// keeps what it recorded.
+func (r *relay) ended(by, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.end.outcome == "" {
+		r.end.by, r.end.reason = by, reason
+	}
+}
+
+// signalName names a signal as kill -l does.
+func signalName(s os.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	}
+	return s.String()
 }
 
 // StartError reports a server that could not be started.
@@ -505,10 +627,8 @@ func (r *relay) fail(err error) {
 	r.stopped = true
 	r.mu.Unlock()
 	if first {
-		r.log.Error("recording failed; stopping the server", "err", err)
-		if r.kill != nil {
-			r.kill()
-		}
+		r.stopServer(serverEnd{reason: "recording failed (" + err.Error() + "); aegis stopped the server so that nothing more runs unrecorded",
+			outcome: schemas.ReasonRecordingFailed})
 	}
 }
 
@@ -526,12 +646,13 @@ func (r *relay) readFrames(src io.Reader, kind schemas.Kind, on func([]byte) (*e
 	br := bufio.NewReaderSize(src, 64<<10)
 	for {
 		line, err := readLine(br)
-		if errors.Is(err, ErrFrameTooLarge) {
-			dir := "host"
+		if fe := (*FrameSizeError)(nil); errors.As(err, &fe) {
+			who, outcome := "host", schemas.ReasonClientFrameTooLarge
 			if kind == schemas.KindFrameS2C {
-				dir = "server"
+				who, outcome = "server", schemas.ReasonChildFrameTooLarge
 			}
-			r.fail(fmt.Errorf("the %s sent a frame larger than 16 MiB; it cannot be recorded, so the session ends: %w", dir, ErrFrameTooLarge))
+			why := fmt.Sprintf("the %s sent a frame of %s, larger than the 16 MiB frame limit; it cannot be recorded as one event, so aegis stopped the server and relayed nothing more", who, fe.Bytes())
+			r.stopServer(serverEnd{reason: why, outcome: outcome, frameBytes: fe.Size, err: fe})
 			return
 		}
 		if len(line) > 0 {
@@ -575,7 +696,10 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if n+len(chunk) > MaxFrame+2 {
-			return nil, ErrFrameTooLarge
+			if l := len(chunk); l > 0 && chunk[l-1] == '\n' {
+				return nil, &FrameSizeError{Size: n + l - 1, Whole: true}
+			}
+			return nil, &FrameSizeError{Size: n + len(chunk)}
 		}
 		if err == bufio.ErrBufferFull {
 			pieces = append(pieces, bytes.Clone(chunk))
@@ -589,7 +713,7 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 		}
 		copy(buf[at:], chunk)
 		if l := len(buf); l > 0 && buf[l-1] == '\n' && l-1 > MaxFrame {
-			return nil, ErrFrameTooLarge
+			return nil, &FrameSizeError{Size: l - 1, Whole: true}
 		}
 		return buf, err
 	}

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -86,6 +87,78 @@ func TestWrapOversizedFrameEndsSessionUnrelayed(t *testing.T) {
 	if bytes.Contains(run.out, []byte("BBBB")) {
 		t.Fatal("the oversized frame reached the server and came back")
 	}
+}
+
+// Attack: a server runs a call, then answers with more than MaxFrame
+// bytes, so aegis stops it. The record must say that aegis stopped it and
+// why, with the frame's size as far as it was read: the calls it left
+// unanswered must not say "child exited before responding", and
+// server_exited_first must not say it exited on its own.
+func TestOversizedAnswerIsRecordedAsStoppedNotExited(t *testing.T) {
+	h := newHarness(t)
+	pr, pw := io.Pipe() // the host stays connected
+	defer pw.Close()
+	go pw.Write([]byte(joinLines(
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"hang"}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"huge"}}`,
+	)))
+	run := h.run([]string{bin(t, "rawserver")}, pr, time.Second, nil)
+	var stop *proxy.StoppedError
+	if !errors.As(run.err, &stop) || !errors.Is(run.err, proxy.ErrFrameTooLarge) {
+		t.Fatalf("Wrap = %v, want a StoppedError for a frame too large", run.err)
+	}
+	if run.res.ServerExitedFirst {
+		t.Error("WrapResult.ServerExitedFirst is set for a server that aegis stopped")
+	}
+	if run.res.ExitCode != 128+int(syscall.SIGKILL) {
+		t.Errorf("exit %d, want %d (killed by aegis)", run.res.ExitCode, 128+int(syscall.SIGKILL))
+	}
+	if bytes.Contains(run.out, []byte("xxxx")) {
+		t.Error("the oversized answer reached the host")
+	}
+	outcomes := ofType(h.lines(), "outcome")
+	if len(outcomes) != 2 {
+		t.Fatalf("%d outcomes, want 2", len(outcomes))
+	}
+	for _, o := range outcomes {
+		if e := obj(o, "execution"); e["status"] != "host_denied" || e["reason"] != schemas.ReasonChildFrameTooLarge {
+			t.Errorf("outcome of %s: execution %v, want host_denied %q", str(o, "call_id"), e, schemas.ReasonChildFrameTooLarge)
+		}
+	}
+	exit := h.childExited()
+	t.Logf("child.exited: %v", exit)
+	if exit["server_exited_first"] != false || exit["ended_by"] != "SIGKILL" {
+		t.Errorf("child.exited %v, want server_exited_first false, ended_by SIGKILL", exit)
+	}
+	reason, _ := exit["reason"].(string)
+	if !strings.Contains(reason, "the server sent a frame of at least ") || !strings.Contains(reason, "larger than the 16 MiB frame limit") || !strings.Contains(reason, "aegis stopped the server") {
+		t.Errorf("child.exited reason %q, want the frame's size and that aegis stopped the server", reason)
+	}
+	if n, _ := exit["frame_bytes"].(float64); n <= proxy.MaxFrame {
+		t.Errorf("child.exited frame_bytes %v, want more than %d", exit["frame_bytes"], proxy.MaxFrame)
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("verify: %s", verifier.Render(r))
+	}
+}
+
+// childExited returns the payload of the run's child.exited event.
+func (h *harness) childExited() map[string]any {
+	h.t.Helper()
+	var out []map[string]any
+	for _, r := range h.events() {
+		if r.Event.Kind == schemas.KindChildExited {
+			var m map[string]any
+			if err := json.Unmarshal(r.Event.Payload, &m); err != nil {
+				h.t.Fatal(err)
+			}
+			out = append(out, m)
+		}
+	}
+	if len(out) != 1 {
+		h.t.Fatalf("%d child.exited events, want 1: %v", len(out), out)
+	}
+	return out[0]
 }
 
 // Every tools/call gets an intent before it is relayed and exactly one
@@ -390,6 +463,10 @@ func TestWrapServerDiesBeforeAnswering(t *testing.T) {
 	outcomes := ofType(h.lines(), "outcome")
 	if len(outcomes) != 1 || obj(outcomes[0], "execution")["reason"] != schemas.ReasonChildExited {
 		t.Fatalf("outcomes %v", outcomes)
+	}
+	// It ended on its own: nothing says aegis ended it.
+	if exit := h.childExited(); exit["server_exited_first"] != true || exit["ended_by"] != nil || exit["reason"] != nil {
+		t.Errorf("child.exited %v, want server_exited_first true and no ended_by or reason", exit)
 	}
 	if r := h.verify(); r.Verdict != verifier.Verified {
 		t.Fatalf("verify: %s", verifier.Render(r))

@@ -216,6 +216,11 @@ func TestWrapOutcomes(t *testing.T) {
 			`{` + head + seedCap + `"decision_axes":{},"execution":{"reason":"client closed stdin; child did not answer within the shutdown grace","status":"host_denied"},"line_type":"outcome","policy":{"reason":"not evaluated","status":"denied"},"policy_set_hash":"` + WrapPassthroughPolicySetHash + `","request_digest":"` + req + `","schema_version":2,"tool_id":"echo"}`,
 		},
 		{
+			"child stopped by aegis",
+			c.Stopped(ReasonChildFrameTooLarge),
+			`{` + head + seedCap + `"decision_axes":{},"execution":{"reason":"child sent a frame larger than the 16 MiB frame limit; aegis stopped the child before it responded","status":"host_denied"},"line_type":"outcome","policy":{"reason":"not evaluated","status":"denied"},"policy_set_hash":"` + WrapPassthroughPolicySetHash + `","request_digest":"` + req + `","schema_version":2,"tool_id":"echo"}`,
+		},
+		{
 			"malformed tools/call",
 			MalformedCall("call-3", req).Malformed(),
 			`{` + head + `"capability":{"reason":"tools/call without a string params.name","status":"denied"},"decision_axes":{},"execution":{"reason":"not executed","status":"host_denied"},"line_type":"outcome","policy":{"reason":"tools/call without a string params.name","status":"denied"},"policy_set_hash":"` + WrapPassthroughPolicySetHash + `","request_digest":"` + req + `","schema_version":2,"tool_id":"<unknown>"}`,

@@ -28,6 +28,16 @@ const (
 	WrapGrantPrefix = "wrap-passthrough-"
 )
 
+// The reasons of a call that the child did not answer because aegis
+// stopped the child first (see [WrapCall.Stopped]): never "child exited
+// before responding", which says the child ended on its own.
+const (
+	ReasonChildFrameTooLarge  = "child sent a frame larger than the 16 MiB frame limit; aegis stopped the child before it responded"
+	ReasonClientFrameTooLarge = "client sent a frame larger than the 16 MiB frame limit; aegis stopped the child before it responded"
+	ReasonRecordingFailed     = "recording failed; aegis stopped the child before it responded"
+	ReasonStoppedBySignal     = "aegis was told to stop a second time; it killed the child before it responded"
+)
+
 // CallID returns the call_id of the n-th call of a writer ("call-<n>",
 // counted from 1).
 func CallID(n uint64) string { return "call-" + strconv.FormatUint(n, 10) }
@@ -98,6 +108,16 @@ func (c WrapCall) Answered(responseDigest string, wallMS uint64) Outcome {
 func (c WrapCall) ChildExited() Outcome {
 	o := c.Seed()
 	o.Execution = ExecutionHostDenied(ReasonChildExited)
+	return o
+}
+
+// Stopped returns the outcome of a call that the child did not answer
+// because aegis stopped the child first; reason says why (one of
+// [ReasonChildFrameTooLarge], [ReasonClientFrameTooLarge],
+// [ReasonRecordingFailed], [ReasonStoppedBySignal]).
+func (c WrapCall) Stopped(reason string) Outcome {
+	o := c.Seed()
+	o.Execution = ExecutionHostDenied(reason)
 	return o
 }
 

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aegis-dev/aegis/events"
 )
 
 // A state directory whose event stream lost messages used to make
@@ -117,8 +119,9 @@ func TestDamagedStateDirectoryIsNeverReadAsAShorterHistory(t *testing.T) {
 // aegis wrap ignored SIGTERM and SIGINT while it opened its state
 // directory and caught up its record, until SIGKILL, and so did the
 // gateway. A signal during start-up now ends either at once (here the
-// record file is a FIFO that no one writes, so opening it blocks in the
-// kernel), and no server is started.
+// index snapshot of the state directory is a FIFO that no one writes, so
+// reading it blocks in the kernel; a record file that is a FIFO is
+// refused before it is opened), and no server is started.
 func TestWrapEndsOnASignalWhileStarting(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aegis wrap and gateway")
@@ -130,20 +133,24 @@ func TestWrapEndsOnASignalWhileStarting(t *testing.T) {
 
 func signalWhileStarting(t *testing.T, cmd string) {
 	l := newLive(t, "")
-	fifo := filepath.Join(l.dir, "record.fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	if err := os.MkdirAll(filepath.Join(l.state, events.IndexDir), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// The head of the session index, which every start reads.
+	if err := syscall.Mkfifo(filepath.Join(l.state, events.IndexDir, "index.v1.head"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	audit := l.audit
 	marker := filepath.Join(l.dir, "server-started")
 	server := "touch " + marker + "; exec " + filepath.Join(l.bin, "aegis-example-server")
-	args := []string{"wrap", "--audit", fifo, "--signing-key", l.key, "--state-dir", l.state, "--", "sh", "-c", server}
+	args := []string{"wrap", "--audit", audit, "--signing-key", l.key, "--state-dir", l.state, "--", "sh", "-c", server}
 	if cmd == "gateway" {
 		config := filepath.Join(l.dir, "aegis.yaml")
 		yaml := strings.Replace(gatewayConfig(l.bin), "command: "+filepath.Join(l.bin, "aegis-example-server"), "command: sh\n    args: [\"-c\", \""+server+"\"]", 1)
 		if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		args = []string{"gateway", "--config", config, "--audit", fifo, "--signing-key", l.key, "--state-dir", l.state}
+		args = []string{"gateway", "--config", config, "--audit", audit, "--signing-key", l.key, "--state-dir", l.state}
 	}
 	c := exec.Command(filepath.Join(l.bin, "aegis"), args...)
 	c.Env = l.env
@@ -159,7 +166,7 @@ func signalWhileStarting(t *testing.T, cmd string) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Wait() }()
-	time.Sleep(time.Second) // let it reach the blocking open
+	time.Sleep(time.Second) // let it reach the blocking read
 	c.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-done:

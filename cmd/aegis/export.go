@@ -27,7 +27,7 @@ stream once and holds one event at a time, so a record of any size
 exports in the same memory. With --session (repeatable) only those sessions;
 with --audit only the sessions that recorded to that path; with neither,
 every session in the stream. --out - writes to stdout. A file is written
-to FILE.tmp, fsynced, then renamed.
+to a new FILE.tmp-* (mode 0600), fsynced, then renamed.
 
 A session cut short by a crash exports everything that was acknowledged;
 'aegis verify' then reports it as Indeterminate (unanchored tail) and names
@@ -225,8 +225,9 @@ func (m *Main) salvage(ctx context.Context, store *events.Store, damage error, s
 		"'aegis verify --allow-gaps FILE' reports a salvaged record as Indeterminate (record_gap) and checks every line around the gaps; restore the state directory from a backup to get the lost lines back")
 }
 
-// writeOut writes with fill to out: stdout for "-", else FILE.tmp,
-// fsynced, then renamed to FILE (removed if fill fails).
+// writeOut writes with fill to out: stdout for "-", else a new
+// FILE.tmp-* beside it, fsynced, then renamed to FILE (removed if fill
+// fails).
 func writeOut(out string, stdout io.Writer, fill func(io.Writer) error) error {
 	if out == "-" {
 		w := bufio.NewWriter(stdout)
@@ -235,11 +236,13 @@ func writeOut(out string, stdout io.Writer, fill func(io.Writer) error) error {
 		}
 		return w.Flush()
 	}
-	tmp := out + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	// A new file of its own (O_EXCL, mode 0600): a fixed name could be
+	// one that another user made first, or a link to a file of the user's.
+	f, err := os.CreateTemp(filepath.Dir(out), filepath.Base(out)+".tmp-*")
 	if err != nil {
 		return err
 	}
+	tmp := f.Name()
 	w := bufio.NewWriterSize(f, 256<<10)
 	err = fill(w)
 	if err == nil {

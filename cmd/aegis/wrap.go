@@ -279,7 +279,8 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		return openSessionError(oe.Err, *audit)
 	}
 	sess := res.Session
-	if werr != nil && !errors.As(werr, &se) {
+	var stop *proxy.StoppedError
+	if werr != nil && !errors.As(werr, &se) && !errors.As(werr, &stop) {
 		sess.Abandon()
 		hint := "the record holds everything acknowledged before the failure; 'aegis verify' will report the session as unfinished"
 		if errors.Is(werr, events.ErrFull) {
@@ -304,6 +305,13 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	}
 	if se != nil {
 		return &exitError{code: 127, err: se, hint: "check the command after `--`; the record holds an open and a close line for this attempt"}
+	}
+	if stop != nil {
+		hint := "the record is closed and complete: each call the server had not answered has an outcome that says why, and child.exited says what aegis did (aegis replay shows both)"
+		if errors.Is(stop, proxy.ErrFrameTooLarge) {
+			hint += "; a frame of more than 16 MiB cannot be recorded as one event, so an MCP server or host must keep each message under that size"
+		}
+		return &exitError{code: 1, err: stop, hint: hint}
 	}
 	if res.ServerExitedFirst {
 		m.warnf("the server exited (status %d) before the host closed stdin", res.ExitCode)
@@ -480,7 +488,10 @@ func (m *Main) protect(p *sandbox.Profile, keyPath, audit, stateDirFlag string) 
 // openSessionError says why a session could not be opened on the record
 // file audit, and what to do about it. The server never ran.
 func openSessionError(err error, audit string) error {
+	var unsafe *projector.UnsafeFileError
 	switch {
+	case errors.As(err, &unsafe):
+		return withHint(unsafe, unsafe.Hint()+". The server was not started and nothing was recorded")
 	case errors.Is(err, projector.ErrRecordDiverged):
 		return withHint(fmt.Errorf("will not append to %s: %w", audit, err), "keep that file as evidence and check it with 'aegis verify'; use a new --audit path, or rebuild the record with 'aegis export'")
 	case errors.Is(err, projector.ErrTornTail):

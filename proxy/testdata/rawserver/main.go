@@ -14,6 +14,7 @@
 //	       never sent or was refused, then answer
 //	twice  answer twice
 //	split  answer in two lines, the first ending inside the answer object
+//	huge   answer with a frame of 17 MiB, over the relay's 16 MiB limit
 //
 // Unparseable lines get no answer. At stdin EOF it exits 0, or with -linger
 // it waits to be killed (a server that ignores the host leaving). With -log
@@ -28,6 +29,7 @@ import (
 	"flag"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -128,6 +130,8 @@ func one(b []byte) []byte {
 		case "twice":
 			a := `{"jsonrpc":"2.0","id":` + string(r.ID) + `,"result":{"method":"tools/call"}}`
 			return []byte(a + "\n" + a)
+		case "huge":
+			return []byte(`{"jsonrpc":"2.0","id":` + string(r.ID) + `,"result":{"content":[{"type":"text","text":"` + strings.Repeat("x", 17<<20) + `"}]}}`)
 		case "split":
 			return []byte(`{"jsonrpc":"2.0","id":` + string(r.ID) + `,"result":` + "\n" + `{"method":"tools/call"}}`)
 		}
