@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -330,5 +331,85 @@ activation:
 	}
 	if p, tm := shown(cs); slices.Contains(tm, "file:///{path}") {
 		t.Fatalf("the template, not approved, is shown: %v %v", p, tm)
+	}
+}
+
+// A server that lists a tool only to hosts with sampling, behind the
+// gateway, which tells servers what its host can do: the first host
+// without sampling pins what it is shown; the first host with sampling is
+// shown the sampling tool too, pinned at first sight, not hidden as "added
+// since the pin"; a later host without sampling removes nothing. The hosts
+// are raw JSON-RPC hosts that open with initialize (the go-sdk client now
+// opens with server/discover, which the gateway does not read for
+// capabilities).
+func TestGatewayPinsDoNotDependOnWhichHostCameFirst(t *testing.T) {
+	c := newCLI(t)
+	config := filepath.Join(c.dir, "aegis.yaml")
+	os.WriteFile(config, []byte(`version: 1
+servers:
+  s:
+    command: `+bin(t, "pinserver")+`
+    args: [-sampling-tool]
+profiles:
+  all:
+    allow: ["s.*"]
+activation:
+  default_profile: all
+`), 0o600)
+	runtime := filepath.Join(t.TempDir(), "run")
+	os.Mkdir(runtime, 0o700)
+	session := func(caps string) []string {
+		t.Helper()
+		cmd := exec.Command(bin(t, "aegis"), "gateway", "--config", config, "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state)
+		cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+runtime)
+		in, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Wait()
+		defer in.Close()
+		r := bufio.NewReader(out)
+		answer := func(id string) map[string]any {
+			for {
+				line, err := r.ReadString('\n')
+				if err != nil {
+					t.Fatalf("answer %s: %v", id, err)
+				}
+				var m map[string]any
+				if json.Unmarshal([]byte(line), &m) == nil && fmt.Sprint(m["id"]) == id {
+					return m
+				}
+			}
+		}
+		fmt.Fprintf(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":%s,"clientInfo":{"name":"raw","version":"1"}}}`+"\n", caps)
+		answer("1")
+		fmt.Fprintln(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		fmt.Fprintln(in, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+		res, _ := answer("2")["result"].(map[string]any)
+		var names []string
+		for _, tl := range res["tools"].([]any) {
+			names = append(names, tl.(map[string]any)["name"].(string))
+		}
+		return names
+	}
+	if n := session(`{}`); slices.Contains(n, "s__summarize") || !slices.Contains(n, "s__fetch") {
+		t.Fatalf("a host without sampling is shown %v", n)
+	}
+	if n := session(`{"sampling":{}}`); !slices.Contains(n, "s__summarize") {
+		t.Fatalf("the first host with sampling is not shown the sampling tool: %v", n)
+	}
+	if n := session(`{"roots":{}}`); slices.Contains(n, "s__summarize") || !slices.Contains(n, "s__fetch") {
+		t.Fatalf("a later host without sampling is shown %v", n)
+	}
+	if n := session(`{"sampling":{}}`); !slices.Contains(n, "s__summarize") {
+		t.Fatalf("a second host with sampling is not shown the sampling tool: %v", n)
+	}
+	out, _, code := c.aegis("events", "list", "--state-dir", c.state)
+	if code != 0 {
+		t.Fatalf("aegis events list: %d", code)
+	}
+	if strings.Contains(out, "tool.changed") {
+		t.Fatalf("tool.changed recorded where nothing changed:\n%s", out)
 	}
 }
