@@ -77,7 +77,7 @@ func readListing(result *reading.Value, sh listShape) (entries []listedTool, mor
 			continue // no tool a host could call by name
 		}
 		nv, why := e.Lookup(sh.key)
-		if why == "" {
+		if why == "" && nv != nil {
 			why = nv.Ambiguous
 		}
 		if why != "" {

@@ -1,6 +1,10 @@
 package proxy
 
-import "testing"
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+)
 
 // noteHost registers the tools/list requests of a host frame as the relay
 // does: from its reading of the frame (Classify's Request.List).
@@ -91,6 +95,7 @@ func TestListWatchReadsTheListingEveryHostReads(t *testing.T) {
 		{"annotations nested past MaxDepth", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","annotations":` + deep(300) + `}]}}`, []string{"a"}, []string{"a"}, false},
 		{"a number beyond the double range", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","annotations":{"x":1e400}}]}}`, []string{"a"}, []string{"a"}, false},
 		{"a member given twice inside a tool", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","description":"x","description":"y"}]}}`, []string{"a"}, []string{"a"}, false},
+		{"an entry without a name crashes nothing", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{},{"name":"a"}]}}`, []string{"a"}, nil, false},
 		{"one tool listed twice", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","description":"x"},{"name":"a"}]}}`, []string{"a", "a"}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,4 +126,52 @@ func TestListWatchReadsTheListingEveryHostReads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzListWatchAnswers: whatever a server answers a tools/list with, the
+// watcher never panics, and a listing it reads without marking anything
+// unreadable names the tools encoding/json finds in the same text (a
+// reader that agrees with the reading on every unambiguous text).
+func FuzzListWatchAnswers(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a"},{"name":"b","_meta":{"x":1}}]}}`,
+		`{"jsonrpc":"2.0","id":1,"result":{"tool\u0073":[{"name":"a"}]}}`,
+		`{"jsonrpc":"2.0","id":1,"result":{"Tools":[{"name":"a"}]}}`,
+		`{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","annotations":{"x":1e400}}]}}`,
+		`[{"jsonrpc":"2.0","id":1,"result":{"tools":[],"nextCursor":"x"}}]`,
+		`{"jsonrpc":"2.0","id":"1","result":{"tools":[{"name":"a"},{"name":"a"}]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, text []byte) {
+		var w listWatch
+		noteHost(&w, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+		pages, why := w.answers(text)
+		if why != "" || len(pages) != 1 || pages[0].why != "" {
+			return
+		}
+		var m struct {
+			Result *struct {
+				Tools []struct {
+					Name *string `json:"name"`
+				} `json:"tools"`
+			} `json:"result"`
+		}
+		if json.Unmarshal(text, &m) != nil || m.Result == nil {
+			return // not one JSON text to encoding/json (a batch, say)
+		}
+		var want []string
+		for _, tl := range m.Result.Tools {
+			if tl.Name != nil && *tl.Name != "" {
+				want = append(want, *tl.Name)
+			}
+		}
+		var got []string
+		for _, e := range pages[0].tools {
+			got = append(got, e.name)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%q: the pins read tools %q, encoding/json %q", text, got, want)
+		}
+	})
 }
