@@ -124,7 +124,10 @@ func readInstructions(result *reading.Value) ([]listedTool, string) {
 	if v.Kind != reading.String || v.Ambiguous != "" {
 		return []listedTool{{name: schemas.PinKindInstructions, seen: toolSeen{bad: "instructions that are no plain string: " + v.Ambiguous, change: schemas.ToolChangeUnreadable}}}, ""
 	}
-	obj, _ := reading.Read(append(append([]byte(`{"instructions":`), v.Raw...), '}')).One()
+	obj, ok := reading.Read(append(append([]byte(`{"instructions":`), v.Raw...), '}')).One()
+	if !ok {
+		return []listedTool{{name: schemas.PinKindInstructions, seen: toolSeen{bad: "instructions that cannot be read", change: schemas.ToolChangeUnreadable}}}, ""
+	}
 	return []listedTool{{name: schemas.PinKindInstructions, seen: seeTool(obj)}}, ""
 }
 

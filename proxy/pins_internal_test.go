@@ -13,6 +13,9 @@ func noteHost(w *listWatch, frame string) {
 		if q.List != "" {
 			w.add(newReqID(q.Key, q.ID), q.List, q.Cursor)
 		}
+		if q.Init {
+			w.add(newReqID(q.Key, q.ID), "initialize", false)
+		}
 	}
 }
 
@@ -144,6 +147,12 @@ func FuzzListWatchAnswers(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, text []byte) {
+		// The other answers the pins read crash nothing either.
+		for _, method := range []string{"prompts/list", "resources/templates/list", "initialize"} {
+			var w listWatch
+			noteHost(&w, `{"jsonrpc":"2.0","id":1,"method":"`+method+`","params":{"capabilities":{}}}`)
+			w.answers(text)
+		}
 		var w listWatch
 		noteHost(&w, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
 		pages, why := w.answers(text)
