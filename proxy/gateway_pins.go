@@ -61,9 +61,9 @@ func (gp *gatewayPins) book(kind, server string) *pinBook {
 	return gp.kinds[kind][server]
 }
 
-// observeKind reads a complete listing of server's prompts or templates
-// (as the go-sdk decoded them) into its pins, warns of each it newly found
-// changed, and asks for their approval.
+// observeKind reads a complete listing of what kind pins of server (as the
+// go-sdk decoded them: tools for kind "", prompts, templates) into its
+// pins, warns of each it newly found changed, and asks for their approval.
 func (gp *gatewayPins) observeKind(kind, server string, objs []any) {
 	b := gp.book(kind, server)
 	if b == nil {
@@ -88,6 +88,11 @@ func (gp *gatewayPins) observeKind(kind, server string, objs []any) {
 		return
 	}
 	for _, name := range fresh {
+		if why := b.unpinnable(name); why != "" {
+			fmt.Fprintf(gp.g.cfg.Stderr, "aegis: warning: server %s: %s cannot be pinned (%s); it is hidden until the server lists it readably, once\n",
+				server, projector.Printable(b.what(name)), projector.Printable(why))
+			continue
+		}
 		fmt.Fprintf(gp.g.cfg.Stderr, "aegis: warning: server %s: %s changed since it was pinned; it is hidden until its new definition is pinned\n",
 			server, projector.Printable(b.what(name)))
 		gp.request(b, server, name, gp.g.cfg.Now())
@@ -119,34 +124,17 @@ func (gp *gatewayPins) setCaps(c *mcp.ClientCapabilities) {
 	for _, b := range gp.books {
 		b.setCaps(capsKey(names...))
 	}
+	for _, m := range gp.kinds {
+		for _, b := range m {
+			b.setCaps(capsKey(names...))
+		}
+	}
 }
 
 // observe reads a complete listing of server's tools into its pins, and
 // asks for the approval of each tool it newly found changed.
 func (gp *gatewayPins) observe(server string, tools []*mcp.Tool) {
-	if gp == nil || gp.books[server] == nil {
-		return
-	}
-	b := gp.books[server]
-	raws := make([][]byte, 0, len(tools))
-	for _, t := range tools {
-		if raw, err := json.Marshal(t); err == nil {
-			raws = append(raws, raw)
-		}
-	}
-	fresh, rc, err := b.observeChanges(readToolObjects(raws), false, false)
-	if err == nil && rc != nil {
-		_, err = rc.Wait(context.Background())
-	}
-	if err != nil {
-		gp.g.log.Error("record tool pins", "server", server, "err", err)
-		return
-	}
-	for _, tool := range fresh {
-		fmt.Fprintf(gp.g.cfg.Stderr, "aegis: warning: server %s: tool %s changed since it was pinned; it is hidden until its new definition is pinned\n",
-			server, projector.Printable(tool))
-		gp.request(b, server, tool, gp.g.cfg.Now())
-	}
+	gp.observeKind("", server, anys(tools))
 }
 
 // request asks for the re-pin approval of server's changed tool.
@@ -219,7 +207,11 @@ func (gp *gatewayPins) refuseKind(kind, server, tool string, now time.Time) (pol
 		if id, ok := gp.request(b, server, tool, now); ok {
 			d.ApprovalID = id
 			out["approval_id"] = id
-			out["hint"] = "review the server's new definition, then run: aegis approve " + quoteArg(id) + " to pin it (or: aegis deny " + quoteArg(id) + "), and call the tool again"
+			again := "call the tool again"
+			if kind == schemas.PinKindPrompt {
+				again = "get the prompt again"
+			}
+			out["hint"] = "review the server's new definition, then run: aegis approve " + quoteArg(id) + " to pin it (or: aegis deny " + quoteArg(id) + "), and " + again
 		}
 	} else if !pr.final {
 		out["hint"] = "review the server's new definition; to accept it, end this session and run: aegis pins reset --server " + quoteArg(server) + " --tool " + quoteArg(tool)

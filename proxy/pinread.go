@@ -41,11 +41,6 @@ var listShapes = map[string]listShape{
 	"resources/templates/list": {"resourceTemplates", "uriTemplate"},
 }
 
-// readToolList reads the result of a tools/list answer.
-func readToolList(result *reading.Value) ([]listedTool, bool, string) {
-	return readListing(result, listShapes["tools/list"])
-}
-
 // readListing reads the result of a list answer of shape sh. why is set
 // when the listing as a whole cannot be read one way; more when a
 // nextCursor says more pages follow.
@@ -130,10 +125,6 @@ func readInstructions(result *reading.Value) ([]listedTool, string) {
 	}
 	return []listedTool{{name: schemas.PinKindInstructions, seen: seeTool(obj)}}, ""
 }
-
-// readToolObjects reads tool objects the gateway shows its host (its own
-// encoding of what the go-sdk decoded) into entries.
-func readToolObjects(raws [][]byte) []listedTool { return readObjects(raws, "name") }
 
 // readObjects reads objects the gateway shows its host, each named by its
 // member key, into entries.

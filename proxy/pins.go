@@ -669,18 +669,21 @@ func (g *gated) checkPin(b *pinBook, tool string) {
 // not in force, and the frame waits for its pin events to be durable
 // (they follow it in the stream, so their receipt covers it too).
 func (r *relay) onServerFramePins(line []byte) (*events.Receipt, bool, bool) {
-	var texts [][]byte
-	if r.lists.inFlight() {
+	// Asked only after onServerFrame: it registers the requests of a host
+	// line relayed unread (readUnreadLocked) before it matches an answer,
+	// so a listing that overtakes the host reader's reading of its
+	// request is still read. The stream as it was before the line gives
+	// what a stream reader joins.
+	prev := r.ss
+	wait, relay, ok := r.onServerFrame(line)
+	if ok && relay && r.lists.inFlight() {
 		// What the relay reads of the line (readServerFrame): the line,
 		// and where a stream reader joins it to earlier ones, the joined
 		// value and what follows it.
-		texts = [][]byte{frameOf(line)}
-		if sc := r.ss.scan(line); sc.joined != nil {
+		texts := [][]byte{frameOf(line)}
+		if sc := prev.scan(line); sc.joined != nil {
 			texts = append(texts, sc.joined, sc.rest)
 		}
-	}
-	wait, relay, ok := r.onServerFrame(line)
-	if ok && relay && texts != nil {
 		rc, err := r.lists.noteServer(texts, r.books)
 		if err != nil {
 			r.fail(err)
@@ -711,6 +714,14 @@ func (b *pinBook) ask(tool string) (id, digest string, ok bool) {
 		return "", "", false
 	}
 	return b.askLocked(tool, seen), seen.digest, true
+}
+
+// unpinnable says why tool, as last listed, cannot be pinned ("" when it
+// can, or is not changed).
+func (b *pinBook) unpinnable(tool string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed[tool].bad
 }
 
 // hidden reports whether tool is changed and refused: the gateway does not
