@@ -4,6 +4,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -71,6 +72,9 @@ type Reading struct {
 	// differently: an ambiguous value, more than one value, or a byte
 	// order mark.
 	Ambiguous string
+	// End is the offset in the text just past the last complete value (0
+	// when there is none): what a stream reader has consumed when it stops.
+	End int
 }
 
 // One returns the text's only value, if it holds exactly one and is read
@@ -105,6 +109,7 @@ func Read(text []byte) Reading {
 			break
 		}
 		r.Values = append(r.Values, v)
+		r.End = p.i
 	}
 	if r.Ambiguous == "" {
 		for _, v := range r.Values {
@@ -247,6 +252,7 @@ func (p *parser) literal(word string, v *Value) (*Value, string) {
 
 func (p *parser) object(depth int) (*Value, string) {
 	v := &Value{Kind: Object}
+	var seen names
 	p.i++ // {
 	p.space()
 	if p.i < len(p.b) && p.b[p.i] == '}' {
@@ -277,7 +283,7 @@ func (p *parser) object(depth int) (*Value, string) {
 		if v.Ambiguous == "" {
 			if m.Ambiguous != "" {
 				v.Ambiguous = m.Ambiguous
-			} else if hasMember(v.Members, name) {
+			} else if seen.has(v.Members, name) {
 				v.Ambiguous = "member " + strconv.Quote(name) + " is given twice, and readers keep the first or the last"
 			}
 		}
@@ -298,13 +304,34 @@ func (p *parser) object(depth int) (*Value, string) {
 	}
 }
 
-func hasMember(ms []Member, name string) bool {
-	for _, m := range ms {
-		if m.Name == name {
-			return true
+// names finds a member name among an object's members read so far: by a
+// scan while there are few, by a set once there are many, so that an
+// object of a million members costs a million lookups, not their square.
+type names map[string]struct{}
+
+// namesScan is how many members are scanned before a set is built.
+const namesScan = 16
+
+// has reports whether name is among ms, the members before it, and
+// remembers it.
+func (s *names) has(ms []Member, name string) bool {
+	if len(ms) < namesScan {
+		for _, m := range ms {
+			if m.Name == name {
+				return true
+			}
+		}
+		return false
+	}
+	if *s == nil {
+		*s = make(names, 2*len(ms))
+		for _, m := range ms {
+			(*s)[m.Name] = struct{}{}
 		}
 	}
-	return false
+	_, dup := (*s)[name]
+	(*s)[name] = struct{}{}
+	return dup
 }
 
 func (p *parser) array(depth int) (*Value, string) {
@@ -504,4 +531,53 @@ func (p *parser) hex4() (rune, bool) {
 	}
 	p.i += 4
 	return rune(n), true
+}
+
+// Fold maps a member name to one form for all its case variants: each rune
+// to the least rune of its Unicode simple case-folding orbit, so that "K",
+// "k" and the Kelvin sign fold together, as encoding/json folds them.
+func Fold(name string) string {
+	var b strings.Builder
+	b.Grow(len(name))
+	for _, r := range name {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
+}
+
+// CaseCollision says why some object in v, at any depth, has two members
+// whose names are equal under case folding (or equal outright), which a
+// reader that folds case (encoding/json matching a struct) takes as one;
+// "" when none has.
+func (v *Value) CaseCollision() string {
+	if v == nil {
+		return ""
+	}
+	switch v.Kind {
+	case Object:
+		seen := make(map[string]string, len(v.Members))
+		for _, m := range v.Members {
+			f := Fold(m.Name)
+			if prev, dup := seen[f]; dup {
+				return "members " + strconv.Quote(prev) + " and " + strconv.Quote(m.Name) + " are one member to a reader that folds case"
+			}
+			seen[f] = m.Name
+		}
+		for _, m := range v.Members {
+			if why := m.Value.CaseCollision(); why != "" {
+				return why
+			}
+		}
+	case Array:
+		for _, e := range v.Elems {
+			if why := e.CaseCollision(); why != "" {
+				return why
+			}
+		}
+	}
+	return ""
 }
