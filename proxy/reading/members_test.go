@@ -63,7 +63,7 @@ func TestCaseCollisionAtAnyDepth(t *testing.T) {
 	}{
 		{`{"path":"/tmp","Path":"/etc"}`, true},
 		{`{"a":[{"x":1},{"k":1,"\u212a":2}]}`, true}, // the Kelvin sign folds to k
-		{`{"a":{"ſ":1,"s":2}}`, true},               // long s folds to s
+		{`{"a":{"ſ":1,"s":2}}`, true},                // long s folds to s
 		{`{"path":"/tmp","paths":["/etc"]}`, false},
 		{`[{"a":1},{"A":1}]`, false}, // different objects
 	} {
