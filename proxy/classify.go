@@ -2,8 +2,8 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
-	"fmt"
 	"math/big"
 	"slices"
 	"strconv"
@@ -71,6 +71,10 @@ type Call struct {
 	// the loose reading: its answer could not be told from the other's,
 	// so the relay refuses it.
 	Reused bool
+	// valueAmbiguous is set, with Ambiguous, when what readers take
+	// differently is the method's or the tool name's string itself (a lone
+	// surrogate, invalid UTF-8), not a member.
+	valueAmbiguous bool
 }
 
 // Answer is a response-shaped element of a server frame: result or error
@@ -123,15 +127,6 @@ type Classification struct {
 // params.name.
 const UnknownTool = "<unknown>"
 
-// member is one JSON-RPC message decoded loosely, keeping the raw id.
-type member struct {
-	ID     json.RawMessage `json:"id"`
-	Method json.RawMessage `json:"method"`
-	Params json.RawMessage `json:"params"`
-	Result json.RawMessage `json:"result"`
-	Error  json.RawMessage `json:"error"`
-}
-
 // Classify reads one frame (without its line terminator). It never fails:
 // anything it cannot read is Opaque. It is pure and safe on any input.
 func Classify(frame []byte) Classification {
@@ -140,7 +135,8 @@ func Classify(frame []byte) Classification {
 
 // classify is Classify, with the quick reading of plain envelopes
 // (quickEnvelope) when quick is set; FuzzClassify holds the two to the
-// same result.
+// same result. Everything else is read once, by the one reading of frames
+// ([reading.Read]), and decided on that reading alone.
 func classify(frame []byte, quick bool) Classification {
 	t := bytes.TrimSpace(frame)
 	if len(t) == 0 {
@@ -151,37 +147,34 @@ func classify(frame []byte, quick bool) Classification {
 			return e.classification()
 		}
 	}
-	// Decoding an object into member, or an array into raw elements,
-	// validates the whole frame (both take any value), so a frame that
-	// starts like one is not scanned twice; one that fails to decode is not
-	// one JSON value. FuzzClassify holds that to json.Valid.
-	switch t[0] {
-	case '{':
-		var m member
-		if !decodeMember(t, &m) && json.Unmarshal(t, &m) != nil {
-			return classifyOpaque(frame)
-		}
+	// The calls, answers and requests hold parts of the frame beyond the
+	// relay's use of its buffer; one copy serves them all.
+	t = bytes.Clone(t)
+	if bytes.HasPrefix(t, []byte("\xef\xbb\xbf")) {
+		// A byte order mark: JSON.parse, Python's json and Go refuse the
+		// text, a lenient reader skips it. No value of it is followable.
+		return classifyOpaque(t, reading.Reading{})
+	}
+	r := reading.Read(t)
+	v, ok := r.One()
+	if !ok {
+		return classifyOpaque(t, r)
+	}
+	switch v.Kind {
+	case reading.Object:
 		c := Classification{Shape: Single}
-		classifyMember(t, &m, &c)
+		classifyObject(v, &c)
 		return c
-	case '[':
-		var elems []json.RawMessage
-		if err := json.Unmarshal(t, &elems); err != nil {
-			return classifyOpaque(frame)
-		}
+	case reading.Array:
 		c := Classification{Shape: Batch}
-		for _, e := range elems {
-			e = bytes.TrimSpace(e)
-			if len(e) > 0 && e[0] == '{' {
+		for _, e := range v.Elems {
+			if e.Kind == reading.Object {
 				classifyObject(e, &c)
-			} else if mentionsToolsCall(e) {
+			} else if mentionsToolsCall(e.Raw) {
 				c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "batch element is not an object but mentions tools/call", Unreadable: true})
 			}
 		}
 		return c
-	}
-	if !json.Valid(t) {
-		return classifyOpaque(frame)
 	}
 	// A bare scalar. A string could still name tools/call to a lenient peer.
 	c := Classification{Shape: Opaque}
@@ -196,26 +189,20 @@ func classify(frame []byte, quick bool) Classification {
 // objects on one line, or one object spread over several lines), so every
 // complete value is classified, and a frame that mentions tools/call in any
 // spelling is recorded as a malformed call.
-func classifyOpaque(frame []byte) Classification {
+func classifyOpaque(t []byte, r reading.Reading) Classification {
 	c := Classification{Shape: Opaque}
-	dec := json.NewDecoder(bytes.NewReader(frame))
-	for {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			break
-		}
-		raw = bytes.TrimSpace(raw)
-		if len(raw) > 0 && raw[0] == '{' {
-			classifyObject(raw, &c)
+	for _, v := range r.Values {
+		if v.Kind == reading.Object {
+			classifyObject(v, &c)
 		}
 	}
-	// Calls decoded from complete values stay followable: a stream-decoding
+	// Calls read from complete values stay followable: a stream-decoding
 	// server answers them. Anything else that names tools/call, also after
-	// the last value the decoder could read (a reader that skips what it
+	// the last value that could be read (a reader that skips what it
 	// cannot parse may find a call there), is recorded as a malformed call.
-	tail := frame
-	if off := int(dec.InputOffset()); off <= len(frame) && len(c.Calls) > 0 {
-		tail = frame[off:]
+	tail := t
+	if len(c.Calls) > 0 {
+		tail = t[r.End:]
 	}
 	if mentionsToolsCall(tail) {
 		c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "frame is not one JSON value but mentions tools/call", Unreadable: true})
@@ -223,140 +210,206 @@ func classifyOpaque(frame []byte) Classification {
 	return c
 }
 
-func classifyObject(obj []byte, c *Classification) {
-	var m member
-	if err := json.Unmarshal(obj, &m); err != nil {
-		if mentionsToolsCall(obj) {
-			c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "tools/call object does not decode", Unreadable: true})
+// classifyObject classifies one JSON-RPC object of a frame.
+func classifyObject(obj *reading.Value, c *Classification) {
+	elem := c.elems
+	c.elems++
+	id, whyID := obj.Lookup("id")
+	method, whyMethod := obj.Lookup("method")
+	params, whyParams := obj.Lookup("params")
+	result, whyResult := obj.Lookup("result")
+	errv, whyErr := obj.Lookup("error")
+	if why := cmp.Or(whyID, whyMethod, whyParams, whyResult, whyErr); why != "" {
+		classifyAmbiguous(obj, why, elem, c)
+		return
+	}
+	if method == nil {
+		if result != nil || errv != nil {
+			// An id that does not key (null, an object) still answers a
+			// host that reads ids loosely, so it is kept with an empty key.
+			key, _, _ := idKeyOf(id)
+			c.Answers = append(c.Answers, Answer{Key: key, ID: rawOf(id), Elem: elem})
 		}
 		return
 	}
-	classifyMember(obj, &m, c)
+	name, isString := method.String()
+	switch {
+	case !isString:
+		if mentionsToolsCall(method.Raw) {
+			c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "method is not a string", Unreadable: true})
+		}
+		return
+	case method.Ambiguous != "" && mentionsToolsCall(method.Raw):
+		// A method that readers decode differently (a lone surrogate,
+		// invalid UTF-8) and that names tools/call to some of them.
+		c.Calls = append(c.Calls, Call{Tool: UnknownTool, ID: rawOf(id), Malformed: "ambiguous tools/call: method: " + method.Ambiguous, Ambiguous: true, valueAmbiguous: true})
+		return
+	case name != "tools/call":
+		if key, ok, _ := idKeyOf(id); ok {
+			q := Request{Key: key, ID: rawOf(id)}
+			switch _, list := listShapes[name]; {
+			case list:
+				q.List, q.Cursor = name, listCursor(params)
+			case name == "initialize":
+				q.Init, q.Caps = true, initCaps(params)
+			}
+			c.Requests = append(c.Requests, q)
+		}
+		if name == "notifications/cancelled" {
+			c.Cancels = append(c.Cancels, requestIDs(params)...)
+		}
+		return
+	}
+	toolV, whyName := params.Lookup("name")
+	argsV, whyArgs := params.Lookup("arguments")
+	if why := cmp.Or(whyName, whyArgs); why != "" {
+		c.Calls = append(c.Calls, Call{Tool: UnknownTool, ID: rawOf(id), Malformed: "ambiguous tools/call: params has " + why, Ambiguous: true})
+		return
+	}
+	tool, named := toolV.String()
+	if named && toolV.Ambiguous != "" {
+		c.Calls = append(c.Calls, Call{Tool: UnknownTool, ID: rawOf(id), Malformed: "ambiguous tools/call: params.name: " + toolV.Ambiguous, Ambiguous: true, valueAmbiguous: true})
+		return
+	}
+	call := Call{Tool: UnknownTool, ID: rawOf(id), Args: rawOf(argsV)}
+	key, idOK, idWhy := idKeyOf(id)
+	switch {
+	case !idOK:
+		call.Malformed = idWhy
+	case !named:
+		call.Malformed = "tools/call without a string params.name"
+	default:
+		call.Key = key
+	}
+	if named {
+		call.Tool, call.Named = tool, true
+	}
+	c.Calls = append(c.Calls, call)
 }
 
-// classifyMember classifies obj, already decoded into m.
-func classifyMember(obj []byte, m *member, c *Classification) {
-	dups := ambiguousMember(obj, "id", "method", "params", "result", "error")
-	elem := c.elems
-	c.elems++
-	if dups != "" {
-		// Parsers may read this object differently: one may see an answer
-		// where encoding/json sees a request, or another id. Every call
-		// that any reading answers is closed before the frame is relayed,
-		// and every id that any reading requests with is tracked (unless
-		// the object is refused as an ambiguous call).
-		c.Answers = append(c.Answers, readingAnswers(obj, m, elem)...)
-		defer func(n int) {
-			if len(c.Calls) == n {
-				c.Requests = append(c.Requests, readingRequests(obj, m)...)
-			}
-		}(len(c.Calls))
+// selfRefusalHint is what to do about a call the relay refuses for itself
+// (see Call): the hint of its refusal.
+func selfRefusalHint(c Call) string {
+	switch {
+	case c.Reused:
+		return "give each request an id of its own until it is answered"
+	case c.Ambiguous && c.valueAmbiguous:
+		return "send the method and the tool's name as UTF-8 strings without lone surrogate escapes"
+	case c.Ambiguous:
+		return "send each member once, with its name in lower case"
 	}
-	method, methodIsString := jsonString(m.Method)
-	if m.Method != nil {
-		if !methodIsString {
-			if mentionsToolsCall(m.Method) {
-				c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "method is not a string", Unreadable: true})
+	return "send it as one JSON-RPC object on one line"
+}
+
+// classifyAmbiguous classifies obj, a JSON-RPC object whose deciding
+// members (id, method, params, result, error) readers may take
+// differently (why says how). One reader may see an answer where another
+// sees a request, or another id. Every call that any reading answers is
+// closed before the frame is relayed; one that names tools/call is an
+// ambiguous call, refused since aegis cannot know which call the server
+// would run; otherwise every id that any reading requests with is tracked,
+// and every cancellation any reading sees is followed.
+func classifyAmbiguous(obj *reading.Value, why string, elem int, c *Classification) {
+	rs := envelopeReadings(obj)
+	for _, r := range rs {
+		if r.method == nil && (r.result != nil || r.err != nil) {
+			key, _, _ := idKeyOf(r.id)
+			a := Answer{Key: key, ID: rawOf(r.id), Elem: elem}
+			if !slices.ContainsFunc(c.Answers, func(b Answer) bool { return b.Elem == elem && b.Key == a.Key && bytes.Equal(b.ID, a.ID) }) {
+				c.Answers = append(c.Answers, a)
 			}
-			return
 		}
-		if dups != "" && mentionsToolsCall(obj) {
-			c.Calls = append(c.Calls, Call{Tool: UnknownTool, ID: ambiguousID(obj, m.ID), Malformed: "ambiguous tools/call: " + dups, Ambiguous: true})
-			return
+	}
+	hasMethod := slices.ContainsFunc(rs, func(r envelopeReading) bool { return r.method != nil })
+	if hasMethod && mentionsToolsCall(obj.Raw) {
+		// The id to answer with: the id as sent when obj names it once
+		// and exactly, null when the id itself is ambiguous (JSON-RPC
+		// answers a request whose id cannot be told with a null id).
+		id, whyID := obj.Lookup("id")
+		raw := rawOf(id)
+		if whyID != "" {
+			raw = json.RawMessage("null")
 		}
-		if method != "tools/call" {
-			if dups == "" {
-				if key, ok, _ := idKey(m.ID); ok {
-					q := Request{Key: key, ID: compactRaw(m.ID)}
-					switch _, list := listShapes[method]; {
-					case list:
-						q.List, q.Cursor = method, listCursor(m.Params)
-					case method == "initialize":
-						q.Init, q.Caps = true, initCaps(m.Params)
-					}
-					c.Requests = append(c.Requests, q)
-				}
+		c.Calls = append(c.Calls, Call{Tool: UnknownTool, ID: raw, Malformed: "ambiguous tools/call: " + why, Ambiguous: true})
+		return
+	}
+	var out []Request
+	for _, r := range rs {
+		if r.method == nil {
+			continue
+		}
+		key, ok, _ := idKeyOf(r.id)
+		if ok {
+			i := slices.IndexFunc(out, func(q Request) bool { return q.Key == key })
+			if i < 0 {
+				out = append(out, Request{Key: key, ID: rawOf(r.id)})
+				i = len(out) - 1
 			}
-			if method == "notifications/cancelled" {
-				if id := requestID(m.Params); id != nil {
+			// A reading that sees tools/list makes it one: its answer is
+			// read for pins whichever reading the host took.
+			if s, _ := r.method.String(); listShapes[s] != (listShape{}) && out[i].List == "" {
+				out[i].List = s
+				out[i].Cursor = out[i].Cursor || listCursor(r.params)
+			}
+		}
+		if s, _ := r.method.String(); s == "notifications/cancelled" {
+			for _, id := range requestIDs(r.params) {
+				if !slices.ContainsFunc(c.Cancels, func(x json.RawMessage) bool { return bytes.Equal(x, id) }) {
 					c.Cancels = append(c.Cancels, id)
 				}
 			}
-			return
 		}
-		if amb := ambiguousMember(bytes.TrimSpace(m.Params), "name", "arguments"); amb != "" {
-			c.Calls = append(c.Calls, Call{Tool: UnknownTool, ID: ambiguousID(obj, m.ID), Malformed: "ambiguous tools/call: params has " + amb, Ambiguous: true})
-			return
-		}
-		call := Call{Tool: UnknownTool, ID: compactRaw(m.ID), Args: arguments(m.Params)}
-		name, ok := toolName(m.Params)
-		key, idOK, idWhy := idKey(m.ID)
-		switch {
-		case !idOK:
-			call.Malformed = idWhy
-		case !ok:
-			call.Malformed = "tools/call without a string params.name"
-		default:
-			call.Key = key
-			call.Tool = name
-		}
-		if ok {
-			call.Tool, call.Named = name, true
-		}
-		c.Calls = append(c.Calls, call)
-		return
 	}
-	if (m.Result != nil || m.Error != nil) && dups == "" {
-		// An id that does not key (null, an object) still answers a host
-		// that reads ids loosely, so it is kept with an empty key.
-		key, _, _ := idKey(m.ID)
-		c.Answers = append(c.Answers, Answer{Key: key, ID: compactRaw(m.ID), Elem: elem})
-	}
+	c.Requests = append(c.Requests, out...)
 }
 
-// requestID returns params.requestId of a notifications/cancelled, or nil.
-func requestID(params json.RawMessage) json.RawMessage {
-	p := bytes.TrimSpace(params)
-	if len(p) == 0 || p[0] != '{' {
-		return nil
-	}
-	var v struct {
-		RequestID json.RawMessage `json:"requestId"`
-	}
-	if json.Unmarshal(p, &v) != nil {
-		return nil
-	}
-	return compactRaw(v.RequestID)
+// envelopeReading is one reader's take on an object's deciding members.
+type envelopeReading struct {
+	id, method, params, result, err *reading.Value
 }
 
-// readingRequests returns the ids of every reading of an ambiguous obj that
-// sees a request (a method and no result or error), so that none of them
-// can be used to answer a call in flight.
-func readingRequests(obj []byte, m *member) []Request {
-	var out []Request
-	add := func(id, method, params json.RawMessage) {
-		key, ok, _ := idKey(id)
-		if !ok {
-			return
-		}
-		i := slices.IndexFunc(out, func(r Request) bool { return r.Key == key })
-		if i < 0 {
-			out = append(out, Request{Key: key, ID: compactRaw(id)})
-			i = len(out) - 1
-		}
-		// A reading that sees tools/list makes it one: its answer is
-		// read for pins whichever reading the host took.
-		if s, _ := jsonString(method); listShapes[s] != (listShape{}) && out[i].List == "" {
-			out[i].List = s
-			out[i].Cursor = out[i].Cursor || listCursor(params)
-		}
+// envelopeReadings returns the ways readers take obj's deciding members:
+// by case-folded name keeping the last (encoding/json matches a struct's
+// fields in any case), by exact name keeping the first or the last of a
+// duplicate (JSON.parse keeps the last, some readers the first), and by
+// case-folded name keeping the first.
+func envelopeReadings(obj *reading.Value) []envelopeReading {
+	names := [...]string{"id", "method", "params", "result", "error"}
+	var folded [len(names)]string
+	for i, n := range names {
+		folded[i] = reading.Fold(n)
 	}
-	if m.Method != nil {
-		add(m.ID, m.Method, m.Params)
+	read := func(fold, last bool) envelopeReading {
+		var r envelopeReading
+		dsts := [...]**reading.Value{&r.id, &r.method, &r.params, &r.result, &r.err}
+		for _, m := range obj.Members {
+			for i, n := range names {
+				if m.Name == n || fold && reading.Fold(m.Name) == folded[i] {
+					if last || *dsts[i] == nil {
+						*dsts[i] = m.Value
+					}
+					break
+				}
+			}
+		}
+		return r
 	}
-	for _, r := range exactReadings(obj) {
-		if method, ok := r["method"]; ok {
-			add(r["id"], method, r["params"])
+	// encoding/json's first: what Go hosts and servers read.
+	return []envelopeReading{read(true, true), read(false, false), read(false, true), read(true, false)}
+}
+
+// requestIDs returns params.requestId of a notifications/cancelled as
+// sent: every member that some reader takes for it (another case, a
+// duplicate), since a server that cancels on any of them stops that call.
+func requestIDs(params *reading.Value) []json.RawMessage {
+	if params == nil || params.Kind != reading.Object {
+		return nil
+	}
+	want := reading.Fold("requestId")
+	var out []json.RawMessage
+	for _, m := range params.Members {
+		if m.Name == "requestId" || reading.Fold(m.Name) == want {
+			out = append(out, m.Value.Raw)
 		}
 	}
 	return out
@@ -365,9 +418,8 @@ func readingRequests(obj []byte, m *member) []Request {
 // initCaps returns the capabilities an initialize's params declare that
 // shape a server's listings, as capsKey names them. A capability named in
 // another case counts: some server reads it.
-func initCaps(params json.RawMessage) string {
-	p, _ := reading.Read(params).One()
-	caps, _ := p.Lookup("capabilities")
+func initCaps(params *reading.Value) string {
+	caps, _ := params.Lookup("capabilities")
 	var names []string
 	for _, n := range []string{"elicitation", "roots", "sampling"} {
 		if v, why := caps.Lookup(n); why != "" || v != nil && v.Kind != reading.Null {
@@ -377,15 +429,23 @@ func initCaps(params json.RawMessage) string {
 	return capsKey(names...)
 }
 
-// listCursor reports whether the params of a tools/list request give a
-// cursor, as the one reading of them says.
-func listCursor(params json.RawMessage) bool {
-	p, ok := reading.Read(params).One()
-	if !ok {
-		return false
-	}
-	cur, _ := p.Lookup("cursor")
+// listCursor reports whether the params of a list request give a cursor.
+func listCursor(params *reading.Value) bool {
+	cur, _ := params.Lookup("cursor")
 	return cur != nil
+}
+
+// rawOf is v's bytes as sent, or nil when v is absent.
+func rawOf(v *reading.Value) json.RawMessage {
+	if v == nil {
+		return nil
+	}
+	return v.Raw
+}
+
+// idKeyOf is idKey of an id member as read (nil: none).
+func idKeyOf(id *reading.Value) (key string, ok bool, why string) {
+	return idKey(rawOf(id))
 }
 
 // envelope is what quickEnvelope reads of a plain JSON-RPC object.
@@ -635,122 +695,6 @@ func skipJSONNumber(b []byte, i int) (int, bool) {
 	return i, true
 }
 
-// decodeMember fills m as json.Unmarshal(obj, m) would, for the common
-// frame, without reflection: obj must be one valid JSON object whose
-// top-level member names are plain ASCII without escapes, none of them a
-// duplicate of a member of m or one that differs from it only in case
-// (encoding/json would match those; see ambiguousMember). It reports
-// false, having changed nothing, for any other obj; the caller then
-// decodes it the slow way. FuzzClassify holds the two to the same result.
-func decodeMember(obj []byte, m *member) bool {
-	if !json.Valid(obj) {
-		return false
-	}
-	var got member
-	ok := true
-	eachTopLevelMember(obj, func(key, val []byte, plain bool) bool {
-		var dst *json.RawMessage
-		for i, name := range [...]string{"id", "method", "params", "result", "error"} {
-			if !plain || len(key) == len(name) && string(key) != name && bytes.EqualFold(key, []byte(name)) {
-				ok = false
-				return false
-			}
-			if string(key) == name {
-				dst = [...]*json.RawMessage{&got.ID, &got.Method, &got.Params, &got.Result, &got.Error}[i]
-			}
-		}
-		if dst == nil {
-			// encoding/json folds "ſ" (U+017F) to "s" and "K" (U+212A)
-			// to "k"; a plain ASCII name can differ from ours only in
-			// ASCII case, checked above.
-			return true
-		}
-		if *dst != nil {
-			ok = false // a duplicate: encoding/json keeps the last
-			return false
-		}
-		*dst = append(json.RawMessage{}, val...)
-		return true
-	})
-	if !ok {
-		return false
-	}
-	*m = got
-	return true
-}
-
-// eachTopLevelMember calls f with each top-level member of obj, a valid
-// JSON object: its raw name (between the quotes), its value without the
-// white space around it, and whether the name is plain (ASCII, no
-// escapes), until f returns false.
-func eachTopLevelMember(obj []byte, f func(key, val []byte, plain bool) bool) {
-	i := 1
-	skipWS := func() {
-		for i < len(obj) && (obj[i] == ' ' || obj[i] == '\t' || obj[i] == '\n' || obj[i] == '\r') {
-			i++
-		}
-	}
-	for {
-		skipWS()
-		if i >= len(obj) || obj[i] != '"' {
-			return
-		}
-		start := i + 1
-		plain := true
-		for i++; i < len(obj) && obj[i] != '"'; i++ {
-			if obj[i] == '\\' || obj[i] >= 0x80 {
-				plain = false
-				if obj[i] == '\\' {
-					i++
-				}
-			}
-		}
-		key := obj[start:min(i, len(obj))]
-		i++ // the closing quote
-		skipWS()
-		i++ // ':'
-		skipWS()
-		vstart := i
-		depth, inStr := 0, false
-	value:
-		for ; i < len(obj); i++ {
-			c := obj[i]
-			if inStr {
-				switch c {
-				case '\\':
-					i++
-				case '"':
-					inStr = false
-				}
-				continue
-			}
-			switch c {
-			case '"':
-				inStr = true
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth == 0 {
-					break value
-				}
-				depth--
-			case ',':
-				if depth == 0 {
-					break value
-				}
-			}
-		}
-		val := bytes.TrimRight(obj[vstart:min(i, len(obj))], " \t\n\r")
-		if !f(key, val, plain) {
-			return
-		}
-		if i >= len(obj) || obj[i] != ',' {
-			return
-		}
-		i++
-	}
-}
-
 // plainString reports whether r, a JSON string token, holds only printable
 // ASCII without escapes, so that its contents are its value.
 func plainString(r []byte) bool {
@@ -765,71 +709,6 @@ func plainString(r []byte) bool {
 	return true
 }
 
-// readingAnswers returns the answers found by any of three readings of an
-// ambiguous obj: encoding/json's (m), and the exact-name readings that keep
-// the first and the last of duplicate members (JSON.parse keeps the last).
-// A reading finds an answer where it sees result or error and no method,
-// with an id that keys.
-func readingAnswers(obj []byte, m *member, elem int) []Answer {
-	var out []Answer
-	add := func(id json.RawMessage) {
-		key, _, _ := idKey(id)
-		if !slices.ContainsFunc(out, func(a Answer) bool { return a.Key == key && bytes.Equal(a.ID, compactRaw(id)) }) {
-			out = append(out, Answer{Key: key, ID: compactRaw(id), Elem: elem})
-		}
-	}
-	if m.Method == nil && (m.Result != nil || m.Error != nil) {
-		add(m.ID)
-	}
-	for _, r := range exactReadings(obj) {
-		_, method := r["method"]
-		_, result := r["result"]
-		_, errm := r["error"]
-		if !method && (result || errm) {
-			add(r["id"])
-		}
-	}
-	return out
-}
-
-// exactReadings reads the top-level members of obj, a valid JSON object, by
-// exact name: once keeping the first of duplicate members and once the
-// last. It is the slow path, for ambiguous objects only.
-func exactReadings(obj []byte) []map[string]json.RawMessage {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil
-	}
-	first, last := map[string]json.RawMessage{}, map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		k, _ := tok.(string)
-		var v json.RawMessage
-		if dec.Decode(&v) != nil {
-			return nil
-		}
-		if _, ok := first[k]; !ok {
-			first[k] = v
-		}
-		last[k] = v
-	}
-	return []map[string]json.RawMessage{first, last}
-}
-
-// ambiguousID is the id to answer an ambiguous call with: the id as sent
-// when obj names it once and exactly (id, as decoded, is then that member),
-// null when the id itself is ambiguous (JSON-RPC answers a request whose id
-// cannot be told with a null id), nil when there is none.
-func ambiguousID(obj []byte, id json.RawMessage) json.RawMessage {
-	if ambiguousMember(obj, "id") != "" {
-		return json.RawMessage("null")
-	}
-	return compactRaw(id)
-}
-
 // compactRaw returns raw without surrounding whitespace, or nil.
 func compactRaw(raw json.RawMessage) json.RawMessage {
 	r := bytes.TrimSpace(raw)
@@ -839,37 +718,8 @@ func compactRaw(raw json.RawMessage) json.RawMessage {
 	return r
 }
 
-// arguments returns params.arguments, or nil.
-func arguments(params json.RawMessage) json.RawMessage {
-	p := bytes.TrimSpace(params)
-	if len(p) == 0 || p[0] != '{' {
-		return nil
-	}
-	var v struct {
-		Arguments json.RawMessage `json:"arguments"`
-	}
-	if json.Unmarshal(p, &v) != nil {
-		return nil
-	}
-	return compactRaw(v.Arguments)
-}
-
-// toolName returns params.name when it is a string. The caller has made
-// sure that params names it once (ambiguousMember).
-func toolName(params json.RawMessage) (string, bool) {
-	p := bytes.TrimSpace(params)
-	if len(p) == 0 || p[0] != '{' {
-		return "", false
-	}
-	var v struct {
-		Name json.RawMessage `json:"name"`
-	}
-	if json.Unmarshal(p, &v) != nil {
-		return "", false
-	}
-	return jsonString(v.Name)
-}
-
+// jsonString returns a JSON string token's value, as the one reading of
+// frames takes it; false for anything else.
 func jsonString(raw json.RawMessage) (string, bool) {
 	r := bytes.TrimSpace(raw)
 	if len(r) == 0 || r[0] != '"' {
@@ -878,11 +728,11 @@ func jsonString(raw json.RawMessage) (string, bool) {
 	if plainString(r) {
 		return string(r[1 : len(r)-1]), true
 	}
-	var s string
-	if json.Unmarshal(r, &s) != nil {
+	v, ok := reading.Read(r).One()
+	if !ok {
 		return "", false
 	}
-	return s, true
+	return v.String()
 }
 
 // idKey normalizes a JSON-RPC id for matching. Strings key as "s:" plus the
@@ -953,109 +803,6 @@ func isPlainInteger(r []byte) bool {
 		}
 	}
 	return true
-}
-
-// ambiguousMember says why one of names may mean different things to
-// aegis and to the server among obj's top-level members, or returns "" when
-// none may. Two things make a member ambiguous:
-//   - it occurs more than once: parsers disagree on which one wins;
-//   - its name differs from the expected one only in case ("Method",
-//     "PARAMS", "param\u017f"): encoding/json, which classifies the frame,
-//     matches member names as strings.EqualFold does, so it reads such a
-//     member as the expected one (and the later one wins), while JSON.parse
-//     and most other parsers take names exactly.
-//
-// obj need not be an object; then nothing is ambiguous.
-func ambiguousMember(obj []byte, names ...string) string {
-	if len(obj) == 0 || obj[0] != '{' {
-		return ""
-	}
-	var seen [8]string // names is short; no allocation on the common path
-	n := 0
-	why := ""
-	eachTopLevelKey(obj, func(key []byte) bool {
-		for _, name := range names {
-			if string(key) != name {
-				if bytes.EqualFold(key, []byte(name)) {
-					why = fmt.Sprintf("member %q, which differs from %q only in case", key, name)
-					return false
-				}
-				continue
-			}
-			for i := 0; i < n; i++ {
-				if seen[i] == name {
-					why = "duplicate member " + strconv.Quote(name)
-					return false
-				}
-			}
-			if n < len(seen) {
-				seen[n] = name
-				n++
-			}
-		}
-		return true
-	})
-	return why
-}
-
-// topLevelKeys returns the decoded member names of a JSON object that is
-// known to be valid (json.Valid), in order.
-func topLevelKeys(obj []byte) []string {
-	var keys []string
-	eachTopLevelKey(obj, func(k []byte) bool {
-		keys = append(keys, string(k))
-		return true
-	})
-	return keys
-}
-
-// eachTopLevelKey calls f with the decoded name of each top-level member
-// of a JSON object that is known to be valid (json.Valid), in order, until
-// f returns false. It scans the bytes: cheaper than a token decoder on the
-// hot path, and it allocates only for names with escapes or non-ASCII
-// bytes, which it decodes. f must not keep the slice.
-func eachTopLevelKey(obj []byte, f func([]byte) bool) {
-	depth := 0
-	expectKey := false
-	for i := 0; i < len(obj); i++ {
-		switch c := obj[i]; c {
-		case '{', '[':
-			depth++
-			expectKey = depth == 1 && c == '{'
-		case '}', ']':
-			depth--
-		case ',':
-			expectKey = depth == 1
-		case '"':
-			start := i
-			esc := false // an escape or a non-ASCII byte: decode the name
-			for i++; i < len(obj); i++ {
-				if obj[i] >= 0x80 {
-					esc = true
-				}
-				if obj[i] == '\\' {
-					i++
-					esc = true
-					continue
-				}
-				if obj[i] == '"' {
-					break
-				}
-			}
-			if depth == 1 && expectKey {
-				raw := obj[start:min(i+1, len(obj))]
-				expectKey = false
-				if esc {
-					var k string
-					if json.Unmarshal(raw, &k) == nil && !f([]byte(k)) {
-						return
-					}
-				} else if len(raw) >= 2 && !f(raw[1:len(raw)-1]) {
-					return
-				}
-			}
-		}
-	}
 }
 
 // mentionsToolsCall reports whether b names tools/call in any spelling a

@@ -23,18 +23,26 @@
 //     written to the host only after their outcome lines are durable; the
 //     calls of one answer frame share its response_digest. An answer whose
 //     id, method, result or error appears twice or in another case closes
-//     every pending call that any reading of it answers (encoding/json's,
-//     and the exact-name readings that keep the first or the last
-//     duplicate), whichever parser the host uses.
-//   - Nothing slips past the record. [Classify] reads a frame the way any
-//     plausible server parser might: complete JSON values are classified
+//     every pending call that any reading of it answers (case-folded as
+//     encoding/json reads it, and the exact-name readings that keep the
+//     first or the last duplicate), whichever parser the host uses.
+//   - Nothing slips past the record. [Classify] reads a frame once, with
+//     package reading (the plain envelope of a ping or an answer by a
+//     quick scan that FuzzClassify holds to the same result), and decides
+//     on that reading only; the gate's conditions and the approval digest
+//     read a call's arguments with the same reader. It reads a frame the
+//     way any plausible server parser might: complete JSON values are classified
 //     even when a line holds several, and any frame that names tools/call
 //     in any spelling without being a followable request becomes a
 //     malformed call, which gets an intent and a denied outcome before the
 //     frame is relayed (it is the server's to answer). A call whose
-//     deciding members appear twice or in another case is ambiguous: no
-//     reading can say which call the server would run, so the relay
-//     refuses its frame, in every mode, instead of relaying it.
+//     deciding members appear twice or in another case, or whose method or
+//     tool name is a string readers decode differently (a lone surrogate,
+//     invalid UTF-8), is ambiguous: no reading can say which call the
+//     server would run, so the relay refuses its frame, in every mode,
+//     instead of relaying it. Arguments readers take differently are left
+//     to the conditions, which refuse to read them, and to the approval
+//     digest, which then covers their exact bytes.
 //   - Frames are read as streams too. A server may decode its stdin as one
 //     continuous JSON stream (the go-sdk's stdio transport does), joining a
 //     value across '\n'. The relay follows each direction's relayed bytes

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/aegis-dev/aegis/proxy/reading"
 )
 
 // LooseID returns the number a host that matches answers loosely takes an
@@ -35,14 +37,14 @@ func LooseID(raw json.RawMessage) (float64, bool) {
 	case '[':
 		// Number([x]) is Number(String(x)); Number([]) is 0; more than one
 		// element joins with commas, which is never a number.
-		var elems []json.RawMessage
-		if json.Unmarshal(r, &elems) != nil || len(elems) > 1 {
+		v, ok := reading.Read(r).One()
+		if !ok || v.Kind != reading.Array || len(v.Elems) > 1 {
 			return 0, false
 		}
-		if len(elems) == 0 {
+		if len(v.Elems) == 0 {
 			return 0, true
 		}
-		e := bytes.TrimSpace(elems[0])
+		e := v.Elems[0].Raw
 		switch {
 		case bytes.Equal(e, []byte("null")):
 			return 0, true // String([null]) is ""

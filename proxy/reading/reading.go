@@ -153,12 +153,12 @@ func (v *Value) Lookup(name string) (*Value, string) {
 		switch {
 		case m.Name == name:
 			if found != nil {
-				why = "member " + strconv.Quote(name) + " is given twice"
+				why = "duplicate member " + strconv.Quote(name)
 			}
 			found = m.Value
 		case strings.EqualFold(m.Name, name):
 			if why == "" {
-				why = "member " + strconv.Quote(m.Name) + " is " + strconv.Quote(name) + " to a reader that folds case"
+				why = "member " + strconv.Quote(m.Name) + ", which differs from " + strconv.Quote(name) + " only in case"
 			}
 		}
 	}
