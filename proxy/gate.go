@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/proxy/reading"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -288,8 +290,12 @@ func argsDigest(args json.RawMessage) string { return sha(canonicalArgs(args)) }
 // canonicalArgs is the canonical JSON of a call's arguments: RFC 8785 when
 // they are in the audit value space, else the same form with numbers kept
 // as written (JCS would reformat floats; a retry by the same client writes
-// them the same); arguments that are not JSON stay as they are. Absent
-// arguments are {}.
+// them the same). Arguments that readers of JSON take differently (a
+// member given twice, anything the one reading of frames marks ambiguous)
+// and arguments that are not one JSON value stay as they are, byte for
+// byte: no canonical form may stand for them, or an approval of
+// {"path":"/tmp/x"} would let {"path":"/etc/passwd","path":"/tmp/x"}
+// through to a server that keeps the first. Absent arguments are {}.
 func canonicalArgs(args json.RawMessage) []byte {
 	if len(args) == 0 || bytes.Equal(args, []byte("null")) {
 		args = json.RawMessage("{}")
@@ -297,10 +303,8 @@ func canonicalArgs(args json.RawMessage) []byte {
 	if c, err := schemas.Canonicalize(args); err == nil {
 		return c
 	}
-	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, ok := reading.Read(args).One()
+	if !ok || v.Ambiguous != "" {
 		return args
 	}
 	var b bytes.Buffer
@@ -308,39 +312,38 @@ func canonicalArgs(args json.RawMessage) []byte {
 	return b.Bytes()
 }
 
-func writeSorted(b *bytes.Buffer, v any) {
-	switch t := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(t))
-		for k := range t {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+// writeSorted writes v with each object's members sorted by name and
+// numbers as written.
+func writeSorted(b *bytes.Buffer, v *reading.Value) {
+	switch v.Kind {
+	case reading.Object:
+		ms := slices.Clone(v.Members)
+		slices.SortStableFunc(ms, func(x, y reading.Member) int { return strings.Compare(x.Name, y.Name) })
 		b.WriteByte('{')
-		for i, k := range keys {
+		for i, m := range ms {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			kb, _ := json.Marshal(k)
+			kb, _ := json.Marshal(m.Name)
 			b.Write(kb)
 			b.WriteByte(':')
-			writeSorted(b, t[k])
+			writeSorted(b, m.Value)
 		}
 		b.WriteByte('}')
-	case []any:
+	case reading.Array:
 		b.WriteByte('[')
-		for i, e := range t {
+		for i, e := range v.Elems {
 			if i > 0 {
 				b.WriteByte(',')
 			}
 			writeSorted(b, e)
 		}
 		b.WriteByte(']')
-	case json.Number:
-		b.WriteString(t.String())
-	default:
-		e, _ := json.Marshal(t)
+	case reading.String:
+		e, _ := json.Marshal(v.Str)
 		b.Write(e)
+	default:
+		b.Write(v.Raw)
 	}
 }
 

@@ -61,6 +61,40 @@ func TestOneApprovalIsSpentWhereTheCallIsDecided(t *testing.T) {
 	}
 }
 
+// An approval is of the arguments as every reader takes them. Arguments
+// that readers take differently have no canonical form to share with the
+// approved ones: a retry that adds a first copy of a member (which a
+// server keeping the first acts on) is a new call, held for its own
+// approval.
+func TestApprovalOfOneReadingDoesNotLetAnotherThrough(t *testing.T) {
+	now := time.Date(2026, 9, 1, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		attack, approved, retry string
+	}{
+		{"a first copy of the approved member", `{"path":"/tmp/x"}`, `{"path":"/etc/passwd","path":"/tmp/x"}`},
+		{"a first copy under an escaped name", `{"path":"/tmp/x"}`, `{"p\u0061th":"/etc/passwd","path":"/tmp/x"}`},
+		{"a duplicate deep inside", `{"opts":{"mode":1}}`, `{"opts":{"mode":7,"mode":1}}`},
+	} {
+		t.Run(tc.attack, func(t *testing.T) {
+			g := pendingGate(t)
+			approveNext(t, g, json.RawMessage(tc.approved), now)
+			if gd := g.decide("deploy", json.RawMessage(tc.retry), now); gd.decision.Verdict != policy.PendingApproval || gd.approval != "" {
+				t.Fatalf("%s rides on the approval of %s: %v", tc.retry, tc.approved, gd.decision.Verdict)
+			}
+			if gd := g.decide("deploy", json.RawMessage(tc.approved), now); gd.decision.Verdict != policy.Allow {
+				t.Fatalf("the approved call itself: %v", gd.decision.Verdict)
+			}
+		})
+	}
+	// The same text again is the call the human approved.
+	g := pendingGate(t)
+	dup := json.RawMessage(`{"path":"/etc/passwd","path":"/tmp/x"}`)
+	approveNext(t, g, dup, now)
+	if gd := g.decide("deploy", dup, now); gd.decision.Verdict != policy.Allow {
+		t.Fatalf("the approved text itself: %v", gd.decision.Verdict)
+	}
+}
+
 // An allowance a refused frame took is given back; one that outlives its
 // approval lapses, and is reported once.
 func TestApprovalGivenBackAndLapsed(t *testing.T) {
