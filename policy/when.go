@@ -2,18 +2,17 @@ package policy
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"path"
+	"strconv"
 	"strings"
-	"unicode"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
+
+	"github.com/aegis-dev/aegis/proxy/reading"
 )
 
 // Conditions. A rule may carry `when:`, a CEL expression (cel.dev/cel-go,
@@ -38,9 +37,11 @@ import (
 //	                   that readers of URLs could read differently (a user
 //	                   in it, user@host; a backslash; see uri.go)
 //
-// Arguments that name a member twice, or twice but for case, are refused
-// before a condition reads them (oneReading): a condition must see the
-// value the server acts on.
+// Arguments that name a member twice, or twice but for case, or that the
+// one reading of frames marks ambiguous (a number beyond the double range,
+// an integer beyond 2^53, NaN, a lone surrogate), are refused before a
+// condition reads them (readArgs): a condition must see the value the
+// server acts on.
 //
 // An expression is compiled and type-checked when the file is parsed and
 // must be of type bool; an error points at the file's line. Each
@@ -138,44 +139,70 @@ type condInput map[string]any
 // denies any call a condition decides.
 func input(req *Request) (condInput, error) {
 	args := any(map[string]any{})
-	if len(bytes.TrimSpace(req.Args)) > 0 && !bytes.Equal(bytes.TrimSpace(req.Args), []byte("null")) {
-		if err := oneReading(req.Args); err != nil {
+	if t := bytes.TrimSpace(req.Args); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
+		v, err := readArgs(t)
+		if err != nil {
 			return nil, err
 		}
-		dec := json.NewDecoder(bytes.NewReader(req.Args))
-		dec.UseNumber()
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("the call's arguments are not JSON: %v", err)
-		}
-		args = numbers(v)
+		args = v
 	}
-	return condInput{"tool": req.Tool, "args": args, "server": req.Server, "profile": req.Role, "session": req.Session}, nil
+	return condInput{"tool": req.Tool, "server": req.Server, "args": args, "profile": req.Role, "session": req.Session}, nil
 }
 
-// numbers turns the json.Numbers of v into int64 (integers that fit) or
-// float64.
-func numbers(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			x[k] = numbers(e)
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = numbers(e)
-		}
-	case json.Number:
-		if i, err := x.Int64(); err == nil {
+// readArgs reads a call's arguments by the one reading of frames that
+// decided the call (proxy/reading) and refuses what readers of JSON read
+// differently: an object with two members whose names are equal, or equal
+// but for case (Go's encoding/json matches a struct's fields
+// case-insensitively and keeps the last; a map keeps both), and anything
+// the reading marks ambiguous (a number beyond the double range or an
+// integer beyond 2^53, NaN, a lone surrogate, nesting past any reader's
+// limit). A condition would see one value and the server might act on
+// another.
+func readArgs(t []byte) (any, error) {
+	r := reading.Read(t)
+	v, ok := r.One()
+	switch {
+	case r.Err != "":
+		return nil, fmt.Errorf("the call's arguments are not JSON: %s", r.Err)
+	case !ok:
+		return nil, fmt.Errorf("the call's arguments are not one JSON value")
+	}
+	if why := v.CaseCollision(); why != "" {
+		return nil, fmt.Errorf("the call's arguments name one member twice (%s), which readers of JSON resolve differently", why)
+	}
+	if v.Ambiguous != "" {
+		return nil, fmt.Errorf("readers of JSON read the call's arguments differently: %s", v.Ambiguous)
+	}
+	return celValue(v), nil
+}
+
+// celValue is v as a condition sees it: objects as maps, arrays as lists,
+// integers that fit as int64 and other numbers as doubles.
+func celValue(v *reading.Value) any {
+	switch v.Kind {
+	case reading.Bool:
+		return v.Bool
+	case reading.String:
+		return v.Str
+	case reading.Number:
+		if i, err := strconv.ParseInt(string(v.Raw), 10, 64); err == nil {
 			return i
 		}
-		f, err := x.Float64()
-		if err != nil || math.IsInf(f, 0) {
-			return x.String()
+		return v.Num
+	case reading.Array:
+		out := make([]any, len(v.Elems))
+		for i, e := range v.Elems {
+			out[i] = celValue(e)
 		}
-		return f
+		return out
+	case reading.Object:
+		out := make(map[string]any, len(v.Members))
+		for _, m := range v.Members {
+			out[m.Name] = celValue(m.Value)
+		}
+		return out
 	}
-	return v
+	return nil
 }
 
 // eval evaluates c on in: whether it holds, or why it could not be told.
@@ -212,81 +239,4 @@ func urlHost(s string) string {
 		return ""
 	}
 	return strings.TrimSuffix(strings.TrimPrefix(u.host, "["), "]")
-}
-
-// oneReading refuses arguments that readers of JSON read differently: an
-// object with two members whose names are equal, or equal but for case
-// (Go's encoding/json matches a struct's fields case-insensitively and
-// keeps the last; a map keeps both). A condition would see one value and
-// the server might act on the other.
-func oneReading(b []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	type frame struct {
-		object bool
-		keys   map[string]string // folded name -> name as written
-		key    bool              // the next token is a key
-	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("the call's arguments are not JSON: %v", err)
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.object && top.key {
-			if d, ok := tok.(json.Delim); ok && d == '}' {
-				stack = stack[:len(stack)-1]
-				if len(stack) > 0 && stack[len(stack)-1].object {
-					stack[len(stack)-1].key = true
-				}
-				continue
-			}
-			name, _ := tok.(string)
-			f := foldName(name)
-			if prev, dup := top.keys[f]; dup {
-				return fmt.Errorf("the call's arguments name one member twice (%q and %q), which readers of JSON resolve differently", prev, name)
-			}
-			top.keys[f] = name
-			top.key = false
-			continue
-		}
-		switch d, _ := tok.(json.Delim); d {
-		case '{':
-			stack = append(stack, &frame{object: true, keys: map[string]string{}, key: true})
-			continue
-		case '[':
-			stack = append(stack, &frame{})
-			continue
-		case ']':
-			stack = stack[:len(stack)-1]
-		}
-		// A value (or the end of an array) ends a member.
-		if len(stack) > 0 && stack[len(stack)-1].object {
-			stack[len(stack)-1].key = true
-		}
-	}
-}
-
-// foldName maps a member name to one form for all its case variants: each
-// rune to the least rune of its Unicode case-folding orbit (so "K", "k"
-// and the Kelvin sign fold together, as encoding/json folds them).
-func foldName(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			if f < least {
-				least = f
-			}
-		}
-		b.WriteRune(least)
-	}
-	return b.String()
 }

@@ -104,6 +104,13 @@ func TestConditionsStopArgumentAttacks(t *testing.T) {
 		{"a second path under the Kelvin sign's fold", "write_file", `{"kind":"/repo/a","\u212aind":"x","path":"/repo/b"}`, "name one member twice"},
 		{"a duplicate member deep inside", "write_file", `{"path":"/repo/a","opts":[{"mode":1,"mode":2}]}`, "name one member twice"},
 		{"a huge argument that exhausts the cost limit", "scan", huge, "cost limit"},
+		{"a count beyond the double range, Infinity to JavaScript and Python", "count", `{"n":1e400}`, "beyond"},
+		{"an integer past 2^53 that JavaScript rounds", "count", `{"n":9007199254740993}`, "2^53"},
+		{"NaN, which Python reads and the others refuse", "count", `{"n":NaN}`, "NaN"},
+		{"a path with a lone surrogate that readers decode differently", "write_file", `{"path":"/repo/\ud800"}`, "surrogate"},
+		{"a second path behind an escaped name", "write_file", `{"path":"/repo/a","p\u0061th":"/etc/passwd"}`, "name one member twice"},
+		{"arguments nested past every reader's limit", "write_file", `{"path":"/repo/a","x":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`, "nesting"},
+		{"two values where one is read", "write_file", `{"path":"/repo/a"} {"path":"/etc/passwd"}`, "one JSON value"},
 	} {
 		t.Run(tc.attack, func(t *testing.T) {
 			d := NewEngine(set).Evaluate(Request{Tool: tc.tool, Args: []byte(tc.args)}, now)
