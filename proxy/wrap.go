@@ -951,13 +951,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 	}
 	for _, c := range cls.Calls {
 		if r.refusesItself(c) {
-			hint := "send it as one JSON-RPC object on one line"
-			switch {
-			case c.Reused:
-				hint = "give each request an id of its own until it is answered"
-			case c.Ambiguous:
-				hint = "send each member once, with its name in lower case"
-			}
+			hint := selfRefusalHint(c)
 			r.log.Warn("refused a tools/call that aegis cannot read as one call; "+hint, "reason", c.Malformed)
 			refused = true
 		}
@@ -1330,13 +1324,7 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 			why := refusal{code: policy.RefusalCode(d), reason: d.Reason, hint: verdicts[i].hint}
 			switch {
 			case r.refusesItself(c):
-				why.code, why.reason, why.hint = policy.CodeHostDenied, c.Malformed, "send it as one JSON-RPC object on one line"
-				switch {
-				case c.Reused:
-					why.hint = "give each request an id of its own until it is answered"
-				case c.Ambiguous:
-					why.hint = "send each member once, with its name in lower case"
-				}
+				why.code, why.reason, why.hint = policy.CodeHostDenied, c.Malformed, selfRefusalHint(c)
 			case !c.Named || d.Verdict == policy.Allow:
 				why.code = policy.CodeHostDenied
 				why.reason = "another call in this batch was refused, and a batch is refused whole"

@@ -352,6 +352,66 @@ func TestWrapRefusesAmbiguousCalls(t *testing.T) {
 	}
 }
 
+// A tools/call whose method or tool name readers decode differently (a
+// lone surrogate escape: kept by JSON.parse, replaced by encoding/json and
+// Python; invalid UTF-8: replaced by some, refused by others, stripped by
+// a lenient one) is refused like a call with an ambiguous member: no rule
+// can name the tool a server would run. Arguments that readers take
+// differently are left to the rules' conditions, which refuse them (see
+// policy's readArgs); without a policy they are relayed and recorded as
+// sent.
+func TestWrapRefusesCallsWhoseNameReadersDecodeDifferently(t *testing.T) {
+	h := newHarness(t)
+	log := filepath.Join(t.TempDir(), "server.log")
+	attacks := []struct{ name, frame, answer, reason string }{
+		{"a tool name with a lone surrogate escape",
+			`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo\ud800"}}`, "1",
+			"params.name: a lone UTF-16 surrogate escape, which readers keep, replace or refuse"},
+		{"a tool name with invalid UTF-8",
+			"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"ec\xffho\"}}", "2",
+			"params.name: invalid UTF-8, which readers replace or refuse"},
+		{"a method with invalid UTF-8 that a lenient reader strips",
+			"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\xff\",\"params\":{\"name\":\"echo\"}}", "3",
+			"method: invalid UTF-8, which readers replace or refuse"},
+	}
+	relayed := []string{
+		`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"n":1e400,"s":"\ud800"}}}`,
+	}
+	var frames []string
+	for _, a := range attacks {
+		frames = append(frames, a.frame)
+	}
+	frames = append(frames, relayed...)
+	run := h.run([]string{bin(t, "rawserver"), "-log", log}, strings.NewReader(joinLines(frames...)), 2*time.Second, nil)
+	if run.err != nil {
+		t.Fatal(run.err)
+	}
+	if got, _ := os.ReadFile(log); string(got) != joinLines(relayed...) {
+		t.Fatalf("the server received:\n%s\nwant only:\n%s", got, joinLines(relayed...))
+	}
+	out := string(run.out)
+	for _, a := range attacks {
+		if !strings.Contains(out, refusal(a.answer, "HOST_DENIED", "ambiguous tools/call: "+a.reason, "send the method and the tool's name as UTF-8 strings without lone surrogate escapes")+"\n") {
+			t.Errorf("%s: host did not get the refusal for id %s\nhost got:\n%s", a.name, a.answer, out)
+		}
+	}
+	outcomes := ofType(h.lines(), "outcome")
+	if len(outcomes) != len(attacks)+len(relayed) {
+		t.Fatalf("%d outcomes, want %d", len(outcomes), len(attacks)+len(relayed))
+	}
+	for i, a := range attacks {
+		if p := obj(outcomes[i], "policy"); p["status"] != "denied" || p["reason"] != "ambiguous tools/call: "+a.reason {
+			t.Errorf("%s: outcome policy %v", a.name, p)
+		}
+	}
+	if e := obj(outcomes[len(attacks)], "execution"); e["status"] != "success" {
+		t.Errorf("the call with ambiguous arguments, without a policy: execution %v", e)
+	}
+	if r := h.verify(); r.Verdict != verifier.Verified {
+		t.Fatalf("verify: %s", verifier.Render(r))
+	}
+}
+
 // A server's answer that parsers read differently must not reach the host
 // before the outcome of the call it may answer: JSON.parse reads the
 // answers below as answers to calls 1 and 3, where encoding/json reads an
