@@ -26,7 +26,7 @@
 //     every pending call that any reading of it answers (case-folded as
 //     encoding/json reads it, and the exact-name readings that keep the
 //     first or the last duplicate), whichever parser the host uses.
-//   - Nothing slips past the record. [Classify] reads a frame once, with
+//   - Nothing slips past the record. [rpc.Classify] reads a frame once, with
 //     package reading (the plain envelope of a ping or an answer by a
 //     quick scan that FuzzClassify holds to the same result), and decides
 //     on that reading only; the gate's conditions and the approval digest
@@ -46,11 +46,11 @@
 //   - Frames are read as streams too. A server may decode its stdin as one
 //     continuous JSON stream (the go-sdk's stdio transport does), joining a
 //     value across '\n'. The relay follows each direction's relayed bytes
-//     (jsonStream): under a policy a host frame that leaves a value
+//     (rpc.Stream): under a policy a host frame that leaves a value
 //     unfinished is refused as unreadable, so nothing unfinished ever
 //     reaches the server; without one, a value that a later frame completes
 //     is read whole, and its calls are recorded before that frame is
-//     relayed. jsonStream follows structure, not every rule of the
+//     relayed. rpc.Stream follows structure, not every rule of the
 //     grammar, so a lenient reader may give up on a value where it does
 //     not and start again at a later line; without a policy, every frame
 //     that continues, without completing, a value naming tools/call is
@@ -60,13 +60,13 @@
 //     lines are read the same way.
 //   - Answers are matched as hosts match them. Every host request in flight
 //     is tracked, whatever its method, by its exact id and by the number a
-//     host that looks answers up by Number(id) takes it for ([LooseID]). An
+//     host that looks answers up by Number(id) takes it for ([rpc.LooseID]). An
 //     answer closes every call that any reading of it matches, outcome
 //     first; an answer that matches no request in flight (to a refused or
 //     unsent id, or a second answer) is recorded, with a frame.dropped
 //     event, and never relayed. A request that reuses the id of a
 //     tools/call in flight, or a tools/call that reuses any id in flight,
-//     under either reading, is refused ([Call.Reused]): its answer could not
+//     under either reading, is refused ([rpc.Call.Reused]): its answer could not
 //     be told from the other's.
 //   - What is read after relaying. Without a policy, a host frame that names
 //     tools/call in no spelling, after a stream between values and with no
@@ -102,7 +102,7 @@
 //
 // With a policy ([WrapConfig.Policy]) every tools/call is decided before
 // its frame may be relayed, and a frame that names tools/call but cannot
-// be read as a call ([Call.Unreadable]) is refused, since no rule can
+// be read as a call ([rpc.Call.Unreadable]) is refused, since no rule can
 // decide it; a refused frame never reaches the server and
 // the host gets the -32042 refusal frame once the outcomes are durable (a
 // batch is refused whole). The frame keeps upstream's members and order;

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/proxy/rpc"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -122,11 +123,11 @@ func (gp *gatewayPins) setCaps(c *mcp.ClientCapabilities) {
 		names = append(names, "sampling")
 	}
 	for _, b := range gp.books {
-		b.setCaps(capsKey(names...))
+		b.setCaps(rpc.CapsKey(names...))
 	}
 	for _, m := range gp.kinds {
 		for _, b := range m {
-			b.setCaps(capsKey(names...))
+			b.setCaps(rpc.CapsKey(names...))
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/aegis-dev/aegis/proxy/reading"
+	"github.com/aegis-dev/aegis/proxy/rpc"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -30,25 +31,14 @@ type listedTool struct {
 	seen toolSeen
 }
 
-// listShape is what a listing of pinned things looks like: the result's
-// member that holds them, and the member of each that names it.
-type listShape struct{ member, key string }
-
-// The listings the pins read, by the method that asks for them.
-var listShapes = map[string]listShape{
-	"tools/list":               {"tools", "name"},
-	"prompts/list":             {"prompts", "name"},
-	"resources/templates/list": {"resourceTemplates", "uriTemplate"},
-}
-
 // readListing reads the result of a list answer of shape sh. why is set
 // when the listing as a whole cannot be read one way; more when a
 // nextCursor says more pages follow.
-func readListing(result *reading.Value, sh listShape) (entries []listedTool, more bool, why string) {
+func readListing(result *reading.Value, sh rpc.ListShape) (entries []listedTool, more bool, why string) {
 	if result == nil || result.Kind != reading.Object {
 		return nil, false, "" // an error answer, or no result a host reads as one
 	}
-	tools, why := result.Lookup(sh.member)
+	tools, why := result.Lookup(sh.Member)
 	if why != "" {
 		return nil, false, "the result's " + why
 	}
@@ -65,13 +55,13 @@ func readListing(result *reading.Value, sh listShape) (entries []listedTool, mor
 		return nil, more, ""
 	}
 	if tools.Kind != reading.Array {
-		return nil, false, "the result's " + sh.member + " is no array"
+		return nil, false, "the result's " + sh.Member + " is no array"
 	}
 	for i, e := range tools.Elems {
 		if e.Kind != reading.Object {
 			continue // no tool a host could call by name
 		}
-		nv, why := e.Lookup(sh.key)
+		nv, why := e.Lookup(sh.Key)
 		if why == "" && nv != nil {
 			why = nv.Ambiguous
 		}

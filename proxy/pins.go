@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy/reading"
+	"github.com/aegis-dev/aegis/proxy/rpc"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -332,19 +332,6 @@ func (b *pinBook) setCaps(caps string) {
 	}
 }
 
-// capsKey names the capabilities of a host that shape what a server lists
-// (those the server is told: elicitation, roots, sampling), sorted and
-// joined by commas: "" for none.
-func capsKey(names ...string) string {
-	var out []string
-	for _, n := range []string{"elicitation", "roots", "sampling"} {
-		if slices.Contains(names, n) {
-			out = append(out, n)
-		}
-	}
-	return strings.Join(out, ",")
-}
-
 func (b *pinBook) fact(kind schemas.Kind, payload any) func() (*events.Receipt, error) {
 	return func() (*events.Receipt, error) { return b.sess.Fact(kind, payload) }
 }
@@ -589,7 +576,7 @@ func (w *listWatch) answers(text []byte) (out []listPage, why string) {
 			if idv == nil || mv != nil {
 				continue // a notification, or a request of the server's
 			}
-			key, _, _ := idKey(idv.Raw)
+			key, _, _ := rpc.IDKey(idv.Raw)
 			req, ok := w.take(newReqID(key, idv.Raw))
 			if !ok {
 				continue // answers no tools/list in flight, to any reader
@@ -606,7 +593,7 @@ func (w *listWatch) answers(text []byte) (out []listPage, why string) {
 			if req.method == "initialize" {
 				p.tools, p.why = readInstructions(res)
 			} else {
-				p.tools, p.more, p.why = readListing(res, listShapes[req.method])
+				p.tools, p.more, p.why = readListing(res, rpc.ListShapes[req.method])
 			}
 			out = append(out, p)
 		}
@@ -680,9 +667,9 @@ func (r *relay) onServerFramePins(line []byte) (*events.Receipt, bool, bool) {
 		// What the relay reads of the line (readServerFrame): the line,
 		// and where a stream reader joins it to earlier ones, the joined
 		// value and what follows it.
-		texts := [][]byte{frameOf(line)}
-		if sc := prev.scan(line); sc.joined != nil {
-			texts = append(texts, sc.joined, sc.rest)
+		texts := [][]byte{rpc.FrameOf(line)}
+		if sc := prev.Scan(line); sc.Joined != nil {
+			texts = append(texts, sc.Joined, sc.Rest)
 		}
 		rc, err := r.lists.noteServer(texts, r.books)
 		if err != nil {

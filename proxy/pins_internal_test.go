@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"github.com/aegis-dev/aegis/proxy/rpc"
 	"slices"
 	"testing"
 )
@@ -9,7 +10,7 @@ import (
 // noteHost registers the tools/list requests of a host frame as the relay
 // does: from its reading of the frame (Classify's Request.List).
 func noteHost(w *listWatch, frame string) {
-	for _, q := range Classify([]byte(frame)).Requests {
+	for _, q := range rpc.Classify([]byte(frame)).Requests {
 		if q.List != "" {
 			w.add(newReqID(q.Key, q.ID), q.List, q.Cursor)
 		}

@@ -23,13 +23,14 @@ import (
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/proxy/rpc"
 	"github.com/aegis-dev/aegis/sandbox"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
 // MaxFrame is the largest frame the relay carries, in bytes, without its
 // line terminator.
-const MaxFrame = 16 << 20
+const MaxFrame = rpc.MaxFrame
 
 // DefaultGrace is how long the server may go on answering after the host
 // closed its stdin; every server frame re-arms it.
@@ -177,7 +178,7 @@ type reqID struct {
 }
 
 func newReqID(key string, raw json.RawMessage) reqID {
-	l, ok := LooseID(raw)
+	l, ok := rpc.LooseID(raw)
 	return reqID{key: key, loose: l, looseOK: ok}
 }
 
@@ -228,8 +229,8 @@ type relay struct {
 	s2cFrames atomic.Int64 // server frames read so far
 	s2cBusy   atomic.Bool  // the server reader is handling a frame
 
-	hs jsonStream // the host's bytes as relayed; the host reader's alone
-	ss jsonStream // the server's bytes as relayed; the server reader's alone
+	hs rpc.Stream // the host's bytes as relayed; the host reader's alone
+	ss rpc.Stream // the server's bytes as relayed; the server reader's alone
 
 	// unread is a host line relayed before its requests were read (see
 	// onHostFrame), on mu; nil when there is none. Whichever reader comes
@@ -719,12 +720,6 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 	}
 }
 
-// frameOf strips the line terminator: the frame is the bytes before '\n'
-// ('\r' included), as digested and recorded.
-func frameOf(line []byte) []byte {
-	return bytes.TrimSuffix(line, []byte{'\n'})
-}
-
 func digest(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
@@ -869,8 +864,8 @@ func (r *relay) failedNow() bool {
 // loose one hosts match answers by, is refused: its answer could not be
 // told from the other's.
 func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
-	frame := frameOf(line)
-	if r.gate == nil && r.hs.depth == 0 && len(line) <= maxUnreadLine && !mentionsToolsCall(frame) && r.deferRead(line) {
+	frame := rpc.FrameOf(line)
+	if r.gate == nil && r.hs.Between() && len(line) <= maxUnreadLine && !rpc.MentionsToolsCall(frame) && r.deferRead(line) {
 		// Not a call (FuzzClassify holds Classify to finding none in a
 		// frame that names tools/call in no spelling), no value begun
 		// before it, and no call in flight whose id a request of it could
@@ -887,7 +882,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 		r.readLater = line
 		return nil, true, true
 	}
-	if e, ok := quickLine(r.hs, frame); ok && r.admitPlain(e) {
+	if e, ok := rpc.QuickLine(r.hs, frame); ok && r.admitPlain(e) {
 		// Not a call: durable with the next commit, relayed without
 		// waiting (as below).
 		if err := r.sess.LazyFrame(schemas.KindFrameC2S, frame); err != nil {
@@ -896,11 +891,11 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 		}
 		return nil, true, true
 	}
-	cls, sc := readHostFrame(r.hs, line, r.gate != nil)
+	cls, sc := rpc.ReadHostFrame(r.hs, line, r.gate != nil)
 	now := r.cfg.Now()
 	registered := r.markReuse(&cls)
 	if len(cls.Calls) == 0 {
-		if cls.reused {
+		if cls.Reused {
 			fev, err := r.sess.FrameEvent(schemas.KindFrameC2S, frame)
 			if err != nil {
 				r.fail(err)
@@ -915,7 +910,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 			r.fail(err)
 			return nil, false, false
 		}
-		r.hs = sc.next
+		r.hs = sc.Next
 		r.track(cls, now, registered)
 		return nil, true, true
 	}
@@ -926,7 +921,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 	}
 	policyHash := schemas.WrapPassthroughPolicySetHash
 	var verdicts []gated
-	refused := cls.reused
+	refused := cls.Reused
 	if r.gate != nil {
 		policyHash = r.gate.hash
 		verdicts = make([]gated, len(cls.Calls))
@@ -951,7 +946,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 	}
 	for _, c := range cls.Calls {
 		if r.refusesItself(c) {
-			hint := selfRefusalHint(c)
+			hint := rpc.SelfRefusalHint(c)
 			r.log.Warn("refused a tools/call that aegis cannot read as one call; "+hint, "reason", c.Malformed)
 			refused = true
 		}
@@ -1005,7 +1000,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 			}
 		}
 	}
-	r.hs = sc.next
+	r.hs = sc.Next
 	r.track(cls, now, false)
 	return last, true, true
 }
@@ -1033,8 +1028,8 @@ func (r *relay) deferRead(line []byte) bool {
 func (r *relay) readDeferred() {
 	line := r.readLater
 	r.readLater = nil
-	cls, sc := readHostFrame(r.hs, line, false)
-	r.hs = sc.next
+	cls, sc := rpc.ReadHostFrame(r.hs, line, false)
+	r.hs = sc.Next
 	r.mu.Lock()
 	if r.unread != nil {
 		r.registerLocked(cls.Requests)
@@ -1050,7 +1045,7 @@ func (r *relay) readUnreadLocked() {
 	if r.unread == nil {
 		return
 	}
-	cls, _ := readHostFrame(jsonStream{}, r.unread, false)
+	cls, _ := rpc.ReadHostFrame(rpc.Stream{}, r.unread, false)
 	r.registerLocked(cls.Requests)
 	r.unread = nil
 }
@@ -1063,12 +1058,12 @@ func (r *relay) readUnreadLocked() {
 // changed nothing, when the frame needs the general reading: an id that is
 // not a plain integer or string, or one that a call in flight uses under
 // some reading (markReuse refuses it).
-func (r *relay) admitPlain(e envelope) bool {
-	if !e.request || e.id == nil {
+func (r *relay) admitPlain(e rpc.Envelope) bool {
+	if !e.IsRequest || e.ID == nil {
 		return true // nothing to answer: an answer or a notification
 	}
 	var buf [64]byte
-	k, ok := appendPlainIDKey(buf[:0], e.id)
+	k, ok := rpc.AppendPlainIDKey(buf[:0], e.ID)
 	if !ok {
 		return false
 	}
@@ -1079,21 +1074,21 @@ func (r *relay) admitPlain(e envelope) bool {
 		return true
 	}
 	key := string(k)
-	id := newReqID(key, e.id)
+	id := newReqID(key, e.ID)
 	if len(r.pending) > 0 && r.callWithLocked(id) != nil {
 		return false
 	}
-	r.registerLocked([]Request{{Key: key, ID: e.id}})
+	r.registerLocked([]rpc.Request{{Key: key, ID: e.ID}})
 	return true
 }
 
 // markReuse marks every call of cls whose id is already in flight, or
 // given twice in cls, under the exact or the loose reading (Call.Reused),
-// and cls.reused when a request of another method reuses a call's id. A
+// and cls.Reused when a request of another method reuses a call's id. A
 // frame without calls that reuses no id is relayed as it is, so its
 // requests are registered at once, under the same lock (the common frame
 // then takes it once); markReuse reports whether it did.
-func (r *relay) markReuse(cls *Classification) (registered bool) {
+func (r *relay) markReuse(cls *rpc.Classification) (registered bool) {
 	if len(cls.Calls) == 0 && len(cls.Requests) == 0 {
 		return false
 	}
@@ -1129,15 +1124,15 @@ func (r *relay) markReuse(cls *Classification) (registered bool) {
 		}
 		id := newReqID(q.Key, q.ID)
 		if r.callWithLocked(id) != nil {
-			cls.reused = true
+			cls.Reused = true
 		}
 		for _, s := range seen {
 			if s.same(id) {
-				cls.reused = true
+				cls.Reused = true
 			}
 		}
 	}
-	if len(cls.Calls) > 0 || cls.reused {
+	if len(cls.Calls) > 0 || cls.Reused {
 		return false
 	}
 	r.registerLocked(cls.Requests)
@@ -1145,7 +1140,7 @@ func (r *relay) markReuse(cls *Classification) (registered bool) {
 }
 
 // registerLocked registers requests as in flight; r.mu is held.
-func (r *relay) registerLocked(requests []Request) {
+func (r *relay) registerLocked(requests []rpc.Request) {
 	for _, q := range requests {
 		if q.List != "" {
 			r.lists.add(newReqID(q.Key, q.ID), q.List, q.Cursor)
@@ -1199,7 +1194,7 @@ func (r *relay) otherWithLocked(id reqID) *otherRequest {
 // track registers the requests of a relayed host frame, unless markReuse
 // has (registered), and records the host's cancellations of calls in
 // flight.
-func (r *relay) track(cls Classification, now time.Time, registered bool) {
+func (r *relay) track(cls rpc.Classification, now time.Time, registered bool) {
 	if (registered || len(cls.Requests) == 0) && len(cls.Cancels) == 0 {
 		return
 	}
@@ -1214,7 +1209,7 @@ func (r *relay) track(cls Classification, now time.Time, registered bool) {
 	}
 	var cancels []cancel
 	for _, raw := range cls.Cancels {
-		key, _, _ := idKey(raw)
+		key, _, _ := rpc.IDKey(raw)
 		id := newReqID(key, raw)
 		for _, pc := range r.pending {
 			if pc.id.same(id) && pc.cancelled == 0 {
@@ -1238,7 +1233,7 @@ func (r *relay) track(cls Classification, now time.Time, registered bool) {
 // tell which call the server would run and so could neither decide it nor
 // record truthfully what ran; an unreadable one under a policy, since no
 // rule can decide it and a lenient server might still run it.
-func (r *relay) refusesItself(c Call) bool {
+func (r *relay) refusesItself(c rpc.Call) bool {
 	return c.Ambiguous || c.Reused || r.gate != nil && c.Unreadable
 }
 
@@ -1246,7 +1241,7 @@ func (r *relay) refusesItself(c Call) bool {
 // back to back), registers pending approvals, and answers the host with
 // the refusal frame once the outcomes are durable. The frame never reaches
 // the server.
-func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event, verdicts []gated, policyHash string, now time.Time) (*events.Receipt, bool, bool) {
+func (r *relay) refuseFrame(cls rpc.Classification, frame []byte, fev schemas.Event, verdicts []gated, policyHash string, now time.Time) (*events.Receipt, bool, bool) {
 	// No call of the frame runs, so an approval a call took is not spent.
 	for i, c := range cls.Calls {
 		if verdicts[i].approval != "" {
@@ -1324,7 +1319,7 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 			why := refusal{code: policy.RefusalCode(d), reason: d.Reason, hint: verdicts[i].hint}
 			switch {
 			case r.refusesItself(c):
-				why.code, why.reason, why.hint = policy.CodeHostDenied, c.Malformed, selfRefusalHint(c)
+				why.code, why.reason, why.hint = policy.CodeHostDenied, c.Malformed, rpc.SelfRefusalHint(c)
 			case !c.Named || d.Verdict == policy.Allow:
 				why.code = policy.CodeHostDenied
 				why.reason = "another call in this batch was refused, and a batch is refused whole"
@@ -1346,19 +1341,19 @@ func (r *relay) refuseFrame(cls Classification, frame []byte, fev schemas.Event,
 	for _, q := range cls.Requests {
 		why := refusal{code: policy.CodeHostDenied, reason: "another request in this frame was refused, and a frame is refused whole",
 			hint: "send this request again without the refused ones"}
-		if cls.reused {
+		if cls.Reused {
 			why.reason, why.hint = "a request in this frame reuses the id of a tools/call in flight", "give each request an id of its own until it is answered"
 		}
 		answers = append(answers, answer{q.ID, why})
 	}
-	if cls.reused {
+	if cls.Reused {
 		r.log.Warn("refused a request that reuses the id of a tools/call in flight; give each request an id of its own until it is answered")
 	}
 	var reply []byte
 	switch {
 	case len(answers) == 0:
 		// Notifications only: nothing to answer.
-	case cls.Shape == Batch:
+	case cls.Shape == rpc.Batch:
 		reply = append(reply, '[')
 		for i, a := range answers {
 			if i > 0 {
@@ -1441,8 +1436,8 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 	case r.rearm <- struct{}{}:
 	default:
 	}
-	frame := frameOf(line)
-	if e, ok := quickLine(r.ss, frame); ok && r.answerPlain(e) {
+	frame := rpc.FrameOf(line)
+	if e, ok := rpc.QuickLine(r.ss, frame); ok && r.answerPlain(e) {
 		// It answers no call in flight (as below): relayed without
 		// waiting for its own commit.
 		if err := r.sess.LazyFrame(schemas.KindFrameS2C, frame); err != nil {
@@ -1451,8 +1446,8 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 		}
 		return nil, true, true
 	}
-	cls, sc := readServerFrame(r.ss, line)
-	if sc.overflow {
+	cls, sc := rpc.ReadServerFrame(r.ss, line)
+	if sc.Overflow {
 		r.log.Warn("the server left a JSON value unfinished for more than 16 MiB; aegis no longer follows it")
 	}
 	now := r.cfg.Now()
@@ -1462,10 +1457,10 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 		r.readUnreadLocked()
 		var matchedBuf [8]bool
 		matched := matchedBuf[:0]
-		if cls.elems > len(matchedBuf) {
-			matched = make([]bool, cls.elems)
+		if cls.Elems > len(matchedBuf) {
+			matched = make([]bool, cls.Elems)
 		} else {
-			matched = matchedBuf[:cls.elems]
+			matched = matchedBuf[:cls.Elems]
 		}
 		var othersBuf [2]*otherRequest
 		others := othersBuf[:0]
@@ -1495,7 +1490,7 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 				matched[a.Elem] = true
 			}
 		}
-		var unmatched *Answer
+		var unmatched *rpc.Answer
 		for i, a := range cls.Answers {
 			if !matched[a.Elem] {
 				unmatched = &cls.Answers[i]
@@ -1523,7 +1518,7 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 	// The frame event rides with the first outcome; a frame that answers
 	// no pending call (a ping's answer, a notification, a request to the
 	// host) is relayed without waiting for its own commit.
-	r.ss = sc.next
+	r.ss = sc.Next
 	if len(answered) == 0 {
 		if err := r.sess.LazyFrame(schemas.KindFrameS2C, frame); err != nil {
 			r.fail(err)
@@ -1561,12 +1556,12 @@ func (r *relay) onServerFrame(line []byte) (*events.Receipt, bool, bool) {
 // takes the lock once and allocates nothing. It reports false for any
 // other frame, which the general reading then matches (having read the
 // unread host line, if any, as that reading would).
-func (r *relay) answerPlain(e envelope) bool {
-	if !e.answer {
+func (r *relay) answerPlain(e rpc.Envelope) bool {
+	if !e.IsAnswer {
 		return true
 	}
 	var buf [64]byte
-	k, ok := appendPlainIDKey(buf[:0], e.id)
+	k, ok := rpc.AppendPlainIDKey(buf[:0], e.ID)
 	if !ok {
 		return false
 	}

@@ -1,4 +1,4 @@
-package proxy
+package rpc
 
 import "testing"
 
@@ -20,9 +20,9 @@ func BenchmarkReadFrame(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if bc.host {
-					readHostFrame(jsonStream{}, line, true)
+					ReadHostFrame(Stream{}, line, true)
 				} else {
-					readServerFrame(jsonStream{}, line)
+					ReadServerFrame(Stream{}, line)
 				}
 			}
 		})

@@ -1,4 +1,4 @@
-package proxy
+package rpc
 
 import (
 	"bytes"
@@ -104,7 +104,7 @@ type Request struct {
 	List   string
 	Cursor bool
 	// Init is set for an initialize request, and Caps names the host
-	// capabilities it declares that shape a server's listings (capsKey).
+	// capabilities it declares that shape a server's listings (CapsKey).
 	Init bool
 	Caps string
 }
@@ -119,8 +119,10 @@ type Classification struct {
 	// Cancels holds the params.requestId of each notifications/cancelled,
 	// as sent.
 	Cancels []json.RawMessage
-	elems   int  // elements read so far, numbering Answer.Elem
-	reused  bool // set by the relay: a request reuses a call's id in flight
+	// Elems counts the elements read, numbering Answer.Elem.
+	Elems int
+	// Reused is set by the relay: a request reuses a call's id in flight.
+	Reused bool
 }
 
 // UnknownTool is the tool_id recorded for a tools/call without a usable
@@ -144,7 +146,7 @@ func classify(frame []byte, quick bool) Classification {
 	}
 	if quick {
 		if e, ok := quickEnvelope(t); ok {
-			return e.classification()
+			return e.Classification()
 		}
 	}
 	// The calls, answers and requests hold parts of the frame beyond the
@@ -170,7 +172,7 @@ func classify(frame []byte, quick bool) Classification {
 		for _, e := range v.Elems {
 			if e.Kind == reading.Object {
 				classifyObject(e, &c)
-			} else if mentionsToolsCall(e.Raw) {
+			} else if MentionsToolsCall(e.Raw) {
 				c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "batch element is not an object but mentions tools/call", Unreadable: true})
 			}
 		}
@@ -178,7 +180,7 @@ func classify(frame []byte, quick bool) Classification {
 	}
 	// A bare scalar. A string could still name tools/call to a lenient peer.
 	c := Classification{Shape: Opaque}
-	if mentionsToolsCall(t) {
+	if MentionsToolsCall(t) {
 		c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "frame is not a JSON-RPC object but mentions tools/call", Unreadable: true})
 	}
 	return c
@@ -204,7 +206,7 @@ func classifyOpaque(t []byte, r reading.Reading) Classification {
 	if len(c.Calls) > 0 {
 		tail = t[r.End:]
 	}
-	if mentionsToolsCall(tail) {
+	if MentionsToolsCall(tail) {
 		c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "frame is not one JSON value but mentions tools/call", Unreadable: true})
 	}
 	return c
@@ -212,8 +214,8 @@ func classifyOpaque(t []byte, r reading.Reading) Classification {
 
 // classifyObject classifies one JSON-RPC object of a frame.
 func classifyObject(obj *reading.Value, c *Classification) {
-	elem := c.elems
-	c.elems++
+	elem := c.Elems
+	c.Elems++
 	id, whyID := obj.Lookup("id")
 	method, whyMethod := obj.Lookup("method")
 	params, whyParams := obj.Lookup("params")
@@ -235,11 +237,11 @@ func classifyObject(obj *reading.Value, c *Classification) {
 	name, isString := method.String()
 	switch {
 	case !isString:
-		if mentionsToolsCall(method.Raw) {
+		if MentionsToolsCall(method.Raw) {
 			c.Calls = append(c.Calls, Call{Tool: UnknownTool, Malformed: "method is not a string", Unreadable: true})
 		}
 		return
-	case method.Ambiguous != "" && mentionsToolsCall(method.Raw):
+	case method.Ambiguous != "" && MentionsToolsCall(method.Raw):
 		// A method that readers decode differently (a lone surrogate,
 		// invalid UTF-8) and that names tools/call to some of them.
 		c.Calls = append(c.Calls, Call{Tool: UnknownTool, ID: rawOf(id), Malformed: "ambiguous tools/call: method: " + method.Ambiguous, Ambiguous: true, valueAmbiguous: true})
@@ -247,7 +249,7 @@ func classifyObject(obj *reading.Value, c *Classification) {
 	case name != "tools/call":
 		if key, ok, _ := idKeyOf(id); ok {
 			q := Request{Key: key, ID: rawOf(id)}
-			switch _, list := listShapes[name]; {
+			switch _, list := ListShapes[name]; {
 			case list:
 				q.List, q.Cursor = name, listCursor(params)
 			case name == "initialize":
@@ -287,9 +289,9 @@ func classifyObject(obj *reading.Value, c *Classification) {
 	c.Calls = append(c.Calls, call)
 }
 
-// selfRefusalHint is what to do about a call the relay refuses for itself
+// SelfRefusalHint is what to do about a call the relay refuses for itself
 // (see Call): the hint of its refusal.
-func selfRefusalHint(c Call) string {
+func SelfRefusalHint(c Call) string {
 	switch {
 	case c.Reused:
 		return "give each request an id of its own until it is answered"
@@ -321,7 +323,7 @@ func classifyAmbiguous(obj *reading.Value, why string, elem int, c *Classificati
 		}
 	}
 	hasMethod := slices.ContainsFunc(rs, func(r envelopeReading) bool { return r.method != nil })
-	if hasMethod && mentionsToolsCall(obj.Raw) {
+	if hasMethod && MentionsToolsCall(obj.Raw) {
 		// The id to answer with: the id as sent when obj names it once
 		// and exactly, null when the id itself is ambiguous (JSON-RPC
 		// answers a request whose id cannot be told with a null id).
@@ -347,7 +349,7 @@ func classifyAmbiguous(obj *reading.Value, why string, elem int, c *Classificati
 			}
 			// A reading that sees tools/list makes it one: its answer is
 			// read for pins whichever reading the host took.
-			if s, _ := r.method.String(); listShapes[s] != (listShape{}) && out[i].List == "" {
+			if s, _ := r.method.String(); ListShapes[s] != (ListShape{}) && out[i].List == "" {
 				out[i].List = s
 				out[i].Cursor = out[i].Cursor || listCursor(r.params)
 			}
@@ -416,7 +418,7 @@ func requestIDs(params *reading.Value) []json.RawMessage {
 }
 
 // initCaps returns the capabilities an initialize's params declare that
-// shape a server's listings, as capsKey names them. A capability named in
+// shape a server's listings, as CapsKey names them. A capability named in
 // another case counts: some server reads it.
 func initCaps(params *reading.Value) string {
 	caps, _ := params.Lookup("capabilities")
@@ -426,7 +428,7 @@ func initCaps(params *reading.Value) string {
 			names = append(names, n)
 		}
 	}
-	return capsKey(names...)
+	return CapsKey(names...)
 }
 
 // listCursor reports whether the params of a list request give a cursor.
@@ -443,32 +445,33 @@ func rawOf(v *reading.Value) json.RawMessage {
 	return v.Raw
 }
 
-// idKeyOf is idKey of an id member as read (nil: none).
+// idKeyOf is IDKey of an id member as read (nil: none).
 func idKeyOf(id *reading.Value) (key string, ok bool, why string) {
-	return idKey(rawOf(id))
+	return IDKey(rawOf(id))
 }
 
-// envelope is what quickEnvelope reads of a plain JSON-RPC object.
-type envelope struct {
-	// id is the id member as sent (nil: none).
-	id []byte
-	// request is set when the object has a method (a request, or a
-	// notification without an id); answer when it has result or error and
-	// no method.
-	request, answer bool
+// Envelope is what the quick reading takes of a plain JSON-RPC object
+// (see [QuickLine]).
+type Envelope struct {
+	// ID is the id member as sent (nil: none).
+	ID []byte
+	// IsRequest is set when the object has a method (a request, or a
+	// notification without an id); IsAnswer when it has result or error
+	// and no method.
+	IsRequest, IsAnswer bool
 }
 
-// classification is e as Classify reports it.
-func (e envelope) classification() Classification {
-	c := Classification{Shape: Single, elems: 1}
+// Classification is e as Classify reports it.
+func (e Envelope) Classification() Classification {
+	c := Classification{Shape: Single, Elems: 1}
 	switch {
-	case e.request:
-		if key, ok, _ := idKey(e.id); ok {
-			c.Requests = []Request{{Key: key, ID: e.id}}
+	case e.IsRequest:
+		if key, ok, _ := IDKey(e.ID); ok {
+			c.Requests = []Request{{Key: key, ID: e.ID}}
 		}
-	case e.answer:
-		key, _, _ := idKey(e.id)
-		c.Answers = []Answer{{Key: key, ID: compactRaw(e.id)}}
+	case e.IsAnswer:
+		key, _, _ := IDKey(e.ID)
+		c.Answers = []Answer{{Key: key, ID: compactRaw(e.ID)}}
 	}
 	return c
 }
@@ -481,9 +484,9 @@ func (e envelope) classification() Classification {
 // is not plain ASCII, a duplicate or case-varied deciding member, a method
 // that is not a plain string or names tools/call or
 // notifications/cancelled), which the caller then reads the slow way.
-func quickEnvelope(t []byte) (envelope, bool) {
+func quickEnvelope(t []byte) (Envelope, bool) {
 	if len(t) < 2 || t[0] != '{' || bytes.IndexByte(t, '\\') >= 0 || bytes.Contains(t, []byte("tools/call")) {
-		return envelope{}, false
+		return Envelope{}, false
 	}
 	var id, method []byte
 	var n [5]int // id, method, params, result, error: how often each is named
@@ -493,38 +496,38 @@ func quickEnvelope(t []byte) (envelope, bool) {
 	// quickMaxDepth deep. Anything else is left to the slow path.
 	i := skipJSONSpace(t, 1)
 	if i >= len(t) {
-		return envelope{}, false
+		return Envelope{}, false
 	}
 	if t[i] == '}' {
 		i++
 	} else {
 		for {
 			if t[i] != '"' {
-				return envelope{}, false
+				return Envelope{}, false
 			}
 			start := i + 1
 			for i = start; i < len(t) && t[i] != '"'; i++ {
 				if t[i] < 0x20 || t[i] >= 0x80 {
-					return envelope{}, false
+					return Envelope{}, false
 				}
 			}
 			if i >= len(t) {
-				return envelope{}, false
+				return Envelope{}, false
 			}
 			key := t[start:i]
 			i = skipJSONSpace(t, i+1)
 			if i >= len(t) || t[i] != ':' {
-				return envelope{}, false
+				return Envelope{}, false
 			}
 			vstart := skipJSONSpace(t, i+1)
 			vend, ok := skipPlainValue(t, vstart, 0)
 			if !ok {
-				return envelope{}, false
+				return Envelope{}, false
 			}
 			for j, name := range [...]string{"id", "method", "params", "result", "error"} {
 				if string(key) == name {
 					if n[j]++; n[j] > 1 {
-						return envelope{}, false // a duplicate
+						return Envelope{}, false // a duplicate
 					}
 					switch j {
 					case 0:
@@ -535,39 +538,39 @@ func quickEnvelope(t []byte) (envelope, bool) {
 					break
 				}
 				if len(key) == len(name) && bytes.EqualFold(key, []byte(name)) {
-					return envelope{}, false // another case of a deciding member
+					return Envelope{}, false // another case of a deciding member
 				}
 			}
 			i = skipJSONSpace(t, vend)
 			if i >= len(t) {
-				return envelope{}, false
+				return Envelope{}, false
 			}
 			if t[i] == '}' {
 				i++
 				break
 			}
 			if t[i] != ',' {
-				return envelope{}, false
+				return Envelope{}, false
 			}
 			i = skipJSONSpace(t, i+1)
 			if i >= len(t) {
-				return envelope{}, false
+				return Envelope{}, false
 			}
 		}
 	}
 	if i != len(t) {
-		return envelope{}, false
+		return Envelope{}, false
 	}
 	if method != nil {
 		if !plainString(method) {
-			return envelope{}, false
+			return Envelope{}, false
 		}
-		if m := string(method[1 : len(method)-1]); m == "tools/call" || m == "notifications/cancelled" || m == "initialize" || listShapes[m] != (listShape{}) {
-			return envelope{}, false // read the slow way: calls, cancellations, and listings the pins follow
+		if m := string(method[1 : len(method)-1]); m == "tools/call" || m == "notifications/cancelled" || m == "initialize" || ListShapes[m] != (ListShape{}) {
+			return Envelope{}, false // read the slow way: calls, cancellations, and listings the pins follow
 		}
-		return envelope{id: id, request: true}, true
+		return Envelope{ID: id, IsRequest: true}, true
 	}
-	return envelope{id: id, answer: n[3] > 0 || n[4] > 0}, true
+	return Envelope{ID: id, IsAnswer: n[3] > 0 || n[4] > 0}, true
 }
 
 // quickMaxDepth is how deeply quickEnvelope follows nested values; deeper
@@ -735,10 +738,10 @@ func jsonString(raw json.RawMessage) (string, bool) {
 	return v.String()
 }
 
-// idKey normalizes a JSON-RPC id for matching. Strings key as "s:" plus the
+// IDKey normalizes a JSON-RPC id for matching. Strings key as "s:" plus the
 // decoded string; numbers as "n:" plus the exact rational value, so that
 // ids beyond 2^53 keep every digit.
-func idKey(raw json.RawMessage) (key string, ok bool, why string) {
+func IDKey(raw json.RawMessage) (key string, ok bool, why string) {
 	r := bytes.TrimSpace(raw)
 	if len(r) == 0 {
 		return "", false, "tools/call without an id"
@@ -776,11 +779,11 @@ func idKey(raw json.RawMessage) (key string, ok bool, why string) {
 	return "", false, "tools/call with an id that is not a string or number"
 }
 
-// appendPlainIDKey appends to dst the key idKey gives raw, without
+// AppendPlainIDKey appends to dst the key IDKey gives raw, without
 // allocating, when raw is a plain integer other than -0 or a plain string
 // (see plainString); it reports false for any other id, which the caller
-// then keys with idKey. raw has no white space around it.
-func appendPlainIDKey(dst, raw []byte) ([]byte, bool) {
+// then keys with IDKey. raw has no white space around it.
+func AppendPlainIDKey(dst, raw []byte) ([]byte, bool) {
 	switch {
 	case isPlainInteger(raw) && !bytes.Equal(raw, []byte("-0")):
 		return append(append(dst, "n:"...), raw...), true
@@ -805,10 +808,10 @@ func isPlainInteger(r []byte) bool {
 	return true
 }
 
-// mentionsToolsCall reports whether b names tools/call in any spelling a
+// MentionsToolsCall reports whether b names tools/call in any spelling a
 // JSON or JavaScript parser would read as that string: literally, with an
 // escaped solidus, or with \u escapes.
-func mentionsToolsCall(b []byte) bool {
+func MentionsToolsCall(b []byte) bool {
 	if bytes.Contains(b, []byte("tools/call")) {
 		return true
 	}

@@ -1,4 +1,4 @@
-package proxy
+package rpc
 
 import (
 	"bytes"
@@ -261,18 +261,18 @@ func FuzzClassify(f *testing.F) {
 		// Without a policy the relay relays a host frame that does not
 		// name tools/call, after a stream between values, before reading
 		// it: no reading of such a frame may find a call.
-		if !mentionsToolsCall(b) {
+		if !MentionsToolsCall(b) {
 			if len(c.Calls) > 0 {
 				t.Fatalf("call found in a frame that does not name tools/call: %q", b)
 			}
 			if !bytes.ContainsRune(b, '\n') {
-				if cls, _ := readHostFrame(jsonStream{}, append(slices.Clip(b), '\n'), false); len(cls.Calls) > 0 {
+				if cls, _ := ReadHostFrame(Stream{}, append(slices.Clip(b), '\n'), false); len(cls.Calls) > 0 {
 					t.Fatalf("the relay's reading of %q finds a call in a frame that does not name tools/call", b)
 				}
 			}
 		}
 		// Anything that names tools/call is never left unrecorded.
-		if mentionsToolsCall(b) && len(c.Calls) == 0 {
+		if MentionsToolsCall(b) && len(c.Calls) == 0 {
 			// Allowed only when the mention is inside a value that is
 			// not a method (e.g. a tool argument) of a parseable frame.
 			if c.Shape == Opaque {
@@ -295,7 +295,7 @@ func checkExactReadings(t *testing.T, frame []byte, c Classification) {
 		_, method := r["method"]
 		_, result := r["result"]
 		_, errm := r["error"]
-		if key, ok, _ := idKey(r["id"]); ok && !method && (result || errm) && !slices.ContainsFunc(c.Answers, func(a Answer) bool { return a.Key == key }) {
+		if key, ok, _ := IDKey(r["id"]); ok && !method && (result || errm) && !slices.ContainsFunc(c.Answers, func(a Answer) bool { return a.Key == key }) {
 			t.Fatalf("a parser that takes names exactly reads an answer to %s that Classify missed: %q (answers %v)", key, frame, c.Answers)
 		}
 	}
@@ -307,7 +307,7 @@ func checkExactReadings(t *testing.T, frame []byte, c Classification) {
 			if m, _ := jsonString(r["method"]); m != "tools/call" {
 				t.Fatalf("Classify read call %+v where an exact reading has method %s: %q", call, r["method"], frame)
 			}
-			if key, _, _ := idKey(r["id"]); key != call.Key {
+			if key, _, _ := IDKey(r["id"]); key != call.Key {
 				t.Fatalf("Classify read id %s where an exact reading has %s: %q", call.Key, r["id"], frame)
 			}
 			for _, p := range exactReadings(bytes.TrimSpace(r["params"])) {
@@ -359,7 +359,7 @@ func exactReadings(obj []byte) []map[string]json.RawMessage {
 }
 
 // FuzzHostStream holds the relay's reading of a sequence of host frames
-// (readHostFrame, with the stream state carried from frame to frame as the
+// (ReadHostFrame, with the stream state carried from frame to frame as the
 // relay carries it) to a server that decodes its stdin as one continuous
 // JSON stream: every tools/call that such a server reads out of the bytes
 // relayed so far is found in the frame that completes it, as that call or
@@ -381,7 +381,7 @@ func FuzzHostStream(f *testing.F) {
 		f.Add([]byte(s), true)
 	}
 	f.Fuzz(func(t *testing.T, b []byte, strict bool) {
-		var s jsonStream
+		var s Stream
 		var relayed []byte
 		var ends []int // where each relayed frame ends in relayed
 		var found []Classification
@@ -392,7 +392,7 @@ func FuzzHostStream(f *testing.F) {
 				line = b[:i+1]
 			}
 			b = b[len(line):]
-			cls, sc := readHostFrame(s, line, strict)
+			cls, sc := ReadHostFrame(s, line, strict)
 			refused := false
 			for _, c := range cls.Calls {
 				if c.Ambiguous || strict && c.Unreadable {
@@ -402,10 +402,10 @@ func FuzzHostStream(f *testing.F) {
 			if refused {
 				continue
 			}
-			if strict && sc.inside {
+			if strict && sc.Inside {
 				t.Fatalf("a frame that leaves a value unfinished would be relayed under a policy: %q", line)
 			}
-			s = sc.next
+			s = sc.Next
 			relayed = append(relayed, line...)
 			ends = append(ends, len(relayed))
 			found = append(found, cls)
@@ -423,7 +423,7 @@ func FuzzHostStream(f *testing.F) {
 					if m, _ := jsonString(r["method"]); m != "tools/call" {
 						continue
 					}
-					key, _, _ := idKey(r["id"])
+					key, _, _ := IDKey(r["id"])
 					ok := false
 					for _, c := range found[frame].Calls {
 						if c.Malformed != "" || c.Key == key {

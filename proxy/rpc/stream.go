@@ -1,4 +1,4 @@
-package proxy
+package rpc
 
 import (
 	"bytes"
@@ -154,11 +154,11 @@ func isJSSpace(r rune) bool {
 	return r >= 0x2000 && r <= 0x200a
 }
 
-// jsonStream follows the bytes relayed in one direction the way a peer that
+// Stream follows the bytes relayed in one direction the way a peer that
 // decodes its stdin as one continuous JSON stream reads them (the go-sdk's
 // stdio transport does): values may span lines, '\r' and '\n' are white
 // space between tokens. The relay splits frames on '\n', so a value that
-// one frame leaves unfinished is completed by a later one; jsonStream
+// one frame leaves unfinished is completed by a later one; Stream
 // carries its bytes so that the completed value can be read as one. Each
 // direction's reader has its own.
 //
@@ -168,36 +168,40 @@ func isJSSpace(r rune) bool {
 // progress: a strict stream reader stops there, and the relay reads the
 // rest as a fresh start, so that a lenient one that skips ahead is covered
 // too.
-type jsonStream struct {
+type Stream struct {
 	carry []byte // the unfinished value's bytes so far, from its first byte
 	depth int    // its nesting depth (0: between values)
 	// mention is set when the unfinished value names tools/call (in any
 	// spelling). A reader that gave up on the value where aegis did not
-	// (jsonStream follows structure, not every rule of the grammar) and
+	// (Stream follows structure, not every rule of the grammar) and
 	// started again at a later line may complete that call in a frame
-	// that does not name it: readHostFrame reads such frames as holding
+	// that does not name it: ReadHostFrame reads such frames as holding
 	// an unreadable call.
 	mention bool
 }
 
-// streamScan is what one line does to a jsonStream.
-type streamScan struct {
-	// joined is the value that began before this line and ends in it,
-	// whole; rest is what follows it in the line.
-	joined, rest []byte
-	// inside is set when the line leaves a value unfinished.
-	inside bool
-	// overflow is set when the unfinished value grew past MaxFrame: next
+// StreamScan is what one line does to a Stream.
+type StreamScan struct {
+	// Joined is the value that began before this line and ends in it,
+	// whole; Rest is what follows it in the line.
+	Joined, Rest []byte
+	// Inside is set when the line leaves a value unfinished.
+	Inside bool
+	// Overflow is set when the unfinished value grew past MaxFrame: Next
 	// no longer follows it (no event could hold it whole).
-	overflow bool
-	next     jsonStream
+	Overflow bool
+	// Next is the stream after the line.
+	Next Stream
 }
 
-// scan reads line (terminator included) after s. It does not change s: the
-// relay takes next only once the line is relayed, since the server reads
+// Between reports whether s is between values: no value is unfinished.
+func (s Stream) Between() bool { return s.depth == 0 }
+
+// Scan reads line (terminator included) after s. It does not change s: the
+// relay takes Next only once the line is relayed, since the server reads
 // only what reaches it.
-func (s jsonStream) scan(line []byte) streamScan {
-	var out streamScan
+func (s Stream) Scan(line []byte) StreamScan {
+	var out StreamScan
 	depth := s.depth
 	start := -1 // where in line the unfinished value began; -1: in carry
 	if depth == 0 {
@@ -236,34 +240,34 @@ func (s jsonStream) scan(line []byte) streamScan {
 				continue
 			}
 			depth--
-			if depth == 0 && start < 0 && out.joined == nil {
-				out.joined = append(append([]byte(nil), s.carry...), line[:i+1]...)
-				out.rest = line[i+1:]
+			if depth == 0 && start < 0 && out.Joined == nil {
+				out.Joined = append(append([]byte(nil), s.carry...), line[:i+1]...)
+				out.Rest = line[i+1:]
 				start = i + 1
 			}
 		}
 	}
 	if depth > 0 {
-		out.inside = true
+		out.Inside = true
 		if start < 0 {
 			// Appending in place is safe: s keeps its length, so a line
 			// that is not relayed leaves s as it was, and the next scan
 			// overwrites what this one appended.
-			out.next.carry = append(s.carry, line...)
-			out.next.mention = s.mention || mentionsToolsCall(line)
+			out.Next.carry = append(s.carry, line...)
+			out.Next.mention = s.mention || MentionsToolsCall(line)
 		} else {
-			out.next.carry = append([]byte(nil), line[start:]...)
-			out.next.mention = mentionsToolsCall(line[start:])
+			out.Next.carry = append([]byte(nil), line[start:]...)
+			out.Next.mention = MentionsToolsCall(line[start:])
 		}
-		out.next.depth = depth
-		if len(out.next.carry) > MaxFrame {
-			out.next, out.overflow = jsonStream{}, true
+		out.Next.depth = depth
+		if len(out.Next.carry) > MaxFrame {
+			out.Next, out.Overflow = Stream{}, true
 		}
 	}
 	return out
 }
 
-// readHostFrame is how the relay reads one host line (terminator included)
+// ReadHostFrame is how the relay reads one host line (terminator included)
 // after the stream s: every call, request and cancellation that a server
 // reading it line by line, or as one continuous stream, would find. A
 // value completed by this line that began in earlier ones is read whole,
@@ -273,71 +277,71 @@ func (s jsonStream) scan(line []byte) streamScan {
 // unfinished yields an unreadable call, so that it is refused: no rule can
 // decide a call whose end has not been sent, and nothing unfinished then
 // reaches the server.
-func readHostFrame(s jsonStream, line []byte, strict bool) (Classification, streamScan) {
-	frame := frameOf(line)
-	if e, ok := quickLine(s, frame); ok {
-		return e.classification(), streamScan{}
+func ReadHostFrame(s Stream, line []byte, strict bool) (Classification, StreamScan) {
+	frame := FrameOf(line)
+	if e, ok := QuickLine(s, frame); ok {
+		return e.Classification(), StreamScan{}
 	}
-	sc := s.scan(line)
+	sc := s.Scan(line)
 	var cls Classification
 	// A frame that names tools/call in no spelling carries no call of its
 	// own (FuzzClassify holds Classify to that), but it may still carry a
 	// request whose id the relay must track, so it is read unless it can
 	// hold no JSON-RPC object at all.
-	if bytes.IndexByte(frame, '{') >= 0 || mentionsToolsCall(frame) {
+	if bytes.IndexByte(frame, '{') >= 0 || MentionsToolsCall(frame) {
 		cls = Classify(frame)
 	}
-	if sc.joined != nil {
-		mergeReading(&cls, Classify(bytes.TrimSuffix(sc.joined, []byte{'\n'})))
-		mergeReading(&cls, Classify(frameOf(sc.rest)))
+	if sc.Joined != nil {
+		mergeReading(&cls, Classify(bytes.TrimSuffix(sc.Joined, []byte{'\n'})))
+		mergeReading(&cls, Classify(FrameOf(sc.Rest)))
 	}
 	switch {
-	case !strict && s.depth > 0 && s.mention && sc.joined == nil:
+	case !strict && s.depth > 0 && s.mention && sc.Joined == nil:
 		// Only without a policy: under one, no frame is relayed inside
 		// a value.
 		cls.Calls = append(cls.Calls, Call{Tool: UnknownTool, Unreadable: true,
 			Malformed: "frame continues a JSON value that names tools/call without completing it as aegis reads it; a server that reads stdin as one stream and gave up on that value earlier may complete the call here"})
-	case sc.inside && strict:
+	case sc.Inside && strict:
 		cls.Calls = append(cls.Calls, Call{Tool: UnknownTool, Unreadable: true,
 			Malformed: "frame ends inside an unfinished JSON value, which a server that reads stdin as one stream joins with the next frame"})
-	case sc.overflow:
+	case sc.Overflow:
 		cls.Calls = append(cls.Calls, Call{Tool: UnknownTool, Unreadable: true,
 			Malformed: "frames left a JSON value unfinished for more than 16 MiB; aegis no longer follows it"})
 	}
 	return cls, sc
 }
 
-// readServerFrame is how the relay reads one server line after the stream
+// ReadServerFrame is how the relay reads one server line after the stream
 // s: every answer that a host reading it line by line, or as one continuous
 // stream, would find.
-func readServerFrame(s jsonStream, line []byte) (Classification, streamScan) {
-	frame := frameOf(line)
-	if e, ok := quickLine(s, frame); ok {
-		return e.classification(), streamScan{}
+func ReadServerFrame(s Stream, line []byte) (Classification, StreamScan) {
+	frame := FrameOf(line)
+	if e, ok := QuickLine(s, frame); ok {
+		return e.Classification(), StreamScan{}
 	}
-	sc := s.scan(line)
+	sc := s.Scan(line)
 	var cls Classification
 	if bytes.IndexByte(frame, '{') >= 0 {
 		cls = Classify(frame)
 	}
-	if sc.joined != nil {
-		mergeReading(&cls, Classify(bytes.TrimSuffix(sc.joined, []byte{'\n'})))
-		mergeReading(&cls, Classify(frameOf(sc.rest)))
+	if sc.Joined != nil {
+		mergeReading(&cls, Classify(bytes.TrimSuffix(sc.Joined, []byte{'\n'})))
+		mergeReading(&cls, Classify(FrameOf(sc.Rest)))
 	}
 	return cls, sc
 }
 
-// quickLine reads the common line at once: one plain JSON-RPC envelope
+// QuickLine reads the common line at once: one plain JSON-RPC envelope
 // (quickEnvelope) after a stream that is between values. Every reading then
 // agrees: the line is that one value, and the stream is between values
 // after it, so there is nothing to scan or join.
-func quickLine(s jsonStream, frame []byte) (envelope, bool) {
+func QuickLine(s Stream, frame []byte) (Envelope, bool) {
 	if s.depth != 0 {
-		return envelope{}, false
+		return Envelope{}, false
 	}
 	t := bytes.TrimSpace(frame)
 	if len(t) == 0 {
-		return envelope{}, false
+		return Envelope{}, false
 	}
 	return quickEnvelope(t)
 }
@@ -372,8 +376,8 @@ func mergeReading(c *Classification, other Classification) {
 	// Answers are merged whole: closing a call twice is harmless (the
 	// relay closes each once), missing one is not.
 	for _, a := range other.Answers {
-		a.Elem += c.elems
+		a.Elem += c.Elems
 		c.Answers = append(c.Answers, a)
 	}
-	c.elems += other.elems
+	c.Elems += other.Elems
 }
