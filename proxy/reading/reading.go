@@ -177,6 +177,16 @@ type parser struct {
 	b       []byte
 	i       int
 	tooDeep bool
+	slab    []Value // values are carved from it: one allocation for many
+}
+
+// alloc returns a new value holding v, carved from the parser's slab.
+func (p *parser) alloc(v Value) *Value {
+	if len(p.slab) == cap(p.slab) {
+		p.slab = make([]Value, 0, min(max(8, 2*cap(p.slab)), 1024))
+	}
+	p.slab = append(p.slab, v)
+	return &p.slab[len(p.slab)-1]
 }
 
 func (p *parser) space() {
@@ -219,19 +229,19 @@ func (p *parser) value(depth int) (*Value, string) {
 	case c == '"':
 		var s, why string
 		s, why, err = p.str()
-		v = &Value{Kind: String, Str: s, Ambiguous: why}
+		v = p.alloc(Value{Kind: String, Str: s, Ambiguous: why})
 	case c == '-' || (c >= '0' && c <= '9'):
 		v, err = p.number()
 	case c == 't':
-		v, err = p.literal("true", &Value{Kind: Bool, Bool: true})
+		v, err = p.literal("true", p.alloc(Value{Kind: Bool, Bool: true}))
 	case c == 'f':
-		v, err = p.literal("false", &Value{Kind: Bool})
+		v, err = p.literal("false", p.alloc(Value{Kind: Bool}))
 	case c == 'n':
-		v, err = p.literal("null", &Value{Kind: Null})
+		v, err = p.literal("null", p.alloc(Value{Kind: Null}))
 	case c == 'N':
-		v, err = p.literal("NaN", &Value{Kind: Number, Num: math.NaN(), Ambiguous: "NaN, which only some readers take"})
+		v, err = p.literal("NaN", p.alloc(Value{Kind: Number, Num: math.NaN(), Ambiguous: "NaN, which only some readers take"}))
 	case c == 'I':
-		v, err = p.literal("Infinity", &Value{Kind: Number, Num: math.Inf(1), Ambiguous: "Infinity, which only some readers take"})
+		v, err = p.literal("Infinity", p.alloc(Value{Kind: Number, Num: math.Inf(1), Ambiguous: "Infinity, which only some readers take"}))
 	default:
 		return nil, p.fail("unexpected byte " + strconv.QuoteRune(rune(c)))
 	}
@@ -251,7 +261,7 @@ func (p *parser) literal(word string, v *Value) (*Value, string) {
 }
 
 func (p *parser) object(depth int) (*Value, string) {
-	v := &Value{Kind: Object}
+	v := p.alloc(Value{Kind: Object})
 	var seen names
 	p.i++ // {
 	p.space()
@@ -335,7 +345,7 @@ func (s *names) has(ms []Member, name string) bool {
 }
 
 func (p *parser) array(depth int) (*Value, string) {
-	v := &Value{Kind: Array}
+	v := p.alloc(Value{Kind: Array})
 	p.i++ // [
 	p.space()
 	if p.i < len(p.b) && p.b[p.i] == ']' {
@@ -375,7 +385,7 @@ func (p *parser) number() (*Value, string) {
 			if _, err := p.literal("Infinity", nil); err != "" {
 				return nil, err
 			}
-			return &Value{Kind: Number, Num: math.Inf(-1), Ambiguous: "-Infinity, which only some readers take"}, ""
+			return p.alloc(Value{Kind: Number, Num: math.Inf(-1), Ambiguous: "-Infinity, which only some readers take"}), ""
 		}
 	}
 	digits := func() int {
@@ -411,7 +421,7 @@ func (p *parser) number() (*Value, string) {
 	}
 	text := string(p.b[start:p.i])
 	f, err := strconv.ParseFloat(text, 64)
-	v := &Value{Kind: Number, Num: f}
+	v := p.alloc(Value{Kind: Number, Num: f})
 	switch {
 	case err != nil || math.IsInf(f, 0):
 		v.Ambiguous = "number " + clip(text) + " is beyond the double range: Infinity to some readers, an error to others"
