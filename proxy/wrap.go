@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -251,105 +249,21 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	if len(cfg.Argv) == 0 {
 		return WrapResult{}, errors.New("wrap: no server command")
 	}
-	if cfg.Grace <= 0 {
-		cfg.Grace = DefaultGrace
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	r := &relay{cfg: cfg, log: cfg.Logger, ctx: ctx, pending: map[string]*pendingCall{}, others: map[string]*otherRequest{}, rearm: make(chan struct{}, 1)}
-	if cfg.Policy != nil {
-		r.gate = newGate(cfg.Policy, cfg.ApprovalTTL)
-	}
-
-	inR, inW, err := os.Pipe()
+	r := newRelay(ctx, cfg)
+	cfg = r.cfg
+	p, err := newServerPipes()
 	if err != nil {
-		return WrapResult{}, fmt.Errorf("wrap: pipe: %w", err)
+		return WrapResult{}, err
 	}
-	outR, outW, err := os.Pipe()
+	cmd, tree, res, err := r.startServer(p)
 	if err != nil {
-		inR.Close()
-		inW.Close()
-		return WrapResult{}, fmt.Errorf("wrap: pipe: %w", err)
+		p.close()
+		return res, err
 	}
-	closePipes := func() {
-		inR.Close()
-		inW.Close()
-		outR.Close()
-		outW.Close()
-	}
-	var cmd *exec.Cmd
-	var tree *sandbox.Tree // the server's process group and every process it starts
-	var res WrapResult
-	if cfg.Confine != nil {
-		// The helper starts now but runs nothing of the server's until the
-		// fact is signed into the open line and durable.
-		child, err := sandbox.Command(ctx, cfg.Self, *cfg.Confine, cfg.Argv)
-		if err != nil {
-			closePipes()
-			return WrapResult{ExitCode: 1}, &ConfineError{Err: err}
-		}
-		cmd = child.Cmd
-		cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = inR, outW, cfg.Stderr, cfg.Env
-		fact, err := child.Start()
-		if err != nil {
-			closePipes()
-			return WrapResult{ExitCode: 1}, &ConfineError{Err: err}
-		}
-		res.Confinement = &fact
-		sess, err := cfg.Open(&fact)
-		if err != nil {
-			child.Abort()
-			closePipes()
-			return WrapResult{ExitCode: 1}, &OpenError{Err: err}
-		}
-		r.sess, res.Session = sess, sess
-		if err := child.Go(); err != nil {
-			cmd.Wait()
-			closePipes()
-			res.ExitCode = 127
-			return res, &StartError{Argv: cfg.Argv, Err: err}
-		}
-		tree = child.Tree()
-	} else {
-		sess, err := cfg.Open(nil)
-		if err != nil {
-			closePipes()
-			return WrapResult{ExitCode: 1}, &OpenError{Err: err}
-		}
-		r.sess, res.Session = sess, sess
-		cmd = exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = inR, outW, cfg.Stderr, cfg.Env
-		if tree, err = sandbox.StartTree(cmd); err != nil {
-			closePipes()
-			res.ExitCode = 127
-			return res, &StartError{Argv: cfg.Argv, Err: err}
-		}
-	}
-	inR.Close()
-	outW.Close()
+	p.inR.Close()
+	p.outW.Close()
 	r.kill = func() { tree.Kill() }
-	ids := policy.NewApprovalIDs(r.sess.Seq())
-	key := schemas.WrapServerKey(cfg.Argv)
-	r.pins, r.lists = newPinBook(r.sess, ids, key, cfg.Policy), &listWatch{}
-	r.books = map[string]*pinBook{"tools/list": r.pins}
-	for method, kind := range map[string]string{"prompts/list": schemas.PinKindPrompt, "resources/templates/list": schemas.PinKindResourceTemplate, "initialize": schemas.PinKindInstructions} {
-		// Wrap refuses only tools/call: changed prompts and templates are
-		// recorded; changed instructions hold every call (checkPin).
-		enforce := cfg.Policy != nil && kind == schemas.PinKindInstructions
-		mode := policy.ToolChangePendingApproval
-		if cfg.Policy != nil {
-			mode = cfg.Policy.OnToolChange()
-		}
-		r.books[method] = newKindBook(r.sess, ids, key, kind, enforce, mode)
-	}
-	if r.gate != nil {
-		r.gate.pins = pinBooks{r.pins, r.books["initialize"]}
-		r.gate.number(ids)
-	}
+	r.openPins()
 	if _, err := r.sess.Fact(schemas.KindChildStarted, map[string]any{"pid": cmd.Process.Pid, "argv": cfg.Argv}); err != nil {
 		r.fail(err)
 	}
@@ -368,7 +282,7 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	}
 
 	// Host -> server.
-	c2s := newOutPath(inW, true)
+	c2s := newOutPath(p.inW, true)
 	hostDone := make(chan struct{})
 	go func() {
 		r.readFrames(cfg.Stdin, schemas.KindFrameC2S, r.onHostFrame, c2s)
@@ -382,13 +296,13 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 		r.mu.Lock()
 		r.hostClosed = true
 		r.mu.Unlock()
-		inW.Close()
+		p.inW.Close()
 	}()
 
 	// Server -> host.
 	serverOutDone := make(chan struct{})
 	go func() {
-		r.readFrames(outR, schemas.KindFrameS2C, r.onServerFramePins, s2c)
+		r.readFrames(p.outR, schemas.KindFrameS2C, r.onServerFramePins, s2c)
 		s2c.close()
 	}()
 	go func() {
@@ -401,64 +315,13 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 		tree.Wait()
 		close(exited)
 	}()
-
-	// Forward signals; the second SIGINT/SIGTERM kills.
 	sigDone := make(chan struct{})
 	defer close(sigDone)
-	go func() {
-		n := 0
-		for {
-			select {
-			case <-sigDone:
-				return
-			case sig, ok := <-cfg.Signals:
-				if !ok {
-					return
-				}
-				n++
-				if n > 1 {
-					r.stopServer(serverEnd{reason: "aegis was told to stop a second time (" + signalName(sig) + ") and killed the server",
-						outcome: schemas.ReasonStoppedBySignal})
-				} else {
-					r.ended(signalName(sig)+" (passed on by aegis)", "aegis received "+signalName(sig)+" and passed it on to the server")
-					tree.Signal(sig)
-				}
-			}
-		}
-	}()
-
-	// Shutdown grace: once the host has closed stdin, the server has Grace
-	// (re-armed by each of its frames) to finish; then it is terminated.
+	go r.forwardSignals(tree, sigDone)
 	graceDone := make(chan struct{})
 	go func() {
 		defer close(graceDone)
-		select {
-		case <-hostDone:
-		case <-exited:
-			return
-		}
-		t := time.NewTimer(cfg.Grace)
-		defer t.Stop()
-		for {
-			select {
-			case <-exited:
-				return
-			case <-r.rearm:
-				t.Reset(cfg.Grace)
-			case <-t.C:
-				r.settlePending(schemas.WrapCall.ClientClosed)
-				const why = "the host closed stdin and the server did not exit within the shutdown grace"
-				r.ended(endedBySIGTERM, why)
-				tree.Signal(syscall.SIGTERM)
-				select {
-				case <-exited:
-				case <-time.After(2 * time.Second):
-					r.ended(endedBySIGKILL, why)
-					tree.Kill()
-				}
-				return
-			}
-		}
+		r.shutdownGrace(tree, hostDone, exited)
 	}()
 
 	<-exited
@@ -471,72 +334,10 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 			r.log.Error("end the server's processes", "err", err)
 		}
 	}()
-	// The server is gone. Read what it wrote until EOF; a grandchild may
-	// hold the pipe open, so stop once the reader has been idle (blocked,
-	// with no new frame) for two seconds. A reader busy recording a large
-	// frame is not idle.
-	last := r.s2cFrames.Load()
-	for done := false; !done; {
-		select {
-		case <-serverOutDone:
-			done = true
-		case <-time.After(2 * time.Second):
-			if n := r.s2cFrames.Load(); n == last && !r.s2cBusy.Load() {
-				outR.Close()
-				<-serverOutDone
-				done = true
-			} else {
-				last = n
-			}
-		}
-	}
-	outR.Close()
+	r.drainServer(p.outR, serverOutDone)
 	<-graceDone
 	<-treeDone
-
-	r.mu.Lock()
-	hostWasOpen := !r.hostClosed
-	r.stopped = true
-	end := r.end
-	r.mu.Unlock()
-	if end.outcome != "" {
-		r.settlePending(func(c schemas.WrapCall) schemas.Outcome { return c.Stopped(end.outcome) })
-	} else {
-		r.settlePending(schemas.WrapCall.ChildExited)
-	}
-
-	// The server exited first only if it did so on its own: not when
-	// aegis stopped it, or passed on a signal it may have exited of.
-	first := hostWasOpen && end.by == ""
-	res.ExitCode, res.ServerExitedFirst = exitCode(cmd.ProcessState), first
-	r.mu.Lock()
-	res.Calls = r.calls
-	failed := r.failed
-	r.mu.Unlock()
-	exit := map[string]any{"code": res.ExitCode, "server_exited_first": first}
-	if end.by != "" {
-		exit["ended_by"] = end.by
-	}
-	if end.reason != "" {
-		exit["reason"] = end.reason
-	}
-	if end.frameBytes > 0 {
-		exit["frame_bytes"] = end.frameBytes
-	}
-	// Once recording failed, the store refuses the exit fact with the same
-	// failure: it is said once.
-	if rc, err := r.sess.Fact(schemas.KindChildExited, exit); err != nil {
-		failed = cmp.Or(failed, err)
-	} else if _, err := rc.Wait(ctx); err != nil {
-		failed = cmp.Or(failed, err)
-	}
-	if failed != nil {
-		return res, fmt.Errorf("recording failed; the server was stopped: %w", failed)
-	}
-	if end.err != nil {
-		return res, &StoppedError{Reason: end.reason, Err: end.err}
-	}
-	return res, nil
+	return r.finish(ctx, cmd, res)
 }
 
 // serverEnd is what aegis did to end the server, when it did: by says how
