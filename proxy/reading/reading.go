@@ -71,6 +71,9 @@ type Reading struct {
 	// differently: an ambiguous value, more than one value, or a byte
 	// order mark.
 	Ambiguous string
+	// More says that the text ends inside a value (Err is then set): more
+	// text could complete it, as a reader of a stream waits for.
+	More bool
 }
 
 // One returns the text's only value, if it holds exactly one and is read
@@ -99,6 +102,7 @@ func Read(text []byte) Reading {
 		v, err := p.value(1)
 		if err != "" {
 			r.Err = err
+			r.More = p.more
 			if p.tooDeep {
 				r.Ambiguous = "nesting deeper than aegis reads (" + strconv.Itoa(maxReadDepth-1) + "), which some readers read"
 			}
@@ -172,6 +176,7 @@ type parser struct {
 	b       []byte
 	i       int
 	tooDeep bool
+	more    bool // the text ended where more could follow
 }
 
 func (p *parser) space() {
@@ -186,6 +191,9 @@ func (p *parser) space() {
 }
 
 func (p *parser) fail(what string) string {
+	if p.i >= len(p.b) {
+		p.more = true
+	}
 	return what + " at offset " + strconv.Itoa(p.i)
 }
 
@@ -238,6 +246,9 @@ func (p *parser) value(depth int) (*Value, string) {
 }
 
 func (p *parser) literal(word string, v *Value) (*Value, string) {
+	if rest := p.b[p.i:]; len(rest) < len(word) && strings.HasPrefix(word, string(rest)) {
+		p.more = true
+	}
 	if !strings.HasPrefix(string(p.b[p.i:min(len(p.b), p.i+len(word))]), word) || len(p.b)-p.i < len(word) {
 		return nil, p.fail("invalid literal")
 	}
@@ -496,6 +507,9 @@ func (p *parser) str() (string, string, string) {
 
 func (p *parser) hex4() (rune, bool) {
 	if p.i+4 > len(p.b) {
+		if _, err := strconv.ParseUint("0"+string(p.b[p.i:]), 16, 16); err == nil {
+			p.more = true
+		}
 		return 0, false
 	}
 	n, err := strconv.ParseUint(string(p.b[p.i:p.i+4]), 16, 16)

@@ -1,0 +1,81 @@
+package proxy
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// sdkIDKey is the SDK's id as the gateway keys ids.
+func sdkIDKey(id jsonrpc.ID) string {
+	switch v := id.Raw().(type) {
+	case string:
+		return "s:" + v
+	case int64:
+		return "n:" + strconv.FormatInt(v, 10)
+	}
+	return ""
+}
+
+// The gateway's reading of a frame is the SDK's: whenever the reading is
+// not ambiguous, a frame it reads as a JSON-RPC message is one to the SDK's
+// reader (jsonrpc.DecodeMessage), with the same method and the same id;
+// a frame the SDK's reader refuses is no message to the gateway either,
+// so no layer of the gateway takes it.
+func FuzzGatewayReadsAsTheSDK(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"s__t","arguments":{"a":1}}}`,
+		`{"jsonrpc":"2.0","id":"x","method":"tasks/get","params":{"taskId":"t"}}`,
+		`{"jsonrpc":"2.0","id":5,"Method":"tasks/get","params":{"taskId":"t"}}`,
+		`{"jsonrpc":"2.0","id":5,"method":"tasks\/get","params":{"taskId":"t"}}`,
+		`{"jsonrpc":"2.0","id":5,"m\u0065thod":"tasks/get","params":{"taskId":"t"}}`,
+		`{"jsonrpc":"2.0","id":5,"method":"task\u0073/get","params":{"taskId":"t"}}`,
+		`{"jsonrpc":"2.0","id":1.5,"method":"x"}`,
+		`{"jsonrpc":"2.0","id":1e3,"method":"x"}`,
+		`{"jsonrpc":"2.0","id":-0,"method":"x"}`,
+		`{"jsonrpc":"2.0","id":null,"method":"notifications/cancelled","params":{"requestId":1}}`,
+		`{"jsonrpc":"2.0","id":1,"method":null}`,
+		`{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1e2,"message":"m"}}`,
+		`{"jsonrpc":"2.0","id":1,"error":{"code":1.5,"message":"m"}}`,
+		`{"jsonrpc":"2.0","id":1,"error":"x"}`,
+		`{"jsonrpc":"2.0","id":true,"method":"x"}`,
+		`{"jsonrpc":2,"id":1,"method":"x"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"x"} {"jsonrpc":"2.0","id":2,"method":"y"}`,
+		`[{"jsonrpc":"2.0","id":1,"method":"x"}]`,
+		`{"jsonrpc":"2.0","id":"aegis-1","result":{"task":{"taskId":"a","taskId":"b"}}}`,
+		`{"jsonrpc":"2.0","ID":1,"id":2,"method":"x"}`,
+		`{"jsonrpc":"2.0","id":9007199254740993,"method":"x"}`,
+		"\ufeff" + `{"jsonrpc":"2.0","id":1,"method":"x"}`,
+		`{"jsonrpc":"2.0","id":"\ud800","method":"x"}`,
+		`not json`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		r := readRPC(line)
+		msg, err := jsonrpc.DecodeMessage(line)
+		if r.ambiguous != "" {
+			return // refused before any layer or the SDK reads it
+		}
+		if err != nil {
+			if r.message {
+				t.Fatalf("the SDK refuses %q (%v), the gateway reads a message: method %q id %q", line, err, r.method, r.idKey)
+			}
+			return
+		}
+		if !r.message {
+			t.Fatalf("the SDK reads %q as %#v, the gateway as no message", line, msg)
+		}
+		switch m := msg.(type) {
+		case *jsonrpc.Request:
+			if !r.hasMethod || r.method != m.Method || r.idKey != sdkIDKey(m.ID) {
+				t.Fatalf("%q: the SDK reads method %q id %q, the gateway %q (%v) id %q", line, m.Method, sdkIDKey(m.ID), r.method, r.hasMethod, r.idKey)
+			}
+		case *jsonrpc.Response:
+			if r.hasMethod || r.idKey != sdkIDKey(m.ID) {
+				t.Fatalf("%q: the SDK reads an answer to %q, the gateway method %q id %q", line, sdkIDKey(m.ID), r.method, r.idKey)
+			}
+		}
+	})
+}
