@@ -330,9 +330,13 @@ func (g *gateway) refuseAmbiguous(r rpcRead, text []byte) {
 	if _, w := r.v.Lookup("id"); w != "" {
 		idAmb = true
 	}
+	request := false // by some reading: a member named method in any case
+	for _, m := range r.v.Members {
+		request = request || strings.EqualFold(m.Name, "method")
+	}
 	switch {
 	case idAmb || r.idKey == "":
-	case !r.hasMethod:
+	case !request:
 		// The host's answer to the gateway's own request is an error.
 		if id, ok := r.id.String(); ok && strings.HasPrefix(id, rawIDPrefix) && g.tk.hostRaw != nil {
 			g.tk.hostRaw.deliver(id, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "aegis: the host answered with a frame that JSON readers read differently: " + why})
