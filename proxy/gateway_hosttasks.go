@@ -40,16 +40,12 @@ import (
 // hostRuns reports whether the host runs requests of kind (sampling,
 // elicitation) and method (createMessage, create) as tasks.
 func (t *tasker) hostRuns(kind, method string) bool {
-	var c struct {
-		Requests map[string]map[string]json.RawMessage `json:"requests"`
-	}
-	return json.Unmarshal(t.hostCaps, &c) == nil && c.Requests[kind][method] != nil
+	return present(t.hostCaps, "requests", kind, method)
 }
 
 // hostHas reports whether the host has capabilities.tasks.<what>.
 func (t *tasker) hostHas(what string) bool {
-	var c map[string]json.RawMessage
-	return json.Unmarshal(t.hostCaps, &c) == nil && c[what] != nil
+	return present(t.hostCaps, what)
 }
 
 // serverAsk takes a server's request that is the host's to run as a task,

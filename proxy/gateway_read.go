@@ -272,6 +272,32 @@ func strMember(v *reading.Value, name string) (string, bool) {
 	return m.String()
 }
 
+// memberAt reads raw (a result, a capability) and returns the value at
+// path, member by member by exact names, and whether every reader reads
+// it so: false when raw is no single value, a member on the way is absent,
+// given twice or in another case too, or the value is ambiguous.
+func memberAt(raw json.RawMessage, path ...string) (*reading.Value, bool) {
+	v, ok := reading.Read(raw).One()
+	if !ok {
+		return nil, false
+	}
+	for _, name := range path {
+		m, why := v.Get(name)
+		if why != "" || m == nil {
+			return nil, false
+		}
+		v = m
+	}
+	return v, v.Ambiguous == ""
+}
+
+// present reports whether the value at path exists, is not null and reads
+// the same to every reader.
+func present(raw json.RawMessage, path ...string) bool {
+	v, ok := memberAt(raw, path...)
+	return ok && v.Kind != reading.Null
+}
+
 // hostTake is the gateway's take of one frame from the host (a complete
 // JSON value, or a text that is none): it refuses an ambiguous frame, lets
 // the cancel guard follow the frame, and hands it to the task layer. It

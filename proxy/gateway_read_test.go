@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"strconv"
 	"testing"
 
@@ -76,6 +77,49 @@ func FuzzGatewayReadsAsTheSDK(f *testing.F) {
 			if r.hasMethod || r.idKey != sdkIDKey(m.ID) {
 				t.Fatalf("%q: the SDK reads an answer to %q, the gateway method %q id %q", line, sdkIDKey(m.ID), r.method, r.idKey)
 			}
+		}
+	})
+}
+
+// BenchmarkGatewayReadFrame is the gateway's reading of a plain call from
+// the host and of the server's answer, once, against the decodes the
+// layers made of them before (the cancel guard's, the task layer's and the
+// plain-call shape's encoding/json decodes of the call; the guard's and the
+// task layer's of the answer).
+func BenchmarkGatewayReadFrame(b *testing.B) {
+	call := []byte(`{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"example__echo","arguments":{"message":"hello from the benchmark"}}}` + "\n")
+	answer := []byte(`{"jsonrpc":"2.0","id":"aegis-7","result":{"content":[{"type":"text","text":"Echo: hello from the benchmark"}],"structuredContent":{"echo":"hello from the benchmark"}}}` + "\n")
+	b.Run("one-reading", func(b *testing.B) {
+		for b.Loop() {
+			r := readRPC(call)
+			if _, ok := plainCallName(r); !ok {
+				b.Fatal("not a plain call")
+			}
+			if a := readRPC(answer); !a.message {
+				b.Fatal("no answer")
+			}
+		}
+	})
+	b.Run("encoding-json-before", func(b *testing.B) {
+		type head struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+		}
+		for b.Loop() {
+			var h head
+			json.Unmarshal(call, &h) // the cancel guard
+			var f rpcFrame
+			json.Unmarshal(call, &f) // the task layer
+			var top, params map[string]json.RawMessage
+			json.Unmarshal(call, &top) // the plain-call shape
+			json.Unmarshal(top["params"], &params)
+			var name string
+			json.Unmarshal(params["name"], &name)
+			var a rpcFrame
+			json.Unmarshal(answer, &a) // the task layer's answer
+			var ah head
+			json.Unmarshal(answer, &ah) // the guard's drop
 		}
 	})
 }

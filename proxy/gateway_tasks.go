@@ -463,11 +463,8 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 			fact["error"] = err.Error()
 		} else {
 			fact["result_digest"] = sha(compactJSON(raw))
-			var r struct {
-				IsError bool `json:"isError"`
-			}
-			json.Unmarshal(raw, &r)
-			fact["is_error"] = r.IsError
+			isErr, ok := memberAt(raw, "isError")
+			fact["is_error"] = ok && isErr.Kind == reading.Bool && isErr.Bool
 		}
 		if rc, ferr := g.sess.Fact(schemas.KindTaskResult, fact); ferr != nil {
 			return nil, auditRefusal(h.Method, ferr)
@@ -556,23 +553,30 @@ func (t *tasker) list(ctx context.Context) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			var page struct {
-				Tasks      []json.RawMessage `json:"tasks"`
-				NextCursor string            `json:"nextCursor"`
+			res, ok := memberAt(raw)
+			page, why := res.Get("tasks")
+			if !ok || why != "" || page != nil && page.Kind != reading.Array && page.Kind != reading.Null {
+				return nil, fmt.Errorf("server %s answered tasks/list with tasks that JSON readers read differently or that are no list", n)
 			}
-			if err := json.Unmarshal(raw, &page); err != nil {
-				return nil, fmt.Errorf("server %s answered tasks/list with %w", n, err)
+			var elems []*reading.Value
+			if page != nil {
+				elems = page.Elems
 			}
-			for _, task := range page.Tasks {
-				gid, ok := mine[n][taskIDOf(task)]
+			for _, task := range elems {
+				gid, ok := mine[n][taskIDIn(task)]
 				if !ok {
 					continue
 				}
-				if task, ok = mapTask(task, func(string) (string, bool) { return gid, true }); ok {
-					tasks = append(tasks, task)
+				if out, ok := mapTask(json.RawMessage(task.Raw), func(string) (string, bool) { return gid, true }); ok {
+					tasks = append(tasks, out)
 				}
 			}
-			if cursor = page.NextCursor; cursor == "" {
+			if next, ok := memberAt(raw, "nextCursor"); ok {
+				cursor, _ = next.String()
+			} else {
+				cursor = ""
+			}
+			if cursor == "" {
 				break
 			}
 		}
@@ -596,8 +600,7 @@ func (t *tasker) host() *mcp.ServerSession {
 func (t *tasker) serverCan(server, what string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var c map[string]json.RawMessage
-	return json.Unmarshal(t.caps[server], &c) == nil && c[what] != nil
+	return present(t.caps[server], what)
 }
 
 // capability is the tasks capability the gateway announces to the host:
@@ -608,19 +611,10 @@ func (t *tasker) capability() map[string]any {
 	defer t.mu.Unlock()
 	var calls, list, cancel bool
 	for _, raw := range t.caps {
-		var c struct {
-			List     json.RawMessage `json:"list"`
-			Cancel   json.RawMessage `json:"cancel"`
-			Requests struct {
-				Tools struct {
-					Call json.RawMessage `json:"call"`
-				} `json:"tools"`
-			} `json:"requests"`
-		}
-		if json.Unmarshal(raw, &c) != nil || c.Requests.Tools.Call == nil {
+		if !present(raw, "requests", "tools", "call") {
 			continue
 		}
-		calls, list, cancel = true, list || c.List != nil, cancel || c.Cancel != nil
+		calls, list, cancel = true, list || present(raw, "list"), cancel || present(raw, "cancel")
 	}
 	if !calls {
 		return nil
@@ -1001,11 +995,11 @@ func (s *serverReader) Close() error { return s.f.Close() }
 // createdTaskID returns the task id of a CreateTaskResult, or "" for any
 // other result.
 func createdTaskID(result json.RawMessage) string {
-	var r struct {
-		Task json.RawMessage `json:"task"`
+	task, ok := memberAt(result, "task")
+	if !ok {
+		return ""
 	}
-	json.Unmarshal(result, &r)
-	return taskIDOf(r.Task)
+	return taskIDIn(task)
 }
 
 // cancelledKey returns the requestId of notifications/cancelled params,
