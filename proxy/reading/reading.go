@@ -443,6 +443,7 @@ func (p *parser) str() (string, string, string) {
 			return "", "", p.fail("control character in a string")
 		case c == '\\':
 			if p.i+1 >= len(p.b) {
+				p.more = true
 				return "", "", p.fail("unexpected end of text in a string")
 			}
 			e := p.b[p.i+1]
