@@ -18,13 +18,15 @@ import (
 //     above decides on: a value split over lines is held until its last
 //     line and shown whole, as the reader above reads it, so no layer
 //     reads a part of a value, or a line that the reader above reads as
-//     part of another value. A line more follows is held only while the
-//     reading says the text ends inside a value ([reading.Reading.More]).
+//     part of another value. Lines are held only while the reading says
+//     the text ends inside a value ([reading.Reading.More]), and passed
+//     as they are if the stream ends there.
 //   - A text that is no JSON at all is shown too (its reading says so);
 //     not taken, it passes, and the reader above answers it as it does.
 //   - A value longer than MaxFrame is passed as it comes, without being
 //     held whole or shown to take, up to the end of the line where it
-//     stops growing; the reader above refuses a frame that long.
+//     passes the limit; the reader above refuses a frame that long (the
+//     SDK's limit is the same 16 MiB) and reads nothing after it.
 //   - A complete JSON object or array without its newline (a peer that
 //     does not end its last frame) is handled as a line once it is
 //     complete, so nothing waits for a newline that never comes.

@@ -123,3 +123,35 @@ func BenchmarkGatewayReadFrame(b *testing.B) {
 		}
 	})
 }
+
+// countCancelled's fast path (a line without the method's name spelled
+// out is skipped unread) holds for every frame the gateway itself writes
+// to a server, through the SDK's encoder or the task layer's: it counts
+// what the full reading counts.
+func FuzzCountCancelledReadsTheGatewaysOwnFrames(f *testing.F) {
+	f.Add("notifications/cancelled", []byte(`{"requestId":1}`))
+	f.Add("notifications/cancelled\u2028", []byte(`{}`))
+	f.Add("tools/call", []byte(`{"name":"notifications/cancelled"}`))
+	f.Fuzz(func(t *testing.T, method string, params []byte) {
+		if !json.Valid(params) {
+			params = nil
+		}
+		sdk, err := jsonrpc.EncodeMessage(&jsonrpc.Request{Method: method, Params: params})
+		if err != nil {
+			return
+		}
+		own, err := json.Marshal(rpcFrame{JSONRPC: "2.0", Method: method, Params: params})
+		if err != nil {
+			return
+		}
+		for _, line := range [][]byte{sdk, own} {
+			want := 0
+			if r := readRPC(line); r.message && r.method == "notifications/cancelled" {
+				want = 1
+			}
+			if got := countCancelled(append(line, '\n')); got != want {
+				t.Fatalf("%q: counted %d cancellations, the reading %d", line, got, want)
+			}
+		}
+	})
+}
