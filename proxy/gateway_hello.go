@@ -136,7 +136,6 @@ func serverCaps(text []byte) (*mcp.ClientCapabilities, json.RawMessage) {
 		if v == nil || v.Kind == reading.Null {
 			continue
 		}
-		var err error
 		switch name {
 		case "roots":
 			// listChanged whatever the host's: a server that asks before
@@ -144,19 +143,43 @@ func serverCaps(text []byte) (*mcp.ClientCapabilities, json.RawMessage) {
 			// when the host's arrive.
 			c.RootsV2 = &mcp.RootCapabilities{ListChanged: true}
 		case "sampling":
-			err = json.Unmarshal(v.Raw, &c.Sampling)
+			// Read by exact names, as the host's SDK and the go-sdk read
+			// them (a "Tools" is no tools).
+			if v.Kind != reading.Object {
+				return gatewayCaps(), nil
+			}
+			c.Sampling = &mcp.SamplingCapabilities{}
+			if has(v, "context") {
+				c.Sampling.Context = &mcp.SamplingContextCapabilities{}
+			}
+			if has(v, "tools") {
+				c.Sampling.Tools = &mcp.SamplingToolsCapabilities{}
+			}
 		case "elicitation":
-			err = json.Unmarshal(v.Raw, &c.Elicitation)
+			if v.Kind != reading.Object {
+				return gatewayCaps(), nil
+			}
+			c.Elicitation = &mcp.ElicitationCapabilities{}
+			if has(v, "form") {
+				c.Elicitation.Form = &mcp.FormElicitationCapabilities{}
+			}
+			if has(v, "url") {
+				c.Elicitation.URL = &mcp.URLElicitationCapabilities{}
+			}
 		case "tasks":
 			if v.Kind == reading.Object {
 				tasks = json.RawMessage(v.Raw)
 			}
 		}
-		if err != nil {
-			return gatewayCaps(), nil
-		}
 	}
 	return c, tasks
+}
+
+// has reports whether object v has a member named name exactly that is
+// an object, as the SDK reads a capability (any other value it refuses).
+func has(v *reading.Value, name string) bool {
+	m, _ := v.Lookup(name)
+	return m != nil && m.Kind == reading.Object
 }
 
 func (h *hello) Read(p []byte) (int, error) {
