@@ -235,9 +235,9 @@
 //
 // The host is stdio (Stdin, Stdout) or a message connection
 // (GatewayConfig.Host: one HTTP client's session of package httpfront).
-// Both pass the same layers, line by line or message by message
-// (gateway_hostconn.go): the record of every frame, the cancel guard and
-// the task layer; over HTTP, what a server sends during a call goes out
+// Both pass the same layers, value by value or message by message
+// (gateway_hostconn.go): the record of every frame, the one reading of it
+// (refusing an ambiguous frame), the cancel guard and the task layer; over HTTP, what a server sends during a call goes out
 // with that call's context, so it reaches the client on the call's stream.
 //
 // The servers start at once but are initialized only after the host's
@@ -249,9 +249,29 @@
 // before the host sees it, and a task id reaches only the peer that
 // created it: the host knows a server's task by an id of the gateway's,
 // mapped to that server and its own id (gateway_taskids.go), so two
-// servers' equal task ids never meet. A frame filter (frames.go) takes those frames out of a
-// stream only where a continuous JSON reader would also see a whole frame,
-// so the SDK and the task layer never both answer one request.
+// servers' equal task ids never meet. A frame filter (frames.go) shows
+// the layers whole values, as the SDK's continuous JSON decoder reads them
+// (a value split over lines once, whole), so the SDK and the task layer
+// never both answer one request.
+//
+// The gateway reads each host and server frame once (gateway_read.go): the
+// cancel guard, the task layer, the plain-call path and the host's
+// capabilities decide on that one reading (package reading), by exact
+// member names as the SDK reads them and with ids keyed as the SDK keys
+// them; none of them keeps a byte pre-filter or a decoder of its own. A
+// host frame that JSON readers could read differently (a member given
+// twice; "Method", "Task" or another deciding member in another case; a
+// number beyond the double range or an integer beyond 2^53; nesting deeper
+// than 256; NaN, lone surrogates, invalid UTF-8, a byte order mark; two
+// values on one line; JSON followed by what is not) is refused before any
+// layer or the SDK reads it: a request whose id reads alike to every
+// reader is answered -32600, anything else dropped; each is recorded as
+// frame.dropped, and a tools/call among them as a call refused (intent and
+// outcome, "ambiguous tools/call"). A server's ambiguous frame is refused
+// where the task layer would act on it (an answer to the gateway's own
+// request fails that request, a status is dropped), and recorded; others
+// pass to the SDK and the pins, which read them as they do. A host frame
+// that is no JSON at all passes to the SDK, and no layer takes it.
 //
 // Each server runs with the environment [ServerEnv] builds (a minimal base,
 // its env and its env_passthrough; never aegis's whole environment, and no

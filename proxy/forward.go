@@ -815,60 +815,18 @@ type cancelGuard struct {
 	cancelled map[string]bool   // of those, the ones the host cancelled
 }
 
-type rpcHead struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
-	Params json.RawMessage `json:"params"`
-}
-
-// rpcIDKey is a JSON-RPC id as a map key: numbers by value, as the SDK reads
-// and writes them.
-func rpcIDKey(raw json.RawMessage) string {
-	var v any
-	if json.Unmarshal(raw, &v) != nil {
-		return ""
+// hostFrame follows one frame read from the host, as read once by the
+// gateway (never an ambiguous one: those are refused before).
+func (c *cancelGuard) hostFrame(r rpcRead) {
+	msgs := []rpcRead{r}
+	if r.isBatch {
+		msgs = r.batch
 	}
-	switch id := v.(type) {
-	case string:
-		return "s:" + id
-	case float64:
-		return "n:" + strconv.FormatFloat(id, 'g', -1, 64)
-	}
-	return ""
-}
-
-func heads(frame []byte) []rpcHead {
-	frame = bytes.TrimSpace(frame)
-	if len(frame) == 0 {
-		return nil
-	}
-	if frame[0] == '[' {
-		var hs []rpcHead
-		json.Unmarshal(frame, &hs)
-		return hs
-	}
-	var h rpcHead
-	if json.Unmarshal(frame, &h) != nil {
-		return nil
-	}
-	return []rpcHead{h}
-}
-
-// hostFrame follows one frame read from the host.
-func (c *cancelGuard) hostFrame(frame []byte) {
-	if !bytes.Contains(frame, []byte(`"id"`)) && !bytes.Contains(frame, []byte(`cancelled`)) {
-		return
-	}
-	for _, h := range heads(frame) {
+	for _, h := range msgs {
 		switch {
-		case h.Method == "notifications/cancelled":
-			var p struct {
-				RequestID json.RawMessage `json:"requestId"`
-			}
-			if json.Unmarshal(h.Params, &p) != nil {
-				continue
-			}
-			k := rpcIDKey(p.RequestID)
+		case !h.message:
+		case h.method == "notifications/cancelled":
+			k := cancelledKey(h.params)
 			c.mu.Lock()
 			method, ok := c.inflight[k]
 			ok = ok && k != ""
@@ -879,19 +837,18 @@ func (c *cancelGuard) hostFrame(frame []byte) {
 			// A tools/call's cancellation is recorded with its outcome
 			// (cancelledOutcome), naming the call; any other request's here.
 			if ok && method != "tools/call" {
-				if _, err := c.g.sess.Fact(schemas.KindCallCancelled, map[string]string{"request_id": string(p.RequestID), "method": method, "by": "host"}); err != nil {
+				id, _ := h.params.Get("requestId")
+				if _, err := c.g.sess.Fact(schemas.KindCallCancelled, map[string]string{"request_id": string(id.Raw), "method": method, "by": "host"}); err != nil {
 					c.g.log.Warn("record a cancellation", "err", err)
 				}
 			}
-		case h.Method != "" && len(h.ID) > 0:
-			if k := rpcIDKey(h.ID); k != "" {
-				c.mu.Lock()
-				if c.inflight == nil {
-					c.inflight, c.cancelled = map[string]string{}, map[string]bool{}
-				}
-				c.inflight[k] = h.Method
-				c.mu.Unlock()
+		case h.hasMethod && h.idKey != "":
+			c.mu.Lock()
+			if c.inflight == nil {
+				c.inflight, c.cancelled = map[string]string{}, map[string]bool{}
 			}
+			c.inflight[h.idKey] = h.method
+			c.mu.Unlock()
 		}
 	}
 }
@@ -899,19 +856,26 @@ func (c *cancelGuard) hostFrame(frame []byte) {
 // drop reports whether frame, about to be written to the host, is the
 // answer to a cancelled request, and forgets the requests it answers.
 func (c *cancelGuard) drop(frame []byte) bool {
-	if !bytes.Contains(frame, []byte(`"id"`)) {
-		return false
+	c.mu.Lock()
+	n := len(c.inflight)
+	c.mu.Unlock()
+	if n == 0 {
+		return false // no request of the host is in flight
 	}
-	hs := heads(frame)
+	r := readRPC(frame)
+	hs := []rpcRead{r}
+	if r.isBatch {
+		hs = r.batch
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	drop := len(hs) == 1
+	drop := !r.isBatch
 	for _, h := range hs {
-		if h.Method != "" || len(h.ID) == 0 {
+		if !h.message || h.hasMethod {
 			drop = false
 			continue
 		}
-		k := rpcIDKey(h.ID)
+		k := h.idKey
 		delete(c.inflight, k)
 		if !c.cancelled[k] {
 			drop = false
@@ -927,35 +891,10 @@ func (c *cancelGuard) drop(frame []byte) bool {
 	return drop
 }
 
-// reader follows the frames the host sends through r.
-func (c *cancelGuard) reader(r io.ReadCloser) io.ReadCloser { return &guardReader{c: c, r: r} }
-
 // writer writes to w every frame but the answers to cancelled requests.
 // Each Write is one frame: the SDK's stdio transport writes a message and
 // its newline at once.
 func (c *cancelGuard) writer(w io.WriteCloser) io.WriteCloser { return &guardWriter{c: c, w: w} }
-
-type guardReader struct {
-	c   *cancelGuard
-	r   io.ReadCloser
-	buf []byte
-}
-
-func (r *guardReader) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	r.buf = append(r.buf, p[:n]...)
-	for {
-		i := bytes.IndexByte(r.buf, '\n')
-		if i < 0 {
-			break
-		}
-		r.c.hostFrame(r.buf[:i])
-		r.buf = r.buf[i+1:]
-	}
-	return n, err
-}
-
-func (r *guardReader) Close() error { return r.r.Close() }
 
 type guardWriter struct {
 	c *cancelGuard
@@ -971,10 +910,12 @@ func (w *guardWriter) Write(p []byte) (int, error) {
 
 func (w *guardWriter) Close() error { return w.w.Close() }
 
-// guardHost puts the cancel guard on the host's transport.
+// guardHost puts the cancel guard on the host's transport: it follows the
+// host's frames through the gateway's take of them (hostTake), and drops
+// the answers to cancelled requests as they are written.
 func (g *gateway) guardHost(t *mcp.IOTransport) *mcp.IOTransport {
 	g.fw.guard.g = g
-	return &mcp.IOTransport{Reader: g.fw.guard.reader(t.Reader), Writer: g.fw.guard.writer(t.Writer)}
+	return &mcp.IOTransport{Reader: t.Reader, Writer: g.fw.guard.writer(t.Writer)}
 }
 
 // sortedKeys returns m's keys in order.

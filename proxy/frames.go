@@ -2,37 +2,44 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"io"
+
+	"github.com/aegis-dev/aegis/proxy/reading"
 )
 
-// frameFilter reads a newline-delimited JSON-RPC stream and lets take
-// remove whole frames from it before the reader above (the SDK) sees them.
-// Invariants:
+// frameFilter reads a JSON-RPC stream (one JSON value per line, as hosts
+// and servers write it) and hands each complete value, with its one
+// reading, to take, which may remove it from the stream before the reader
+// above (the SDK's continuous JSON decoder) sees it. Invariants:
 //
 //   - Bytes it does not take pass unchanged and in order.
-//   - take sees a line only if the bytes passed before it end a sequence of
-//     complete JSON values (at = true), as a continuous JSON decoder above
-//     it would read them: a line that is the middle of a value split over
-//     lines is never taken, since the reader above would take it as part of
-//     that value. Lines not at a boundary are still shown to take (at =
-//     false) so that it can follow them, but passed whatever it says.
-//   - A line longer than MaxFrame is passed as it comes, without being
-//     held whole or shown to take.
+//   - take is shown whole lines that hold complete JSON values, each text
+//     once, with its reading ([reading.Read]), which is what every layer
+//     above decides on: a value split over lines is held until its last
+//     line and shown whole, as the reader above reads it, so no layer
+//     reads a part of a value, or a line that the reader above reads as
+//     part of another value. Lines are held only while the reading says
+//     the text ends inside a value ([reading.Reading.More]), and passed
+//     as they are if the stream ends there.
+//   - A text that is no JSON at all is shown too (its reading says so);
+//     not taken, it passes, and the reader above answers it as it does.
+//   - A value longer than MaxFrame is passed as it comes, without being
+//     held whole or shown to take, up to the end of the line where it
+//     passes the limit; the reader above refuses a frame that long (the
+//     SDK's limit is the same 16 MiB) and reads nothing after it.
 //   - A complete JSON object or array without its newline (a peer that
 //     does not end its last frame) is handled as a line once it is
 //     complete, so nothing waits for a newline that never comes.
 type frameFilter struct {
 	r    io.Reader
-	take func(line []byte, at bool) bool
+	take func(text []byte, rd reading.Reading) bool
 
-	tmp  []byte
-	in   []byte // an incomplete line
-	out  []byte // passed, not yet read
-	mid  bool   // passing the rest of an overlong line
-	pend []byte // passed since the last boundary (nil: at a boundary)
-	err  error
+	tmp []byte
+	in  []byte // an incomplete line
+	acc []byte // whole lines of a value not yet complete
+	out []byte // passed, not yet read
+	mid bool   // passing the rest of an overlong value
+	err error
 }
 
 func (f *frameFilter) Read(p []byte) (int, error) {
@@ -46,10 +53,9 @@ func (f *frameFilter) Read(p []byte) (int, error) {
 		n, err := f.r.Read(f.tmp)
 		f.feed(f.tmp[:n])
 		if err != nil {
-			if len(f.in) > 0 {
-				f.pass(f.in, false)
-				f.in = nil
-			}
+			f.out = append(f.out, f.acc...)
+			f.out = append(f.out, f.in...)
+			f.acc, f.in = nil, nil
 			f.err = err
 		}
 	}
@@ -70,40 +76,56 @@ func (f *frameFilter) feed(b []byte) {
 		i := bytes.IndexByte(b, '\n')
 		if f.mid {
 			if i < 0 {
-				f.pass(b, false)
+				f.out = append(f.out, b...)
 				return
 			}
-			f.pass(b[:i+1], false)
-			f.mid, f.pend = false, nil // as if the long line was one frame
+			f.out = append(f.out, b[:i+1]...)
+			f.mid = false // as if the long value ended with its line
 			b = b[i+1:]
 			continue
 		}
 		if i < 0 {
 			f.in = append(f.in, b...)
 			switch {
-			case len(f.in) > MaxFrame:
-				f.pass(f.in, false)
-				f.in, f.mid, f.pend = nil, true, nil
-			case endsValue(f.in) && json.Valid(f.in):
-				line := f.in
-				f.in = nil
-				f.line(line)
+			case len(f.acc)+len(f.in) > MaxFrame:
+				f.overlong()
+			case endsValue(f.in):
+				text := append(f.acc, f.in...)
+				if rd := reading.Read(text); rd.Err == "" && len(rd.Values) > 0 {
+					f.acc, f.in = nil, nil
+					f.value(text, rd)
+				}
 			}
 			return
 		}
 		line := b[:i+1]
-		if len(f.in) > 0 {
-			line = append(f.in, line...)
-			f.in = nil
-		}
-		if len(line) > MaxFrame {
-			f.pass(line, false)
-			f.pend = nil // as if the long line was one frame
-		} else {
-			f.line(line)
-		}
 		b = b[i+1:]
+		// The text is the filter's own, never the read buffer: take may
+		// keep parts of its reading.
+		text := append(append(f.acc, f.in...), line...)
+		f.in = nil
+		if len(text) > MaxFrame {
+			f.acc, f.in = text, nil
+			f.overlong()
+			f.mid = false // the value's line ended here
+			continue
+		}
+		rd := reading.Read(text)
+		if rd.More {
+			f.acc = text
+			continue
+		}
+		f.acc = nil
+		f.value(text, rd)
 	}
+}
+
+// overlong passes what is held of a value longer than MaxFrame, and the
+// rest of its line as it comes.
+func (f *frameFilter) overlong() {
+	f.out = append(f.out, f.acc...)
+	f.out = append(f.out, f.in...)
+	f.acc, f.in, f.mid = nil, nil, true
 }
 
 // endsValue reports whether b's last byte other than space closes an
@@ -113,51 +135,10 @@ func endsValue(b []byte) bool {
 	return len(b) > 0 && (b[len(b)-1] == '}' || b[len(b)-1] == ']')
 }
 
-func (f *frameFilter) line(line []byte) {
-	at := f.pend == nil
-	if f.take(line, at) && at {
+// value shows text, complete, to take, and passes it unless taken.
+func (f *frameFilter) value(text []byte, rd reading.Reading) {
+	if f.take(text, rd) {
 		return
 	}
-	f.pass(line, true)
-}
-
-// pass hands b to the reader above; whole says it ends a line.
-func (f *frameFilter) pass(b []byte, whole bool) {
-	f.out = append(f.out, b...)
-	if !whole {
-		return
-	}
-	if f.pend == nil {
-		if complete(b) {
-			return
-		}
-		f.pend = append([]byte{}, b...)
-		return
-	}
-	f.pend = append(f.pend, b...)
-	if complete(f.pend) || len(f.pend) > MaxFrame {
-		f.pend = nil
-	}
-}
-
-// complete reports whether b is a sequence of whole JSON values (or
-// nothing but space). Bytes that are not JSON at all count as complete: a
-// decoder above rejects them and starts again.
-func complete(b []byte) bool {
-	if json.Valid(b) || len(bytes.TrimSpace(b)) == 0 {
-		return true
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	for {
-		var v json.RawMessage
-		err := dec.Decode(&v)
-		switch {
-		case err == io.EOF:
-			return true
-		case errors.Is(err, io.ErrUnexpectedEOF):
-			return false
-		case err != nil:
-			return true
-		}
-	}
+	f.out = append(f.out, text...)
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/aegis-dev/aegis/proxy/reading"
 )
 
 // filterAll runs in through a frameFilter that takes every line for which
@@ -18,11 +20,9 @@ func filterAll(t testing.TB, in string, half bool, want func(line []byte) bool) 
 	if half {
 		r = iotest.HalfReader(r)
 	}
-	f := &frameFilter{r: r, take: func(line []byte, at bool) bool {
-		if want(line) {
-			if at {
-				taken = append(taken, string(line))
-			}
+	f := &frameFilter{r: r, take: func(text []byte, rd reading.Reading) bool {
+		if want(text) {
+			taken = append(taken, string(text))
 			return true
 		}
 		return false
@@ -34,11 +34,16 @@ func filterAll(t testing.TB, in string, half bool, want func(line []byte) bool) 
 	return string(out), taken
 }
 
-func isTaskCall(line []byte) bool { return bytes.Contains(line, []byte(`"task"`)) }
+// isTaskCall reports whether text reads as a task-augmented call.
+func isTaskCall(text []byte) bool {
+	r := readRPC(text)
+	task, _ := r.params.Get("task")
+	return r.method == "tools/call" && task != nil
+}
 
-// The frame filter takes only whole frames that a continuous JSON reader
-// above it would also read as whole frames, so what it answers itself and
-// what the SDK answers never overlap.
+// The frame filter shows take whole values, as a continuous JSON reader
+// above it reads them, so what it answers itself and what the SDK answers
+// never overlap: a value split over lines is one value, shown once.
 func TestFrameFilterTakesOnlyWholeFrames(t *testing.T) {
 	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","task":{}}}`
 	for _, tc := range []struct {
@@ -51,13 +56,15 @@ func TestFrameFilterTakesOnlyWholeFrames(t *testing.T) {
 		{"a task frame inside a value split over lines is not taken",
 			"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"x\",\"params\":\n" + call + "\n}\n",
 			"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"x\",\"params\":\n" + call + "\n}\n", 0},
+		{"a task frame whose lines are split inside a string is taken whole",
+			"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"x\",\n\"task\":{}}}\n", "", 1},
 		{"after the split value ends, frames are taken again",
 			"{\"a\":\n1}\n" + call + "\n", "{\"a\":\n1}\n", 1},
-		{"two values on one line end at a boundary", "{}{}\n" + call + "\n", "{}{}\n", 1},
+		{"two values on one line are shown as one text", "{}{}\n" + call + "\n", "{}{}\n", 1},
 		{"a line that is not JSON does not stop taking", "garbage\n" + call + "\n", "garbage\n", 1},
-		{"a task frame split over lines passes to the reader above",
-			"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\n\"params\":{\"task\":{}}}\n",
-			"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\n\"params\":{\"task\":{}}}\n", 0},
+		{"a task frame split over lines is taken whole, as the reader above reads it",
+			"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\n\"params\":{\"task\":{}}}\n", "", 1},
+		{"a value left incomplete at the end passes", "{\"a\":\n[1,\n", "{\"a\":\n[1,\n", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, half := range []bool{false, true} {
@@ -73,7 +80,8 @@ func TestFrameFilterTakesOnlyWholeFrames(t *testing.T) {
 // A line longer than MaxFrame is passed through as it comes, not held.
 func TestFrameFilterPassesOverlongLine(t *testing.T) {
 	long := `{"task":"` + strings.Repeat("x", MaxFrame+10) + `"}` + "\n"
-	pass, taken := filterAll(t, long+`{"task":1}`+"\n", false, isTaskCall)
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","task":{}}}` + "\n"
+	pass, taken := filterAll(t, long+call, false, isTaskCall)
 	if pass != long || len(taken) != 1 {
 		t.Errorf("passed %d bytes, took %d", len(pass), len(taken))
 	}
@@ -87,11 +95,11 @@ func FuzzFrameFilter(f *testing.F) {
 	f.Add([]byte("\n\n{\"task\":\"\\n\"}"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		took := 0
-		f := &frameFilter{r: iotest.OneByteReader(bytes.NewReader(in)), take: func(line []byte, at bool) bool {
-			if !at || !isTaskCall(line) || !json.Valid(line) {
+		f := &frameFilter{r: iotest.OneByteReader(bytes.NewReader(in)), take: func(text []byte, rd reading.Reading) bool {
+			if !bytes.Contains(text, []byte(`"task"`)) || !json.Valid(text) {
 				return false
 			}
-			took += len(line)
+			took += len(text)
 			return true
 		}}
 		out, err := io.ReadAll(f)

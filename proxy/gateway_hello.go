@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/aegis-dev/aegis/proxy/reading"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -44,7 +45,7 @@ func (g *gateway) hostTransport() (io.ReadCloser, io.WriteCloser) {
 	g.tk.out = &hostOut{w: host.Writer, t: g.tk}
 	g.tk.hostRaw = newDownRaw("", g.tk.out)
 	g.tk.plainCalls = true
-	return &frameFilter{r: host.Reader, take: g.tk.hostLine}, g.tk.out
+	return &frameFilter{r: host.Reader, take: g.hostTake}, g.tk.out
 }
 
 // hello is the host's stream with its first frame read ahead: a reader that
@@ -68,9 +69,14 @@ func readHello(r io.ReadCloser) *hello {
 			case err != nil:
 				h.err = err
 				return
-			case bytes.IndexByte(h.buf, '\n') >= 0, len(h.buf) > MaxFrame,
-				endsValue(h.buf) && json.Valid(h.buf):
+			case len(h.buf) > MaxFrame:
 				return
+			case bytes.IndexByte(h.buf, '\n') >= 0 || endsValue(h.buf):
+				// The filter below passes whole values: the first is here
+				// once the text read holds one, or cannot.
+				if rd := reading.Read(h.buf); len(rd.Values) > 0 || !rd.More {
+					return
+				}
 			}
 		}
 	}()
@@ -84,11 +90,7 @@ func (h *hello) await(ctx context.Context, d time.Duration) (*mcp.ClientCapabili
 	if !waitFirst(ctx, h.done, d) {
 		return gatewayCaps(), nil
 	}
-	line := h.buf
-	if i := bytes.IndexByte(line, '\n'); i >= 0 {
-		line = line[:i]
-	}
-	return serverCaps(line)
+	return serverCaps(h.buf)
 }
 
 // waitFirst waits at most d, and not past ctx, until done is closed, and
@@ -106,37 +108,78 @@ func waitFirst(ctx context.Context, done <-chan struct{}, d time.Duration) bool 
 }
 
 // serverCaps returns what servers are told of a host whose first frame is
-// line: its roots, sampling and elicitation, if line is its initialize;
-// else all the gateway carries. It returns the host's capabilities.tasks
-// too.
-func serverCaps(line []byte) (*mcp.ClientCapabilities, json.RawMessage) {
-	var f struct {
-		Method string `json:"method"`
-		Params *struct {
-			Capabilities *struct {
-				Roots       *mcp.RootCapabilities        `json:"roots"`
-				Sampling    *mcp.SamplingCapabilities    `json:"sampling"`
-				Elicitation *mcp.ElicitationCapabilities `json:"elicitation"`
-				Tasks       json.RawMessage              `json:"tasks"`
-			} `json:"capabilities"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(line, &f) != nil || f.Method != "initialize" || f.Params == nil || f.Params.Capabilities == nil {
+// the first value of text: its roots, sampling and elicitation, if it is
+// its initialize; else all the gateway carries. It returns the host's
+// capabilities.tasks too. It reads the frame as the gateway reads every
+// frame (rpcRead); an ambiguous one never gets here (the host's frames
+// are taken first), and is read as no initialize if it did.
+func serverCaps(text []byte) (*mcp.ClientCapabilities, json.RawMessage) {
+	rd := reading.Read(text)
+	if len(rd.Values) == 0 {
 		return gatewayCaps(), nil
 	}
-	host := f.Params.Capabilities
-	c := &mcp.ClientCapabilities{Sampling: host.Sampling, Elicitation: host.Elicitation}
-	if host.Roots != nil {
-		// listChanged whatever the host's: a server that asks before the
-		// host is connected is answered with no roots, and told when the
-		// host's arrive.
-		c.RootsV2 = &mcp.RootCapabilities{ListChanged: true}
+	r := readMessage(rd.Values[0])
+	if !r.message || r.ambiguous != "" || r.method != "initialize" {
+		return gatewayCaps(), nil
 	}
-	tasks := host.Tasks
-	if !json.Valid(tasks) || bytes.Equal(tasks, []byte("null")) || tasks[0] != '{' {
-		tasks = nil
+	host, why := r.params.Get("capabilities")
+	if why != "" || host == nil || host.Kind != reading.Object {
+		return gatewayCaps(), nil
+	}
+	c := &mcp.ClientCapabilities{}
+	var tasks json.RawMessage
+	for _, name := range capMembers {
+		v, why := host.Get(name)
+		if why != "" {
+			return gatewayCaps(), nil
+		}
+		if v == nil || v.Kind == reading.Null {
+			continue
+		}
+		switch name {
+		case "roots":
+			// listChanged whatever the host's: a server that asks before
+			// the host is connected is answered with no roots, and told
+			// when the host's arrive.
+			c.RootsV2 = &mcp.RootCapabilities{ListChanged: true}
+		case "sampling":
+			// Read by exact names, as the host's SDK and the go-sdk read
+			// them (a "Tools" is no tools).
+			if v.Kind != reading.Object {
+				return gatewayCaps(), nil
+			}
+			c.Sampling = &mcp.SamplingCapabilities{}
+			if has(v, "context") {
+				c.Sampling.Context = &mcp.SamplingContextCapabilities{}
+			}
+			if has(v, "tools") {
+				c.Sampling.Tools = &mcp.SamplingToolsCapabilities{}
+			}
+		case "elicitation":
+			if v.Kind != reading.Object {
+				return gatewayCaps(), nil
+			}
+			c.Elicitation = &mcp.ElicitationCapabilities{}
+			if has(v, "form") {
+				c.Elicitation.Form = &mcp.FormElicitationCapabilities{}
+			}
+			if has(v, "url") {
+				c.Elicitation.URL = &mcp.URLElicitationCapabilities{}
+			}
+		case "tasks":
+			if v.Kind == reading.Object {
+				tasks = json.RawMessage(v.Raw)
+			}
+		}
 	}
 	return c, tasks
+}
+
+// has reports whether object v has a member named name exactly that is
+// an object, as the SDK reads a capability (any other value it refuses).
+func has(v *reading.Value, name string) bool {
+	m, _ := v.Lookup(name)
+	return m != nil && m.Kind == reading.Object
 }
 
 func (h *hello) Read(p []byte) (int, error) {

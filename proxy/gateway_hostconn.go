@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/aegis-dev/aegis/proxy/reading"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -84,8 +85,7 @@ func (h *hostConn) next(ctx context.Context) (jsonrpc.Message, error) {
 			return msg, nil
 		}
 		h.g.recordFrame(schemas.KindFrameC2S, b)
-		h.g.fw.guard.hostFrame(b)
-		if h.g.tk.hostLine(b, true) {
+		if h.g.hostTake(b, reading.Read(b)) {
 			continue
 		}
 		return msg, nil

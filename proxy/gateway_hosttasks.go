@@ -10,6 +10,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/proxy/reading"
 )
 
 // Tasks the host runs for a server (task-augmented sampling/createMessage
@@ -38,39 +40,33 @@ import (
 // hostRuns reports whether the host runs requests of kind (sampling,
 // elicitation) and method (createMessage, create) as tasks.
 func (t *tasker) hostRuns(kind, method string) bool {
-	var c struct {
-		Requests map[string]map[string]json.RawMessage `json:"requests"`
-	}
-	return json.Unmarshal(t.hostCaps, &c) == nil && c.Requests[kind][method] != nil
+	return present(t.hostCaps, "requests", kind, method)
 }
 
 // hostHas reports whether the host has capabilities.tasks.<what>.
 func (t *tasker) hostHas(what string) bool {
-	var c map[string]json.RawMessage
-	return json.Unmarshal(t.hostCaps, &c) == nil && c[what] != nil
+	return present(t.hostCaps, what)
 }
 
 // serverAsk takes a server's request that is the host's to run as a task,
 // or about such a task, and has it answered; it follows the server's
 // cancellations of those requests.
-func (t *tasker) serverAsk(d *downRaw, h rpcFrame, at bool) bool {
-	if t.hostCaps == nil {
+func (t *tasker) serverAsk(d *downRaw, r rpcRead) bool {
+	if t.hostCaps == nil || !r.hasMethod {
 		return false
 	}
+	h := r.frame()
 	if h.Method == "notifications/cancelled" {
-		t.cancelIn(t.asks, d.server+"\x00"+rpcIDKey(cancelledID(h.Params)), errServerCancelled)
+		t.cancelIn(t.asks, d.server+"\x00"+cancelledKey(r.params), errServerCancelled)
 		return false // the SDK follows its own requests' cancellations
 	}
-	k := rpcIDKey(h.ID)
-	if k == "" || !at {
+	k := r.idKey
+	if k == "" {
 		return false
 	}
 	switch h.Method {
 	case "sampling/createMessage", "elicitation/create":
-		var p struct {
-			Task json.RawMessage `json:"task"`
-		}
-		if json.Unmarshal(h.Params, &p) != nil || len(p.Task) == 0 || string(p.Task) == "null" {
+		if task, _ := r.params.Get("task"); task == nil || task.Kind == reading.Null {
 			return false
 		}
 		kind, method := "sampling", "createMessage"

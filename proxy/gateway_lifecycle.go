@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -256,18 +255,17 @@ func (w *downWriter) Close() error { return nil }
 // closeStdin closes the server's stdin: it reads EOF.
 func (w *downWriter) closeStdin() error { return w.f.Close() }
 
-// countCancelled counts the lines of p that are notifications/cancelled
-// messages.
+// countCancelled counts the lines of p, frames the gateway itself wrote
+// (the SDK's encoder or the task layer's, which never escape a letter or
+// '/'), that are notifications/cancelled messages. A line without the
+// method's name spelled out is no such frame of the gateway's.
 func countCancelled(p []byte) int {
 	n := 0
 	for line := range bytes.SplitSeq(p, []byte{'\n'}) {
 		if !bytes.Contains(line, []byte("notifications/cancelled")) {
 			continue
 		}
-		var m struct {
-			Method string `json:"method"`
-		}
-		if json.Unmarshal(line, &m) == nil && m.Method == "notifications/cancelled" {
+		if r := readRPC(line); r.message && r.method == "notifications/cancelled" {
 			n++
 		}
 	}

@@ -83,23 +83,30 @@ activation:
 		return text
 	}
 	cases := []struct {
-		name   string
-		line   string
-		direct bool   // taken by the gateway's own layer
-		echoed string // the server's echo, "" if refused
+		name      string
+		line      string
+		direct    bool   // taken by the gateway's own layer
+		echoed    string // the server's echo, "" if refused
+		ambiguous bool   // refused as a frame readers read differently
 	}{
-		{"a plain call", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"example__echo","arguments":{"message":"plain"}}}`, true, "plain"},
-		{"with _meta", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"_meta":{"k":"v"},"name":"example__echo","arguments":{"message":"meta"}}}`, true, "meta"},
-		{"a member in another case goes to the SDK", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"example__echo","Arguments":{"message":"case"},"arguments":{"message":"lower"}}}`, false, "lower"},
-		{"an unknown member goes to the SDK", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"example__echo","arguments":{"message":"extra"},"extra":1}}`, false, "extra"},
-		{"an unknown top-level member goes to the SDK", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"example__echo","arguments":{"message":"top"}},"x":1}`, false, "top"},
-		{"a tool the profile hides is refused and never sent", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"example__add","arguments":{"a":1,"b":2}}}`, false, ""},
-		{"a second name decides what is refused", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"example__echo","arguments":{"message":"dup"},"name":"example__add"}}`, false, ""},
+		{"a plain call", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"example__echo","arguments":{"message":"plain"}}}`, true, "plain", false},
+		{"with _meta", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"_meta":{"k":"v"},"name":"example__echo","arguments":{"message":"meta"}}}`, true, "meta", false},
+		{"a member in another case is refused as ambiguous", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"example__echo","Arguments":{"message":"case"},"arguments":{"message":"lower"}}}`, false, "", true},
+		{"an unknown member goes to the SDK", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"example__echo","arguments":{"message":"extra"},"extra":1}}`, false, "extra", false},
+		{"an unknown top-level member goes to the SDK", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"example__echo","arguments":{"message":"top"}},"x":1}`, false, "top", false},
+		{"a tool the profile hides is refused and never sent", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"example__add","arguments":{"a":1,"b":2}}}`, false, "", false},
+		{"a second name is refused as ambiguous", `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"example__echo","arguments":{"message":"dup"},"name":"example__add"}}`, false, "", true},
 	}
 	for i, tc := range cases {
 		id := 100 + i
 		a := h.rawRequest(id, fmt.Sprintf(tc.line, id))
 		got := echo(a)
+		if tc.ambiguous {
+			if code, _ := dig(a, "error", "code").(float64); code != -32600 || !strings.Contains(fmt.Sprint(dig(a, "error", "message")), "read differently") {
+				t.Errorf("%s: not refused as ambiguous: %v", tc.name, a)
+			}
+			continue
+		}
 		if tc.echoed == "" {
 			if dig(a, "result", "isError") != true || !strings.Contains(got, "AEGIS_CAP_DENIED") {
 				t.Errorf("%s: not refused: %v", tc.name, a)
@@ -137,7 +144,7 @@ activation:
 			t.Errorf("%s: server saw id %v; taken directly: %v, want %v", tc.name, sc.ID, direct, tc.direct)
 		}
 	}
-	if want := 5; len(calls) != want {
+	if want := 4; len(calls) != want {
 		t.Errorf("the server was sent %d calls, want %d", len(calls), want)
 	}
 	// Every call decided and recorded: an intent and an outcome each, the
@@ -147,13 +154,16 @@ activation:
 	if len(intents) != len(cases) || len(outcomes) != len(cases) {
 		t.Errorf("%d intents and %d outcomes recorded for %d calls", len(intents), len(outcomes), len(cases))
 	}
-	refused := 0
+	refused, ambiguous := 0, 0
 	for _, o := range outcomes {
 		if strings.Contains(canon(o), "not in active profile") {
 			refused++
 		}
+		if strings.Contains(canon(o), "ambiguous tools/call") {
+			ambiguous++
+		}
 	}
-	if refused != 2 {
-		t.Errorf("%d refusals recorded, want 2", refused)
+	if refused != 1 || ambiguous != 2 {
+		t.Errorf("%d refusals and %d ambiguous calls recorded, want 1 and 2", refused, ambiguous)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/aegis-dev/aegis/proxy/reading"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -109,67 +111,60 @@ type rpcFrame struct {
 	Error   *jsonrpc.Error  `json:"error,omitempty"`
 }
 
-// hostLine follows one line from the host, and takes it (returns true)
-// when it is a task request, which it then answers itself.
-func (t *tasker) hostLine(line []byte, at bool) bool {
-	if !hostLineMatters(line) {
+// hostLine follows one frame from the host, read once (r, not
+// ambiguous: see [gateway.hostTake]), and takes it (returns true) when it
+// is a task request or a plain call (see plainCall), which it then answers
+// itself, or the host's answer to one of the gateway's own requests.
+func (t *tasker) hostLine(r rpcRead) bool {
+	if !r.message || r.ambiguous != "" {
 		return false
 	}
-	var h rpcFrame
-	if json.Unmarshal(line, &h) != nil {
-		return false
-	}
-	if h.Method == "" {
+	if !r.hasMethod {
 		// The host's answer to one of the gateway's own requests.
-		var id string
-		if json.Unmarshal(h.ID, &id) != nil || !strings.HasPrefix(id, rawIDPrefix) || t.hostRaw == nil {
+		id, _ := r.id.String()
+		if !strings.HasPrefix(r.idKey, "s:"+rawIDPrefix) || t.hostRaw == nil {
 			return false
 		}
-		if at {
-			t.hostRaw.deliver(id, h.Result, h.Error)
-		}
+		f := r.frame()
+		t.hostRaw.deliver(id, f.Result, f.Error)
 		return true
 	}
-	k := rpcIDKey(h.ID)
+	k := r.idKey
 	switch {
-	case h.Method == "notifications/tasks/status":
+	case r.method == "notifications/tasks/status":
 		// The host's status of a task it runs for a server.
 		t.mu.Lock()
-		server, ok := t.hostTasks.m[taskIDOf(h.Params)]
+		server, ok := t.hostTasks.m[taskIDIn(r.params)]
 		t.mu.Unlock()
-		if !ok || !at || !t.ready.Load() {
+		if !ok || !t.ready.Load() {
 			return false
 		}
 		if d := t.g.downs[server]; d != nil && d.raw != nil {
-			d.raw.send(rpcFrame{JSONRPC: "2.0", Method: h.Method, Params: h.Params})
+			d.raw.send(rpcFrame{JSONRPC: "2.0", Method: r.method, Params: raw(r.params)})
 		}
 		return true
-	case h.Method == "notifications/cancelled":
-		t.cancelIn(t.inflight, rpcIDKey(cancelledID(h.Params)), context.Canceled)
+	case r.method == "notifications/cancelled":
+		t.cancelIn(t.inflight, cancelledKey(r.params), context.Canceled)
 		return false
 	case k == "":
 		return false
-	case h.Method == "initialize" || h.Method == "tools/list":
+	case r.method == "initialize" || r.method == "tools/list":
 		t.mu.Lock()
 		if len(t.watch) < maxWatched {
-			t.watch[k] = h.Method
+			t.watch[k] = r.method
 		}
 		t.mu.Unlock()
 		return false
-	case !at:
-		return false
-	case h.Method == "tools/call":
+	case r.method == "tools/call":
 		// A plain call the layer takes (see plainCall), else one with a
 		// task.
-		var p struct {
-			Task json.RawMessage `json:"task"`
-		}
-		if !t.plainCall(line) && (json.Unmarshal(h.Params, &p) != nil || len(p.Task) == 0 || string(p.Task) == "null") {
+		if task, _ := r.params.Get("task"); !t.plainCall(r) && (task == nil || task.Kind == reading.Null) {
 			return false
 		}
-	case !taskMethods[h.Method]:
+	case !taskMethods[r.method]:
 		return false
 	}
+	h := r.frame()
 	if !t.ready.Load() {
 		t.out.frame(reply(h.ID, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "aegis: " + h.Method + " before the session was initialized"}))
 		return true
@@ -225,13 +220,20 @@ func (t *tasker) cancelIn(table map[string]context.CancelCauseFunc, key string, 
 }
 
 // taskIDOf returns the taskId member of a JSON object (a request's params,
-// a task), or "".
+// a task), or "" when it has none that every reader reads the same.
 func taskIDOf(obj json.RawMessage) string {
-	var p struct {
-		TaskID string `json:"taskId"`
+	v, ok := reading.Read(obj).One()
+	if !ok {
+		return ""
 	}
-	json.Unmarshal(obj, &p)
-	return p.TaskID
+	return taskIDIn(v)
+}
+
+// taskIDIn returns the taskId member of an object as read, or "" when it
+// has none that every reader reads the same.
+func taskIDIn(v *reading.Value) string {
+	id, _ := strMember(v, "taskId")
+	return id
 }
 
 // reply is the answer frame to request id: res, or err as a JSON-RPC
@@ -263,16 +265,6 @@ func (t *tasker) close() {
 	t.wg.Wait()
 }
 
-// hostMarks are what a host's line must hold for the task layer to act on
-// it (`"task` is in every task request and status: "tasks/…", "task",
-// "taskId"; `"tools/call"` in a plain call it may take, see plainCall);
-// any other line (results, notifications, other requests) passes without
-// being decoded here. Keys decode case-insensitively, so a line whose task
-// member is spelled otherwise ("Task") is not taken as a task: the SDK
-// then reads it as a plain tools/call, which is decided and recorded as
-// every call is.
-var hostMarks = [][]byte{[]byte(`"task`), []byte(`"tools/call"`), []byte(`"` + rawIDPrefix), []byte(`"initialize"`), []byte(`"tools/list"`), []byte(`notifications/cancelled`)}
-
 // plainCall reports whether the task layer takes line, a tools/call with
 // no task, as well: only from a stdio host (plainCalls; over HTTP a call's
 // server requests must go on that call's stream, which only the SDK's
@@ -284,11 +276,11 @@ var hostMarks = [][]byte{[]byte(`"task`), []byte(`"tools/call"`), []byte(`"` + r
 // server as decided (its name, arguments and _meta, nothing else),
 // without the SDK decoding and encoding it and its answer once more on
 // each side. Any other call goes to the SDK as before.
-func (t *tasker) plainCall(line []byte) bool {
+func (t *tasker) plainCall(r rpcRead) bool {
 	if !t.plainCalls || !t.ready.Load() || t.host() == nil {
 		return false
 	}
-	name, ok := plainCallName(line)
+	name, ok := plainCallName(r)
 	if !ok {
 		return false
 	}
@@ -300,54 +292,37 @@ func (t *tasker) plainCall(line []byte) bool {
 	return d != nil && d.raw != nil
 }
 
-// plainCallName returns the tool a tools/call line names when the line is
-// in the plain shape plainCall takes, and whether it is.
-func plainCallName(line []byte) (string, bool) {
-	var top map[string]json.RawMessage
-	if json.Unmarshal(line, &top) != nil || len(top) != 4 || string(top["jsonrpc"]) != `"2.0"` ||
-		string(top["method"]) != `"tools/call"` || top["params"] == nil {
+// plainCallName returns the tool a tools/call names when it is in the
+// plain shape plainCall takes, and whether it is.
+func plainCallName(r rpcRead) (string, bool) {
+	if !r.message || r.ambiguous != "" || r.method != "tools/call" || r.idKey == "" || len(r.v.Members) != 4 || r.params == nil {
 		return "", false
 	}
-	switch id := bytes.TrimSpace(top["id"]); {
-	case len(id) == 0 || string(id) == "null":
-		return "", false
-	case id[0] == '"':
-	default:
-		// A number id is an integer, as JSON-RPC readers take it.
-		var n int64
-		if json.Unmarshal(id, &n) != nil {
-			return "", false
-		}
+	if r.id.Kind == reading.Number && r.id.Num != math.Trunc(r.id.Num) {
+		return "", false // read as another id by some readers
 	}
-	var params map[string]json.RawMessage
-	if json.Unmarshal(top["params"], &params) != nil || params["name"] == nil {
+	if r.params.Kind != reading.Object {
 		return "", false
 	}
 	var name string
-	for k, v := range params {
-		switch k {
+	named := false
+	for _, m := range r.params.Members {
+		switch m.Name {
 		case "name":
-			if json.Unmarshal(v, &name) != nil {
+			s, ok := m.Value.String()
+			if !ok {
 				return "", false
 			}
+			name, named = s, true
 		case "arguments", "_meta":
-			if v = bytes.TrimSpace(v); len(v) == 0 || v[0] != '{' {
+			if m.Value.Kind != reading.Object {
 				return "", false
 			}
 		default:
 			return "", false
 		}
 	}
-	return name, true
-}
-
-func hostLineMatters(line []byte) bool {
-	for _, m := range hostMarks {
-		if bytes.Contains(line, m) {
-			return true
-		}
-	}
-	return false
+	return name, named
 }
 
 // maxWatched bounds the host requests whose answers wait to be amended.
@@ -488,11 +463,8 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 			fact["error"] = err.Error()
 		} else {
 			fact["result_digest"] = sha(compactJSON(raw))
-			var r struct {
-				IsError bool `json:"isError"`
-			}
-			json.Unmarshal(raw, &r)
-			fact["is_error"] = r.IsError
+			isErr, ok := memberAt(raw, "isError")
+			fact["is_error"] = ok && isErr.Kind == reading.Bool && isErr.Bool
 		}
 		if rc, ferr := g.sess.Fact(schemas.KindTaskResult, fact); ferr != nil {
 			return nil, auditRefusal(h.Method, ferr)
@@ -581,23 +553,30 @@ func (t *tasker) list(ctx context.Context) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			var page struct {
-				Tasks      []json.RawMessage `json:"tasks"`
-				NextCursor string            `json:"nextCursor"`
+			res, ok := memberAt(raw)
+			page, why := res.Get("tasks")
+			if !ok || why != "" || page != nil && page.Kind != reading.Array && page.Kind != reading.Null {
+				return nil, fmt.Errorf("server %s answered tasks/list with tasks that JSON readers read differently or that are no list", n)
 			}
-			if err := json.Unmarshal(raw, &page); err != nil {
-				return nil, fmt.Errorf("server %s answered tasks/list with %w", n, err)
+			var elems []*reading.Value
+			if page != nil {
+				elems = page.Elems
 			}
-			for _, task := range page.Tasks {
-				gid, ok := mine[n][taskIDOf(task)]
+			for _, task := range elems {
+				gid, ok := mine[n][taskIDIn(task)]
 				if !ok {
 					continue
 				}
-				if task, ok = mapTask(task, func(string) (string, bool) { return gid, true }); ok {
-					tasks = append(tasks, task)
+				if out, ok := mapTask(json.RawMessage(task.Raw), func(string) (string, bool) { return gid, true }); ok {
+					tasks = append(tasks, out)
 				}
 			}
-			if cursor = page.NextCursor; cursor == "" {
+			if next, ok := memberAt(raw, "nextCursor"); ok {
+				cursor, _ = next.String()
+			} else {
+				cursor = ""
+			}
+			if cursor == "" {
 				break
 			}
 		}
@@ -621,8 +600,7 @@ func (t *tasker) host() *mcp.ServerSession {
 func (t *tasker) serverCan(server, what string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var c map[string]json.RawMessage
-	return json.Unmarshal(t.caps[server], &c) == nil && c[what] != nil
+	return present(t.caps[server], what)
 }
 
 // capability is the tasks capability the gateway announces to the host:
@@ -633,19 +611,10 @@ func (t *tasker) capability() map[string]any {
 	defer t.mu.Unlock()
 	var calls, list, cancel bool
 	for _, raw := range t.caps {
-		var c struct {
-			List     json.RawMessage `json:"list"`
-			Cancel   json.RawMessage `json:"cancel"`
-			Requests struct {
-				Tools struct {
-					Call json.RawMessage `json:"call"`
-				} `json:"tools"`
-			} `json:"requests"`
-		}
-		if json.Unmarshal(raw, &c) != nil || c.Requests.Tools.Call == nil {
+		if !present(raw, "requests", "tools", "call") {
 			continue
 		}
-		calls, list, cancel = true, list || c.List != nil, cancel || c.Cancel != nil
+		calls, list, cancel = true, list || present(raw, "list"), cancel || present(raw, "cancel")
 	}
 	if !calls {
 		return nil
@@ -660,82 +629,131 @@ func (t *tasker) capability() map[string]any {
 	return cap
 }
 
-// serverLine follows one line from server, and takes it when it is the
-// answer to one of the gateway's own requests or a task status.
-func (t *tasker) serverLine(d *downRaw, line []byte, at bool) bool {
-	raw := bytes.Contains(line, []byte(`"`+rawIDPrefix))
-	status := bytes.Contains(line, []byte(`notifications/tasks/status`))
-	tools := bytes.Contains(line, []byte(`"tools"`)) || bytes.Contains(line, []byte(`"capabilities"`))
-	asks := t.hostCaps != nil && (bytes.Contains(line, []byte(`"task`)) || bytes.Contains(line, []byte(`cancelled`)))
-	if !raw && !status && !tools && !asks {
+// serverLine follows one frame from server, read once, and takes it when
+// it is the answer to one of the gateway's own requests or a task status.
+// An ambiguous frame that the layer would act on by some reading of it is
+// taken and refused (see serverAmbiguous); any other passes to the SDK.
+func (t *tasker) serverLine(d *downRaw, text []byte, r rpcRead) bool {
+	if r.notJSON || r.isBatch {
 		return false
 	}
-	var h rpcFrame
-	if json.Unmarshal(line, &h) != nil {
+	if r.ambiguous != "" {
+		return t.serverAmbiguous(d, text, r)
+	}
+	if !r.message {
 		return false
 	}
-	var id string
-	if h.Method == "" && json.Unmarshal(h.ID, &id) == nil && strings.HasPrefix(id, rawIDPrefix) {
-		if at {
-			d.deliver(id, h.Result, h.Error)
-		}
+	if !r.hasMethod && strings.HasPrefix(r.idKey, "s:"+rawIDPrefix) {
+		f := r.frame()
+		d.deliver(r.idKey[2:], f.Result, f.Error)
 		return true
 	}
-	if t.serverAsk(d, h, at) {
+	if t.serverAsk(d, r) {
 		return true
 	}
 	switch {
-	case h.Method == "notifications/tasks/status":
+	case r.method == "notifications/tasks/status":
 		// The status of a task of this server, under the gateway's id of
 		// it; while a task-augmented call to the server is in flight, of
 		// a task it has not answered yet too.
-		if !at {
-			return true
-		}
 		t.mu.Lock()
 		early := t.creating[d.server] > 0
-		params, known := mapTask(h.Params, func(id string) (string, bool) { return t.tasks.hostID(d.server, id, early) })
-		known = known && taskIDOf(h.Params) != ""
+		params, known := mapTask(raw(r.params), func(id string) (string, bool) { return t.tasks.hostID(d.server, id, early) })
+		known = known && taskIDIn(r.params) != ""
 		t.mu.Unlock()
 		if known {
-			t.out.frame(rpcFrame{JSONRPC: "2.0", Method: h.Method, Params: params})
+			t.out.frame(rpcFrame{JSONRPC: "2.0", Method: r.method, Params: params})
 		}
 		return true
-	case h.Method == "" && h.Result != nil:
-		t.observe(d.server, h.Result)
+	case !r.hasMethod && r.result != nil:
+		t.observe(d.server, r.result)
 	}
 	return false
 }
 
+// serverAmbiguous takes a frame of server that JSON readers read
+// differently when the task layer would act on it by some reading: an
+// answer to one of the gateway's own requests (the request then fails), a
+// task status (dropped), a request the host is to run as a task or about
+// such a task (answered with -32600). It is recorded as frame.dropped.
+// Any other ambiguous frame passes: the SDK and the pins read it as they
+// do, and the task layer does not observe it.
+func (t *tasker) serverAmbiguous(d *downRaw, text []byte, r rpcRead) bool {
+	why := r.ambiguous
+	var ours []string
+	acts := false
+	if r.v != nil {
+		for _, id := range foldedStrings(r.v, "id") {
+			if strings.HasPrefix(id, rawIDPrefix) {
+				ours = append(ours, id)
+			}
+		}
+		for _, m := range foldedStrings(r.v, "method") {
+			switch {
+			case m == "notifications/tasks/status":
+				acts = true
+			case t.hostCaps != nil && (taskMethods[m] || m == "sampling/createMessage" || m == "elicitation/create"):
+				acts = true
+			}
+		}
+	}
+	if len(ours) == 0 && !acts {
+		return false
+	}
+	t.g.recordDropped("s2c", text, "aegis refused a frame of server "+d.server+" that JSON readers read differently: "+why)
+	for _, id := range ours {
+		d.deliver(id, nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: server " + d.server + " answered with a frame that JSON readers read differently: " + why})
+	}
+	if r.hasMethod && r.idKey != "" && r.id.Ambiguous == "" {
+		d.send(reply(r.idRaw(), nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "aegis: refused a frame that JSON readers read differently: " + why}))
+	}
+	return true
+}
+
+// foldedStrings are the string values of v's members whose names equal
+// name under case folding: every value some reader could take for it.
+func foldedStrings(v *reading.Value, name string) []string {
+	var out []string
+	for _, m := range v.Members {
+		if strings.EqualFold(m.Name, name) {
+			if s, ok := m.Value.String(); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
 // observe notes, from a server's answer, its tasks capability and its
 // tools' execution.
-func (t *tasker) observe(server string, result json.RawMessage) {
-	var r struct {
-		Capabilities *struct {
-			Tasks json.RawMessage `json:"tasks"`
-		} `json:"capabilities"`
-		ProtocolVersion string `json:"protocolVersion"`
-		Tools           []struct {
-			Name      string          `json:"name"`
-			Execution json.RawMessage `json:"execution"`
-		} `json:"tools"`
+func (t *tasker) observe(server string, result *reading.Value) {
+	caps, why := result.Get("capabilities")
+	var tasks *reading.Value
+	if why == "" && caps != nil {
+		if v, w := caps.Get("tasks"); w == "" && v != nil && v.Kind != reading.Null {
+			tasks = v
+		}
 	}
-	if json.Unmarshal(result, &r) != nil {
-		return
-	}
+	version, _ := strMember(result, "protocolVersion")
+	tools, why := result.Get("tools")
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if r.Capabilities != nil && r.ProtocolVersion != "" && r.Capabilities.Tasks != nil {
-		t.caps[server] = r.Capabilities.Tasks
+	if tasks != nil && version != "" {
+		t.caps[server] = json.RawMessage(tasks.Raw)
 	}
-	for _, tool := range r.Tools {
-		if tool.Execution == nil {
+	if why != "" || tools == nil {
+		return
+	}
+	for _, tool := range tools.Elems {
+		name, ok := strMember(tool, "name")
+		x, w := tool.Get("execution")
+		if !ok || w != "" || x == nil || x.Kind == reading.Null {
 			continue
 		}
 		if t.exec[server] == nil {
 			t.exec[server] = map[string]json.RawMessage{}
 		}
-		t.exec[server][tool.Name] = tool.Execution
+		t.exec[server][name] = json.RawMessage(x.Raw)
 	}
 }
 
@@ -746,14 +764,15 @@ func (t *tasker) amend(p []byte) []byte {
 	t.mu.Lock()
 	n := len(t.watch)
 	t.mu.Unlock()
-	if n == 0 || !bytes.Contains(p, []byte(`"result"`)) {
+	if n == 0 {
 		return p
 	}
-	var h rpcFrame
-	if json.Unmarshal(p, &h) != nil || h.Method != "" {
+	r := readRPC(p)
+	if !r.message || r.hasMethod || r.ambiguous != "" || r.isBatch {
 		return p
 	}
-	k := rpcIDKey(h.ID)
+	h := r.frame()
+	k := r.idKey
 	t.mu.Lock()
 	method, ok := t.watch[k]
 	delete(t.watch, k)
@@ -960,7 +979,7 @@ type serverReader struct {
 }
 
 func (t *tasker) serverReader(d *downRaw, r io.Reader) io.ReadCloser {
-	return &serverReader{f: &frameFilter{r: r, take: func(line []byte, at bool) bool { return t.serverLine(d, line, at) }}, d: d}
+	return &serverReader{f: &frameFilter{r: r, take: func(text []byte, rd reading.Reading) bool { return t.serverLine(d, text, readRPCOf(rd)) }}, d: d}
 }
 
 func (s *serverReader) Read(p []byte) (int, error) {
@@ -976,20 +995,22 @@ func (s *serverReader) Close() error { return s.f.Close() }
 // createdTaskID returns the task id of a CreateTaskResult, or "" for any
 // other result.
 func createdTaskID(result json.RawMessage) string {
-	var r struct {
-		Task json.RawMessage `json:"task"`
+	task, ok := memberAt(result, "task")
+	if !ok {
+		return ""
 	}
-	json.Unmarshal(result, &r)
-	return taskIDOf(r.Task)
+	return taskIDIn(task)
 }
 
-// cancelledID returns the requestId of notifications/cancelled params.
-func cancelledID(params json.RawMessage) json.RawMessage {
-	var p struct {
-		RequestID json.RawMessage `json:"requestId"`
+// cancelledKey returns the requestId of notifications/cancelled params,
+// keyed as the SDK keys ids, or "" when it has none every reader reads
+// the same.
+func cancelledKey(params *reading.Value) string {
+	id, why := params.Get("requestId")
+	if why != "" || id == nil {
+		return ""
 	}
-	json.Unmarshal(params, &p)
-	return p.RequestID
+	return idKeyOf(id)
 }
 
 // maxTasks bounds the tasks a gateway remembers, each way: a session that

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/aegis-dev/aegis/proxy/reading"
 )
 
 type nopWriteCloser struct{ io.Writer }
@@ -54,14 +56,16 @@ func FuzzTaskLines(f *testing.F) {
 		d := newDownRaw("s", &toServer)
 		g.tk.creating["s"] = 1 // statuses of tasks not created yet pass too
 		for _, line := range [][]byte{first, second} {
-			g.tk.hostLine(line, true) // not ready: a task request is refused at once
-			g.tk.serverLine(d, line, true)
+			g.tk.hostLine(readRPC(line)) // not ready: a task request is refused at once
+			g.tk.serverLine(d, line, readRPC(line))
 			if e := g.tk.relatedToHost("s", line); !bytes.Equal(e, line) && !json.Valid(e) {
 				t.Fatalf("mapped %q into %q", line, e)
 			}
 		}
 		g.tk.close() // not ready: what was taken is refused at once
-		g.tk.observe("s", second)
+		if v, ok := reading.Read(second).One(); ok {
+			g.tk.observe("s", v)
+		}
 		amended := g.tk.amend(second)
 		if !bytes.Equal(amended, second) && !json.Valid(amended) {
 			t.Fatalf("amended %q into %q", second, amended)
@@ -99,10 +103,10 @@ func TestHostTaskStatusReachesItsServer(t *testing.T) {
 	status := func(id string) []byte {
 		return []byte(`{"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"` + id + `","status":"working"}}`)
 	}
-	if !g.tk.hostLine(status("h1"), true) || !bytes.Contains(toServer.b.Bytes(), []byte(`"taskId":"h1"`)) {
+	if !g.tk.hostLine(readRPC(status("h1"))) || !bytes.Contains(toServer.b.Bytes(), []byte(`"taskId":"h1"`)) {
 		t.Fatalf("the status of h1 did not reach its server: %q", toServer.b.Bytes())
 	}
-	if g.tk.hostLine(status("other"), true) || bytes.Contains(toServer.b.Bytes(), []byte(`"other"`)) {
+	if g.tk.hostLine(readRPC(status("other"))) || bytes.Contains(toServer.b.Bytes(), []byte(`"other"`)) {
 		t.Fatalf("the status of another task reached the server: %q", toServer.b.Bytes())
 	}
 }
@@ -120,7 +124,7 @@ func FuzzPlainCallShape(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"s__t","name":"s__u"}}`))
 	f.Add([]byte(`{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"s__t"}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		name, ok := plainCallName(line)
+		name, ok := plainCallName(readRPC(line))
 		if !ok {
 			return
 		}
@@ -179,7 +183,7 @@ func TestTaskIDMapAtItsLimit(t *testing.T) {
 	if e := m.created.m[last]; e.server != "a" || e.serverID != "t"+strconv.Itoa(maxTasks/2) {
 		t.Errorf("the newest task is %v", e)
 	}
-	g.tk.hostLine([]byte(`{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"`+ids[0]+`"}}`), true)
+	g.tk.hostLine(readRPC([]byte(`{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"` + ids[0] + `"}}`)))
 	g.tk.close()
 	if !bytes.Contains(out.b.Bytes(), []byte(`"code":-32602`)) || toA.b.Len()+toB.b.Len() != 0 {
 		t.Errorf("the forgotten task: host got %q, servers %q %q", out.b.Bytes(), toA.b.Bytes(), toB.b.Bytes())
@@ -188,7 +192,7 @@ func TestTaskIDMapAtItsLimit(t *testing.T) {
 	g.tk.creating["a"] = 1
 	for i := range maxEarlyTasks + 1 {
 		line := `{"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"e` + strconv.Itoa(i) + `","status":"working"}}`
-		g.tk.serverLine(g.downs["a"].raw, []byte(line), true)
+		g.tk.serverLine(g.downs["a"].raw, []byte(line), readRPC([]byte(line)))
 	}
 	if len(m.early.m) != maxEarlyTasks || len(m.early.order) != maxEarlyTasks || len(m.back) != maxTasks+maxEarlyTasks {
 		t.Fatalf("after %d early statuses: %d held, %d in order, %d ways back", maxEarlyTasks+1, len(m.early.m), len(m.early.order), len(m.back))

@@ -385,3 +385,33 @@ func TestReadKeepsRawBytes(t *testing.T) {
 		t.Fatalf("object raw %q", v.Raw)
 	}
 }
+
+// A text cut inside a value says that more could complete it, as a stream
+// reader waits for more (a frame split over lines); a text that no more
+// could make JSON does not.
+func TestMoreMarksATextThatEndsInsideAValue(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		more bool
+	}{
+		{`{"a":`, true},
+		{`{"a":[1,`, true},
+		{`{"a":"x`, true},
+		{`{"a":"x\`, true},
+		{`{"a":"\u00`, true},
+		{`{"a":tr`, true},
+		{`{"a":1.`, true},
+		{`{"a":-`, true},
+		{`{"a":1}`, false},
+		{`{"a":1}}`, false},
+		{`{"a":x`, false},
+		{`{"a":"\uzz`, false},
+		{`{"a":tx`, false},
+		{`garbage`, false},
+		{`{"a":1} {"b":`, true},
+	} {
+		if rd := Read([]byte(tc.text)); rd.More != tc.more {
+			t.Errorf("%s: More %v, want %v (err %q)", tc.text, rd.More, tc.more, rd.Err)
+		}
+	}
+}

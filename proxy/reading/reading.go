@@ -75,6 +75,9 @@ type Reading struct {
 	// End is the offset in the text just past the last complete value (0
 	// when there is none): what a stream reader has consumed when it stops.
 	End int
+	// More says that the text ends inside a value (Err is then set): more
+	// text could complete it, as a reader of a stream waits for.
+	More bool
 }
 
 // One returns the text's only value, if it holds exactly one and is read
@@ -103,6 +106,7 @@ func Read(text []byte) Reading {
 		v, err := p.value(1)
 		if err != "" {
 			r.Err = err
+			r.More = p.more
 			if p.tooDeep {
 				r.Ambiguous = "nesting deeper than aegis reads (" + strconv.Itoa(maxReadDepth-1) + "), which some readers read"
 			}
@@ -177,6 +181,7 @@ type parser struct {
 	b       []byte
 	i       int
 	tooDeep bool
+	more    bool    // the text ended where more could follow
 	slab    []Value // values are carved from it: one allocation for many
 }
 
@@ -201,6 +206,9 @@ func (p *parser) space() {
 }
 
 func (p *parser) fail(what string) string {
+	if p.i >= len(p.b) {
+		p.more = true
+	}
 	return what + " at offset " + strconv.Itoa(p.i)
 }
 
@@ -253,6 +261,9 @@ func (p *parser) value(depth int) (*Value, string) {
 }
 
 func (p *parser) literal(word string, v *Value) (*Value, string) {
+	if rest := p.b[p.i:]; len(rest) < len(word) && strings.HasPrefix(word, string(rest)) {
+		p.more = true
+	}
 	if !strings.HasPrefix(string(p.b[p.i:min(len(p.b), p.i+len(word))]), word) || len(p.b)-p.i < len(word) {
 		return nil, p.fail("invalid literal")
 	}
@@ -469,6 +480,7 @@ func (p *parser) str() (string, string, string) {
 			return "", "", p.fail("control character in a string")
 		case c == '\\':
 			if p.i+1 >= len(p.b) {
+				p.more = true
 				return "", "", p.fail("unexpected end of text in a string")
 			}
 			e := p.b[p.i+1]
@@ -533,6 +545,9 @@ func (p *parser) str() (string, string, string) {
 
 func (p *parser) hex4() (rune, bool) {
 	if p.i+4 > len(p.b) {
+		if _, err := strconv.ParseUint("0"+string(p.b[p.i:]), 16, 16); err == nil {
+			p.more = true
+		}
 		return 0, false
 	}
 	n, err := strconv.ParseUint(string(p.b[p.i:p.i+4]), 16, 16)

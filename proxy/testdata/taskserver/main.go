@@ -12,7 +12,9 @@
 // _meta), then answers "result of NAME" with the task in its related-task
 // _meta. A task id it did not give is refused with -32602. Every line it
 // receives is appended to the file named by -log, so a test can tell what
-// reached the server. It exits at stdin EOF.
+// reached the server. With -dup its CreateTaskResult names the task twice
+// (taskId given twice, -id then "t2"), a frame JSON readers read
+// differently. It exits at stdin EOF.
 package main
 
 import (
@@ -29,6 +31,7 @@ func main() {
 	name := flag.String("name", "taskserver", "the name its results and statuses carry")
 	taskID := flag.String("id", "t1", "the id of every task it creates")
 	logPath := flag.String("log", "", "append every line received to this file")
+	dup := flag.Bool("dup", false, "name the created task twice in the CreateTaskResult")
 	flag.Parse()
 	var logf *os.File
 	if *logPath != "" {
@@ -110,7 +113,13 @@ func main() {
 			}
 			setStatus("working")
 			send(map[string]any{"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": merge(task(), "statusMessage", *name+" started")})
-			answer(map[string]any{"task": task()})
+			if *dup {
+				mu.Lock()
+				os.Stdout.Write([]byte(`{"jsonrpc":"2.0","id":` + string(id) + `,"result":{"task":{"taskId":"` + *taskID + `","taskId":"t2","status":"working","ttl":60000,"createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z"}}}` + "\n"))
+				mu.Unlock()
+			} else {
+				answer(map[string]any{"task": task()})
+			}
 			setStatus("completed")
 			send(map[string]any{"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": merge(task(), "statusMessage", *name+" done")})
 		case "tasks/get":
