@@ -375,14 +375,16 @@ func (s *Store) commit(batch []*item, err error) {
 		if perr == nil {
 			seq, perr = s.publish(batch)
 		}
-		if errors.Is(perr, errStreamFull) {
-			err = fmt.Errorf("%w: %w", ErrFailed, s.fullError())
-		} else if de := diskFull(s.dir); perr != nil && de != nil {
-			err = fmt.Errorf("%w: %w (the store said: %v)", ErrFailed, de, perr)
-		} else if perr != nil {
-			err = fmt.Errorf("%w: %v (restart aegis; acknowledged events are safe on disk)", ErrFailed, perr)
-		}
 		if perr != nil {
+			// Only a failed commit asks the disk how full it is: a
+			// statfs per commit cost every call two system calls.
+			if errors.Is(perr, errStreamFull) {
+				err = fmt.Errorf("%w: %w", ErrFailed, s.fullError())
+			} else if de := diskFull(s.dir); de != nil {
+				err = fmt.Errorf("%w: %w (the store said: %v)", ErrFailed, de, perr)
+			} else {
+				err = fmt.Errorf("%w: %v (restart aegis; acknowledged events are safe on disk)", ErrFailed, perr)
+			}
 			s.mu.Lock()
 			if s.failed == nil {
 				s.failed = err
