@@ -222,7 +222,7 @@ func (s *Store) enqueue(lazy bool, evs []schemas.Event) ([]*Receipt, error) {
 		if len(data) > s.cfg.MaxEventBytes {
 			return nil, fmt.Errorf("append %s event of %d bytes: %w (limit %d)", e.Kind, len(data), ErrTooLarge, s.cfg.MaxEventBytes)
 		}
-		items[i] = &item{store: s, lazy: lazy, session: e.Session, subject: e.Subject(), data: data, size: len(data), done: make(chan struct{}), alone: committedAlone(e.Kind)}
+		items[i] = &item{store: s, lazy: lazy, session: e.Session, subject: e.Subject(), data: data, size: len(data), done: make(chan struct{}), alone: committedAlone(e.Kind), kind: e.Kind}
 	}
 	return s.queueItems(lazy, items)
 }
@@ -373,7 +373,10 @@ func (s *Store) commit(batch []*item, err error) {
 			}
 		}
 		if perr == nil {
-			seq, perr = s.publish(batch)
+			tap := s.tapData(batch)
+			if seq, perr = s.publish(batch); perr == nil && tap != nil {
+				s.tapped(seq, tap)
+			}
 		}
 		if perr != nil {
 			// Only a failed commit asks the disk how full it is: a

@@ -109,7 +109,7 @@ func LoadIndex(ctx context.Context, st IndexSource, log *slog.Logger, each func(
 
 // Update folds the events after the last one folded.
 func (ix *Index) Update(ctx context.Context, st IndexSource, each func()) error {
-	_, err := ix.update(ctx, st, 0, each)
+	_, err := ix.update(ctx, st, nil, 0, each)
 	return err
 }
 
@@ -121,13 +121,23 @@ func (ix *Index) Update(ctx context.Context, st IndexSource, each func()) error 
 // reads cached for a while, and a fold that kept up with a flood of
 // 16 MiB frames more than doubled the process's memory.
 func (ix *Index) UpdateSome(ctx context.Context, st IndexSource, budget int64) (more bool, err error) {
-	return ix.update(ctx, st, budget, nil)
+	return ix.update(ctx, st, nil, budget, nil)
+}
+
+// updateTapped is [Index.UpdateSome] that first folds what tap holds of
+// the messages after the index's end (see [events.CommitTap]), and reads
+// only the rest back from the stream. A tap hands out a message exactly as
+// the stream would, except for a frame event's frame, which no part of the
+// fold reads (the session index counts frames, and nothing else looks at
+// them), so the index comes out the same either way.
+func (ix *Index) updateTapped(ctx context.Context, st IndexSource, tap *events.CommitTap, budget int64) (more bool, err error) {
+	return ix.update(ctx, st, tap, budget, nil)
 }
 
 // errBudget stops a replay at a message boundary once the budget is spent.
 var errBudget = errors.New("fold budget spent")
 
-func (ix *Index) update(ctx context.Context, st IndexSource, budget int64, each func()) (bool, error) {
+func (ix *Index) update(ctx context.Context, st IndexSource, tap *events.CommitTap, budget int64, each func()) (bool, error) {
 	from := events.Position{}
 	if ix.Folded {
 		// A replay hands out every event of a message before it returns,
@@ -138,7 +148,7 @@ func (ix *Index) update(ctx context.Context, st IndexSource, budget int64, each 
 		from = events.Position{Seq: ix.At.Seq + 1}
 	}
 	var spent int64
-	err := st.Replay(ctx, from, func(r events.Record) error {
+	fold := func(r events.Record) error {
 		if budget > 0 && spent >= budget && r.Pos.Index == 0 {
 			return errBudget
 		}
@@ -148,7 +158,14 @@ func (ix *Index) update(ctx context.Context, st IndexSource, budget int64, each 
 			each()
 		}
 		return nil
-	})
+	}
+	var err error
+	if tap != nil && ix.Folded {
+		from, err = tap.Replay(ctx, from, fold)
+	}
+	if err == nil {
+		err = st.Replay(ctx, from, fold)
+	}
 	if errors.Is(err, errBudget) {
 		return true, nil
 	}

@@ -106,6 +106,7 @@ type Session struct {
 	proj *fileProjection
 
 	index     *Index
+	indexTap  *events.CommitTap // what the store commits, for the index
 	indexStop context.CancelFunc
 	indexDone chan struct{}
 	path      string      // the record file, resolved
@@ -245,6 +246,11 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 func (s *Session) startIndexer(ix *Index, path string, every time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.index, s.indexStop, s.indexDone = ix, cancel, make(chan struct{})
+	if every > 0 {
+		// The index folds the session's own commits from the tap and
+		// reads back from the stream only what the tap lacks.
+		s.indexTap = s.store.TapCommits()
+	}
 	go func() {
 		defer close(s.indexDone)
 		// At once: what the start folded, for the next start and for
@@ -300,7 +306,7 @@ const (
 // session's index and saves it. A failure costs the next start time,
 // nothing else.
 func (s *Session) saveIndex(ctx context.Context, budget int64) {
-	if _, err := s.index.UpdateSome(ctx, s.store, budget); err != nil {
+	if _, err := s.index.updateTapped(ctx, s.store, s.indexTap, budget); err != nil {
 		if ctx.Err() == nil {
 			s.log.Debug("index not updated", "err", err)
 		}
@@ -324,6 +330,12 @@ func (s *Session) stopIndexer(save bool) {
 	s.indexStop()
 	<-s.indexDone
 	s.indexStop = nil
+	if s.indexTap != nil {
+		defer func() {
+			s.indexTap.Close()
+			s.indexTap = nil
+		}()
+	}
 	if !save {
 		return
 	}
