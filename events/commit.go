@@ -374,8 +374,9 @@ func (s *Store) commit(batch []*item, err error) {
 		}
 		if perr == nil {
 			tap := s.tapData(batch)
-			if seq, perr = s.publish(batch); perr == nil && tap != nil {
-				s.tapped(seq, tap)
+			var subject string
+			if subject, seq, perr = s.publish(batch); perr == nil && tap != nil {
+				s.tapped(seq, subject, tap)
 			}
 		}
 		if perr != nil {
@@ -426,12 +427,12 @@ func resolve(batch []*item, seq uint64, err error) {
 // The items let go of their bytes as soon as they are handed on: once the
 // server has read a message it holds its own copies, and during the fsync
 // this one would be a third.
-func (s *Store) publish(batch []*item) (uint64, error) {
+func (s *Store) publish(batch []*item) (string, uint64, error) {
 	subject, seq, err := s.publishBatch(batch)
 	if err == nil {
 		s.stored(subject)
 	}
-	return seq, err
+	return subject, seq, err
 }
 
 // stored tells the stream's readers ([StreamReader.Watch]) that a message

@@ -1,9 +1,14 @@
 package events
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"slices"
+	"strconv"
 	"sync"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -27,7 +32,25 @@ type CommitTap struct {
 	mu    sync.Mutex
 	msgs  []tapMsg
 	bytes int
+	// last is the latest message committed, whole, while it is small
+	// (tapWhole): what [CommitTap.Digest] digests.
+	last tapWhole
+	// digest is the digest of the last message Replay handed out, when
+	// it could be made from last.
+	digest    string
+	digestSeq uint64
 }
+
+// tapWhole is a committed message as the stream holds it.
+type tapWhole struct {
+	seq     uint64
+	subject string
+	header  nats.Header
+	events  [][]byte
+}
+
+// tapWholeLimit bounds the message a tap keeps whole.
+const tapWholeLimit = 64 << 10
 
 // tapMsg is one committed message: its sequence and its events' data.
 type tapMsg struct {
@@ -74,30 +97,53 @@ func (l *tapList) list() []*CommitTap {
 	return l.taps
 }
 
+// tapCommit is what the taps keep of one commit.
+type tapCommit struct {
+	events [][]byte // each event's data, a frame event's without its frame
+	whole  [][]byte // each event's data, while the message is small; else nil
+}
+
 // tapData returns what a tap keeps of a batch about to be published (nil
-// without a tap): each event's data, a frame event's without its frame.
-// It runs before publish lets go of the items' data.
-func (s *Store) tapData(batch []*item) [][]byte {
+// without a tap). It runs before publish lets go of the items' data; the
+// data is not copied (nothing changes it after Encode), only a frame's
+// envelope is.
+func (s *Store) tapData(batch []*item) *tapCommit {
 	if len(s.taps.Load().list()) == 0 {
 		return nil
 	}
-	out := make([][]byte, len(batch))
+	c := &tapCommit{events: make([][]byte, len(batch))}
+	size := 0
 	for i, it := range batch {
-		out[i] = it.data
+		c.events[i] = it.data
+		size += len(it.data) + 1
 		if it.kind == schemas.KindFrameC2S || it.kind == schemas.KindFrameS2C || it.kind == schemas.KindFrameRefusal {
 			if env, ok := schemas.FrameEnvelope(it.data); ok {
-				out[i] = env
+				c.events[i] = env
 			}
 		}
 	}
-	return out
+	if size <= tapWholeLimit {
+		c.whole = make([][]byte, len(batch))
+		for i, it := range batch {
+			c.whole[i] = it.data
+		}
+	}
+	return c
 }
 
-// tapped hands every tap the events of the message committed at seq.
-func (s *Store) tapped(seq uint64, evs [][]byte) {
+// tapped hands every tap the events of the message committed at seq under
+// subject.
+func (s *Store) tapped(seq uint64, subject string, c *tapCommit) {
 	n := 0
-	for _, d := range evs {
+	for _, d := range c.events {
 		n += len(d)
+	}
+	last := tapWhole{seq: seq}
+	if c.whole != nil {
+		last = tapWhole{seq: seq, subject: subject, events: c.whole}
+		if len(c.whole) > 1 {
+			last.header = nats.Header{batchHeader: []string{strconv.Itoa(len(c.whole))}}
+		}
 	}
 	for _, t := range s.taps.Load().list() {
 		t.mu.Lock()
@@ -105,8 +151,9 @@ func (s *Store) tapped(seq uint64, evs [][]byte) {
 			// The reader reads these back from the stream instead.
 			t.msgs, t.bytes = nil, 0
 		}
-		t.msgs = append(t.msgs, tapMsg{seq: seq, events: evs})
+		t.msgs = append(t.msgs, tapMsg{seq: seq, events: c.events})
 		t.bytes += n
+		t.last = last
 		t.mu.Unlock()
 	}
 }
@@ -119,12 +166,22 @@ func (s *Store) tapped(seq uint64, evs [][]byte) {
 // handed out (from, if none): the caller reads on from there with
 // [Store.Replay], which finds whatever the tap did not have. The tap lets
 // go of everything it held. An error from fn is returned as it is.
-func (t *CommitTap) Replay(ctx context.Context, from Position, fn func(Record) error) (Position, error) {
+func (t *CommitTap) Replay(ctx context.Context, from Position, fn func(Record) error) (next Position, err error) {
 	t.mu.Lock()
-	msgs := t.msgs
+	msgs, last := t.msgs, t.last
 	t.msgs, t.bytes = nil, 0
 	t.mu.Unlock()
-	next := from
+	defer func() {
+		// The last message handed out, digested from its whole bytes
+		// if the tap kept them (it is then the latest commit).
+		if next != from && last.events != nil && last.seq+1 == next.Seq {
+			d := last.digest()
+			t.mu.Lock()
+			t.digestSeq, t.digest = last.seq, d
+			t.mu.Unlock()
+		}
+	}()
+	next = from
 	for _, m := range msgs {
 		if m.seq < next.Seq {
 			continue // read already
@@ -156,4 +213,65 @@ func (t *CommitTap) Replay(ctx context.Context, from Position, fn func(Record) e
 		next = Position{Seq: m.seq + 1}
 	}
 	return next, nil
+}
+
+// digest is [Store.MessageDigest] of the message.
+func (w tapWhole) digest() string {
+	data := w.events[0]
+	if len(w.events) > 1 {
+		data = bytes.Join(w.events, []byte{'\n'})
+	}
+	return messageDigest(w.subject, w.header, data)
+}
+
+// Digest returns [Store.MessageDigest] of the message at seq, if that is
+// the last message the tap handed out and the tap kept it whole; ok is
+// false otherwise. A reader that saves where it stands asks it instead of
+// reading the message back: any read of the block the store is writing
+// makes the embedded server keep that block's cache only weakly from then
+// on, and load the whole block from disk again for the next write after
+// every garbage collection.
+func (t *CommitTap) Digest(seq uint64) (digest string, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.digest == "" || t.digestSeq != seq {
+		return "", false
+	}
+	return t.digest, true
+}
+
+// Rest reports whether the stream holds messages at or after from that
+// the tap will not hand out: a message another process published, or
+// one committed before the tap started. Without them, everything from
+// from on is the tap's, and the reader need not read the stream (which
+// would load the block being written, see [CommitTap.Digest]). It fails
+// as [Store.Replay] does on a damaged stream.
+func (t *CommitTap) Rest(ctx context.Context, from Position) (bool, error) {
+	st, err := t.s.state(ctx)
+	if err != nil {
+		return false, fmt.Errorf("replay: %w", err)
+	}
+	if err := t.s.damage(st, ""); err != nil {
+		return false, err
+	}
+	last := st.State.LastSeq
+	if last == 0 || from.Seq > last {
+		return false, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// The messages the tap holds now must run from from.Seq through last
+	// without a gap. Those the store commits from now on take sequences
+	// after last.
+	want := from.Seq
+	for _, m := range t.msgs {
+		if m.seq < want {
+			continue
+		}
+		if m.seq > want || want > last {
+			break
+		}
+		want++
+	}
+	return want <= last, nil
 }

@@ -74,6 +74,38 @@ func TestCommitTapStopsAtAMessageItDidNotCommit(t *testing.T) {
 		t.Fatalf("the tap handed out %d events up to %v, want the %d the stream holds:\n got %+v\nwant %+v", len(got), next, len(want), got, want)
 	}
 
+	// The digest of the last message handed out is the stream's, a
+	// batch's as well as a lone event's; with nothing but the tap's own
+	// commits after it, nothing is left to read from the stream.
+	checkDigest := func(at Position) {
+		t.Helper()
+		want, err := s.MessageDigest(ctx, at.Seq-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := tap.Digest(at.Seq - 1); !ok || got != want {
+			t.Fatalf("tap digest of message %d = %q, %v; the stream's is %q", at.Seq-1, got, ok, want)
+		}
+		if _, ok := tap.Digest(at.Seq - 2); ok {
+			t.Fatalf("the tap gave a digest of message %d, which it did not hand out last", at.Seq-2)
+		}
+	}
+	checkDigest(next)
+	rs, err := s.EnqueueAwaited(newEvent(t, s, sess, schemas.KindChildStarted, map[string]int{"pid": 8}), newEvent(t, s, sess, schemas.KindNote, map[string]string{"note": "y"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs[1].Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := tap.Rest(ctx, next); err != nil || rest {
+		t.Fatalf("Rest = %v, %v with only the tap's commits in the stream", rest, err)
+	}
+	if next, err = tap.Replay(ctx, next, func(Record) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	checkDigest(next)
+
 	// Another publisher's message between two commits: the tap hands out
 	// the commit before it and stops there; Replay reads the rest.
 	commit()
@@ -91,6 +123,9 @@ func TestCommitTapStopsAtAMessageItDidNotCommit(t *testing.T) {
 	}
 	commit()
 	from := next
+	if rest, err := tap.Rest(ctx, from); err != nil || !rest {
+		t.Fatalf("Rest = %v, %v with another publisher's message in the stream", rest, err)
+	}
 	got = nil
 	next, err = tap.Replay(ctx, from, collect)
 	if err != nil {

@@ -160,10 +160,22 @@ func (ix *Index) update(ctx context.Context, st IndexSource, tap *events.CommitT
 		return nil
 	}
 	var err error
-	if tap != nil && ix.Folded {
-		from, err = tap.Replay(ctx, from, fold)
+	rest := true
+	if tap != nil {
+		if !ix.Folded {
+			// Nothing folded yet: the stream's first message is 1
+			// (a stream a rotation began starts later, which the tap
+			// sees as a gap, so that the stream is read).
+			from = events.Position{Seq: 1}
+		}
+		if from, err = tap.Replay(ctx, from, fold); err == nil {
+			// Read the stream only for what the tap will not hand out
+			// (see CommitTap.Rest); the session's own commits since are
+			// the next update's.
+			rest, err = tap.Rest(ctx, from)
+		}
 	}
-	if err == nil {
+	if err == nil && rest {
 		err = st.Replay(ctx, from, fold)
 	}
 	if errors.Is(err, errBudget) {
@@ -283,10 +295,24 @@ func (ix *Index) restore(s sessionSnap) error {
 // changed since the last save, then the head. A snapshot cut short by a
 // crash is detected and thrown away by the next [LoadIndex].
 func (ix *Index) Save(ctx context.Context, st IndexSource) error {
+	return ix.saveTapped(ctx, st, nil)
+}
+
+// saveTapped is [Index.Save] that takes the digest of the message the
+// index stands at from tap when it has it ([events.CommitTap.Digest]),
+// rather than reading the message back.
+func (ix *Index) saveTapped(ctx context.Context, st IndexSource, tap *events.CommitTap) error {
 	if !ix.Folded || ix.saved.ok && ix.saved.at == ix.At && !ix.filesNew {
 		return nil // nothing new since the last save
 	}
-	digest, err := st.MessageDigest(ctx, ix.At.Seq)
+	digest, ok := "", false
+	if tap != nil {
+		digest, ok = tap.Digest(ix.At.Seq)
+	}
+	var err error
+	if !ok {
+		digest, err = st.MessageDigest(ctx, ix.At.Seq)
+	}
 	if err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}

@@ -171,6 +171,18 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 	if err != nil {
 		return nil, err
 	}
+	var tap *events.CommitTap
+	if cfg.IndexEvery > 0 {
+		// From the session's first event on: the index folds the
+		// session's own commits from the tap, and reads back from the
+		// stream only what the tap lacks.
+		tap = cfg.Store.TapCommits()
+		defer func() {
+			if err != nil {
+				tap.Close()
+			}
+		}()
+	}
 	s := &Session{store: cfg.Store, chain: chain, id: id, log: cfg.Logger, pins: ix.pins.clone()}
 	var extra map[string]any
 	var with []schemas.Event
@@ -235,6 +247,7 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 	}
 	s.proj.push(entry.Bytes, rcpt)
 	s.path = path
+	s.indexTap = tap
 	s.startIndexer(ix, path, cfg.IndexEvery)
 	return s, nil
 }
@@ -246,11 +259,6 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 func (s *Session) startIndexer(ix *Index, path string, every time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.index, s.indexStop, s.indexDone = ix, cancel, make(chan struct{})
-	if every > 0 {
-		// The index folds the session's own commits from the tap and
-		// reads back from the stream only what the tap lacks.
-		s.indexTap = s.store.TapCommits()
-	}
 	go func() {
 		defer close(s.indexDone)
 		// At once: what the start folded, for the next start and for
@@ -312,7 +320,7 @@ func (s *Session) saveIndex(ctx context.Context, budget int64) {
 		}
 		return
 	}
-	if err := s.index.Save(ctx, s.store); err != nil && ctx.Err() == nil {
+	if err := s.index.saveTapped(ctx, s.store, s.indexTap); err != nil && ctx.Err() == nil {
 		s.log.Debug("index not saved", "err", err)
 	}
 }
