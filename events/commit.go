@@ -222,7 +222,7 @@ func (s *Store) enqueue(lazy bool, evs []schemas.Event) ([]*Receipt, error) {
 		if len(data) > s.cfg.MaxEventBytes {
 			return nil, fmt.Errorf("append %s event of %d bytes: %w (limit %d)", e.Kind, len(data), ErrTooLarge, s.cfg.MaxEventBytes)
 		}
-		items[i] = &item{store: s, lazy: lazy, session: e.Session, subject: e.Subject(), data: data, size: len(data), done: make(chan struct{}), alone: committedAlone(e.Kind)}
+		items[i] = &item{store: s, lazy: lazy, session: e.Session, subject: e.Subject(), data: data, size: len(data), done: make(chan struct{}), alone: committedAlone(e.Kind), kind: e.Kind}
 	}
 	return s.queueItems(lazy, items)
 }
@@ -373,16 +373,22 @@ func (s *Store) commit(batch []*item, err error) {
 			}
 		}
 		if perr == nil {
-			seq, perr = s.publish(batch)
-		}
-		if errors.Is(perr, errStreamFull) {
-			err = fmt.Errorf("%w: %w", ErrFailed, s.fullError())
-		} else if de := diskFull(s.dir); perr != nil && de != nil {
-			err = fmt.Errorf("%w: %w (the store said: %v)", ErrFailed, de, perr)
-		} else if perr != nil {
-			err = fmt.Errorf("%w: %v (restart aegis; acknowledged events are safe on disk)", ErrFailed, perr)
+			tap := s.tapData(batch)
+			var subject string
+			if subject, seq, perr = s.publish(batch); perr == nil && tap != nil {
+				s.tapped(seq, subject, tap)
+			}
 		}
 		if perr != nil {
+			// Only a failed commit asks the disk how full it is: a
+			// statfs per commit cost every call two system calls.
+			if errors.Is(perr, errStreamFull) {
+				err = fmt.Errorf("%w: %w", ErrFailed, s.fullError())
+			} else if de := diskFull(s.dir); de != nil {
+				err = fmt.Errorf("%w: %w (the store said: %v)", ErrFailed, de, perr)
+			} else {
+				err = fmt.Errorf("%w: %v (restart aegis; acknowledged events are safe on disk)", ErrFailed, perr)
+			}
 			s.mu.Lock()
 			if s.failed == nil {
 				s.failed = err
@@ -421,12 +427,12 @@ func resolve(batch []*item, seq uint64, err error) {
 // The items let go of their bytes as soon as they are handed on: once the
 // server has read a message it holds its own copies, and during the fsync
 // this one would be a third.
-func (s *Store) publish(batch []*item) (uint64, error) {
+func (s *Store) publish(batch []*item) (string, uint64, error) {
 	subject, seq, err := s.publishBatch(batch)
 	if err == nil {
 		s.stored(subject)
 	}
-	return seq, err
+	return subject, seq, err
 }
 
 // stored tells the stream's readers ([StreamReader.Watch]) that a message

@@ -101,6 +101,12 @@
 //     snapshots of folds, replaced whole and atomically; nothing in it is
 //     a fact, and its users check it against the stream (by
 //     [Store.MessageDigest]) before they trust it.
+//   - A tap hands out only what was acknowledged. A [CommitTap] gets a
+//     commit's events after its acknowledgement, in stream order, with
+//     their sequences (a frame by its envelope alone); its reader folds
+//     them instead of reading them back, and reads the stream for
+//     anything the tap does not hold without a gap ([CommitTap.Rest]).
+//     Nothing on the commit's path waits for a tap.
 //   - The disk is the limit. Without Config.MaxBytes the store may fill
 //     its filesystem, and a commit that fails on a (nearly) full disk
 //     fails with a [*DiskFullError] that says how much space is left.

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -214,6 +215,11 @@ type Store struct {
 	roll      *RollPlan       // the rotation FinishRoll is finishing
 	archive   *RollPlan       // set when the directory is a rotation's archive
 	archived  bool            // appends are refused (ErrArchived)
+
+	// taps are the readers of what the store commits (tap.go); tapMu
+	// orders their changes.
+	taps  atomic.Pointer[tapList]
+	tapMu sync.Mutex
 }
 
 // Open locks the state directory, starts the embedded server and opens (or

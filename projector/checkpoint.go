@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -138,26 +139,28 @@ func (t *TreeHasher) Add(data []byte) error {
 		t.stored[first+int64(i)] = h
 	}
 	t.n++
-	keep := frontier(t.n)
+	var keep [63]int64
+	frontier := appendFrontier(keep[:0], t.n)
 	for x := range t.stored {
-		if !keep[x] {
+		if !slices.Contains(frontier, x) {
 			delete(t.stored, x)
 		}
 	}
 	return nil
 }
 
-// frontier returns the stored-hash indexes of the complete subtrees that a
-// tree of n records decomposes into: one per set bit of n. TreeHash(n) reads
-// exactly these, and StoredHashes(n, …) reads a subset of them.
-func frontier(n int64) map[int64]bool {
-	keep := make(map[int64]bool, 8)
+// appendFrontier appends the stored-hash indexes of the complete subtrees
+// that a tree of n records decomposes into: one per set bit of n.
+// TreeHash(n) reads exactly these, and StoredHashes(n, …) reads a subset of
+// them. A live record feeds every line it writes through here, so it
+// allocates nothing.
+func appendFrontier(dst []int64, n int64) []int64 {
 	for level := 0; level < 63; level++ {
 		if n&(1<<level) != 0 {
-			keep[tlog.StoredHashIndex(level, n>>level-1)] = true
+			dst = append(dst, tlog.StoredHashIndex(level, n>>level-1))
 		}
 	}
-	return keep
+	return dst
 }
 
 // Root returns the tree root over the records added so far.

@@ -89,7 +89,10 @@
 // index folder, uses it only if its head names a message of this stream
 // and its chunks are the ones the head was saved with, and folds the
 // events after it; anything else folds the stream whole. A session saves
-// it as it goes ([SessionConfig.IndexEvery]) and at Close. Catch-up reads
+// it as it goes ([SessionConfig.IndexEvery]) and at Close, folding its own
+// commits from a tap of the store ([events.CommitTap]) and reading back
+// from the stream only what the tap lacks (another process's messages), so
+// the index is what a fold of the stream gives. Catch-up reads
 // from it what it checks ([Index.CatchUp]), and [Export] streams the
 // record in one pass, one event at a time.
 //

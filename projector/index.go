@@ -74,11 +74,12 @@ func (s *RecordSpan) add(line string, at events.Position) {
 	if s.Bytes >= int64(len(s.Marks)+1)*markEvery {
 		s.Marks = append(s.Marks, SpanMark{At: at, Bytes: s.Bytes})
 	}
-	s.digest.Write([]byte(line))
+	b := []byte(line) // one copy for both hashes
+	s.digest.Write(b)
 	s.digest.Write([]byte{'\n'})
 	s.Lines++
 	s.Bytes += int64(len(line)) + 1
-	s.Tail = schemas.HashHex([]byte(line))
+	s.Tail = schemas.HashHex(b)
 }
 
 // Index is the fold that start-up, aegis sessions and aegis export read

@@ -109,7 +109,7 @@ func LoadIndex(ctx context.Context, st IndexSource, log *slog.Logger, each func(
 
 // Update folds the events after the last one folded.
 func (ix *Index) Update(ctx context.Context, st IndexSource, each func()) error {
-	_, err := ix.update(ctx, st, 0, each)
+	_, err := ix.update(ctx, st, nil, 0, each)
 	return err
 }
 
@@ -121,13 +121,23 @@ func (ix *Index) Update(ctx context.Context, st IndexSource, each func()) error 
 // reads cached for a while, and a fold that kept up with a flood of
 // 16 MiB frames more than doubled the process's memory.
 func (ix *Index) UpdateSome(ctx context.Context, st IndexSource, budget int64) (more bool, err error) {
-	return ix.update(ctx, st, budget, nil)
+	return ix.update(ctx, st, nil, budget, nil)
+}
+
+// updateTapped is [Index.UpdateSome] that first folds what tap holds of
+// the messages after the index's end (see [events.CommitTap]), and reads
+// only the rest back from the stream. A tap hands out a message exactly as
+// the stream would, except for a frame event's frame, which no part of the
+// fold reads (the session index counts frames, and nothing else looks at
+// them), so the index comes out the same either way.
+func (ix *Index) updateTapped(ctx context.Context, st IndexSource, tap *events.CommitTap, budget int64) (more bool, err error) {
+	return ix.update(ctx, st, tap, budget, nil)
 }
 
 // errBudget stops a replay at a message boundary once the budget is spent.
 var errBudget = errors.New("fold budget spent")
 
-func (ix *Index) update(ctx context.Context, st IndexSource, budget int64, each func()) (bool, error) {
+func (ix *Index) update(ctx context.Context, st IndexSource, tap *events.CommitTap, budget int64, each func()) (bool, error) {
 	from := events.Position{}
 	if ix.Folded {
 		// A replay hands out every event of a message before it returns,
@@ -138,7 +148,7 @@ func (ix *Index) update(ctx context.Context, st IndexSource, budget int64, each 
 		from = events.Position{Seq: ix.At.Seq + 1}
 	}
 	var spent int64
-	err := st.Replay(ctx, from, func(r events.Record) error {
+	fold := func(r events.Record) error {
 		if budget > 0 && spent >= budget && r.Pos.Index == 0 {
 			return errBudget
 		}
@@ -148,7 +158,26 @@ func (ix *Index) update(ctx context.Context, st IndexSource, budget int64, each 
 			each()
 		}
 		return nil
-	})
+	}
+	var err error
+	rest := true
+	if tap != nil {
+		if !ix.Folded {
+			// Nothing folded yet: the stream's first message is 1
+			// (a stream a rotation began starts later, which the tap
+			// sees as a gap, so that the stream is read).
+			from = events.Position{Seq: 1}
+		}
+		if from, err = tap.Replay(ctx, from, fold); err == nil {
+			// Read the stream only for what the tap will not hand out
+			// (see CommitTap.Rest); the session's own commits since are
+			// the next update's.
+			rest, err = tap.Rest(ctx, from)
+		}
+	}
+	if err == nil && rest {
+		err = st.Replay(ctx, from, fold)
+	}
 	if errors.Is(err, errBudget) {
 		return true, nil
 	}
@@ -266,10 +295,24 @@ func (ix *Index) restore(s sessionSnap) error {
 // changed since the last save, then the head. A snapshot cut short by a
 // crash is detected and thrown away by the next [LoadIndex].
 func (ix *Index) Save(ctx context.Context, st IndexSource) error {
+	return ix.saveTapped(ctx, st, nil)
+}
+
+// saveTapped is [Index.Save] that takes the digest of the message the
+// index stands at from tap when it has it ([events.CommitTap.Digest]),
+// rather than reading the message back.
+func (ix *Index) saveTapped(ctx context.Context, st IndexSource, tap *events.CommitTap) error {
 	if !ix.Folded || ix.saved.ok && ix.saved.at == ix.At && !ix.filesNew {
 		return nil // nothing new since the last save
 	}
-	digest, err := st.MessageDigest(ctx, ix.At.Seq)
+	digest, ok := "", false
+	if tap != nil {
+		digest, ok = tap.Digest(ix.At.Seq)
+	}
+	var err error
+	if !ok {
+		digest, err = st.MessageDigest(ctx, ix.At.Seq)
+	}
 	if err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}

@@ -106,6 +106,7 @@ type Session struct {
 	proj *fileProjection
 
 	index     *Index
+	indexTap  *events.CommitTap // what the store commits, for the index
 	indexStop context.CancelFunc
 	indexDone chan struct{}
 	path      string      // the record file, resolved
@@ -169,6 +170,18 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 	id, err := cfg.Store.NewSession()
 	if err != nil {
 		return nil, err
+	}
+	var tap *events.CommitTap
+	if cfg.IndexEvery > 0 {
+		// From the session's first event on: the index folds the
+		// session's own commits from the tap, and reads back from the
+		// stream only what the tap lacks.
+		tap = cfg.Store.TapCommits()
+		defer func() {
+			if err != nil {
+				tap.Close()
+			}
+		}()
 	}
 	s := &Session{store: cfg.Store, chain: chain, id: id, log: cfg.Logger, pins: ix.pins.clone()}
 	var extra map[string]any
@@ -234,6 +247,7 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 	}
 	s.proj.push(entry.Bytes, rcpt)
 	s.path = path
+	s.indexTap = tap
 	s.startIndexer(ix, path, cfg.IndexEvery)
 	return s, nil
 }
@@ -300,13 +314,13 @@ const (
 // session's index and saves it. A failure costs the next start time,
 // nothing else.
 func (s *Session) saveIndex(ctx context.Context, budget int64) {
-	if _, err := s.index.UpdateSome(ctx, s.store, budget); err != nil {
+	if _, err := s.index.updateTapped(ctx, s.store, s.indexTap, budget); err != nil {
 		if ctx.Err() == nil {
 			s.log.Debug("index not updated", "err", err)
 		}
 		return
 	}
-	if err := s.index.Save(ctx, s.store); err != nil && ctx.Err() == nil {
+	if err := s.index.saveTapped(ctx, s.store, s.indexTap); err != nil && ctx.Err() == nil {
 		s.log.Debug("index not saved", "err", err)
 	}
 }
@@ -324,6 +338,12 @@ func (s *Session) stopIndexer(save bool) {
 	s.indexStop()
 	<-s.indexDone
 	s.indexStop = nil
+	if s.indexTap != nil {
+		defer func() {
+			s.indexTap.Close()
+			s.indexTap = nil
+		}()
+	}
 	if !save {
 		return
 	}

@@ -119,9 +119,8 @@ func (ix *SessionIndex) fold(rec events.Record) int {
 	case schemas.KindFrameC2S, schemas.KindFrameS2C, schemas.KindFrameRefusal:
 		s.Frames++
 	case schemas.KindCallIntent:
-		cp := callPayload(e.Payload)
 		s.Calls++
-		en.inflight[cp.CallID] = true
+		en.inflight[callIDOf(e.Payload)] = true
 	case schemas.KindCallOutcome:
 		cp := callPayload(e.Payload)
 		l := parseAuditLine(cp.Line)

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/aegis-dev/aegis/schemas"
 )
 
 // The folds read a few members of every payload and audit line. A replay
@@ -143,6 +145,13 @@ func str(v []byte) string {
 	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return string(inner)
 	}
+	// An escaped string (an audit line inside a payload is one) is read
+	// by the line parser's strict reader, which decodes it as
+	// encoding/json does; what it refuses (invalid UTF-8, an unpaired
+	// surrogate escape, junk after the string) encoding/json reads.
+	if s, n, err := schemas.ReadString(v); err == nil && n == len(v) {
+		return s
+	}
 	var s string
 	json.Unmarshal(v, &s)
 	return s
@@ -185,6 +194,18 @@ func callPayload(p []byte) CallPayload {
 		}
 	})
 	return cp
+}
+
+// callIDOf reads a call payload's "call_id" member, as callPayload does,
+// without decoding its line.
+func callIDOf(p []byte) string {
+	var id string
+	members(p, func(k, v []byte) {
+		if keyIs(k, "call_id") {
+			id = str(v)
+		}
+	})
+	return id
 }
 
 // lineOnly reads a payload's "line" member.

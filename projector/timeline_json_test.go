@@ -136,6 +136,9 @@ func checkSame(t *testing.T, in []byte) {
 	if got := callPayload(p); got != cp {
 		t.Fatalf("callPayload(%s) = %+v", p, got)
 	}
+	if got := callIDOf(p); got != cp.CallID {
+		t.Fatalf("callIDOf(%s) = %q", p, got)
+	}
 	if got := lineOnly(p); got != cp.Line {
 		t.Fatalf("lineOnly(%s) = %q", p, got)
 	}

@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"bytes"
 	"errors"
 	"sync"
 	"unicode/utf16"
@@ -331,12 +332,37 @@ func ReadString(b []byte) (string, int, error) {
 	if !utf8.Valid(b) {
 		return "", 0, syntaxErrorf(0, "invalid utf-8")
 	}
-	p := &fastParser{s: string(b), canonical: true, sigStart: -1}
+	// Only the string is copied for the parser, not what follows it, and
+	// an escaped string is decoded into a buffer of its size, never longer
+	// than the encoded string.
+	tok := b
+	if end := stringEnd(b); end > 0 {
+		tok = b[:end]
+	}
+	p := &fastParser{s: string(tok), canonical: true, sigStart: -1}
+	if bytes.IndexByte(tok, '\\') >= 0 {
+		p.buf = make([]byte, 0, len(tok))
+	}
 	v, err := p.str()
 	if err != nil {
 		return "", 0, err
 	}
 	return v, p.pos, nil
+}
+
+// stringEnd returns the length of the JSON string that b starts with,
+// closing quote included, skipping what a backslash escapes; 0 if it does
+// not end in b. It judges nothing else: the parser does.
+func stringEnd(b []byte) int {
+	for i := 1; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // special8 reports whether any of the eight bytes of b is a quote, a

@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -323,4 +324,51 @@ func BenchmarkDecodeCanonicalLine(b *testing.B) {
 			}
 		}
 	})
+}
+
+// readStringCases are strings as they start a payload member: plain,
+// escaped (an audit line inside a payload), followed by more JSON, cut
+// short, and broken in the ways a strict reader refuses.
+var readStringCases = []string{
+	`""`, `"a"`, `"a","b":1}`, `"{\"seq\":1,\"x\":\"\\u00e9\\\\\"}","call_id":"c"}`,
+	`"\u00e9\ud83d\ude00\n\t\/"`, `"\\"`, `"\\\""`, `"a\"`, `"abc`, `"\`, `"a\q"`,
+	`"\ud800"`, `"\ud800\u0041"`, "\"tab\there\"", "\"\xff\"", "\"ok\" \xff", `"a"garbage`,
+	`"` + strings.Repeat(`\"x`, 300) + `"`, `x"`, ``,
+}
+
+// ReadString, where it accepts a string, reads it as encoding/json does.
+func checkReadString(t *testing.T, in []byte) {
+	s, n, err := ReadString(in)
+	if err != nil {
+		return
+	}
+	var want string
+	if n < 2 || n > len(in) || json.Unmarshal(in[:n], &want) != nil || s != want {
+		t.Fatalf("ReadString(%q) = %q, %d; encoding/json reads %q", in, s, n, want)
+	}
+}
+
+func TestReadStringReadsAsEncodingJSON(t *testing.T) {
+	accepted := 0
+	for _, c := range readStringCases {
+		checkReadString(t, []byte(c))
+		if _, _, err := ReadString([]byte(c)); err == nil {
+			accepted++
+		}
+	}
+	if accepted < 8 {
+		t.Fatalf("ReadString accepted only %d of the cases", accepted)
+	}
+	for _, bad := range []string{`"a\"`, `"abc`, `"\ud800"`, "\"tab\there\"", "\"\xff\"", `x"`, ``} {
+		if s, _, err := ReadString([]byte(bad)); err == nil {
+			t.Errorf("ReadString(%q) = %q, want an error", bad, s)
+		}
+	}
+}
+
+func FuzzReadString(f *testing.F) {
+	for _, c := range readStringCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(checkReadString)
 }

@@ -255,17 +255,28 @@ func EncodeFrameEvent(e Event, frame []byte) ([]byte, error) {
 // the general path. Both accept the same envelopes and give the same
 // events, which FuzzDecodeEventFastPath checks.
 func DecodeEvent(b []byte) (Event, error) {
-	if e, ok := decodeEncoded(b); ok {
+	if e, ok := decodeEncoded(b, true); ok {
 		return e, nil
 	}
 	return decodeEventSlow(b)
+}
+
+// DecodeOwnEvent is [DecodeEvent] for bytes that this process's
+// [Event.Encode] or [EncodeFrameEvent] wrote, which validated the event
+// then (or such bytes passed through [FrameEnvelope]): in that layout it
+// does not validate the event again. Anything else is read by DecodeEvent.
+func DecodeOwnEvent(b []byte) (Event, error) {
+	if e, ok := decodeEncoded(b, false); ok {
+		return e, nil
+	}
+	return DecodeEvent(b)
 }
 
 // decodeEncoded reads the exact layout of Encode:
 // {"v":1,"id":"<26>","session":"<26>","kind":"<kind>","time":"<RFC 3339>","payload":<object>}
 // It reports false for anything else, leaving the decision to the general
 // decoder.
-func decodeEncoded(b []byte) (Event, bool) {
+func decodeEncoded(b []byte, validate bool) (Event, bool) {
 	const (
 		pV       = `{"v":1,"id":"`
 		pSession = `","session":"`
@@ -308,7 +319,7 @@ func decodeEncoded(b []byte) (Event, bool) {
 		return Event{}, false
 	}
 	e := Event{V: EnvelopeVersion, ID: id, Session: session, Kind: kind, Time: t, Payload: json.RawMessage(payload)}
-	if e.Validate() != nil {
+	if validate && e.Validate() != nil {
 		return Event{}, false
 	}
 	return e, true
@@ -353,6 +364,29 @@ func AppendFramePayload(dst, b []byte) []byte {
 	dst = append(dst, framePre...)
 	dst = base64.StdEncoding.AppendEncode(dst, b)
 	return append(dst, frameSuf...)
+}
+
+// FrameEnvelope returns a copy of data, a frame event as [Event.Encode] or
+// [EncodeFrameEvent] wrote it, with the frame left out: the same envelope
+// (version, id, session, kind, time) with the payload {"bytes":""}. It
+// serves readers that fold frame events by their envelope alone. It
+// reports false for data in any other layout.
+func FrameEnvelope(data []byte) ([]byte, bool) {
+	const pPayload = `","payload":`
+	// The members before the payload are an id, a session, a kind and a
+	// time, none of which can hold pPayload: its first occurrence ends
+	// them.
+	i := bytes.Index(data, []byte(pPayload))
+	if i < 0 {
+		return nil, false
+	}
+	head := data[:i+len(pPayload)]
+	if !bytes.HasPrefix(data[len(head):], []byte(framePre)) || !bytes.HasSuffix(data, []byte(frameSuf+"}")) {
+		return nil, false
+	}
+	out := make([]byte, 0, len(head)+len(framePre)+len(frameSuf)+1)
+	out = append(out, head...)
+	return append(out, framePre+frameSuf+"}"...), true
 }
 
 // FrameEventBound is an upper bound of len(e.Encode()) for a frame event

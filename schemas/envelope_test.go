@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -202,7 +203,7 @@ func FuzzDecodeEventFastPath(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fast, ok := decodeEncoded(b)
+		fast, ok := decodeEncoded(b, true)
 		if !ok {
 			return
 		}
@@ -302,4 +303,59 @@ func FuzzEncodeFrameEvent(f *testing.F) {
 			t.Fatalf("cap %d, want one allocation of the bound %d", cap(got), FrameEventBound(kind, len(b)))
 		}
 	})
+}
+
+// What this process encoded, DecodeOwnEvent reads as DecodeEvent does,
+// and a frame event's envelope without its frame is the same event, with
+// no bytes, still valid.
+func TestOwnEventsAndFrameEnvelopes(t *testing.T) {
+	at := time.Date(2026, 12, 5, 21, 0, 0, 123456789, time.UTC)
+	id, err := NewID(at, rand.New(rand.NewSource(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := Event{V: EnvelopeVersion, ID: id, Session: id, Time: at}
+	var encoded [][]byte
+	for _, frame := range [][]byte{nil, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call"}`), {0xff, '\r', '"', '\\', 0}} {
+		for _, k := range []Kind{KindFrameC2S, KindFrameS2C, KindFrameRefusal} {
+			e := head
+			e.Kind = k
+			b, err := EncodeFrameEvent(e, frame)
+			if err != nil {
+				t.Fatal(err)
+			}
+			encoded = append(encoded, b)
+			env, ok := FrameEnvelope(b)
+			if !ok {
+				t.Fatalf("FrameEnvelope(%s) refused it", b)
+			}
+			got, err := DecodeEvent(env)
+			if err != nil {
+				t.Fatalf("DecodeEvent(%s) = %v", env, err)
+			}
+			want, _ := DecodeEvent(b)
+			want.Payload = json.RawMessage(`{"bytes":""}`)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("FrameEnvelope(%s) decodes to %+v, want %+v", b, got, want)
+			}
+		}
+	}
+	e := head
+	e.Kind = KindCallIntent
+	e.Payload = json.RawMessage(`{"line":"{\"call_id\":\"call-1\"}","call_id":"call-1","tool_id":"t"}`)
+	b, err := e.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := FrameEnvelope(b); ok {
+		t.Fatalf("FrameEnvelope took an intent for a frame: %s", b)
+	}
+	encoded = append(encoded, b, []byte(` {"v":1}`))
+	for _, b := range encoded {
+		got, gerr := DecodeOwnEvent(b)
+		want, werr := DecodeEvent(b)
+		if (gerr == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("DecodeOwnEvent(%s) = %+v, %v; DecodeEvent gives %+v, %v", b, got, gerr, want, werr)
+		}
+	}
 }

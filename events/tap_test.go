@@ -1,0 +1,169 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// withoutFrame is what a tap hands out for a record of the stream: the
+// same, but a frame event's payload holds no frame.
+func withoutFrame(r Record) Record {
+	switch r.Event.Kind {
+	case schemas.KindFrameC2S, schemas.KindFrameS2C, schemas.KindFrameRefusal:
+		r.Event.Payload = json.RawMessage(`{"bytes":""}`)
+	}
+	return r
+}
+
+// A tap hands out what the store committed exactly as the stream holds
+// it (frames aside), message by message, and stops where a message that
+// another publisher put on the stream lies between two of its commits,
+// so that a reader who reads on from there with Replay sees every event
+// once, in stream order: a message slipped in between cannot be skipped.
+func TestCommitTapStopsAtAMessageItDidNotCommit(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, stateDir(t))
+	sess, _ := s.NewSession()
+	if _, err := s.Append(ctx, newEvent(t, s, sess, schemas.KindSessionOpened, map[string]string{"line": "{}"})); err != nil {
+		t.Fatal(err)
+	}
+	tap := s.TapCommits()
+	defer tap.Close()
+	commit := func() {
+		t.Helper()
+		// A lazy frame built by the commit, a frame event built here, a
+		// fact and a note, waited on together: one batch message.
+		if err := s.EnqueueFrame(sess, schemas.KindFrameC2S, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call"}`)); err != nil {
+			t.Fatal(err)
+		}
+		fev := newEvent(t, s, sess, schemas.KindFrameS2C, json.RawMessage(schemas.AppendFramePayload(nil, []byte("\xff\r not json"))))
+		rs, err := s.EnqueueAwaited(fev, newEvent(t, s, sess, schemas.KindChildStarted, map[string]int{"pid": 7}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rs[len(rs)-1].Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// And one event alone.
+		if _, err := s.Append(ctx, newEvent(t, s, sess, schemas.KindNote, map[string]string{"note": "x"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit()
+	commit()
+	start := Position{Seq: 2}
+
+	all := replayAll(t, s)
+	var want []Record
+	for _, r := range all {
+		if r.Pos.Seq >= start.Seq {
+			want = append(want, withoutFrame(r))
+		}
+	}
+	var got []Record
+	collect := func(r Record) error { got = append(got, r); return nil }
+	next, err := tap.Replay(ctx, start, collect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Seq != all[len(all)-1].Pos.Seq+1 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("the tap handed out %d events up to %v, want the %d the stream holds:\n got %+v\nwant %+v", len(got), next, len(want), got, want)
+	}
+
+	// The digest of the last message handed out is the stream's, a
+	// batch's as well as a lone event's; with nothing but the tap's own
+	// commits after it, nothing is left to read from the stream.
+	checkDigest := func(at Position) {
+		t.Helper()
+		want, err := s.MessageDigest(ctx, at.Seq-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := tap.Digest(at.Seq - 1); !ok || got != want {
+			t.Fatalf("tap digest of message %d = %q, %v; the stream's is %q", at.Seq-1, got, ok, want)
+		}
+		if _, ok := tap.Digest(at.Seq - 2); ok {
+			t.Fatalf("the tap gave a digest of message %d, which it did not hand out last", at.Seq-2)
+		}
+	}
+	checkDigest(next)
+	rs, err := s.EnqueueAwaited(newEvent(t, s, sess, schemas.KindChildStarted, map[string]int{"pid": 8}), newEvent(t, s, sess, schemas.KindNote, map[string]string{"note": "y"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs[1].Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := tap.Rest(ctx, next); err != nil || rest {
+		t.Fatalf("Rest = %v, %v with only the tap's commits in the stream", rest, err)
+	}
+	if next, err = tap.Replay(ctx, next, func(Record) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	checkDigest(next)
+
+	// Another publisher's message between two commits: the tap hands out
+	// the commit before it and stops there; Replay reads the rest.
+	commit()
+	js, err := s.nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := newEvent(t, s, sess, schemas.KindNote, map[string]string{"note": "from elsewhere"})
+	data, err := foreign.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(foreign.Subject(), data); err != nil {
+		t.Fatal(err)
+	}
+	commit()
+	from := next
+	if rest, err := tap.Rest(ctx, from); err != nil || !rest {
+		t.Fatalf("Rest = %v, %v with another publisher's message in the stream", rest, err)
+	}
+	got = nil
+	next, err = tap.Replay(ctx, from, collect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gap uint64
+	for _, r := range replayAll(t, s) {
+		if r.Event.ID == foreign.ID {
+			gap = r.Pos.Seq
+		}
+	}
+	if gap == 0 || next.Seq != gap {
+		t.Fatalf("the tap stopped at %v, want the foreign message's sequence %d", next, gap)
+	}
+	if err := s.Replay(ctx, next, collect); err != nil {
+		t.Fatal(err)
+	}
+	want = nil
+	for _, r := range replayAll(t, s) {
+		if r.Pos.Seq >= from.Seq {
+			if r.Pos.Seq < gap {
+				r = withoutFrame(r)
+			}
+			want = append(want, r)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("tap then Replay handed out\n %+v\nwant every event once, in stream order:\n %+v", got, want)
+	}
+
+	// What the tap held it let go of, and a closed tap gets nothing.
+	if n, _ := tap.Replay(ctx, next, collect); n != next {
+		t.Fatalf("a drained tap handed out messages up to %v", n)
+	}
+	tap.Close()
+	commit()
+	last := replayAll(t, s)
+	if n, _ := tap.Replay(ctx, Position{Seq: last[len(last)-1].Pos.Seq}, collect); n.Seq != last[len(last)-1].Pos.Seq {
+		t.Fatalf("a closed tap handed out messages up to %v", n)
+	}
+}
