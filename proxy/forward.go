@@ -1,12 +1,10 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strconv"
@@ -15,9 +13,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/yosida95/uritemplate/v3"
-
-	"github.com/aegis-dev/aegis/schemas"
 )
 
 // What the gateway forwards besides tools/call, resources/read and
@@ -697,225 +692,6 @@ func (g *gateway) tool(wire string) (toolEntry, bool) {
 	defer g.fw.tmu.RUnlock()
 	e, ok := g.tools[wire]
 	return e, ok
-}
-
-// resourceOwner is the server that owns uri: the one that lists it, else
-// the first whose URI template is uri or matches it.
-func (g *gateway) resourceOwner(uri string) (string, bool) {
-	f := &g.fw
-	f.tmu.RLock()
-	defer f.tmu.RUnlock()
-	if s, ok := g.res[uri]; ok {
-		return s, true
-	}
-	if s, ok := f.templates[uri]; ok {
-		return s, true
-	}
-	for _, t := range f.tmplOrder {
-		tmpl, err := uritemplate.New(t)
-		if err == nil && tmpl.Regexp().MatchString(uri) {
-			return f.templates[t], true
-		}
-	}
-	return "", false
-}
-
-// complete routes completion/complete to the server that owns the prompt
-// or resource it names.
-func (g *gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
-	p := *req.Params
-	ref := *p.Ref
-	var server string
-	switch ref.Type {
-	case "ref/prompt":
-		g.fw.tmu.RLock()
-		pr, ok := g.fw.prompts[ref.Name]
-		g.fw.tmu.RUnlock()
-		if ok {
-			// A prompt the profile hides is not there for the host.
-			ok, _ = g.cfg.Policy.PromptAllowed(g.active(), pr.server, pr.name)
-		}
-		if !ok {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown prompt %q", ref.Name)}
-		}
-		server, ref.Name = pr.server, pr.name
-	case "ref/resource":
-		s, ok := g.resourceOwner(ref.URI)
-		if ok {
-			profile := g.active()
-			byURI, _ := g.cfg.Policy.ResourceAllowed(profile, ref.URI)
-			byTmpl, _ := g.cfg.Policy.TemplateAllowed(profile, ref.URI)
-			ok = byURI || byTmpl
-		}
-		if !ok {
-			return nil, mcp.ResourceNotFoundError(ref.URI)
-		}
-		server = s
-	default:
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown reference type %q", ref.Type)}
-	}
-	d := g.downs[server]
-	if d == nil {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "no such server " + server}
-	}
-	p.Ref = &ref
-	res, err := d.cs.Complete(ctx, &p)
-	return res, asSent(err)
-}
-
-// subscribe forwards resources/subscribe to the server that owns the URI,
-// if the active profile allows the URI; the decision is recorded as a
-// read's is.
-func (g *gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
-	uri := req.Params.URI
-	profile := g.active()
-	allowed, pattern := g.cfg.Policy.ResourceAllowed(profile, uri)
-	if _, err := g.sess.Fact(schemas.KindCallVerdict, map[string]any{
-		"method": "resources/subscribe", "uri": uri, "profile": profile, "allowed": allowed, "pattern": pattern}); err != nil {
-		return fmt.Errorf("aegis could not record this subscription, so it was not made: %w", err)
-	}
-	if !allowed {
-		b, _ := json.Marshal(map[string]string{"code": "AEGIS_RESOURCE_DENIED", "uri": uri, "active_profile": profile, "hint": "resource not permitted in active profile"})
-		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: string(b)}
-	}
-	server, ok := g.resourceOwner(uri)
-	if !ok {
-		return mcp.ResourceNotFoundError(uri)
-	}
-	return asSent(g.downs[server].cs.Subscribe(ctx, &mcp.SubscribeParams{Meta: req.Params.Meta, URI: uri}))
-}
-
-func (g *gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
-	server, ok := g.resourceOwner(req.Params.URI)
-	if !ok {
-		return mcp.ResourceNotFoundError(req.Params.URI)
-	}
-	return asSent(g.downs[server].cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{Meta: req.Params.Meta, URI: req.Params.URI}))
-}
-
-// readFrom is the handler of a resource that server cs lists.
-func readFrom(cs *mcp.ClientSession) mcp.ResourceHandler {
-	return func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		return cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI})
-	}
-}
-
-// cancelGuard keeps the gateway from answering a request that the host
-// cancelled: the SDK writes an answer (an error) to every request, even a
-// cancelled one, and MCP says the receiver of a cancellation should not
-// answer. It follows the host's requests by id as they are read and drops
-// the one answer to each id cancelled while in flight; the drop is
-// recorded (frame.dropped), and so is the cancellation (call.cancelled).
-// An answer written before its cancellation is read goes out: the host
-// ignores it, as MCP asks of the sender of a cancellation.
-type cancelGuard struct {
-	g         *gateway
-	mu        sync.Mutex
-	inflight  map[string]string // ids of host requests not yet answered -> method
-	cancelled map[string]bool   // of those, the ones the host cancelled
-}
-
-// hostFrame follows one frame read from the host, as read once by the
-// gateway (never an ambiguous one: those are refused before).
-func (c *cancelGuard) hostFrame(r rpcRead) {
-	msgs := []rpcRead{r}
-	if r.isBatch {
-		msgs = r.batch
-	}
-	for _, h := range msgs {
-		switch {
-		case !h.message:
-		case h.method == "notifications/cancelled":
-			k := cancelledKey(h.params)
-			c.mu.Lock()
-			method, ok := c.inflight[k]
-			ok = ok && k != ""
-			if ok {
-				c.cancelled[k] = true
-			}
-			c.mu.Unlock()
-			// A tools/call's cancellation is recorded with its outcome
-			// (cancelledOutcome), naming the call; any other request's here.
-			if ok && method != "tools/call" {
-				id, _ := h.params.Get("requestId")
-				if _, err := c.g.sess.Fact(schemas.KindCallCancelled, map[string]string{"request_id": string(id.Raw), "method": method, "by": "host"}); err != nil {
-					c.g.log.Warn("record a cancellation", "err", err)
-				}
-			}
-		case h.hasMethod && h.idKey != "":
-			c.mu.Lock()
-			if c.inflight == nil {
-				c.inflight, c.cancelled = map[string]string{}, map[string]bool{}
-			}
-			c.inflight[h.idKey] = h.method
-			c.mu.Unlock()
-		}
-	}
-}
-
-// drop reports whether frame, about to be written to the host, is the
-// answer to a cancelled request, and forgets the requests it answers.
-func (c *cancelGuard) drop(frame []byte) bool {
-	c.mu.Lock()
-	n := len(c.inflight)
-	c.mu.Unlock()
-	if n == 0 {
-		return false // no request of the host is in flight
-	}
-	r := readRPC(frame)
-	hs := []rpcRead{r}
-	if r.isBatch {
-		hs = r.batch
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	drop := !r.isBatch
-	for _, h := range hs {
-		if !h.message || h.hasMethod {
-			drop = false
-			continue
-		}
-		k := h.idKey
-		delete(c.inflight, k)
-		if !c.cancelled[k] {
-			drop = false
-		}
-		delete(c.cancelled, k)
-	}
-	if drop {
-		if _, err := c.g.sess.Fact(schemas.KindFrameDropped, map[string]string{"direction": "s2c", "frame_digest": digest(bytes.TrimRight(frame, "\n")),
-			"reason": "the host cancelled this request, so its answer is not sent"}); err != nil {
-			c.g.log.Warn("record a dropped answer", "err", err)
-		}
-	}
-	return drop
-}
-
-// writer writes to w every frame but the answers to cancelled requests.
-// Each Write is one frame: the SDK's stdio transport writes a message and
-// its newline at once.
-func (c *cancelGuard) writer(w io.WriteCloser) io.WriteCloser { return &guardWriter{c: c, w: w} }
-
-type guardWriter struct {
-	c *cancelGuard
-	w io.WriteCloser
-}
-
-func (w *guardWriter) Write(p []byte) (int, error) {
-	if w.c.drop(p) {
-		return len(p), nil
-	}
-	return w.w.Write(p)
-}
-
-func (w *guardWriter) Close() error { return w.w.Close() }
-
-// guardHost puts the cancel guard on the host's transport: it follows the
-// host's frames through the gateway's take of them (hostTake), and drops
-// the answers to cancelled requests as they are written.
-func (g *gateway) guardHost(t *mcp.IOTransport) *mcp.IOTransport {
-	g.fw.guard.g = g
-	return &mcp.IOTransport{Reader: t.Reader, Writer: g.fw.guard.writer(t.Writer)}
 }
 
 // sortedKeys returns m's keys in order.

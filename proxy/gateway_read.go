@@ -375,3 +375,17 @@ func (g *gateway) refuseAmbiguous(r rpcRead, text []byte) {
 		}
 	}
 }
+
+// foldedStrings are the string values of v's members whose names equal
+// name under case folding: every value some reader could take for it.
+func foldedStrings(v *reading.Value, name string) []string {
+	var out []string
+	for _, m := range v.Members {
+		if strings.EqualFold(m.Name, name) {
+			if s, ok := m.Value.String(); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}

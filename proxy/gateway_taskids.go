@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/aegis-dev/aegis/proxy/reading"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -361,4 +362,74 @@ func metaMapped(meta map[string]any, to idMapper) (map[string]any, bool) {
 		out = map[string]any{}
 	}
 	return out, true
+}
+
+// taskIDOf returns the taskId member of a JSON object (a request's params,
+// a task), or "" when it has none that every reader reads the same.
+func taskIDOf(obj json.RawMessage) string {
+	v, ok := reading.Read(obj).One()
+	if !ok {
+		return ""
+	}
+	return taskIDIn(v)
+}
+
+// taskIDIn returns the taskId member of an object as read, or "" when it
+// has none that every reader reads the same.
+func taskIDIn(v *reading.Value) string {
+	id, _ := strMember(v, "taskId")
+	return id
+}
+
+// createdTaskID returns the task id of a CreateTaskResult, or "" for any
+// other result.
+func createdTaskID(result json.RawMessage) string {
+	task, ok := memberAt(result, "task")
+	if !ok {
+		return ""
+	}
+	return taskIDIn(task)
+}
+
+// cancelledKey returns the requestId of notifications/cancelled params,
+// keyed as the SDK keys ids, or "" when it has none every reader reads
+// the same.
+func cancelledKey(params *reading.Value) string {
+	id, why := params.Get("requestId")
+	if why != "" || id == nil {
+		return ""
+	}
+	return idKeyOf(id)
+}
+
+// maxTasks bounds the tasks a gateway remembers, each way: a session that
+// creates more forgets the oldest, whose ids are then refused as unknown
+// (fail closed), so that a long session holds no more than this.
+const maxTasks = 10000
+
+// taskTable maps task ids to what the gateway knows of them, forgetting
+// the oldest beyond its limit.
+type taskTable[V any] struct {
+	m     map[string]V
+	order []string // ids, oldest first
+	limit int
+}
+
+func newTaskTable[V any](limit int) *taskTable[V] {
+	return &taskTable[V]{m: map[string]V{}, limit: limit}
+}
+
+// put sets id's value, and returns the id and value it forgot to make
+// room, if it did.
+func (t *taskTable[V]) put(id string, v V) (old string, ov V, forgot bool) {
+	if _, ok := t.m[id]; !ok {
+		t.order = append(t.order, id)
+		if len(t.order) > t.limit {
+			old, ov, forgot = t.order[0], t.m[t.order[0]], true
+			delete(t.m, old)
+			t.order = t.order[1:]
+		}
+	}
+	t.m[id] = v
+	return old, ov, forgot
 }

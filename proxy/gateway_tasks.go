@@ -1,14 +1,11 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,23 +214,6 @@ func (t *tasker) cancelIn(table map[string]context.CancelCauseFunc, key string, 
 	if cancel != nil {
 		cancel(cause)
 	}
-}
-
-// taskIDOf returns the taskId member of a JSON object (a request's params,
-// a task), or "" when it has none that every reader reads the same.
-func taskIDOf(obj json.RawMessage) string {
-	v, ok := reading.Read(obj).One()
-	if !ok {
-		return ""
-	}
-	return taskIDIn(v)
-}
-
-// taskIDIn returns the taskId member of an object as read, or "" when it
-// has none that every reader reads the same.
-func taskIDIn(v *reading.Value) string {
-	id, _ := strMember(v, "taskId")
-	return id
 }
 
 // reply is the answer frame to request id: res, or err as a JSON-RPC
@@ -512,81 +492,6 @@ func (t *tasker) answerToHost(e taskEntry, gid, method string, raw json.RawMessa
 	return out, nil
 }
 
-func compactJSON(b []byte) []byte {
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil {
-		return b
-	}
-	return buf.Bytes()
-}
-
-// list answers tasks/list with the tasks created through this gateway, as
-// their servers list them.
-func (t *tasker) list(ctx context.Context) (any, error) {
-	t.mu.Lock()
-	mine := map[string]map[string]string{} // server -> its task id -> the gateway's
-	for id, e := range t.tasks.created.m {
-		if t.tasks.back[taskKey(e.server, e.serverID)] != id {
-			continue // the server gave its id to a later task
-		}
-		if mine[e.server] == nil {
-			mine[e.server] = map[string]string{}
-		}
-		mine[e.server][e.serverID] = id
-	}
-	t.mu.Unlock()
-	cctx, release := t.g.callContext(ctx)
-	defer release()
-	tasks := []json.RawMessage{}
-	for _, n := range sortedKeys(mine) {
-		d := t.g.downs[n]
-		if d == nil || d.raw == nil || !t.serverCan(n, "list") {
-			continue
-		}
-		var cursor string
-		for range maxTaskPages {
-			params := map[string]any{}
-			if cursor != "" {
-				params["cursor"] = cursor
-			}
-			raw, err := d.raw.call(cctx, "tasks/list", params)
-			if err != nil {
-				return nil, err
-			}
-			res, ok := memberAt(raw)
-			page, why := res.Get("tasks")
-			if !ok || why != "" || page != nil && page.Kind != reading.Array && page.Kind != reading.Null {
-				return nil, fmt.Errorf("server %s answered tasks/list with tasks that JSON readers read differently or that are no list", n)
-			}
-			var elems []*reading.Value
-			if page != nil {
-				elems = page.Elems
-			}
-			for _, task := range elems {
-				gid, ok := mine[n][taskIDIn(task)]
-				if !ok {
-					continue
-				}
-				if out, ok := mapTask(json.RawMessage(task.Raw), func(string) (string, bool) { return gid, true }); ok {
-					tasks = append(tasks, out)
-				}
-			}
-			if next, ok := memberAt(raw, "nextCursor"); ok {
-				cursor, _ = next.String()
-			} else {
-				cursor = ""
-			}
-			if cursor == "" {
-				break
-			}
-		}
-	}
-	return map[string]any{"tasks": tasks}, nil
-}
-
-// maxTaskPages bounds the pages of one server's tasks/list.
-const maxTaskPages = 100
-
 // host is the host session that a task's server requests go to: the only
 // one there is.
 func (t *tasker) host() *mcp.ServerSession {
@@ -710,20 +615,6 @@ func (t *tasker) serverAmbiguous(d *downRaw, text []byte, r rpcRead) bool {
 	return true
 }
 
-// foldedStrings are the string values of v's members whose names equal
-// name under case folding: every value some reader could take for it.
-func foldedStrings(v *reading.Value, name string) []string {
-	var out []string
-	for _, m := range v.Members {
-		if strings.EqualFold(m.Name, name) {
-			if s, ok := m.Value.String(); ok {
-				out = append(out, s)
-			}
-		}
-	}
-	return out
-}
-
 // observe notes, from a server's answer, its tasks capability and its
 // tools' execution.
 func (t *tasker) observe(server string, result *reading.Value) {
@@ -831,216 +722,4 @@ func (t *tasker) amend(p []byte) []byte {
 		return p
 	}
 	return append(out, '\n')
-}
-
-// hostOut is the host's end of the gateway's stdout: the SDK's frames, with
-// what tasks adds, and the task layer's own, one whole frame at a time.
-type hostOut struct {
-	mu sync.Mutex
-	w  io.WriteCloser
-	t  *tasker
-}
-
-func (o *hostOut) Write(p []byte) (int, error) {
-	q := o.t.amend(p)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if _, err := o.w.Write(q); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-func (o *hostOut) Close() error { return o.w.Close() }
-
-// frame writes one frame of the task layer to the host.
-func (o *hostOut) frame(f rpcFrame) {
-	b, err := json.Marshal(f)
-	if err != nil {
-		return
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if _, err := o.w.Write(append(b, '\n')); err != nil {
-		o.t.g.log.Warn("write a task frame to the host", "err", err)
-	}
-}
-
-// downRaw is the gateway's own JSON-RPC channel to one server, beside the
-// SDK's session on the same pipes.
-type downRaw struct {
-	server string // the server's name; "" for the host
-	peer   string // "server NAME" or "the host", for errors
-	w      io.Writer
-
-	mu      sync.Mutex
-	n       uint64
-	waiting map[string]chan rpcFrame
-	closed  error
-}
-
-// send writes one frame of the gateway's own to the peer.
-func (d *downRaw) send(f rpcFrame) {
-	b, err := json.Marshal(f)
-	if err != nil {
-		return
-	}
-	d.w.Write(append(b, '\n'))
-}
-
-func newDownRaw(server string, w io.Writer) *downRaw {
-	peer := "server " + server
-	if server == "" {
-		peer = "the host"
-	}
-	return &downRaw{server: server, peer: peer, w: w, waiting: map[string]chan rpcFrame{}}
-}
-
-// call sends a request to the server and waits for its answer. When ctx
-// ends first, the server is sent notifications/cancelled for it.
-func (d *downRaw) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	d.mu.Lock()
-	if d.closed != nil {
-		d.mu.Unlock()
-		return nil, d.closed
-	}
-	d.n++
-	id := rawIDPrefix + strconv.FormatUint(d.n, 10)
-	ch := make(chan rpcFrame, 1)
-	d.waiting[id] = ch
-	d.mu.Unlock()
-	forget := func() {
-		d.mu.Lock()
-		delete(d.waiting, id)
-		d.mu.Unlock()
-	}
-	pb, err := json.Marshal(params)
-	if err != nil {
-		forget()
-		return nil, err
-	}
-	idb, _ := json.Marshal(id)
-	b, _ := json.Marshal(rpcFrame{JSONRPC: "2.0", ID: idb, Method: method, Params: pb})
-	if _, err := d.w.Write(append(b, '\n')); err != nil {
-		forget()
-		return nil, fmt.Errorf("write to %s: %w", d.peer, err)
-	}
-	select {
-	case f := <-ch:
-		if f.Error != nil {
-			return nil, f.Error
-		}
-		if f.Result == nil {
-			return nil, fmt.Errorf("%s: %w", d.peer, errNoAnswer)
-		}
-		return f.Result, nil
-	case <-ctx.Done():
-		forget()
-		cause := context.Cause(ctx)
-		pc, _ := json.Marshal(map[string]any{"requestId": id, "reason": cause.Error()})
-		c, _ := json.Marshal(rpcFrame{JSONRPC: "2.0", Method: "notifications/cancelled", Params: pc})
-		d.w.Write(append(c, '\n'))
-		return nil, cause
-	}
-}
-
-var errNoAnswer = errors.New("its output ended before it answered")
-
-func (d *downRaw) deliver(id string, result json.RawMessage, e *jsonrpc.Error) {
-	d.mu.Lock()
-	ch := d.waiting[id]
-	delete(d.waiting, id)
-	d.mu.Unlock()
-	if ch != nil {
-		ch <- rpcFrame{Result: result, Error: e}
-	}
-}
-
-// fail ends every request waiting for an answer: the server's output
-// ended.
-func (d *downRaw) fail(err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed == nil {
-		d.closed = fmt.Errorf("%s: %w (%v)", d.peer, errNoAnswer, err)
-	}
-	for id, ch := range d.waiting {
-		ch <- rpcFrame{Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: " + d.closed.Error()}}
-		delete(d.waiting, id)
-	}
-}
-
-// serverReader is a server's stdout as the SDK reads it: the answers to
-// the gateway's own requests and task statuses taken out, the rest
-// unchanged.
-type serverReader struct {
-	f *frameFilter
-	d *downRaw
-}
-
-func (t *tasker) serverReader(d *downRaw, r io.Reader) io.ReadCloser {
-	return &serverReader{f: &frameFilter{r: r, take: func(text []byte, rd reading.Reading) bool { return t.serverLine(d, text, readRPCOf(rd)) }}, d: d}
-}
-
-func (s *serverReader) Read(p []byte) (int, error) {
-	n, err := s.f.Read(p)
-	if err != nil {
-		s.d.fail(err)
-	}
-	return n, err
-}
-
-func (s *serverReader) Close() error { return s.f.Close() }
-
-// createdTaskID returns the task id of a CreateTaskResult, or "" for any
-// other result.
-func createdTaskID(result json.RawMessage) string {
-	task, ok := memberAt(result, "task")
-	if !ok {
-		return ""
-	}
-	return taskIDIn(task)
-}
-
-// cancelledKey returns the requestId of notifications/cancelled params,
-// keyed as the SDK keys ids, or "" when it has none every reader reads
-// the same.
-func cancelledKey(params *reading.Value) string {
-	id, why := params.Get("requestId")
-	if why != "" || id == nil {
-		return ""
-	}
-	return idKeyOf(id)
-}
-
-// maxTasks bounds the tasks a gateway remembers, each way: a session that
-// creates more forgets the oldest, whose ids are then refused as unknown
-// (fail closed), so that a long session holds no more than this.
-const maxTasks = 10000
-
-// taskTable maps task ids to what the gateway knows of them, forgetting
-// the oldest beyond its limit.
-type taskTable[V any] struct {
-	m     map[string]V
-	order []string // ids, oldest first
-	limit int
-}
-
-func newTaskTable[V any](limit int) *taskTable[V] {
-	return &taskTable[V]{m: map[string]V{}, limit: limit}
-}
-
-// put sets id's value, and returns the id and value it forgot to make
-// room, if it did.
-func (t *taskTable[V]) put(id string, v V) (old string, ov V, forgot bool) {
-	if _, ok := t.m[id]; !ok {
-		t.order = append(t.order, id)
-		if len(t.order) > t.limit {
-			old, ov, forgot = t.order[0], t.m[t.order[0]], true
-			delete(t.m, old)
-			t.order = t.order[1:]
-		}
-	}
-	t.m[id] = v
-	return old, ov, forgot
 }

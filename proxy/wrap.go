@@ -15,7 +15,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/aegis-dev/aegis/events"
@@ -33,47 +32,6 @@ const MaxFrame = rpc.MaxFrame
 // DefaultGrace is how long the server may go on answering after the host
 // closed its stdin; every server frame re-arms it.
 const DefaultGrace = 5 * time.Second
-
-// ErrFrameTooLarge ends a session whose host or server sent a frame longer
-// than [MaxFrame]: it could not be recorded as one event, and relaying it
-// unrecorded could carry a tools/call past the record. Wrap returns it in
-// a [*StoppedError].
-var ErrFrameTooLarge = errors.New("frame larger than 16 MiB")
-
-// FrameSizeError is an oversized frame: Size bytes of it were read (the
-// whole frame when Whole, else the frame is at least that long).
-type FrameSizeError struct {
-	Size  int
-	Whole bool
-}
-
-func (e *FrameSizeError) Error() string {
-	return fmt.Sprintf("frame of %s, larger than the 16 MiB frame limit (%d bytes)", e.Bytes(), MaxFrame)
-}
-
-// Bytes says how long the frame is, as far as it was read.
-func (e *FrameSizeError) Bytes() string {
-	if e.Whole {
-		return fmt.Sprintf("%d bytes", e.Size)
-	}
-	return fmt.Sprintf("at least %d bytes", e.Size)
-}
-
-func (e *FrameSizeError) Unwrap() error { return ErrFrameTooLarge }
-
-// StoppedError reports a session that aegis ended by stopping the server
-// for a reason other than a failure to record (a frame larger than
-// [MaxFrame]). The record is whole: the calls left unanswered have
-// outcomes that say why, and child.exited says what aegis did; the caller
-// closes the session as after a normal end.
-type StoppedError struct {
-	// Reason is what child.exited's "reason" says.
-	Reason string
-	Err    error
-}
-
-func (e *StoppedError) Error() string { return e.Reason }
-func (e *StoppedError) Unwrap() error { return e.Err }
 
 // WrapConfig runs one recorded relay between a host and a server process.
 type WrapConfig struct {
@@ -142,20 +100,6 @@ type WrapResult struct {
 	// Confinement is the enforcement fact, when the server was confined.
 	Confinement *sandbox.Fact
 }
-
-// ConfineError reports a confinement the helper refused to apply (the
-// server never ran; nothing was enforced) or could not set up.
-type ConfineError struct{ Err error }
-
-func (e *ConfineError) Error() string { return "confine server: " + e.Err.Error() }
-func (e *ConfineError) Unwrap() error { return e.Err }
-
-// OpenError reports an audit session that could not be opened; the server
-// never ran.
-type OpenError struct{ Err error }
-
-func (e *OpenError) Error() string { return e.Err.Error() }
-func (e *OpenError) Unwrap() error { return e.Err }
 
 type pendingCall struct {
 	call  schemas.WrapCall
@@ -338,84 +282,6 @@ func Wrap(ctx context.Context, cfg WrapConfig) (WrapResult, error) {
 	<-graceDone
 	<-treeDone
 	return r.finish(ctx, cmd, res)
-}
-
-// serverEnd is what aegis did to end the server, when it did: by says how
-// (child.exited's ended_by), reason why (child.exited's reason), outcome
-// is the execution reason of the calls it left unanswered, and err, for a
-// stop that is not a recording failure, what Wrap returns.
-type serverEnd struct {
-	by         string
-	reason     string
-	outcome    string
-	frameBytes int // the bytes read of an oversized frame
-	err        error
-}
-
-// stopServer kills the server for the reason end gives, unless aegis
-// already stopped it (the first reason is the one recorded); nothing
-// further is relayed.
-func (r *relay) stopServer(end serverEnd) {
-	r.mu.Lock()
-	first := r.end.outcome == ""
-	if first {
-		end.by = endedBySIGKILL
-		r.end = end
-	}
-	r.stopped = true
-	r.mu.Unlock()
-	if first {
-		r.log.Error("stopping the server: " + end.reason)
-		if r.kill != nil {
-			r.kill()
-		}
-	}
-}
-
-// ended notes how aegis ended the server when it did not stop it for a
-// reason of its own ([relay.stopServer]): a signal passed on to it, or
-// SIGTERM and SIGKILL once the grace after the host left ran out. A stop
-// keeps what it recorded.
-func (r *relay) ended(by, reason string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.end.outcome == "" {
-		r.end.by, r.end.reason = by, reason
-	}
-}
-
-// signalName names a signal as kill -l does.
-func signalName(s os.Signal) string {
-	switch s {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	case syscall.SIGQUIT:
-		return "SIGQUIT"
-	}
-	return s.String()
-}
-
-// StartError reports a server that could not be started.
-type StartError struct {
-	Argv []string
-	Err  error
-}
-
-func (e *StartError) Error() string { return fmt.Sprintf("start server %q: %v", e.Argv[0], e.Err) }
-func (e *StartError) Unwrap() error { return e.Err }
-
-func exitCode(ps *os.ProcessState) int {
-	if ps == nil {
-		return 1
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
 }
 
 // fail records that recording broke: the server is killed so that nothing
@@ -1180,50 +1046,6 @@ func (r *relay) refuseFrame(cls rpc.Classification, frame []byte, fev schemas.Ev
 	return last, false, true
 }
 
-// prompt tells the operator how to act on a pending approval, and what
-// they would approve: the tool and its arguments, escaped (projector.Printable) so
-// that host-chosen text cannot act on the terminal.
-func (r *relay) prompt(p PendingApproval) {
-	if r.cfg.Prompt == nil {
-		return
-	}
-	fmt.Fprint(r.cfg.Prompt, approvalPrompt(p))
-}
-
-// approvalPrompt is the stderr prompt of a pending tool call approval.
-func approvalPrompt(p PendingApproval) string {
-	id := quoteArg(projector.Printable(p.ApprovalID))
-	if p.PinDigest != "" {
-		return fmt.Sprintf("aegis: tool changed: tools/call %q was refused: the tool's definition changed since it was pinned (now %s); approval %s (expires %s)\n"+
-			"aegis: hint: review the new definition (aegis replay shows the listing), then run: aegis approve %s to pin it   (or: aegis deny %s)\n",
-			projector.Printable(p.ToolID), short(p.PinDigest), id, p.ExpiresAt.Local().Format(time.Kitchen), id, id)
-	}
-	return fmt.Sprintf("aegis: approval needed: tools/call %q was refused pending approval %s (expires %s)\n"+
-		"aegis:   arguments: %s\n"+
-		"aegis: hint: to let it through once, run: aegis approve %s   (or: aegis deny %s)\n",
-		p.ToolID, id, p.ExpiresAt.Local().Format(time.Kitchen), ShowArgs(p.Args, p.ArgsBytes, p.ArgsDigest), id, id)
-}
-
-// armExpiry records the approval's expiry when its time runs out: of the
-// pending approval, or of the allowance it granted if that went unused.
-func (r *relay) armExpiry(p PendingApproval) {
-	time.AfterFunc(p.ExpiresAt.Sub(r.cfg.Now()), func() {
-		if r.isStopped() {
-			return
-		}
-		ev := map[string]string{"approval_id": p.ApprovalID}
-		if _, ok := r.gate.expire(p.ApprovalID); !ok {
-			if !r.gate.lapse(p.ApprovalID, r.cfg.Now()) {
-				return
-			}
-			ev["reason"] = reasonLapsed
-		}
-		if _, err := r.sess.Fact(schemas.KindApprovalExpired, ev); err != nil {
-			r.log.Warn("record approval expiry", "err", err)
-		}
-	})
-}
-
 // onServerFrame records a server frame and the outcomes of the calls it
 // answers; the frame waits for those outcomes. An answer is matched to the
 // host's requests in flight the way hosts match it (exactly, or loosely:
@@ -1426,123 +1248,4 @@ func (r *relay) settlePending(outcome func(schemas.WrapCall) schemas.Outcome) {
 			r.fail(err)
 		}
 	}
-}
-
-// handleApproval acts on a request from aegis approve, deny or approvals.
-// Every decision is a signed decision line, durable before the reply; a
-// request that cannot be honoured (unknown, already decided, expired) is
-// refused with the reason and recorded as approval.refused.
-func (r *relay) handleApproval(op ApprovalOp) ApprovalReply {
-	if r.gate == nil {
-		if op.Op == "list" {
-			return ApprovalReply{OK: true}
-		}
-		return ApprovalReply{Error: "this session runs without --policy: no call in it waits for approval"}
-	}
-	if op.Op != "list" && r.isStopped() {
-		return ApprovalReply{Error: "the session is ending"}
-	}
-	return decideApproval(r.sess, r.gate, r.cfg.Approvers, op, r.cfg.Now(), r.fail)
-}
-
-// decideApproval acts on an approval request against a gate: list, or
-// approve/deny a pending approval with a signed decision line durable before
-// the reply. A request that cannot be honoured is refused with the reason
-// and recorded as approval.refused. fail is called if recording fails.
-//
-// With approvers, an approve must carry a valid signature by one of them
-// over this approval's id, this session, its tool and its arguments'
-// digest ([schemas.Approvers.Check]); one that does not is refused and
-// recorded with the reason, and the approval stays pending for a signed
-// approve (or a deny, which needs no signature: it only fails closed).
-func decideApproval(sess *projector.Session, g *gate, approvers *schemas.Approvers, op ApprovalOp, now time.Time, fail func(error)) ApprovalReply {
-	switch op.Op {
-	case "list":
-		return ApprovalReply{OK: true, Pending: g.list(now)}
-	case "approve", "deny":
-	default:
-		return ApprovalReply{Error: fmt.Sprintf("unknown request %q", op.Op)}
-	}
-	var approver schemas.Approver
-	var check func(PendingApproval) string
-	if approvers != nil && op.Op == "approve" {
-		check = func(p PendingApproval) string {
-			ap, err := approvers.Check(schemas.ApprovalClaim{ApprovalID: p.ApprovalID, Session: sess.ID(), Target: p.ToolID, ArgsDigest: p.ArgsDigest}, op.Approver)
-			if err != nil {
-				return err.Error()
-			}
-			approver = ap
-			return ""
-		}
-	}
-	p, why := g.resolveIf(op.ApprovalID, now, check)
-	if p == nil {
-		if _, err := sess.Fact(schemas.KindApprovalRefused, refusedFact(op, why)); err != nil {
-			fail(err)
-		}
-		return ApprovalReply{Error: why}
-	}
-	d := schemas.Decision{ApprovalID: p.ApprovalID, ApproverKeyID: approver.KeyID}
-	msg := ""
-	if op.Op == "approve" {
-		d.Verdict = schemas.Approved(schemas.ApprovalScope{ToolID: p.ToolID})
-		msg = fmt.Sprintf("approved %s: the next tools/call %q with the same arguments goes through once, until %s (when the approval expires)",
-			p.ApprovalID, p.ToolID, p.ExpiresAt.Local().Format("15:04:05"))
-		if approver.KeyID != "" {
-			msg += "; signed by " + approver.Label()
-		}
-	} else {
-		reason := op.Reason
-		if reason == "" {
-			reason = "denied by operator"
-		}
-		d.Verdict = schemas.Rejected(reason)
-		msg = fmt.Sprintf("denied %s (%s)", p.ApprovalID, reason)
-	}
-	rc, err := sess.Decision(d, resolvedFact(op, p.ApprovalID, approver))
-	if err == nil {
-		_, err = rc.Wait(context.Background())
-	}
-	if err != nil {
-		fail(err)
-		return ApprovalReply{Error: "could not record the decision: " + err.Error()}
-	}
-	if op.Op == "approve" {
-		g.grant(p)
-		if g.pins != nil {
-			if ok, err := g.pins.approved(p.ApprovalID); err != nil {
-				fail(err)
-				return ApprovalReply{Error: "could not record the pin: " + err.Error()}
-			} else if ok {
-				msg = fmt.Sprintf("approved %s: %q is pinned to its new definition (%s); calls to it go through again", p.ApprovalID, p.ToolID, short(p.PinDigest))
-			}
-		}
-	} else {
-		g.denied(p.ApprovalID)
-	}
-	return ApprovalReply{OK: true, Message: msg, Decided: p}
-}
-
-// refusedFact is the payload of an approval.refused event: the request,
-// who sent it, why it was refused and, when it was signed, by which key.
-func refusedFact(op ApprovalOp, why string) map[string]string {
-	m := map[string]string{"approval_id": op.ApprovalID, "op": op.Op, "by": op.By, "reason": why}
-	if op.Approver != nil && op.Approver.KeyID != "" {
-		m["approver_key_id"] = op.Approver.KeyID
-	}
-	return m
-}
-
-// resolvedFact is the payload of an approval.resolved event beside its
-// decision line; approver is the one whose signature the approve carried
-// (zero without approvers).
-func resolvedFact(op ApprovalOp, id string, approver schemas.Approver) map[string]string {
-	m := map[string]string{"approval_id": id, "op": op.Op, "by": op.By}
-	if approver.KeyID != "" {
-		m["approver_key_id"] = approver.KeyID
-		if approver.Name != "" {
-			m["approver"] = approver.Name
-		}
-	}
-	return m
 }
