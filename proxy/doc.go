@@ -290,4 +290,29 @@
 // events, never with a header value or the url's query; a session that ends
 // mid-run is recorded and its calls are refused; tasks are not carried to
 // it (gateway_remote_conn.go states the invariants).
+//
+// # Where things are
+//
+// Below this package, and imported by it, never the other way: package
+// reading (the one reading of JSON, ambiguity marked) and package rpc (the
+// one reading of a JSON-RPC frame: calls, answers, requests, ids exact and
+// loose, stream continuation). Beside it: package httpfront (the
+// streamable HTTP front, which imports nothing of aegis; cmd/aegis puts it
+// before the gateway). Test fixtures: package mcptest.
+//
+// The relay: wrap.go (the relay and its hot path: frames read, recorded,
+// decided, relayed), wrap_steps.go (the steps of [Wrap]), wrap_server.go
+// (how the server ends), wrap_approvals.go, wrap_errors.go. Shared by the
+// relay and the gateway: gate.go (decisions, approvals, allowances),
+// pins.go and pinread.go (the pin books and how listings are read). The
+// gateway: gateway.go ([Gateway]), gateway_start.go (its start-up),
+// gateway_read.go (its one reading of every host and server frame, and
+// the refusal of ambiguous ones), gateway_calls.go (a call decided,
+// recorded and forwarded), gateway_meta.go (the meta-tools and
+// approvals), forward.go (requests between hosts and servers),
+// gateway_cancel.go, gateway_resources.go, gateway_prompts.go,
+// gateway_pins.go and relist.go, gateway_tasks*.go, gateway_taskids.go,
+// gateway_downraw.go (the task layer and its raw server requests),
+// gateway_hello.go, gateway_hostconn.go, gateway_hosttasks.go,
+// gateway_lifecycle.go, gateway_remote*.go, gateway_env.go.
 package proxy

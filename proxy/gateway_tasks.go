@@ -87,7 +87,7 @@ type tasker struct {
 	closed     bool        // no more requests are taken (wg is waited for)
 	ready      atomic.Bool // the servers are connected
 
-	// A server's task-augmented requests to the host (see gateway_hostTasks.go).
+	// A server's task-augmented requests to the host (see gateway_hosttasks.go).
 	hostCaps  json.RawMessage                    // the host's capabilities.tasks; nil: none
 	hostRaw   *downRaw                           // the gateway's own requests to the host
 	hostTasks *taskTable[string]                 // task id the host gave -> the server that asked
