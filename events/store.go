@@ -351,12 +351,11 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	case <-limit.C:
 		return nil, fmt.Errorf("start embedded NATS server in %s: not ready after %s", opts.StoreDir, startLimit)
 	}
-	// Ready at once unless Start gave up (a listener it could not open).
-	if !ns.ReadyForConnections(time.Second) {
-		return nil, fmt.Errorf("start embedded NATS server in %s: not ready", opts.StoreDir)
-	}
-	if !ns.JetStreamEnabled() {
-		return nil, fmt.Errorf("start JetStream in %s: not enabled (is the directory writable and is there free space?)", opts.StoreDir)
+	// Start returns early, not ready, when it gives up (it logs why): on
+	// JetStream, which fails on the store directory, or on the listener.
+	// Otherwise the server is ready at once.
+	if !ns.JetStreamEnabled() || !ns.ReadyForConnections(time.Second) {
+		return nil, fmt.Errorf("start JetStream in %s: it did not start (is the directory writable and is there free space?)", opts.StoreDir)
 	}
 	connOpts := []nats.Option{nats.InProcessServer(ns), nats.Name("aegis-events"), nats.MaxReconnects(-1),
 		// nats.go prints what it cannot hand back to a caller straight to
