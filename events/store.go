@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -395,7 +397,7 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	if cfg.MaxBytes > 0 {
 		maxBytes = cfg.MaxBytes
 	}
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	scfg := jetstream.StreamConfig{
 		Name:        StreamName,
 		Description: "aegis events: every frame, verdict, approval and enforcement fact",
 		Subjects:    []string{"aegis.>"},
@@ -430,7 +432,19 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		// left out, so no later Open can ask the server to begin the
 		// stream (and drop what it holds) anywhere else.
 		FirstSeq: s.createFirst(),
-	})
+	}
+	var stream jetstream.Stream
+	if _, serr := os.Stat(streamDir(dir)); errors.Is(serr, fs.ErrNotExist) {
+		// A new stream: created at once, without the update that
+		// CreateOrUpdateStream asks for first and that would only be
+		// told there is no such stream (a round trip of the start).
+		stream, err = js.CreateStream(ctx, scfg)
+	}
+	if stream == nil {
+		// An existing stream is updated to scfg (as is one that the
+		// create above did not make, whatever the reason).
+		stream, err = js.CreateOrUpdateStream(ctx, scfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s in %s: %w", StreamName, opts.StoreDir, err)
 	}
