@@ -62,7 +62,8 @@ type CredsList struct {
 	// session order (which is start order).
 	Live []Creds
 	// Stale are credentials whose process has exited without removing
-	// them; the caller may remove them with [RemoveApprovalCreds].
+	// them; the caller may remove them with [RemoveApprovalCreds]. A file
+	// that an OS crash left empty is one, with only Session and Path set.
 	Stale []Creds
 	// Refused are files that were not read, each with the reason.
 	Refused []*CredsFileError
@@ -160,8 +161,9 @@ func checkRuntimeDir(dir string) error {
 func credsFileName(session string) string { return "approve-" + session + ".json" }
 
 // WriteApprovalCreds writes c to dir/approve-<session>.json with mode 0600,
-// atomically (a temporary file renamed over it), and returns the path. dir
-// must be a private directory of this user, as [RuntimeDir] makes.
+// atomically (a temporary file renamed over it, not fsynced), and returns
+// the path. dir must be a private directory of this user, as [RuntimeDir]
+// makes.
 func WriteApprovalCreds(dir string, c Creds) (path string, err error) {
 	if !schemas.ValidID(c.Session) {
 		return "", fmt.Errorf("write approval credentials: bad session id %q", c.Session)
@@ -198,10 +200,11 @@ func WriteApprovalCreds(dir string, c Creds) (path string, err error) {
 		f.Close()
 		return "", fmt.Errorf("write approval credentials: %w", err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return "", fmt.Errorf("write approval credentials: %w", err)
-	}
+	// Not fsynced: the file names a running process and is useless once
+	// that process is gone, which an OS crash (the only thing that loses
+	// unsynced writes) ensures; a file that a crash left empty is refused
+	// like any malformed one (ReadApprovalCreds), a stale one is listed as
+	// stale. The rename alone keeps readers from seeing a partial file.
 	if err := f.Close(); err != nil {
 		return "", fmt.Errorf("write approval credentials: %w", err)
 	}
@@ -245,6 +248,14 @@ func ReadApprovalCreds(dir string) (*CredsList, error) {
 		}
 		path := filepath.Join(dir, name)
 		c, err := readCredsFile(path)
+		if errors.Is(err, errCredsEmpty) {
+			// Left empty by an OS crash (files are renamed into place
+			// whole but not fsynced): its process is gone with it.
+			if session := strings.TrimSuffix(strings.TrimPrefix(name, "approve-"), ".json"); schemas.ValidID(session) {
+				list.Stale = append(list.Stale, Creds{Session: session, Path: path})
+				continue
+			}
+		}
 		if err != nil {
 			list.Refused = append(list.Refused, &CredsFileError{Path: path, Err: err})
 			continue
@@ -259,6 +270,9 @@ func ReadApprovalCreds(dir string) (*CredsList, error) {
 	sort.Slice(list.Stale, func(i, j int) bool { return list.Stale[i].Session < list.Stale[j].Session })
 	return list, nil
 }
+
+// errCredsEmpty is a credentials file of this user with nothing in it.
+var errCredsEmpty = errors.New("is empty")
 
 func readCredsFile(path string) (Creds, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
@@ -288,6 +302,9 @@ func readCredsFile(path string) (Creds, error) {
 	}
 	if len(b) > maxCredsBytes {
 		return Creds{}, fmt.Errorf("is larger than %d bytes", maxCredsBytes)
+	}
+	if len(b) == 0 {
+		return Creds{}, errCredsEmpty
 	}
 	var c Creds
 	dec := json.NewDecoder(bytes.NewReader(b))

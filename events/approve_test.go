@@ -645,6 +645,11 @@ func TestApprovalCredsFiles(t *testing.T) {
 	renamed.V = CredsVersion
 	b, _ := json.Marshal(renamed)
 	os.WriteFile(filepath.Join(dir, "approve-"+swapped.Session+".json"), b, 0o600)
+	// One that an OS crash left empty (they are not fsynced), and an empty
+	// file whose name is no session's.
+	torn := mk(os.Getpid())
+	os.WriteFile(filepath.Join(dir, "approve-"+torn.Session+".json"), nil, 0o600)
+	os.WriteFile(filepath.Join(dir, "approve-empty.json"), nil, 0o600)
 	// Not a credentials file at all.
 	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("x"), 0o644)
 
@@ -657,8 +662,22 @@ func TestApprovalCredsFiles(t *testing.T) {
 	if len(list.Live) != 1 || list.Live[0] != want {
 		t.Errorf("Live = %+v, want [%+v]", list.Live, want)
 	}
-	if len(list.Stale) != 1 || list.Stale[0].Session != stale.Session {
+	if len(list.Stale) != 2 {
 		t.Errorf("Stale = %+v", list.Stale)
+	}
+	for _, c := range list.Stale {
+		switch c.Session {
+		case stale.Session:
+			if c.PID != stale.PID {
+				t.Errorf("stale file read as %+v", c)
+			}
+		case torn.Session:
+			if c.PID != 0 || c.Path != filepath.Join(dir, "approve-"+torn.Session+".json") {
+				t.Errorf("empty file listed as %+v, want its session and path alone", c)
+			}
+		default:
+			t.Errorf("Stale holds %+v", c)
+		}
 	}
 	reasons := map[string]string{}
 	for _, r := range list.Refused {
@@ -668,13 +687,14 @@ func TestApprovalCredsFiles(t *testing.T) {
 		"approve-" + loose.Session + ".json":   "has mode 0644; a credentials file must be 0600",
 		"approve-" + linked.Session + ".json":  "is a symbolic link",
 		"approve-garbage.json":                 "malformed",
+		"approve-empty.json":                   "is empty",
 		"approve-" + swapped.Session + ".json": "does not match its file name",
 	} {
 		if !strings.Contains(reasons[name], want) {
 			t.Errorf("%s refused with %q, want %q", name, reasons[name], want)
 		}
 	}
-	if len(list.Refused) != 4 {
+	if len(list.Refused) != 5 {
 		t.Errorf("Refused = %v", list.Refused)
 	}
 	ents, _ := os.ReadDir(dir)

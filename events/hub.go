@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -47,12 +48,14 @@ type HubConfig struct {
 	CAFile string
 }
 
-var hostPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,62}$`)
+// hostPattern is compiled at first use, not by every aegis process at
+// start-up: the counted repetition is a program of about 60 KiB.
+var hostPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,62}$`) })
 
 // ValidHost reports whether host can name a host of a fleet: letters,
 // digits, '-' and '_', 1 to 63 of them, not starting with '-' or '_' (it
 // is a JetStream domain and part of a stream name and of subjects).
-func ValidHost(host string) bool { return hostPattern.MatchString(host) }
+func ValidHost(host string) bool { return hostPattern().MatchString(host) }
 
 // MirrorName is the name of the hub's mirror of host's stream.
 func MirrorName(host string) string { return StreamName + "_" + host }

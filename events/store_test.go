@@ -327,6 +327,38 @@ func TestSharedStateDirRefused(t *testing.T) {
 	}
 }
 
+// A store directory in which JetStream cannot start (here its path is a
+// file) is refused at once and says where to look, with or without the
+// approval channel's listener, instead of waiting for a server that will
+// never be ready (until the five minutes a recovery may take, before).
+func TestOpenRefusesAtOnceWhereJetStreamCannotStart(t *testing.T) {
+	for _, approvals := range []bool{false, true} {
+		t.Run(fmt.Sprintf("approvals=%v", approvals), func(t *testing.T) {
+			dir := stateDir(t)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "jetstream"), []byte("not a directory"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			start := time.Now()
+			s, err := Open(ctx, Config{Dir: dir, Approvals: approvals})
+			if err == nil {
+				s.Close(context.Background())
+				t.Fatal("Open succeeded on a store directory that is a file")
+			}
+			if !strings.Contains(err.Error(), "is the directory writable") {
+				t.Errorf("Open = %v, want the JetStream refusal", err)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("Open took %v to refuse", d)
+			}
+		})
+	}
+}
+
 func TestStateDirCreatedPrivate(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "b")
 	openStore(t, dir)

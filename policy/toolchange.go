@@ -1,7 +1,7 @@
 package policy
 
 import (
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // ToolChange is what a session does with a tool whose definition changed

@@ -83,7 +83,8 @@ type SessionConfig struct {
 	// saves it (see IndexEvery), so the next start folds little.
 	Index *Index
 	// IndexEvery is how often the session folds the stream's new events
-	// into the index and saves it, beside the relay (0: only at Close).
+	// into the index and saves it, beside the relay, from one IndexEvery
+	// after the start (0: once at the start, and at Close).
 	IndexEvery time.Duration
 	// Checkpoints says how often the record file gets a signed checkpoint
 	// (see [CheckpointPolicy]).
@@ -261,9 +262,17 @@ func (s *Session) startIndexer(ix *Index, path string, every time.Duration) {
 	s.index, s.indexStop, s.indexDone = ix, cancel, make(chan struct{})
 	go func() {
 		defer close(s.indexDone)
-		// At once: what the start folded, for the next start and for
-		// readers while this session holds the state directory.
-		s.saveIndex(ctx, indexBudget)
+		// What the start folded is saved, for the next start and for
+		// readers while this session holds the state directory, at the
+		// first tick rather than at once: a save is four fsyncs and a
+		// read of the stream, which at once would contend for the disk
+		// with the commits that the server's first answers wait for. The
+		// index is a cache checked against the stream, so a save later
+		// (or never, if the process dies first) costs the next start
+		// time, nothing else. Without ticks it is saved at once.
+		if every <= 0 {
+			s.saveIndex(ctx, indexBudget)
+		}
 		if !ix.needsCheck(path) {
 			s.checked.Store(true) // by CatchUp, or unchanged since it was
 		} else if err := ix.CheckFile(ctx, path); err == nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 )
 
 // KindServerConnection records the connection state of a remote
@@ -50,17 +51,20 @@ type ServerConnection struct {
 	Error     string `json:"error,omitempty"`
 }
 
+// Compiled at first use: every aegis process would otherwise compile
+// them at start-up (the counted repetition alone is a program of about
+// 60 KiB), and only the gateway's remote servers use them.
 var (
-	connServerRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	connURLRE    = regexp.MustCompile(`^https?://[^/?#@ ]+(/[^?# ]*)?$`)
+	connServerRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`) })
+	connURLRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^https?://[^/?#@ ]+(/[^?# ]*)?$`) })
 )
 
 // Validate checks c as the schema does.
 func (c ServerConnection) Validate() error {
 	switch {
-	case !connServerRE.MatchString(c.Server):
+	case !connServerRE().MatchString(c.Server):
 		return fmt.Errorf("server.connection: server %q is not a server name", c.Server)
-	case !connURLRE.MatchString(c.URL):
+	case !connURLRE().MatchString(c.URL):
 		return errors.New("server.connection: url is not an http(s) url without userinfo, query and fragment")
 	case c.Transport != "streamable" && c.Transport != "sse":
 		return fmt.Errorf("server.connection: transport %q is not streamable or sse", c.Transport)

@@ -597,6 +597,10 @@ func (m *Main) approvalProcesses(stateDirFlag string) ([]events.Creds, error) {
 			m.warnf("session %s: %v", c.Session, err)
 			continue
 		}
+		if c.PID == 0 {
+			m.warnf("session %s: its credentials file was left empty by a crash; removed it", c.Session)
+			continue
+		}
 		m.warnf("session %s: aegis process %d has exited; removed its credentials file", c.Session, c.PID)
 	}
 	return list.Live, nil
