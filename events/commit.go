@@ -276,6 +276,24 @@ func (s *Store) queueItems(lazy bool, items []*item) ([]*Receipt, error) {
 	return rs, nil
 }
 
+// waitCommit waits for the commit in flight, if any, to end: its message
+// is then in the taps (or its receipts failed). It does not start one.
+func (s *Store) waitCommit(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.committing {
+		s.mu.Unlock()
+		return nil
+	}
+	end := s.commitEnd
+	s.mu.Unlock()
+	select {
+	case <-end: // a commit always ends: acknowledged, failed or timed out
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // makeRoomLocked lets one commit end: it runs the next one from the head
 // of the queue when none is in flight, else waits for the one in flight.
 // s.mu is held on entry and on return, released in between; the queue is

@@ -258,11 +258,27 @@ func (t *CommitTap) Rest(ctx context.Context, from Position) (bool, error) {
 	if last == 0 || from.Seq > last {
 		return false, nil
 	}
+	if !t.holds(from, last) {
+		// The stream may already hold the message of the commit in
+		// flight, which the tap gets only once its ack is read: wait
+		// for that commit (one at a time, so it is the only message
+		// this store stored and the tap lacks) rather than read the
+		// block being written for it, which happened at every few saves
+		// under a steady stream of calls and kept the embedded server's
+		// write cache growing (see [CommitTap.Digest]).
+		if err := t.s.waitCommit(ctx); err != nil {
+			return false, err
+		}
+	}
+	return !t.holds(from, last), nil
+}
+
+// holds reports whether the tap holds every message from from.Seq through
+// last, without a gap. Those the store commits from now on take sequences
+// after last.
+func (t *CommitTap) holds(from Position, last uint64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	// The messages the tap holds now must run from from.Seq through last
-	// without a gap. Those the store commits from now on take sequences
-	// after last.
 	want := from.Seq
 	for _, m := range t.msgs {
 		if m.seq < want {
@@ -273,5 +289,5 @@ func (t *CommitTap) Rest(ctx context.Context, from Position) (bool, error) {
 		}
 		want++
 	}
-	return want <= last, nil
+	return want > last
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -165,5 +166,105 @@ func TestCommitTapStopsAtAMessageItDidNotCommit(t *testing.T) {
 	last := replayAll(t, s)
 	if n, _ := tap.Replay(ctx, Position{Seq: last[len(last)-1].Pos.Seq}, collect); n.Seq != last[len(last)-1].Pos.Seq {
 		t.Fatalf("a closed tap handed out messages up to %v", n)
+	}
+}
+
+// The message of the commit in flight is in the stream before its ack
+// reaches the store and the tap: Rest waits for that commit rather than
+// send the reader to the stream for it (a read of the block being written
+// keeps the embedded server's write cache growing), and still sends it
+// there when the commit ends without handing the tap its message.
+func TestCommitTapRestWaitsForTheCommitInFlight(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, stateDir(t))
+	sess, _ := s.NewSession()
+	tap := s.TapCommits()
+	defer tap.Close()
+	if _, err := s.Append(ctx, newEvent(t, s, sess, schemas.KindSessionOpened, map[string]string{"line": "{}"})); err != nil {
+		t.Fatal(err)
+	}
+	next, err := tap.Replay(ctx, Position{Seq: 1}, func(Record) error { return nil })
+	if err != nil || next.Seq != 2 {
+		t.Fatalf("tap.Replay = %v, %v; want the session's first message", next, err)
+	}
+	js, err := s.nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// inFlight stands for a commit whose message the server stored and
+	// whose ack the store has not read yet: the commit in flight, and
+	// its message in the stream.
+	inFlight := func(note string) (end func(tapIt bool)) {
+		t.Helper()
+		s.mu.Lock()
+		if s.committing {
+			s.mu.Unlock()
+			t.Fatal("a commit is in flight already")
+		}
+		s.committing, s.commitEnd = true, make(chan struct{})
+		s.mu.Unlock()
+		ev := newEvent(t, s, sess, schemas.KindNote, map[string]string{"note": note})
+		data, err := ev.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := js.Publish(ev.Subject(), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(tapIt bool) {
+			if tapIt {
+				s.tapped(ack.Sequence, ev.Subject(), &tapCommit{events: [][]byte{data}})
+			}
+			s.mu.Lock()
+			s.committing = false
+			close(s.commitEnd)
+			s.mu.Unlock()
+		}
+	}
+	type result struct {
+		rest bool
+		err  error
+	}
+	rest := func() (chan result, func() result) {
+		ch := make(chan result, 1)
+		go func() {
+			r, err := tap.Rest(ctx, next)
+			ch <- result{r, err}
+		}()
+		return ch, func() result {
+			select {
+			case r := <-ch:
+				return r
+			case <-time.After(10 * time.Second):
+				t.Fatal("Rest did not return once the commit ended")
+				return result{}
+			}
+		}
+	}
+
+	end := inFlight("acked")
+	ch, wait := rest()
+	select {
+	case r := <-ch:
+		end(true)
+		t.Fatalf("Rest = %v, %v before the commit in flight ended; it must wait for it", r.rest, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	end(true)
+	if r := wait(); r.err != nil || r.rest {
+		t.Fatalf("Rest = %v, %v once the commit in flight handed the tap its message", r.rest, r.err)
+	}
+	if next, err = tap.Replay(ctx, next, func(Record) error { return nil }); err != nil || next.Seq != 3 {
+		t.Fatalf("tap.Replay = %v, %v; want the commit's message", next, err)
+	}
+
+	// A commit that ends without its message in the tap (its ack was
+	// lost): the stream holds what the tap lacks.
+	end = inFlight("ack lost")
+	_, wait = rest()
+	end(false)
+	if r := wait(); r.err != nil || !r.rest {
+		t.Fatalf("Rest = %v, %v with a stored message the tap never got", r.rest, r.err)
 	}
 }

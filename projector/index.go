@@ -135,7 +135,10 @@ func (ix *Index) fold(rec events.Record) {
 		ix.spans = map[string]*RecordSpan{}
 		ix.byPath = map[string][]*RecordSpan{}
 	}
-	if i := ix.sessions.fold(rec); i >= 0 && i < ix.dirty {
+	// The line is read out of its payload once, for both folds: an
+	// outcome's was read twice, the larger part of the fold's cost.
+	line, ok := lineOf(rec.Event)
+	if i := ix.sessions.foldLine(rec, line, true); i >= 0 && i < ix.dirty {
 		ix.dirty = i
 	}
 	switch rec.Event.Kind {
@@ -145,15 +148,15 @@ func (ix *Index) fold(rec events.Record) {
 		ix.foldCheckpoint(rec)
 	}
 	ix.foldPins(rec)
-	ix.foldSpan(rec)
+	ix.foldSpan(rec, line, ok)
 	ix.At, ix.Folded = rec.Pos, true
 }
 
 // foldSpan is [Record.Fold] reduced to sizes and digests: the same
-// sessions and the same lines, none of them kept.
-func (ix *Index) foldSpan(rec events.Record) {
+// sessions and the same lines, none of them kept. line and ok are
+// [lineOf] the event.
+func (ix *Index) foldSpan(rec events.Record, line string, ok bool) {
 	e := rec.Event
-	line, ok := lineOf(e)
 	if !ok && e.Kind != schemas.KindSessionOpened {
 		return
 	}

@@ -88,7 +88,11 @@ func (ix *SessionIndex) Fold(rec events.Record) { ix.fold(rec) }
 
 // fold is Fold that returns the place of the session it changed in stream
 // order (-1: none).
-func (ix *SessionIndex) fold(rec events.Record) int {
+func (ix *SessionIndex) fold(rec events.Record) int { return ix.foldLine(rec, "", false) }
+
+// foldLine is fold given, when read, the audit line the event carries
+// ([decodeLine]): the index reads it once for this fold and its span's.
+func (ix *SessionIndex) foldLine(rec events.Record, line string, read bool) int {
 	e := rec.Event
 	if ix.byID == nil {
 		ix.byID = map[string]*indexEntry{}
@@ -122,9 +126,15 @@ func (ix *SessionIndex) fold(rec events.Record) int {
 		s.Calls++
 		en.inflight[callIDOf(e.Payload)] = true
 	case schemas.KindCallOutcome:
-		cp := callPayload(e.Payload)
-		l := parseAuditLine(cp.Line)
-		delete(en.inflight, cp.CallID)
+		var id string
+		if read {
+			id = callIDOf(e.Payload)
+		} else {
+			cp := callPayload(e.Payload)
+			id, line = cp.CallID, cp.Line
+		}
+		l := parseAuditLine(line)
+		delete(en.inflight, id)
 		if refused(&l) {
 			s.Refusals++
 		}
