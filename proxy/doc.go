@@ -300,9 +300,12 @@
 // streamable HTTP front, which imports nothing of aegis; cmd/aegis puts it
 // before the gateway). Test fixtures: package mcptest.
 //
-// The relay: wrap.go (the relay and its hot path: frames read, recorded,
-// decided, relayed), wrap_steps.go (the steps of [Wrap]), wrap_server.go
-// (how the server ends), wrap_approvals.go, wrap_errors.go. Shared by the
+// The relay: wrap.go ([Wrap], the relay and how it reads lines),
+// wrap_steps.go (the steps of [Wrap]), wrap_host.go (a host frame read,
+// recorded, decided and relayed or refused), wrap_answers.go (a server
+// frame and the calls it answers), wrap_out.go (the two paths out and
+// their bounds), wrap_server.go (how the server ends), wrap_approvals.go,
+// wrap_errors.go. Shared by the
 // relay and the gateway: gate.go (decisions, approvals, allowances),
 // pins.go and pinread.go (the pin books and how listings are read). The
 // gateway: gateway.go ([Gateway]), gateway_start.go (its start-up),
