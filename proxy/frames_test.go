@@ -111,3 +111,32 @@ func FuzzFrameFilter(f *testing.F) {
 		}
 	})
 }
+
+// A value split over very many lines is read once it may be whole, not at
+// each line: a host that sends one call over 300 000 lines (or one
+// ']' at a time, without a newline) costs the gateway a reading of it,
+// not 300 000 readings of a growing text. Read at each line, this test
+// runs for many minutes.
+func TestFrameFilterReadsASplitValueOnce(t *testing.T) {
+	const n = 300_000
+	split := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","task":{},"arguments":{"a":[` + "\n" +
+		strings.Repeat("1,\n", n) + "1]}}}\n"
+	pass, taken := filterAll(t, split+`{"jsonrpc":"2.0","id":2,"method":"ping"}`+"\n", false, isTaskCall)
+	if len(taken) != 1 || taken[0] != split || pass != `{"jsonrpc":"2.0","id":2,"method":"ping"}`+"\n" {
+		t.Fatalf("took %d texts, passed %q", len(taken), pass)
+	}
+	// Many closers, one byte at a time, no newline after the last.
+	nested := "[" + strings.Repeat("[],", n) + "[]]"
+	var out bytes.Buffer
+	shown := 0
+	f := &frameFilter{r: iotest.OneByteReader(strings.NewReader(nested)), take: func(text []byte, rd reading.Reading) bool {
+		shown++
+		return false
+	}}
+	if _, err := io.Copy(&out, f); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != nested || shown != 1 {
+		t.Fatalf("passed %d of %d bytes, shown %d times", out.Len(), len(nested), shown)
+	}
+}
