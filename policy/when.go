@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"path"
@@ -170,8 +171,8 @@ func readArgs(t []byte) (any, error) {
 	if why := v.CaseCollision(); why != "" {
 		return nil, fmt.Errorf("the call's arguments name one member twice (%s), which readers of JSON resolve differently", why)
 	}
-	if v.Ambiguous != "" {
-		return nil, fmt.Errorf("readers of JSON read the call's arguments differently: %s", v.Ambiguous)
+	if why := cmp.Or(v.Ambiguous, r.Ambiguous); why != "" {
+		return nil, fmt.Errorf("readers of JSON read the call's arguments differently: %s", why)
 	}
 	return celValue(v), nil
 }

@@ -111,6 +111,7 @@ func TestConditionsStopArgumentAttacks(t *testing.T) {
 		{"a second path behind an escaped name", "write_file", `{"path":"/repo/a","p\u0061th":"/etc/passwd"}`, "name one member twice"},
 		{"arguments nested past every reader's limit", "write_file", `{"path":"/repo/a","x":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`, "nesting"},
 		{"two values where one is read", "write_file", `{"path":"/repo/a"} {"path":"/etc/passwd"}`, "one JSON value"},
+		{"a byte order mark that some readers skip", "write_file", "\xef\xbb\xbf" + `{"path":"/repo/a"}`, "byte order mark"},
 	} {
 		t.Run(tc.attack, func(t *testing.T) {
 			d := NewEngine(set).Evaluate(Request{Tool: tc.tool, Args: []byte(tc.args)}, now)
