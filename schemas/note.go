@@ -12,6 +12,11 @@ import (
 // body and a few signature lines.
 const MaxNote = MaxCheckpointBody + 1024
 
+// ErrTornNote is returned by [ReadNote] for a last note cut short: one
+// that does not end in a newline, or that ends before its signatures.
+// A file of notes that is still being appended to can show one.
+var ErrTornNote = errors.New("the last note is torn")
+
 // ReadNote reads the next signed note of a file of notes, each followed
 // by an empty line (the sidecar of a record's checkpoints): its text, an
 // empty line and its signature lines, up to the empty line that ends it
@@ -29,7 +34,7 @@ func ReadNote(br *bufio.Reader) ([]byte, error) {
 			return nil, err
 		}
 		if len(line) > 0 && line[len(line)-1] != '\n' {
-			return nil, errors.New("the last note does not end in a newline")
+			return nil, fmt.Errorf("%w: it does not end in a newline", ErrTornNote)
 		}
 		if len(line) == 0 { // EOF
 			switch {
@@ -38,7 +43,7 @@ func ReadNote(br *bufio.Reader) ([]byte, error) {
 			case blank == 1:
 				return msg, nil
 			}
-			return nil, errors.New("the last note has no signature")
+			return nil, fmt.Errorf("%w: it has no signature", ErrTornNote)
 		}
 		if len(line) == 1 {
 			if len(msg) == 0 {

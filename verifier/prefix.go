@@ -42,6 +42,10 @@ type prefixWatch struct {
 	count int // checkpoints compared
 	last  schemas.Checkpoint
 	fail  *Reason
+	// torn is the error of a last note cut short, left to [checkPrefixes]:
+	// a record still in writing can have one being appended as it is
+	// read; any other has none.
+	torn error
 }
 
 func newPrefixWatch(r io.Reader, name, file string) *prefixWatch {
@@ -57,6 +61,10 @@ func (w *prefixWatch) advance(prev int64) {
 	w.has = false
 	msg, err := schemas.ReadNote(w.br)
 	if errors.Is(err, io.EOF) {
+		return
+	}
+	if errors.Is(err, schemas.ErrTornNote) {
+		w.torn = err
 		return
 	}
 	if err != nil {
@@ -124,8 +132,8 @@ func (w *prefixWatch) checkSignatures(r io.Reader, keys []ed25519.PublicKey) (st
 	signer := ""
 	for i := 1; ; i++ {
 		msg, err := schemas.ReadNote(br)
-		if errors.Is(err, io.EOF) {
-			break
+		if errors.Is(err, io.EOF) || w.torn != nil && errors.Is(err, schemas.ErrTornNote) {
+			break // the torn note the walk saw; the digests below say it is the same
 		}
 		if err != nil {
 			return "", &Reason{Code: BadCheckpoint, Message: fmt.Sprintf("%s changed while it was read: %v", display(w.name), err), File: w.file}

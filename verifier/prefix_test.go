@@ -118,3 +118,30 @@ func FuzzPrefixCheckpoints(f *testing.F) {
 		}
 	})
 }
+
+// A record in writing gets its checkpoints appended as verify reads it:
+// the last note may be cut short where the read caught the write. That
+// note is left for the next verify, in a record whose session is open;
+// in a closed one it is BadCheckpoint (the "a note torn" case above).
+func TestPrefixCheckpointBeingAppendedIsNotTampering(t *testing.T) {
+	file := rotatedFiles(t)[0]
+	lines := splitLines(file)
+	open := append(bytes.Join(lines[:len(lines)-1], []byte("\n")), '\n')
+	if r := verifyWithSidecar(open, nil); r.Verdict != Indeterminate {
+		t.Fatalf("the record without its last line: %s, want Indeterminate (its session open)", Render(r))
+	}
+	whole := prefixNotes(t, open, 3, len(lines)-1)
+	last := prefixNotes(t, open, len(lines)-1)
+	for _, cut := range []int{1, len(last) / 2, len(last) - 2} { // (without only its final empty line, a note is whole)
+		r := verifyWithSidecar(open, append(append([]byte{}, prefixNotes(t, open, 3)...), last[:cut]...))
+		if r.Verdict != Indeterminate {
+			t.Fatalf("a note cut at %d of %d bytes: %s", cut, len(last), Render(r))
+		}
+		if len(r.Checkpoints) != 1 || r.Checkpoints[0].Count != 1 || !r.Checkpoints[0].Matches {
+			t.Fatalf("a note cut at %d: checkpoints %+v, want the one before it, checked", cut, r.Checkpoints)
+		}
+	}
+	if r := verifyWithSidecar(open, whole); r.Verdict != Indeterminate || r.Checkpoints[0].Count != 2 {
+		t.Fatalf("whole: %s", Render(r))
+	}
+}

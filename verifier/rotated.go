@@ -103,7 +103,8 @@ func verifySet(segs []Segment, opts Options, cfg parallelConfig) Result {
 		}
 		if watch != nil {
 			keys := append(w.fileKeys[:len(w.fileKeys):len(w.fileKeys)], pinned...)
-			res, reason := checkPrefixes(watch, fw.tree.n, s, keys)
+			inWriting := fw.final && (w.sess == nil || !w.sess.closed)
+			res, reason := checkPrefixes(watch, fw.tree.n, s, keys, inWriting)
 			cps = append(cps, res)
 			if reason != nil {
 				w.tampered = reason
@@ -127,9 +128,15 @@ func verifySet(segs []Segment, opts Options, cfg parallelConfig) Result {
 }
 
 // checkPrefixes finishes the checks of a file of checkpoints of the record
-// file's first lines, after the walk read the n lines of the file.
-func checkPrefixes(watch *prefixWatch, n int64, s Segment, keys []ed25519.PublicKey) (CheckpointResult, *Reason) {
+// file's first lines, after the walk read the n lines of the file. A last
+// note cut short is one being appended when the record is in writing
+// (the last file, its session not closed), and is left for the next
+// verify; in any other record it is BadCheckpoint.
+func checkPrefixes(watch *prefixWatch, n int64, s Segment, keys []ed25519.PublicKey, inWriting bool) (CheckpointResult, *Reason) {
 	res := CheckpointResult{Name: s.CheckpointsName, File: s.Name, Checkpoint: watch.last, Count: watch.count, Prefix: true}
+	if watch.torn != nil && !inWriting {
+		watch.bad("%s after its %d checkpoints does not read as signed notes: %v", display(watch.name), watch.count, watch.torn)
+	}
 	watch.end(n)
 	if watch.fail != nil {
 		return res, watch.fail
