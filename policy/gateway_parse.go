@@ -80,7 +80,7 @@ const maxProfileNameLen = 64
 //     name outside [A-Za-z_][A-Za-z0-9_]*, in env or env_passthrough; a
 //     name both in env and in env_passthrough; an env file that is not an
 //     absolute, clean path; a transport other than stdio;
-//   - for a url server (see gateway_remote.go): command and url together,
+//   - for a url server (see proxy/gateway/remote.go): command and url together,
 //     or neither; args, env, env_passthrough or confine with url, headers
 //     or ca_file with command; a url that is not https:// (or http:// to
 //     a loopback host), with userinfo or a fragment; a transport other

@@ -19,6 +19,7 @@ import (
 
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/proxy/relay"
 	"github.com/aegis-dev/aegis/sandbox"
 	"github.com/aegis-dev/aegis/schemas"
 	"github.com/aegis-dev/aegis/verifier"
@@ -428,7 +429,7 @@ func TestApprovedAllowanceExpiresWithItsApproval(t *testing.T) {
 	done := make(chan wrapRun, 1)
 	go func() {
 		ctx := context.Background()
-		res, err := proxy.Wrap(ctx, proxy.WrapConfig{
+		res, err := relay.Wrap(ctx, relay.Config{
 			Open: func(*sandbox.Fact) (*projector.Session, error) {
 				return projector.OpenSession(ctx, projector.SessionConfig{Store: h.store, Key: h.key, AuditPath: h.audit, Argv: argv, Version: "test"})
 			},

@@ -28,40 +28,40 @@ const (
 	RefusalMessage = "aegis wrap refused this tools/call"
 )
 
-// refusal is what a -32042 refusal frame says of one refused call, in
+// Refusal is what a -32042 refusal frame says of one refused call, in
 // data.aegis beside layer: the code, why (reason), what to do (hint), and
 // for PENDING_APPROVAL the approval to act on.
-type refusal struct {
-	code       string
-	reason     string
-	hint       string
-	approvalID string
+type Refusal struct {
+	Code       string
+	Reason     string
+	Hint       string
+	ApprovalID string
 }
 
 // refusalFrame returns the refusal frame of a call refused with code, with
 // the code's generic reason and hint.
 func refusalFrame(id json.RawMessage, code string) []byte {
-	return refusalFrameOf(id, refusal{code: code})
+	return RefusalFrameOf(id, Refusal{Code: code})
 }
 
-// refusalFrameOf returns the error frame for a refused request with the
+// RefusalFrameOf returns the error frame for a refused request with the
 // given raw id: upstream's frame, keys sorted as its emitter writes them,
 // with data.aegis holding approval_id (PENDING_APPROVAL only), code, hint,
 // layer and reason, in that (sorted) order and RFC 8785 form. An empty
 // reason or hint is filled in from the code.
-func refusalFrameOf(id json.RawMessage, r refusal) []byte {
-	if r.reason == "" || r.hint == "" {
-		reason, hint := refusalText(r.code, r.approvalID)
-		if r.reason == "" {
-			r.reason = reason
+func RefusalFrameOf(id json.RawMessage, r Refusal) []byte {
+	if r.Reason == "" || r.Hint == "" {
+		reason, hint := refusalText(r.Code, r.ApprovalID)
+		if r.Reason == "" {
+			r.Reason = reason
 		}
-		if r.hint == "" {
-			r.hint = hint
+		if r.Hint == "" {
+			r.Hint = hint
 		}
 	}
-	data := map[string]any{"code": r.code, "hint": r.hint, "layer": "wrap", "reason": r.reason}
-	if r.approvalID != "" {
-		data["approval_id"] = r.approvalID
+	data := map[string]any{"code": r.Code, "hint": r.Hint, "layer": "wrap", "reason": r.Reason}
+	if r.ApprovalID != "" {
+		data["approval_id"] = r.ApprovalID
 	}
 	for k, v := range data {
 		data[k] = strings.ToValidUTF8(v.(string), "\uFFFD")
@@ -92,7 +92,7 @@ func refusalText(code, approvalID string) (reason, hint string) {
 			return "a human must approve this call", "ask the operator to approve it, then send the same call again"
 		}
 		return "a human must approve this call",
-			"run: aegis approve " + quoteArg(approvalID) + " (or: aegis deny " + quoteArg(approvalID) + "), then send the same call again: the approval lets it through once"
+			"run: aegis approve " + QuoteArg(approvalID) + " (or: aegis deny " + QuoteArg(approvalID) + "), then send the same call again: the approval lets it through once"
 	}
 	return "aegis refused this call before it reached the server", "see aegis's stderr and the record for why"
 }
@@ -146,28 +146,28 @@ type PendingApproval struct {
 	PinDigest string `json:"pin_digest,omitempty"`
 }
 
-// gate holds the policy engine and the approval state of one session.
-type gate struct {
+// Gate holds the policy engine and the approval state of one session.
+type Gate struct {
 	engine *policy.Engine
-	hash   string
-	ttl    time.Duration
+	Hash   string
+	TTL    time.Duration
 
 	mu       sync.Mutex
 	pending  map[string]*PendingApproval
 	resolved map[string]string      // approval id -> what became of it
 	allow    map[string][]allowance // tool+args key -> single-use allowances
 
-	// pins re-pins a changed tool when its approval is approved (pins.go).
-	pins pinApprover
-	// ids are the session's approval ids ([policy.ApprovalIDs]), which
+	// Pins re-pins a changed tool when its approval is approved (pins.go).
+	Pins PinApprover
+	// IDs are the session's approval ids ([policy.ApprovalIDs]), which
 	// its rules, re-pins and escalations share; set by number.
-	ids *policy.ApprovalIDs
+	IDs *policy.ApprovalIDs
 }
 
-// number gives the gate the approval ids of its session, once the session
+// Number gives the gate the approval ids of its session, once the session
 // is open and before it decides a call.
-func (g *gate) number(ids *policy.ApprovalIDs) {
-	g.ids = ids
+func (g *Gate) Number(ids *policy.ApprovalIDs) {
+	g.IDs = ids
 	if g.engine != nil {
 		g.engine.SetApprovalIDs(ids)
 	}
@@ -180,35 +180,42 @@ type allowance struct {
 	expires time.Time
 }
 
-func newGate(set *policy.Set, ttl time.Duration) *gate {
+// NewGate returns the gate of a session that decides calls by the rules
+// of set, or, with set nil, one that holds approvals only (the gateway
+// without rules: its escalations and re-pins); ttl <= 0 is
+// [DefaultApprovalTTL].
+func NewGate(set *policy.Set, ttl time.Duration) *Gate {
 	if ttl <= 0 {
 		ttl = DefaultApprovalTTL
 	}
-	return &gate{engine: policy.NewEngine(set), hash: set.Hash(), ttl: ttl,
-		pending: map[string]*PendingApproval{}, resolved: map[string]string{}, allow: map[string][]allowance{}}
+	g := &Gate{TTL: ttl, pending: map[string]*PendingApproval{}, resolved: map[string]string{}, allow: map[string][]allowance{}}
+	if set != nil {
+		g.engine, g.Hash = policy.NewEngine(set), set.Hash()
+	}
+	return g
 }
 
 func allowKey(tool, argsDigest string) string { return tool + "\x00" + argsDigest }
 
-// gated is one call's verdict in a frame.
-type gated struct {
-	decision   policy.Decision
-	argsDigest string
-	// approval is the approval whose allowance this call took (its
+// Gated is one call's verdict in a frame.
+type Gated struct {
+	Decision   policy.Decision
+	ArgsDigest string
+	// Approval is the approval whose allowance this call took (its
 	// verdict is then Allow); the allowance is spent unless given back
 	// with giveBack.
-	approval string
+	Approval string
 	granted  allowance
-	// lapsed are allowances of this tool and arguments found expired
+	// Lapsed are allowances of this tool and arguments found expired
 	// unused, and dropped, while deciding; the caller records them.
-	lapsed []string
-	// hint and pinDigest are set when the call is refused because its
+	Lapsed []string
+	// Hint and pinDigest are set when the call is refused because its
 	// tool changed since it was pinned (checkPin).
-	hint      string
-	pinDigest string
+	Hint      string
+	PinDigest string
 }
 
-// decideRequest evaluates a call: wrap asks with the tool and the
+// DecideRequest evaluates a call: wrap asks with the tool and the
 // session, the gateway with the capability, the active profile as role
 // and the server too; its arguments go to the rules' conditions. A
 // pending_approval verdict is turned into Allow when an approval for the
@@ -216,15 +223,15 @@ type gated struct {
 // approval is spent in the same step, under the gate's lock: two calls
 // decided at once (in one batch, or concurrently in the gateway) never
 // ride on one approval.
-func (g *gate) decideRequest(req policy.Request, args json.RawMessage, now time.Time) gated {
+func (g *Gate) DecideRequest(req policy.Request, args json.RawMessage, now time.Time) Gated {
 	req.Args = args
 	d := g.engine.Evaluate(req, now)
-	gd := gated{decision: d, argsDigest: argsDigest(args)}
+	gd := Gated{Decision: d, ArgsDigest: ArgsDigest(args)}
 	if d.Verdict == policy.PendingApproval {
-		if a, ok := g.use(req.Tool, gd.argsDigest, now, &gd.lapsed); ok {
-			gd.approval, gd.granted = a.id, a
-			gd.decision.Verdict = policy.Allow
-			gd.decision.ApprovalID = ""
+		if a, ok := g.use(req.Tool, gd.ArgsDigest, now, &gd.Lapsed); ok {
+			gd.Approval, gd.granted = a.id, a
+			gd.Decision.Verdict = policy.Allow
+			gd.Decision.ApprovalID = ""
 		}
 	}
 	return gd
@@ -233,7 +240,7 @@ func (g *gate) decideRequest(req policy.Request, args json.RawMessage, now time.
 // use takes the allowance for tool and digest that expires first, among
 // those still valid at now; the expired ones it meets are dropped and
 // appended to lapsed.
-func (g *gate) use(tool, digest string, now time.Time, lapsed *[]string) (allowance, bool) {
+func (g *Gate) use(tool, digest string, now time.Time, lapsed *[]string) (allowance, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	k := allowKey(tool, digest)
@@ -269,25 +276,25 @@ func (g *gate) use(tool, digest string, now time.Time, lapsed *[]string) (allowa
 	return a, true
 }
 
-// giveBack returns the allowance a call took when its frame is refused for
+// GiveBack returns the allowance a call took when its frame is refused for
 // another reason after all: the call did not run, so its approval is not
 // spent. Whether it is still valid is checked when it is next used.
-func (g *gate) giveBack(tool string, gd gated) {
-	if gd.approval == "" {
+func (g *Gate) GiveBack(tool string, gd Gated) {
+	if gd.Approval == "" {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	k := allowKey(tool, gd.argsDigest)
+	k := allowKey(tool, gd.ArgsDigest)
 	g.allow[k] = append(g.allow[k], gd.granted)
-	g.resolved[gd.approval] = "approved"
+	g.resolved[gd.Approval] = "approved"
 }
 
-// argsDigest is SHA-256 over the canonical JSON of a call's arguments
+// ArgsDigest is SHA-256 over the canonical JSON of a call's arguments
 // ([canonicalArgs]).
-func argsDigest(args json.RawMessage) string { return sha(canonicalArgs(args)) }
+func ArgsDigest(args json.RawMessage) string { return SHA(CanonicalArgs(args)) }
 
-// canonicalArgs is the canonical JSON of a call's arguments: RFC 8785 when
+// CanonicalArgs is the canonical JSON of a call's arguments: RFC 8785 when
 // they are in the audit value space, else the same form with numbers kept
 // as written (JCS would reformat floats; a retry by the same client writes
 // them the same). Arguments that readers of JSON take differently (a
@@ -296,7 +303,7 @@ func argsDigest(args json.RawMessage) string { return sha(canonicalArgs(args)) }
 // byte: no canonical form may stand for them, or an approval of
 // {"path":"/tmp/x"} would let {"path":"/etc/passwd","path":"/tmp/x"}
 // through to a server that keeps the first. Absent arguments are {}.
-func canonicalArgs(args json.RawMessage) []byte {
+func CanonicalArgs(args json.RawMessage) []byte {
 	if len(args) == 0 || bytes.Equal(args, []byte("null")) {
 		args = json.RawMessage("{}")
 	}
@@ -347,20 +354,20 @@ func writeSorted(b *bytes.Buffer, v *reading.Value) {
 	}
 }
 
-func sha(b []byte) string {
+func SHA(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
 }
 
-// request registers a pending approval.
-func (g *gate) request(p PendingApproval) {
+// Request registers a pending approval.
+func (g *Gate) Request(p PendingApproval) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.pending[p.ApprovalID] = &p
 }
 
-// list returns the pending approvals, oldest first.
-func (g *gate) list(now time.Time) []PendingApproval {
+// List returns the pending approvals, oldest first.
+func (g *Gate) List(now time.Time) []PendingApproval {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []PendingApproval
@@ -374,13 +381,13 @@ func (g *gate) list(now time.Time) []PendingApproval {
 }
 
 // resolve takes a pending approval for a decision, or says why it cannot.
-func (g *gate) resolve(id string, now time.Time) (*PendingApproval, string) {
+func (g *Gate) resolve(id string, now time.Time) (*PendingApproval, string) {
 	return g.resolveIf(id, now, nil)
 }
 
 // resolveIf is resolve that first asks check (when set) about the pending
 // approval, under the gate's lock; a refusal of check leaves it pending.
-func (g *gate) resolveIf(id string, now time.Time, check func(PendingApproval) string) (*PendingApproval, string) {
+func (g *Gate) resolveIf(id string, now time.Time, check func(PendingApproval) string) (*PendingApproval, string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p, ok := g.pending[id]
@@ -406,7 +413,7 @@ func (g *gate) resolveIf(id string, now time.Time, check func(PendingApproval) s
 
 // grant records an approval's single-use allowance; it lapses at the
 // approval's expiry.
-func (g *gate) grant(p *PendingApproval) {
+func (g *Gate) grant(p *PendingApproval) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	k := allowKey(p.ToolID, p.ArgsDigest)
@@ -414,15 +421,15 @@ func (g *gate) grant(p *PendingApproval) {
 	g.resolved[p.ApprovalID] = "approved"
 }
 
-func (g *gate) denied(id string) {
+func (g *Gate) denied(id string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.resolved[id] = "denied"
 }
 
-// expire drops a pending approval whose time ran out; it reports whether
+// Expire drops a pending approval whose time ran out; it reports whether
 // it was still pending.
-func (g *gate) expire(id string) (*PendingApproval, bool) {
+func (g *Gate) Expire(id string) (*PendingApproval, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p, ok := g.pending[id]
@@ -434,9 +441,9 @@ func (g *gate) expire(id string) (*PendingApproval, bool) {
 	return p, true
 }
 
-// lapse drops the unused allowance of approval id if now is at or after
+// Lapse drops the unused allowance of approval id if now is at or after
 // its expiry; it reports whether it did.
-func (g *gate) lapse(id string, now time.Time) bool {
+func (g *Gate) Lapse(id string, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for k, as := range g.allow {
@@ -459,17 +466,17 @@ func (g *gate) lapse(id string, now time.Time) bool {
 	return false
 }
 
-// recordLapsed records that the allowances of approvals ids expired
+// RecordLapsed records that the allowances of approvals ids expired
 // unused (an approval.expired event each, with the reason).
-func recordLapsed(sess *projector.Session, ids []string) error {
+func RecordLapsed(sess *projector.Session, ids []string) error {
 	for _, id := range ids {
-		if _, err := sess.Fact(schemas.KindApprovalExpired, map[string]string{"approval_id": id, "reason": reasonLapsed}); err != nil {
+		if _, err := sess.Fact(schemas.KindApprovalExpired, map[string]string{"approval_id": id, "reason": ReasonLapsed}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// reasonLapsed is the reason of an approval.expired event for an approval
+// ReasonLapsed is the reason of an approval.expired event for an approval
 // that was granted but not used in time.
-const reasonLapsed = "approved, but not used before it expired"
+const ReasonLapsed = "approved, but not used before it expired"

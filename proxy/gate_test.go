@@ -18,24 +18,24 @@ import (
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-func pendingGate(t *testing.T) *gate {
+func pendingGate(t *testing.T) *Gate {
 	t.Helper()
 	set, err := policy.Parse("policy.yaml", []byte("version: 1\nrules:\n  - id: gate\n    action: pending_approval\n    tool: deploy\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newGate(set, time.Minute)
+	return NewGate(set, time.Minute)
 }
 
 // approveNext makes the next deploy call pending, and approves it.
-func approveNext(t *testing.T, g *gate, args json.RawMessage, now time.Time) string {
+func approveNext(t *testing.T, g *Gate, args json.RawMessage, now time.Time) string {
 	t.Helper()
 	gd := g.decide("deploy", args, now)
-	if gd.decision.Verdict != policy.PendingApproval {
-		t.Fatalf("deploy: %v", gd.decision.Verdict)
+	if gd.Decision.Verdict != policy.PendingApproval {
+		t.Fatalf("deploy: %v", gd.Decision.Verdict)
 	}
-	g.request(PendingApproval{ApprovalID: gd.decision.ApprovalID, ToolID: "deploy", ArgsDigest: gd.argsDigest, RequestedAt: now, ExpiresAt: now.Add(g.ttl)})
-	p, why := g.resolve(gd.decision.ApprovalID, now)
+	g.Request(PendingApproval{ApprovalID: gd.Decision.ApprovalID, ToolID: "deploy", ArgsDigest: gd.ArgsDigest, RequestedAt: now, ExpiresAt: now.Add(g.TTL)})
+	p, why := g.resolve(gd.Decision.ApprovalID, now)
 	if p == nil {
 		t.Fatal(why)
 	}
@@ -53,11 +53,11 @@ func TestOneApprovalIsSpentWhereTheCallIsDecided(t *testing.T) {
 	id := approveNext(t, g, args, now)
 	first := g.decide("deploy", args, now)
 	second := g.decide("deploy", args, now)
-	if first.decision.Verdict != policy.Allow || first.approval != id {
-		t.Fatalf("the approved call: %v approval %q", first.decision.Verdict, first.approval)
+	if first.Decision.Verdict != policy.Allow || first.Approval != id {
+		t.Fatalf("the approved call: %v approval %q", first.Decision.Verdict, first.Approval)
 	}
-	if second.decision.Verdict != policy.PendingApproval || second.approval != "" {
-		t.Fatalf("a second call decided before the first ran: %v approval %q, want pending_approval", second.decision.Verdict, second.approval)
+	if second.Decision.Verdict != policy.PendingApproval || second.Approval != "" {
+		t.Fatalf("a second call decided before the first ran: %v approval %q, want pending_approval", second.Decision.Verdict, second.Approval)
 	}
 }
 
@@ -78,11 +78,11 @@ func TestApprovalOfOneReadingDoesNotLetAnotherThrough(t *testing.T) {
 		t.Run(tc.attack, func(t *testing.T) {
 			g := pendingGate(t)
 			approveNext(t, g, json.RawMessage(tc.approved), now)
-			if gd := g.decide("deploy", json.RawMessage(tc.retry), now); gd.decision.Verdict != policy.PendingApproval || gd.approval != "" {
-				t.Fatalf("%s rides on the approval of %s: %v", tc.retry, tc.approved, gd.decision.Verdict)
+			if gd := g.decide("deploy", json.RawMessage(tc.retry), now); gd.Decision.Verdict != policy.PendingApproval || gd.Approval != "" {
+				t.Fatalf("%s rides on the approval of %s: %v", tc.retry, tc.approved, gd.Decision.Verdict)
 			}
-			if gd := g.decide("deploy", json.RawMessage(tc.approved), now); gd.decision.Verdict != policy.Allow {
-				t.Fatalf("the approved call itself: %v", gd.decision.Verdict)
+			if gd := g.decide("deploy", json.RawMessage(tc.approved), now); gd.Decision.Verdict != policy.Allow {
+				t.Fatalf("the approved call itself: %v", gd.Decision.Verdict)
 			}
 		})
 	}
@@ -90,8 +90,8 @@ func TestApprovalOfOneReadingDoesNotLetAnotherThrough(t *testing.T) {
 	g := pendingGate(t)
 	dup := json.RawMessage(`{"path":"/etc/passwd","path":"/tmp/x"}`)
 	approveNext(t, g, dup, now)
-	if gd := g.decide("deploy", dup, now); gd.decision.Verdict != policy.Allow {
-		t.Fatalf("the approved text itself: %v", gd.decision.Verdict)
+	if gd := g.decide("deploy", dup, now); gd.Decision.Verdict != policy.Allow {
+		t.Fatalf("the approved text itself: %v", gd.Decision.Verdict)
 	}
 }
 
@@ -103,20 +103,20 @@ func TestApprovalGivenBackAndLapsed(t *testing.T) {
 	args := json.RawMessage(`{"v":1}`)
 	id := approveNext(t, g, args, now)
 	gd := g.decide("deploy", args, now)
-	g.giveBack("deploy", gd)
-	if again := g.decide("deploy", args, now); again.approval != id {
+	g.GiveBack("deploy", gd)
+	if again := g.decide("deploy", args, now); again.Approval != id {
 		t.Fatalf("the approval given back was not usable again: %+v", again)
 	} else {
-		g.giveBack("deploy", again)
+		g.GiveBack("deploy", again)
 	}
 	if _, why := g.resolve(id, now); !strings.Contains(why, "already approved") {
 		t.Errorf("resolve an approval given back: %q", why)
 	}
 	late := g.decide("deploy", args, now.Add(time.Minute))
-	if late.decision.Verdict != policy.PendingApproval || len(late.lapsed) != 1 || late.lapsed[0] != id {
-		t.Fatalf("at the approval's expiry: %v lapsed %v, want pending_approval and %s lapsed", late.decision.Verdict, late.lapsed, id)
+	if late.Decision.Verdict != policy.PendingApproval || len(late.Lapsed) != 1 || late.Lapsed[0] != id {
+		t.Fatalf("at the approval's expiry: %v lapsed %v, want pending_approval and %s lapsed", late.Decision.Verdict, late.Lapsed, id)
 	}
-	if g.lapse(id, now.Add(time.Hour)) {
+	if g.Lapse(id, now.Add(time.Hour)) {
 		t.Error("a lapsed allowance lapsed twice")
 	}
 	if _, why := g.resolve(id, now); !strings.Contains(why, "expired unused") {
@@ -124,13 +124,13 @@ func TestApprovalGivenBackAndLapsed(t *testing.T) {
 	}
 	// The expiry timer's path.
 	id2 := approveNext(t, g, args, now)
-	if g.lapse(id2, now.Add(time.Minute-time.Nanosecond)) {
+	if g.Lapse(id2, now.Add(time.Minute-time.Nanosecond)) {
 		t.Error("an allowance lapsed before its approval expired")
 	}
-	if !g.lapse(id2, now.Add(time.Minute)) {
+	if !g.Lapse(id2, now.Add(time.Minute)) {
 		t.Error("an allowance did not lapse at its approval's expiry")
 	}
-	if gd := g.decide("deploy", args, now); gd.approval != "" || len(gd.lapsed) != 0 {
+	if gd := g.decide("deploy", args, now); gd.Approval != "" || len(gd.Lapsed) != 0 {
 		t.Errorf("after the timer's lapse: %+v", gd)
 	}
 }
@@ -141,18 +141,18 @@ func TestApprovalGivenBackAndLapsed(t *testing.T) {
 func TestRefusalFramesSayWhyAndWhatToDo(t *testing.T) {
 	cases := []struct {
 		id string
-		r  refusal
+		r  Refusal
 	}{
-		{`1`, refusal{code: policy.CodePolicyDenied, reason: "rm is not allowed here"}},
-		{`"a"`, refusal{code: policy.CodeRateLimited, reason: "rate limit exceeded for `rate-search` (1 per 3600s)"}},
-		{`2`, refusal{code: policy.CodePendingApproval, reason: "a human must approve this call (rule gate)", approvalID: "apr-gate-deploy-1"}},
-		{`3`, refusal{code: policy.CodeHostDenied}},
-		{`null`, refusal{code: policy.CodeHostDenied, reason: "ambiguous tools/call: duplicate member \"method\"", hint: "send each member once, with its name in lower case"}},
-		{`4`, refusal{code: policy.CodePendingApproval, reason: "quotes \" and \\ and \u001b and \u2028 and <html>", approvalID: "apr-gate-x\u001by-2"}},
+		{`1`, Refusal{Code: policy.CodePolicyDenied, Reason: "rm is not allowed here"}},
+		{`"a"`, Refusal{Code: policy.CodeRateLimited, Reason: "rate limit exceeded for `rate-search` (1 per 3600s)"}},
+		{`2`, Refusal{Code: policy.CodePendingApproval, Reason: "a human must approve this call (rule gate)", ApprovalID: "apr-gate-deploy-1"}},
+		{`3`, Refusal{Code: policy.CodeHostDenied}},
+		{`null`, Refusal{Code: policy.CodeHostDenied, Reason: "ambiguous tools/call: duplicate member \"method\"", Hint: "send each member once, with its name in lower case"}},
+		{`4`, Refusal{Code: policy.CodePendingApproval, Reason: "quotes \" and \\ and \u001b and \u2028 and <html>", ApprovalID: "apr-gate-x\u001by-2"}},
 	}
 	var b bytes.Buffer
 	for _, c := range cases {
-		f := refusalFrameOf(json.RawMessage(c.id), c.r)
+		f := RefusalFrameOf(json.RawMessage(c.id), c.r)
 		// Upstream's frame around data.aegis, which is canonical JSON (the
 		// frame as a whole is not in the audit value space: -32042, null).
 		head, tail := `{"error":{"code":-32042,"data":{"aegis":`, `},"message":"aegis wrap refused this tools/call"},"id":`+c.id+`,"jsonrpc":"2.0"}`
@@ -175,13 +175,13 @@ func TestRefusalFramesSayWhyAndWhatToDo(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := v.Error.Data.Aegis
-		if v.Error.Code != RefusalCode || v.Error.Message != RefusalMessage || string(v.ID) != c.id || a["layer"] != "wrap" || a["code"] != c.r.code ||
-			a["reason"] == "" || a["hint"] == "" || a["approval_id"] != c.r.approvalID {
+		if v.Error.Code != RefusalCode || v.Error.Message != RefusalMessage || string(v.ID) != c.id || a["layer"] != "wrap" || a["code"] != c.r.Code ||
+			a["reason"] == "" || a["hint"] == "" || a["approval_id"] != c.r.ApprovalID {
 			t.Errorf("refusal frame %s", f)
 		}
 		// The command as a shell takes it: an id that needs quotes (none
 		// that aegis makes does) is quoted.
-		if c.r.approvalID != "" && !strings.Contains(a["hint"], "run: aegis approve "+quoteArg(c.r.approvalID)) {
+		if c.r.ApprovalID != "" && !strings.Contains(a["hint"], "run: aegis approve "+QuoteArg(c.r.ApprovalID)) {
 			t.Errorf("a pending refusal without the command to approve it: %s", f)
 		}
 		b.Write(f)
@@ -226,14 +226,14 @@ func TestPrintableEscapesWhatCouldActOnATerminal(t *testing.T) {
 		}
 	}
 	canon := []byte(`{"text":"` + strings.Repeat("é", 400) + `"}`)
-	preview, total := argsPreview(canon)
+	preview, total := ArgsPreview(canon)
 	if len(preview) > ArgsPreviewBytes || !strings.HasPrefix(string(canon), preview) || total != len(canon) || !utf8Valid(preview) {
 		t.Errorf("preview of %d bytes: %d bytes, total %d", len(canon), len(preview), total)
 	}
-	if s := ShowArgs(preview, total, sha(canon)); !strings.HasSuffix(s, fmt.Sprintf("é…(%d bytes, sha256 %s…)", len(canon), sha(canon)[:16])) {
+	if s := ShowArgs(preview, total, SHA(canon)); !strings.HasSuffix(s, fmt.Sprintf("é…(%d bytes, sha256 %s…)", len(canon), SHA(canon)[:16])) {
 		t.Errorf("ShowArgs = %q", s)
 	}
-	if s := ShowArgs(`{"a":1}`, 7, sha([]byte(`{"a":1}`))); s != `{"a":1} (7 bytes, sha256 `+sha([]byte(`{"a":1}`))[:16]+`…)` {
+	if s := ShowArgs(`{"a":1}`, 7, SHA([]byte(`{"a":1}`))); s != `{"a":1} (7 bytes, sha256 `+SHA([]byte(`{"a":1}`))[:16]+`…)` {
 		t.Errorf("ShowArgs = %q", s)
 	}
 }
@@ -241,6 +241,6 @@ func TestPrintableEscapesWhatCouldActOnATerminal(t *testing.T) {
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
 
 // decide asks about a call of tool, as wrap asks without a session.
-func (g *gate) decide(tool string, args json.RawMessage, now time.Time) gated {
-	return g.decideRequest(policy.Request{Tool: tool}, args, now)
+func (g *Gate) decide(tool string, args json.RawMessage, now time.Time) Gated {
+	return g.DecideRequest(policy.Request{Tool: tool}, args, now)
 }

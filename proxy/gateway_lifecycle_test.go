@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/proxy/gateway"
 	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
@@ -278,7 +278,7 @@ activation:
 		t.Error("server a sees a variable nobody passed through")
 	}
 	for name := range a {
-		if !slices.Contains(proxy.BaseEnv, name) && !strings.HasPrefix(name, "LC_") && name != "AEGIS_TEST_TOKEN" && name != "AEGIS_TEST_SHARED" {
+		if !slices.Contains(gateway.BaseEnv, name) && !strings.HasPrefix(name, "LC_") && name != "AEGIS_TEST_TOKEN" && name != "AEGIS_TEST_SHARED" {
 			t.Logf("server a's environment also holds %s (set by node or the server itself)", name)
 		}
 	}

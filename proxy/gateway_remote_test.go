@@ -32,7 +32,7 @@ import (
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
-	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/proxy/gateway"
 	"github.com/aegis-dev/aegis/sandbox"
 	"github.com/aegis-dev/aegis/schemas"
 	"github.com/aegis-dev/aegis/verifier"
@@ -597,7 +597,7 @@ activation: {default_profile: p}
 		t.Fatal(err)
 	}
 	s, _ := gw.Server("r")
-	rs, err := proxy.RemoteServerOf(s, os.Getenv)
+	rs, err := gateway.RemoteServerOf(s, os.Getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -609,8 +609,8 @@ activation: {default_profile: p}
 	var sess *projector.Session
 	go func() {
 		var err error
-		sess, err = proxy.Gateway(ctx, proxy.GatewayConfig{
-			Servers: []proxy.GatewayServer{{Name: "r", Remote: rs}}, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: true,
+		sess, err = gateway.Run(ctx, gateway.Config{
+			Servers: []gateway.Server{{Name: "r", Remote: rs}}, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: true,
 			Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), Stdin: gwR, Stdout: gwW, Stderr: &stderr, Grace: 500 * time.Millisecond,
 			Open: func(map[string]sandbox.Fact) (*projector.Session, error) {
 				return projector.OpenSession(ctx, projector.SessionConfig{Store: hr.store, Key: hr.key, AuditPath: hr.audit, Argv: []string{"gateway", "test"}, Version: "test"})

@@ -23,7 +23,7 @@ import (
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
-	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/proxy/relay"
 	"github.com/aegis-dev/aegis/sandbox"
 	"github.com/aegis-dev/aegis/schemas"
 	"github.com/aegis-dev/aegis/verifier"
@@ -125,7 +125,7 @@ func (h *harness) open() {
 // wrapRun is one relay run.
 type wrapRun struct {
 	out    []byte
-	res    proxy.WrapResult
+	res    relay.Result
 	err    error
 	sessID string
 }
@@ -144,7 +144,7 @@ func (h *harness) run(argv []string, input io.Reader, grace time.Duration, sigs 
 	}
 	var out bytes.Buffer
 	var stderr bytes.Buffer
-	res, werr := proxy.Wrap(ctx, proxy.WrapConfig{
+	res, werr := relay.Wrap(ctx, relay.Config{
 		Open: open, Confine: h.confine, Self: h.self, Stdin: input, Stdout: &out, Stderr: &stderr,
 		Argv: argv, Grace: grace, Signals: sigs, Policy: h.policy,
 	})
@@ -152,7 +152,7 @@ func (h *harness) run(argv []string, input io.Reader, grace time.Duration, sigs 
 	if sess == nil {
 		return wrapRun{res: res, err: werr, out: out.Bytes()}
 	}
-	var stopped *proxy.StoppedError
+	var stopped *relay.StoppedError
 	if werr == nil || isStartError(werr) || errors.As(werr, &stopped) {
 		if err := sess.Close(ctx); err != nil {
 			h.t.Fatalf("session Close = %v", err)
@@ -167,7 +167,7 @@ func (h *harness) run(argv []string, input io.Reader, grace time.Duration, sigs 
 }
 
 func isStartError(err error) bool {
-	_, ok := err.(*proxy.StartError)
+	_, ok := err.(*relay.StartError)
 	return ok
 }
 

@@ -116,9 +116,9 @@ func readInstructions(result *reading.Value) ([]listedTool, string) {
 	return []listedTool{{name: schemas.PinKindInstructions, seen: seeTool(obj)}}, ""
 }
 
-// readObjects reads objects the gateway shows its host, each named by its
+// ReadObjects reads objects the gateway shows its host, each named by its
 // member key, into entries.
-func readObjects(raws [][]byte, key string) []listedTool {
+func ReadObjects(raws [][]byte, key string) []listedTool {
 	out := make([]listedTool, 0, len(raws))
 	for _, raw := range raws {
 		v, ok := reading.Read(raw).One()

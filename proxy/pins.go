@@ -56,8 +56,8 @@ import (
 //     definition is one whatever the host: listed otherwise under any
 //     capabilities, it is changed. Pins of earlier versions (no Caps)
 //     count under every capability set, as before.
-type pinBook struct {
-	kind    string // what it pins: "" tools, else a schemas.PinKind
+type PinBook struct {
+	Kind    string // what it pins: "" tools, else a schemas.PinKind
 	server  string
 	mode    policy.ToolChange
 	enforce bool
@@ -79,7 +79,7 @@ type pinBook struct {
 	dirty       bool
 	listSettled bool                // no first sight left for the listing under way
 	ids         *policy.ApprovalIDs // the session's, shared with its other approvals
-	names       []string            // the names before the tool in its approval ids
+	Names       []string            // the names before the tool in its approval ids
 }
 
 // toolSeen is a tool's definition as a listing showed it.
@@ -98,54 +98,54 @@ type pinAsk struct {
 	seen toolSeen
 }
 
-func newPinBook(sess *projector.Session, ids *policy.ApprovalIDs, server string, set *policy.Set) *pinBook {
+func NewPinBook(sess *projector.Session, ids *policy.ApprovalIDs, server string, set *policy.Set) *PinBook {
 	if set == nil {
-		return newPinBookMode(sess, ids, server, false, 0)
+		return NewPinBookMode(sess, ids, server, false, 0)
 	}
-	return newPinBookMode(sess, ids, server, true, set.OnToolChange())
+	return NewPinBookMode(sess, ids, server, true, set.OnToolChange())
 }
 
-// newPinBookMode is newPinBook with on_tool_change given; enforce false
+// NewPinBookMode is newPinBook with on_tool_change given; enforce false
 // only records. Its re-pin approvals take their ids from ids, the
 // session's.
-func newPinBookMode(sess *projector.Session, ids *policy.ApprovalIDs, server string, enforce bool, mode policy.ToolChange) *pinBook {
-	return newKindBook(sess, ids, server, "", enforce, mode)
+func NewPinBookMode(sess *projector.Session, ids *policy.ApprovalIDs, server string, enforce bool, mode policy.ToolChange) *PinBook {
+	return NewKindBook(sess, ids, server, "", enforce, mode)
 }
 
-// newKindBook is newPinBookMode for what kind pins (a schemas.PinKind, ""
+// NewKindBook is newPinBookMode for what kind pins (a schemas.PinKind, ""
 // for tools). The approval ids of a kind other than tools name it first
 // (apr-pin-prompt-…).
-func newKindBook(sess *projector.Session, ids *policy.ApprovalIDs, server, kind string, enforce bool, mode policy.ToolChange) *pinBook {
-	b := &pinBook{kind: kind, server: server, sess: sess, pinned: sess.Pins(server, kind), enforce: enforce, mode: mode, ids: ids,
+func NewKindBook(sess *projector.Session, ids *policy.ApprovalIDs, server, kind string, enforce bool, mode policy.ToolChange) *PinBook {
+	b := &PinBook{Kind: kind, server: server, sess: sess, pinned: sess.Pins(server, kind), enforce: enforce, mode: mode, ids: ids,
 		current: map[string]toolSeen{}, changed: map[string]toolSeen{}, removed: map[string]bool{}, asked: map[string]pinAsk{}}
 	if kind != "" {
-		b.names = []string{strings.ReplaceAll(kind, "_", "-")}
+		b.Names = []string{strings.ReplaceAll(kind, "_", "-")}
 	}
 	return b
 }
 
-// noun names what b pins, for messages.
-func (b *pinBook) noun() string {
-	switch b.kind {
+// Noun names what b pins, for messages.
+func (b *PinBook) Noun() string {
+	switch b.Kind {
 	case "":
 		return "tool"
 	case schemas.PinKindResourceTemplate:
 		return "resource template"
 	}
-	return b.kind
+	return b.Kind
 }
 
-// what names one thing b pins, for messages: tool "fetch", the server's
+// What names one thing b pins, for messages: tool "fetch", the server's
 // instructions.
-func (b *pinBook) what(name string) string {
-	if b.kind == schemas.PinKindInstructions {
+func (b *PinBook) What(name string) string {
+	if b.Kind == schemas.PinKindInstructions {
 		return "the server's instructions"
 	}
-	return fmt.Sprintf("%s %q", b.noun(), name)
+	return fmt.Sprintf("%s %q", b.Noun(), name)
 }
 
 // action is what a change is recorded as doing.
-func (b *pinBook) action() string {
+func (b *PinBook) action() string {
 	if !b.enforce {
 		return "record"
 	}
@@ -157,16 +157,16 @@ func (b *pinBook) action() string {
 // more pages follow (nextCursor). It records first-sight pins and changes
 // (events enqueued before it returns) and updates what calls are checked
 // against.
-func (b *pinBook) observe(tools []listedTool, continued, more bool) (*events.Receipt, error) {
-	_, rc, err := b.observeChanges(tools, continued, more)
+func (b *PinBook) observe(tools []listedTool, continued, more bool) (*events.Receipt, error) {
+	_, rc, err := b.ObserveChanges(tools, continued, more)
 	return rc, err
 }
 
-// observeChanges is observe that also returns the tools it newly found
+// ObserveChanges is observe that also returns the tools it newly found
 // changed and left refused, and the receipt of the last event it
 // recorded (nil if none): once it is durable, so is every pin event of
 // the listing.
-func (b *pinBook) observeChanges(tools []listedTool, continued, more bool) (fresh []string, last *events.Receipt, err error) {
+func (b *PinBook) ObserveChanges(tools []listedTool, continued, more bool) (fresh []string, last *events.Receipt, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !continued || b.listing == nil {
@@ -190,7 +190,7 @@ func (b *pinBook) observeChanges(tools []listedTool, continued, more bool) (fres
 			if was, ok := b.changed[name]; ok && was.bad == seen.bad {
 				continue // recorded already
 			}
-			evs = append(evs, b.fact(schemas.KindToolChanged, schemas.ToolChanged{Kind: b.kind, Server: b.server, Tool: name, Change: seen.change, Pinned: pin.Digest, Reason: seen.bad, Action: b.badAction()}))
+			evs = append(evs, b.fact(schemas.KindToolChanged, schemas.ToolChanged{Kind: b.Kind, Server: b.server, Tool: name, Change: seen.change, Pinned: pin.Digest, Reason: seen.bad, Action: b.badAction()}))
 			b.changed[name] = seen
 			fresh = append(fresh, name)
 			continue
@@ -210,7 +210,7 @@ func (b *pinBook) observeChanges(tools []listedTool, continued, more bool) (fres
 			if was, ok := b.changed[name]; ok && was.digest == dg && was.bad == "" {
 				continue // recorded already
 			}
-			ch := schemas.ToolChanged{Kind: b.kind, Server: b.server, Tool: name, Change: schemas.ToolChangeAdded, Digest: dg, Action: b.action()}
+			ch := schemas.ToolChanged{Kind: b.Kind, Server: b.server, Tool: name, Change: schemas.ToolChangeAdded, Digest: dg, Action: b.action()}
 			if ok {
 				ch.Change, ch.Pinned, ch.Fields = schemas.ToolChangeChanged, pin.Digest, changedFields(pin, seen)
 			}
@@ -232,7 +232,7 @@ func (b *pinBook) observeChanges(tools []listedTool, continued, more bool) (fres
 			b.removed[name] = true
 			delete(b.current, name)
 			delete(b.changed, name)
-			evs = append(evs, b.fact(schemas.KindToolChanged, schemas.ToolChanged{Kind: b.kind, Server: b.server, Tool: name, Change: schemas.ToolChangeRemoved, Pinned: pin.Digest, Action: b.action()}))
+			evs = append(evs, b.fact(schemas.KindToolChanged, schemas.ToolChanged{Kind: b.Kind, Server: b.server, Tool: name, Change: schemas.ToolChangeRemoved, Pinned: pin.Digest, Action: b.action()}))
 		}
 		if !b.dirty {
 			b.unreadable = ""
@@ -252,7 +252,7 @@ func (b *pinBook) observeChanges(tools []listedTool, continued, more bool) (fres
 // and why: every call to the server is held (under enforcement) until a
 // complete listing that can be. It returns the receipt of its event (nil
 // when the same reason is in force already).
-func (b *pinBook) taint(why string) (*events.Receipt, error) {
+func (b *PinBook) taint(why string) (*events.Receipt, error) {
 	b.mu.Lock()
 	if b.listing != nil {
 		b.dirty = true
@@ -262,7 +262,7 @@ func (b *pinBook) taint(why string) (*events.Receipt, error) {
 		return nil, nil
 	}
 	b.unreadable = why
-	rec := b.fact(schemas.KindToolChanged, schemas.ToolChanged{Kind: b.kind, Server: b.server, Change: schemas.ToolChangeUnreadable, Reason: why, Action: b.badAction()})
+	rec := b.fact(schemas.KindToolChanged, schemas.ToolChanged{Kind: b.Kind, Server: b.server, Change: schemas.ToolChangeUnreadable, Reason: why, Action: b.badAction()})
 	b.mu.Unlock()
 	return rec()
 }
@@ -270,7 +270,7 @@ func (b *pinBook) taint(why string) (*events.Receipt, error) {
 // badAction is what a definition or listing that cannot be pinned is
 // recorded as doing: refused under enforcement, whatever on_tool_change
 // says.
-func (b *pinBook) badAction() string {
+func (b *PinBook) badAction() string {
 	if !b.enforce {
 		return "record"
 	}
@@ -294,14 +294,14 @@ func changedFields(pin projector.Pin, seen toolSeen) []string {
 
 // pinLocked pins tool to seen and returns the recording of it; b.mu is held.
 // A re-pin keeps the capabilities the tool was first pinned under.
-func (b *pinBook) pinLocked(tool string, seen toolSeen, reason string) func() (*events.Receipt, error) {
+func (b *PinBook) pinLocked(tool string, seen toolSeen, reason string) func() (*events.Receipt, error) {
 	caps, known := b.caps, true
 	if old, ok := b.pinned[tool]; ok && old.Digest != "" {
 		caps, known = old.Caps, old.CapsKnown
 	}
-	b.pinned[tool] = projector.Pin{Kind: b.kind, Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Session: b.sess.ID(), Reason: reason,
+	b.pinned[tool] = projector.Pin{Kind: b.Kind, Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Session: b.sess.ID(), Reason: reason,
 		Scheme: schemas.ToolPinScheme, Caps: caps, CapsKnown: known}
-	ev := schemas.ToolPinned{Kind: b.kind, Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Reason: reason, Scheme: schemas.ToolPinScheme}
+	ev := schemas.ToolPinned{Kind: b.Kind, Server: b.server, Tool: tool, Digest: seen.digest, Fields: seen.fields, Reason: reason, Scheme: schemas.ToolPinScheme}
 	if known {
 		ev.Caps = &caps
 	}
@@ -310,7 +310,7 @@ func (b *pinBook) pinLocked(tool string, seen toolSeen, reason string) func() (*
 
 // pinnedUnderLocked reports whether a tool is pinned under caps (or by an
 // earlier version, under every capability set); b.mu is held.
-func (b *pinBook) pinnedUnderLocked(caps string) bool {
+func (b *PinBook) pinnedUnderLocked(caps string) bool {
 	for _, p := range b.pinned {
 		if p.Digest != "" && p.Under(caps) {
 			return true
@@ -319,9 +319,9 @@ func (b *pinBook) pinnedUnderLocked(caps string) bool {
 	return false
 }
 
-// setCaps sets the host capabilities the server's listings are judged
+// SetCaps sets the host capabilities the server's listings are judged
 // under (capsKey); a listing read before it is judged under none.
-func (b *pinBook) setCaps(caps string) {
+func (b *PinBook) SetCaps(caps string) {
 	if b == nil {
 		return
 	}
@@ -332,13 +332,13 @@ func (b *pinBook) setCaps(caps string) {
 	}
 }
 
-func (b *pinBook) fact(kind schemas.Kind, payload any) func() (*events.Receipt, error) {
+func (b *PinBook) fact(kind schemas.Kind, payload any) func() (*events.Receipt, error) {
 	return func() (*events.Receipt, error) { return b.sess.Fact(kind, payload) }
 }
 
-// pinOf returns the digest tool is pinned to ("" for none): the outcome's
+// PinOf returns the digest tool is pinned to ("" for none): the outcome's
 // decision_axes.tool_pin.
-func (b *pinBook) pinOf(tool string) string {
+func (b *PinBook) PinOf(tool string) string {
 	if b == nil {
 		return ""
 	}
@@ -349,21 +349,21 @@ func (b *pinBook) pinOf(tool string) string {
 
 // pinRefusal is why a call to a changed tool is refused, and how.
 type pinRefusal struct {
-	decision policy.Decision
-	hint     string
+	Decision policy.Decision
+	Hint     string
 	digest   string // the definition an approval would pin
-	// final is set when no approval or reset can accept the tool as it
+	// Final is set when no approval or reset can accept the tool as it
 	// is listed: hint says what will.
-	final bool
+	Final bool
 }
 
-// pinRule is the matched_rule of a call refused for a changed tool.
-const pinRule = "on_tool_change"
+// PinRule is the matched_rule of a call refused for a changed tool.
+const PinRule = "on_tool_change"
 
-// check decides a call to tool against its pin: nil when the tool is as
+// Check decides a call to tool against its pin: nil when the tool is as
 // pinned (or not enforced). Under pending_approval it asks for the re-pin
 // approval the refusal names.
-func (b *pinBook) check(tool string) *pinRefusal {
+func (b *PinBook) Check(tool string) *pinRefusal {
 	if b == nil || !b.enforce {
 		return nil
 	}
@@ -371,10 +371,10 @@ func (b *pinBook) check(tool string) *pinRefusal {
 	defer b.mu.Unlock()
 	if b.unreadable != "" {
 		return &pinRefusal{
-			decision: policy.Decision{Verdict: policy.Deny, MatchedRule: pinRule,
+			Decision: policy.Decision{Verdict: policy.Deny, MatchedRule: PinRule,
 				Reason: "the server's last tools listing cannot be read one way (" + b.unreadable + "), so aegis cannot tell which definitions the host holds"},
-			hint:  "every call to this server is held until it lists its tools in a form every JSON reader reads alike; the host lists them again when it reconnects; report the listing to the server's maintainer",
-			final: true,
+			Hint:  "every call to this server is held until it lists its tools in a form every JSON reader reads alike; the host lists them again when it reconnects; report the listing to the server's maintainer",
+			Final: true,
 		}
 	}
 	seen, ok := b.changed[tool]
@@ -383,10 +383,10 @@ func (b *pinBook) check(tool string) *pinRefusal {
 	}
 	if seen.bad != "" {
 		return &pinRefusal{
-			decision: policy.Decision{Verdict: policy.Deny, MatchedRule: pinRule,
-				Reason: fmt.Sprintf("%s cannot be pinned: %s", b.what(tool), seen.bad)},
-			hint:  "aegis refuses it whatever on_tool_change says; it can be called again once the server lists it once, in a form every JSON reader reads alike, as pinned",
-			final: true,
+			Decision: policy.Decision{Verdict: policy.Deny, MatchedRule: PinRule,
+				Reason: fmt.Sprintf("%s cannot be pinned: %s", b.What(tool), seen.bad)},
+			Hint:  "aegis refuses it whatever on_tool_change says; it can be called again once the server lists it once, in a form every JSON reader reads alike, as pinned",
+			Final: true,
 		}
 	}
 	pin, pinned := b.pinned[tool]
@@ -397,25 +397,25 @@ func (b *pinBook) check(tool string) *pinRefusal {
 			what += " (" + strings.Join(f, ", ") + ")"
 		}
 	}
-	reason := fmt.Sprintf("%s %s; its new definition is %s", b.what(tool), what, short(seen.digest))
+	reason := fmt.Sprintf("%s %s; its new definition is %s", b.What(tool), what, Short(seen.digest))
 	if b.mode == policy.ToolChangeDeny {
 		return &pinRefusal{
-			decision: policy.Decision{Verdict: policy.Deny, Reason: reason, MatchedRule: pinRule},
-			hint:     "review the server's new definition; to accept it, end this session and run: aegis pins reset --server " + quoteArg(b.server) + " --tool " + quoteArg(tool),
+			Decision: policy.Decision{Verdict: policy.Deny, Reason: reason, MatchedRule: PinRule},
+			Hint:     "review the server's new definition; to accept it, end this session and run: aegis pins reset --server " + QuoteArg(b.server) + " --tool " + QuoteArg(tool),
 			digest:   seen.digest,
 		}
 	}
 	id := b.askLocked(tool, seen)
 	return &pinRefusal{
-		decision: policy.Decision{Verdict: policy.PendingApproval, Reason: reason, MatchedRule: pinRule, ApprovalID: id},
-		hint:     "review the server's new definition, then run: aegis approve " + quoteArg(id) + " to pin it (or: aegis deny " + quoteArg(id) + "), and send the call again",
+		Decision: policy.Decision{Verdict: policy.PendingApproval, Reason: reason, MatchedRule: PinRule, ApprovalID: id},
+		Hint:     "review the server's new definition, then run: aegis approve " + QuoteArg(id) + " to pin it (or: aegis deny " + QuoteArg(id) + "), and send the call again",
 		digest:   seen.digest,
 	}
 }
 
-// approved re-pins the tool of a re-pin approval to the definition it was
+// Approved re-pins the tool of a re-pin approval to the definition it was
 // asked for; it reports false for an approval that is not one.
-func (b *pinBook) approved(id string) (bool, error) {
+func (b *PinBook) Approved(id string) (bool, error) {
 	if b == nil {
 		return false, nil
 	}
@@ -438,17 +438,17 @@ func (b *pinBook) approved(id string) (bool, error) {
 	return true, err
 }
 
-func short(d string) string {
+func Short(d string) string {
 	if len(d) > 12 {
 		return "sha256:" + d[:12] + "…"
 	}
 	return "sha256:" + d
 }
 
-// quoteArg quotes s for a POSIX shell, so that a hint's command can be
+// QuoteArg quotes s for a POSIX shell, so that a hint's command can be
 // pasted as printed: as it is when it is made only of characters no shell
 // treats specially, else in single quotes.
-func quoteArg(s string) string {
+func QuoteArg(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool { return !shellPlain(r) }) < 0 {
 		return s
 	}
@@ -460,18 +460,18 @@ func shellPlain(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.,/:@%+=", r)
 }
 
-// listWatch follows the host's tools/list requests in aegis wrap, so that
+// ListWatch follows the host's tools/list requests in aegis wrap, so that
 // their answers are read for pins. The relay registers them as it
 // registers every host request (its reading of the host frame, Request.List),
 // and an answer is matched to one as hosts match it: by its exact id or its
 // loose reading (LooseID).
-type listWatch struct {
+type ListWatch struct {
 	mu   sync.Mutex
 	reqs []listReq
 }
 
 type listReq struct {
-	id        reqID
+	id        ReqID
 	method    string // tools/list, prompts/list, resources/templates/list or initialize
 	continued bool   // params.cursor was given
 }
@@ -480,9 +480,9 @@ type listReq struct {
 // is forgotten first.
 const maxListWatch = 256
 
-// add registers a request in flight whose answer the pins read: a list
+// Add registers a request in flight whose answer the pins read: a list
 // request (listShapes) or an initialize (for the instructions).
-func (w *listWatch) add(id reqID, method string, continued bool) {
+func (w *ListWatch) Add(id ReqID, method string, continued bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.reqs) >= maxListWatch {
@@ -491,20 +491,20 @@ func (w *listWatch) add(id reqID, method string, continued bool) {
 	w.reqs = append(w.reqs, listReq{id: id, method: method, continued: continued})
 }
 
-// inFlight reports whether a tools/list request is in flight.
-func (w *listWatch) inFlight() bool {
+// InFlight reports whether a tools/list request is in flight.
+func (w *ListWatch) InFlight() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.reqs) > 0
 }
 
-// noteServer reads the answers in the texts of a relayed server frame (the
+// NoteServer reads the answers in the texts of a relayed server frame (the
 // frame, and what a stream reader reads where it joins lines) to the
 // requests the pins follow into books (by the request's method), and
 // returns the receipt of the last pin event it recorded (nil if none). A
 // message that cannot be read one way taints the tools book: it holds
 // every call.
-func (w *listWatch) noteServer(texts [][]byte, books map[string]*pinBook) (last *events.Receipt, err error) {
+func (w *ListWatch) NoteServer(texts [][]byte, books map[string]*PinBook) (last *events.Receipt, err error) {
 	for _, text := range texts {
 		pages, why := w.answers(text)
 		if why != "" {
@@ -551,8 +551,8 @@ type listPage struct {
 // flight, and forgets those requests. why is set when some value of text
 // that readers could take two ways may answer one: whether it does, or
 // what it lists, depends on the reader.
-func (w *listWatch) answers(text []byte) (out []listPage, why string) {
-	if !w.inFlight() {
+func (w *ListWatch) answers(text []byte) (out []listPage, why string) {
+	if !w.InFlight() {
 		return nil, ""
 	}
 	rd := reading.Read(text)
@@ -577,7 +577,7 @@ func (w *listWatch) answers(text []byte) (out []listPage, why string) {
 				continue // a notification, or a request of the server's
 			}
 			key, _, _ := rpc.IDKey(idv.Raw)
-			req, ok := w.take(newReqID(key, idv.Raw))
+			req, ok := w.take(NewReqID(key, idv.Raw))
 			if !ok {
 				continue // answers no tools/list in flight, to any reader
 			}
@@ -605,11 +605,11 @@ func (w *listWatch) answers(text []byte) (out []listPage, why string) {
 }
 
 // take forgets and returns the tools/list request in flight that id names.
-func (w *listWatch) take(id reqID) (listReq, bool) {
+func (w *ListWatch) take(id ReqID) (listReq, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i := range w.reqs {
-		if w.reqs[i].id.same(id) {
+		if w.reqs[i].id.Same(id) {
 			r := w.reqs[i]
 			w.reqs = append(w.reqs[:i], w.reqs[i+1:]...)
 			return r, true
@@ -618,82 +618,49 @@ func (w *listWatch) take(id reqID) (listReq, bool) {
 	return listReq{}, false
 }
 
-// pinApprover re-pins the tool of an approved re-pin approval.
-type pinApprover interface {
-	approved(id string) (bool, error)
+// PinApprover re-pins the tool of an approved re-pin approval.
+type PinApprover interface {
+	Approved(id string) (bool, error)
 }
 
-// pinBooks are the books one approver re-pins through: the first that
+// PinBooks are the books one approver re-pins through: the first that
 // asked for an approval pins it.
-type pinBooks []*pinBook
+type PinBooks []*PinBook
 
-func (bs pinBooks) approved(id string) (bool, error) {
+func (bs PinBooks) Approved(id string) (bool, error) {
 	for _, b := range bs {
-		if ok, err := b.approved(id); ok || err != nil {
+		if ok, err := b.Approved(id); ok || err != nil {
 			return ok, err
 		}
 	}
 	return false, nil
 }
 
-// checkPin turns an allowed or pending verdict into the pin's refusal
+// CheckPin turns an allowed or pending verdict into the pin's refusal
 // when tool changed since it was pinned; a deny or a spent rate limit
 // stands.
-func (g *gated) checkPin(b *pinBook, tool string) {
-	if v := g.decision.Verdict; v != policy.Allow && v != policy.PendingApproval {
+func (g *Gated) CheckPin(b *PinBook, tool string) {
+	if v := g.Decision.Verdict; v != policy.Allow && v != policy.PendingApproval {
 		return
 	}
-	pr := b.check(tool)
+	pr := b.Check(tool)
 	if pr == nil {
 		return
 	}
-	g.decision, g.hint, g.pinDigest = pr.decision, pr.hint, pr.digest
-}
-
-// onServerFramePins is onServerFrame that then reads the tools/list
-// answers of a frame it relays into the server's pins, before the frame
-// is handed to the writer: the host never sees a listing whose changes are
-// not in force, and the frame waits for its pin events to be durable
-// (they follow it in the stream, so their receipt covers it too).
-func (r *relay) onServerFramePins(line []byte) (*events.Receipt, bool, bool) {
-	// Asked only after onServerFrame: it registers the requests of a host
-	// line relayed unread (readUnreadLocked) before it matches an answer,
-	// so a listing that overtakes the host reader's reading of its
-	// request is still read. The stream as it was before the line gives
-	// what a stream reader joins.
-	prev := r.ss
-	wait, relay, ok := r.onServerFrame(line)
-	if ok && relay && r.lists.inFlight() {
-		// What the relay reads of the line (readServerFrame): the line,
-		// and where a stream reader joins it to earlier ones, the joined
-		// value and what follows it.
-		texts := [][]byte{rpc.FrameOf(line)}
-		if sc := prev.Scan(line); sc.Joined != nil {
-			texts = append(texts, sc.Joined, sc.Rest)
-		}
-		rc, err := r.lists.noteServer(texts, r.books)
-		if err != nil {
-			r.fail(err)
-			return nil, false, false
-		}
-		if rc != nil {
-			wait = rc
-		}
-	}
-	return wait, relay, ok
+	g.Decision, g.Hint, g.PinDigest = pr.Decision, pr.Hint, pr.digest
 }
 
 // askLocked registers a re-pin approval of tool's definition seen and
 // returns its id; b.mu is held.
-func (b *pinBook) askLocked(tool string, seen toolSeen) string {
-	id := b.ids.Next("apr-pin", append(b.names[:len(b.names):len(b.names)], tool)...)
+func (b *PinBook) askLocked(tool string, seen toolSeen) string {
+	id := b.ids.Next("apr-pin", append(b.Names[:len(b.Names):len(b.Names)], tool)...)
 	b.asked[id] = pinAsk{tool: tool, seen: seen}
 	return id
 }
 
-// ask registers a re-pin approval of tool as it is now listed, if it is
+// Ask registers a re-pin approval of tool as it is now listed, if it is
 // changed and refused; ok is false otherwise.
-func (b *pinBook) ask(tool string) (id, digest string, ok bool) {
+func (b *PinBook) Ask(tool string) (id, digest string, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	seen, changed := b.changed[tool]
@@ -703,17 +670,17 @@ func (b *pinBook) ask(tool string) (id, digest string, ok bool) {
 	return b.askLocked(tool, seen), seen.digest, true
 }
 
-// unpinnable says why tool, as last listed, cannot be pinned ("" when it
+// Unpinnable says why tool, as last listed, cannot be pinned ("" when it
 // can, or is not changed).
-func (b *pinBook) unpinnable(tool string) string {
+func (b *PinBook) Unpinnable(tool string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.changed[tool].bad
 }
 
-// hidden reports whether tool is changed and refused: the gateway does not
+// Hidden reports whether tool is changed and refused: the gateway does not
 // show it.
-func (b *pinBook) hidden(tool string) bool {
+func (b *PinBook) Hidden(tool string) bool {
 	if b == nil || !b.enforce {
 		return false
 	}
@@ -721,4 +688,13 @@ func (b *pinBook) hidden(tool string) bool {
 	defer b.mu.Unlock()
 	seen, ok := b.changed[tool]
 	return ok && (seen.bad != "" || b.mode != policy.ToolChangeAllow)
+}
+
+// ForgetAsked drops the re-pin approval id from those the book waits
+// for, when another takes its place (the gateway registers the one that
+// a pin's check asked for like a change's own).
+func (b *PinBook) ForgetAsked(id string) {
+	b.mu.Lock()
+	delete(b.asked, id)
+	b.mu.Unlock()
 }

@@ -2,20 +2,21 @@ package proxy
 
 import (
 	"encoding/json"
-	"github.com/aegis-dev/aegis/proxy/rpc"
 	"slices"
 	"testing"
+
+	"github.com/aegis-dev/aegis/proxy/rpc"
 )
 
 // noteHost registers the tools/list requests of a host frame as the relay
 // does: from its reading of the frame (Classify's Request.List).
-func noteHost(w *listWatch, frame string) {
+func noteHost(w *ListWatch, frame string) {
 	for _, q := range rpc.Classify([]byte(frame)).Requests {
 		if q.List != "" {
-			w.add(newReqID(q.Key, q.ID), q.List, q.Cursor)
+			w.Add(NewReqID(q.Key, q.ID), q.List, q.Cursor)
 		}
 		if q.Init {
-			w.add(newReqID(q.Key, q.ID), "initialize", false)
+			w.Add(NewReqID(q.Key, q.ID), "initialize", false)
 		}
 	}
 }
@@ -47,7 +48,7 @@ func TestListWatchMatchesIDsAsHostsDo(t *testing.T) {
 		{"not a listing", `{"jsonrpc":"2.0","id":1,"method":"resources/list"}`, `{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}`, false, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var w listWatch
+			var w ListWatch
 			noteHost(&w, tc.request)
 			pages, why := w.answers([]byte(tc.answer))
 			unreadable := why != ""
@@ -103,7 +104,7 @@ func TestListWatchReadsTheListingEveryHostReads(t *testing.T) {
 		{"one tool listed twice", `{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","description":"x"},{"name":"a"}]}}`, []string{"a", "a"}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var w listWatch
+			var w ListWatch
 			noteHost(&w, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
 			pages, why := w.answers([]byte(tc.answer))
 			if len(pages) == 1 && why == "" {
@@ -150,11 +151,11 @@ func FuzzListWatchAnswers(f *testing.F) {
 	f.Fuzz(func(t *testing.T, text []byte) {
 		// The other answers the pins read crash nothing either.
 		for _, method := range []string{"prompts/list", "resources/templates/list", "initialize"} {
-			var w listWatch
+			var w ListWatch
 			noteHost(&w, `{"jsonrpc":"2.0","id":1,"method":"`+method+`","params":{"capabilities":{}}}`)
 			w.answers(text)
 		}
-		var w listWatch
+		var w ListWatch
 		noteHost(&w, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
 		pages, why := w.answers(text)
 		if why != "" || len(pages) != 1 || pages[0].why != "" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/proxy/relay"
 	"github.com/aegis-dev/aegis/sandbox"
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -46,7 +47,7 @@ func startPinWrap(t *testing.T, h *harness, env []string, args ...string) *pinHo
 		open := func(*sandbox.Fact) (*projector.Session, error) {
 			return projector.OpenSession(ctx, projector.SessionConfig{Store: h.store, Key: h.key, AuditPath: h.audit, Argv: argv, Version: "test"})
 		}
-		res, err := proxy.Wrap(ctx, proxy.WrapConfig{
+		res, err := relay.Wrap(ctx, relay.Config{
 			Open: open, Stdin: inR, Stdout: outW, Stderr: os.Stderr, Argv: argv, Grace: 2 * time.Second, Policy: h.policy,
 			Env: append(os.Environ(), env...),
 			Approvals: func(session string, handle func(proxy.ApprovalOp) proxy.ApprovalReply) (func(), error) {

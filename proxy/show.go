@@ -11,9 +11,9 @@ import (
 // approver is shown with a pending approval (the prompt, aegis approvals).
 const ArgsPreviewBytes = 512
 
-// argsPreview returns the canonical JSON of a call's arguments cut to at
+// ArgsPreview returns the canonical JSON of a call's arguments cut to at
 // most ArgsPreviewBytes at a character boundary, and its whole length.
-func argsPreview(canonical []byte) (string, int) {
+func ArgsPreview(canonical []byte) (string, int) {
 	return cutUTF8(canonical, ArgsPreviewBytes), len(canonical)
 }
 

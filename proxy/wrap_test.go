@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/proxy/relay"
 	"github.com/aegis-dev/aegis/schemas"
 	"github.com/aegis-dev/aegis/verifier"
 )
@@ -81,7 +82,7 @@ func TestWrapOversizedFrameEndsSessionUnrelayed(t *testing.T) {
 	big := bytes.Repeat([]byte("B"), proxy.MaxFrame+10)
 	input := append([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`+"\n"), append(big, '\n')...)
 	run := h.run([]string{"cat"}, bytes.NewReader(input), time.Second, nil)
-	if !errors.Is(run.err, proxy.ErrFrameTooLarge) {
+	if !errors.Is(run.err, relay.ErrFrameTooLarge) {
 		t.Fatalf("Wrap = %v, want ErrFrameTooLarge", run.err)
 	}
 	if bytes.Contains(run.out, []byte("BBBB")) {
@@ -103,8 +104,8 @@ func TestOversizedAnswerIsRecordedAsStoppedNotExited(t *testing.T) {
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"huge"}}`,
 	)))
 	run := h.run([]string{bin(t, "rawserver")}, pr, time.Second, nil)
-	var stop *proxy.StoppedError
-	if !errors.As(run.err, &stop) || !errors.Is(run.err, proxy.ErrFrameTooLarge) {
+	var stop *relay.StoppedError
+	if !errors.As(run.err, &stop) || !errors.Is(run.err, relay.ErrFrameTooLarge) {
 		t.Fatalf("Wrap = %v, want a StoppedError for a frame too large", run.err)
 	}
 	if run.res.ServerExitedFirst {
@@ -555,7 +556,7 @@ func TestWrapHostLeavesServerSilent(t *testing.T) {
 func TestWrapServerNotFound(t *testing.T) {
 	h := newHarness(t)
 	run := h.run([]string{"/nonexistent/server"}, strings.NewReader(""), time.Second, nil)
-	var se *proxy.StartError
+	var se *relay.StartError
 	if !errors.As(run.err, &se) || run.res.ExitCode != 127 {
 		t.Fatalf("Wrap = %+v, %v; want StartError and 127", run.res, run.err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/proxy/gateway"
 	"github.com/aegis-dev/aegis/sandbox"
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -214,25 +215,25 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	if err != nil {
 		return err
 	}
-	var servers []proxy.GatewayServer
+	var servers []gateway.Server
 	for _, s := range gw.Servers() {
 		if s.URL != "" {
 			// A remote server: its header files and variables, and its CA
 			// bundle, are read now; no header value is ever recorded.
-			rs, err := proxy.RemoteServerOf(s, m.Getenv)
+			rs, err := gateway.RemoteServerOf(s, m.Getenv)
 			if err != nil {
 				return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file, the header file's mode or aegis's environment; nothing was started")
 			}
-			servers = append(servers, proxy.GatewayServer{Name: s.Name, Remote: rs, Unprefixed: s.Unprefixed})
+			servers = append(servers, gateway.Server{Name: s.Name, Remote: rs, Unprefixed: s.Unprefixed})
 			continue
 		}
 		// Each server gets a minimal environment and what the file gives
 		// it, never aegis's whole environment; env files are read now.
-		env, err := proxy.ServerEnv(os.Environ(), s)
+		env, err := gateway.ServerEnv(os.Environ(), s)
 		if err != nil {
 			return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file or its mode; nothing was started")
 		}
-		gs := proxy.GatewayServer{Name: s.Name, Argv: append([]string{s.Command}, s.Args...), Env: env, Unprefixed: s.Unprefixed}
+		gs := gateway.Server{Name: s.Name, Argv: append([]string{s.Command}, s.Args...), Env: env, Unprefixed: s.Unprefixed}
 		if s.Confine != nil {
 			c := s.Confine
 			p := &sandbox.Profile{ReadPaths: c.AllowRead, WritePaths: c.AllowWrite, ExecSupport: c.AllowExecSupport,
@@ -266,7 +267,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	abs, _ := filepath.Abs(config)
 	if lo != nil {
 		self, _ := os.Executable()
-		base := proxy.GatewayConfig{
+		base := gateway.Config{
 			Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
 			Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), Self: self, Stderr: m.Stderr,
 			Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
@@ -295,7 +296,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		return sess, nil
 	}
 	self, _ := os.Executable()
-	sess, err := proxy.Gateway(ctx, proxy.GatewayConfig{
+	sess, err := gateway.Run(ctx, gateway.Config{
 		Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
 		Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), Open: open, Self: self, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: m.Stderr,
 		Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
@@ -304,7 +305,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	if errors.As(err, &oe) {
 		return openSessionError(oe.Err, audit)
 	}
-	var ns *proxy.NoServerError
+	var ns *gateway.NoServerError
 	if errors.As(err, &ns) {
 		err = withHint(err, "check each server's command, args and env (url, headers and ca_file for a remote one) in "+config+"; nothing was served")
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/proxy/gateway"
 	"github.com/aegis-dev/aegis/proxy/httpfront"
 	"github.com/aegis-dev/aegis/sandbox"
 	"github.com/aegis-dev/aegis/schemas"
@@ -105,7 +106,7 @@ func (l *listenFlags) opts() (*listenOpts, error) {
 // --stdio) until a signal or, with --stdio, the stdio host leaves. Each
 // HTTP client session runs a gateway of its own: its own servers, its own
 // recorded session, active profile and approvals.
-func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *startup, lo *listenOpts, base proxy.GatewayConfig, rec projector.SessionConfig) error {
+func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *startup, lo *listenOpts, base gateway.Config, rec projector.SessionConfig) error {
 	if _, err := os.Stat(filepath.Dir(rec.AuditPath)); err != nil {
 		return start.err(withHint(fmt.Errorf("%w: %s has no directory %s", projector.ErrNoRecordDir, rec.AuditPath, filepath.Dir(rec.AuditPath)),
 			"create the directory first, or give --audit a path in an existing directory; nothing was started"))
@@ -205,7 +206,7 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *st
 
 // serveHTTPSession runs one HTTP client's session: a gateway of its own,
 // recorded as a session of its own.
-func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base proxy.GatewayConfig, rec projector.SessionConfig) error {
+func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base gateway.Config, rec projector.SessionConfig) error {
 	cfg := base
 	cfg.Host = s.Conn
 	var path string
@@ -234,8 +235,8 @@ func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base 
 // runGatewaySession runs the gateway of cfg until its host leaves, then
 // closes its recorded session. It returns that session's id ("" if none
 // was opened).
-func runGatewaySession(ctx context.Context, cfg proxy.GatewayConfig, audit string) (string, error) {
-	sess, err := proxy.Gateway(ctx, cfg)
+func runGatewaySession(ctx context.Context, cfg gateway.Config, audit string) (string, error) {
+	sess, err := gateway.Run(ctx, cfg)
 	var oe *proxy.OpenError
 	if errors.As(err, &oe) {
 		err = openSessionError(oe.Err, audit)
@@ -253,7 +254,7 @@ func runGatewaySession(ctx context.Context, cfg proxy.GatewayConfig, audit strin
 
 // serveStdioSession serves the host on stdin and stdout beside the HTTP
 // sessions, as a session of its own.
-func (m *Main) serveStdioSession(ctx context.Context, base proxy.GatewayConfig, rec projector.SessionConfig) error {
+func (m *Main) serveStdioSession(ctx context.Context, base gateway.Config, rec projector.SessionConfig) error {
 	cfg := base
 	cfg.Stdin, cfg.Stdout = os.Stdin, os.Stdout
 	cfg.Open = func(facts map[string]sandbox.Fact) (*projector.Session, error) {
@@ -297,11 +298,11 @@ func openLane(ctx context.Context, rec projector.SessionConfig, facts map[string
 // errTokenFile is wrapped by every refusal of a --token-file.
 var errTokenFile = errors.New("unusable token file")
 
-// readTokenFile reads a bearer token: a secret file as proxy.ReadSecretFile
+// readTokenFile reads a bearer token: a secret file as gateway.ReadSecretFile
 // reads one (regular, no group or other access, trailing newline
 // trimmed), holding one token of at least 16 characters.
 func readTokenFile(path string) (string, error) {
-	t, err := proxy.ReadSecretFile(path, errTokenFile, "which no token holds")
+	t, err := gateway.ReadSecretFile(path, errTokenFile, "which no token holds")
 	if err != nil {
 		return "", err
 	}

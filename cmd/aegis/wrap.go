@@ -17,6 +17,7 @@ import (
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/proxy/relay"
 	"github.com/aegis-dev/aegis/sandbox"
 )
 
@@ -159,7 +160,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	fs.Var(&maxState, "max-state-size", "cap on the state directory's event stream, such as 10GiB")
 	hubf := addHubFlags(fs)
 	cpf := addCheckpointFlags(fs)
-	grace := fs.Duration("grace", proxy.DefaultGrace, "how long the server may answer after the host closed stdin")
+	grace := fs.Duration("grace", relay.DefaultGrace, "how long the server may answer after the host closed stdin")
 	policyPath := fs.String("policy", "", "policy file deciding every tools/call")
 	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
 	approversPath := fs.String("approvers", "", "approvers file: only their signed approvals are taken")
@@ -259,15 +260,15 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	}
 
 	self, _ := os.Executable()
-	res, werr := proxy.Wrap(ctx, proxy.WrapConfig{
+	res, werr := relay.Wrap(ctx, relay.Config{
 		Open: open, Confine: profile, Self: self,
 		Stdin: m.Stdin, Stdout: m.Stdout, Stderr: m.Stderr,
 		Argv: argv, Signals: sigs, Grace: *grace, Logger: log,
 		Policy: set, ApprovalTTL: *approvalTTL, Approvers: approvers, Prompt: m.Stderr,
 		Approvals: m.approvalServer(store),
 	})
-	var se *proxy.StartError
-	var ce *proxy.ConfineError
+	var se *relay.StartError
+	var ce *relay.ConfineError
 	var oe *proxy.OpenError
 	switch {
 	case errors.As(werr, &ce):
@@ -279,7 +280,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		return openSessionError(oe.Err, *audit)
 	}
 	sess := res.Session
-	var stop *proxy.StoppedError
+	var stop *relay.StoppedError
 	if werr != nil && !errors.As(werr, &se) && !errors.As(werr, &stop) {
 		sess.Abandon()
 		hint := "the record holds everything acknowledged before the failure; 'aegis verify' will report the session as unfinished"
@@ -308,7 +309,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	}
 	if stop != nil {
 		hint := "the record is closed and complete: each call the server had not answered has an outcome that says why, and child.exited says what aegis did (aegis replay shows both)"
-		if errors.Is(stop, proxy.ErrFrameTooLarge) {
+		if errors.Is(stop, relay.ErrFrameTooLarge) {
 			hint += "; a frame of more than 16 MiB cannot be recorded as one event, so an MCP server or host must keep each message under that size"
 		}
 		return &exitError{code: 1, err: stop, hint: hint}

@@ -1,0 +1,218 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/aegis-dev/aegis/policy"
+	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/schemas"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// capDenied is the AEGIS_CAP_DENIED payload.
+func (g *gateway) capDenied(server, tool, profile string) string {
+	m := map[string]string{"code": "AEGIS_CAP_DENIED", "capability": server + "." + tool, "active_profile": profile,
+		"hint": "capability requires a profile that allows it"}
+	if g.cfg.Verbose {
+		if rp := g.cfg.Policy.RequiredProfile(profile, server, tool); rp != "" {
+			m["required_profile"] = rp
+		}
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+func textResult(s string, isErr bool) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}, IsError: isErr}
+}
+
+// middleware records and enforces tools/call, prompts/get and
+// resources/read (see prompts.go); what they refuse or fail with
+// reaches the host as a JSON-RPC error with a real code (refusal.go).
+func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "tools/call":
+			r, ok := req.(*mcp.CallToolRequest)
+			if !ok || r.Params == nil {
+				return next(ctx, method, req)
+			}
+			return g.toolsCall(ctx, method, r, next)
+		case "prompts/get":
+			r, ok := req.(*mcp.GetPromptRequest)
+			if !ok || r.Params == nil {
+				return next(ctx, method, req)
+			}
+			return g.promptsGet(ctx, method, r, next)
+		case "resources/read":
+			r, ok := req.(*mcp.ReadResourceRequest)
+			if !ok || r.Params == nil {
+				return next(ctx, method, req)
+			}
+			return g.resourcesRead(ctx, method, r, next)
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// toolsCall records one tools/call: intent before anything runs, outcome
+// before the answer goes back.
+func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolRequest, next mcp.MethodHandler) (mcp.Result, error) {
+	res, err := g.decideCall(ctx, method, r.Params.Name, r.Params.Arguments, func(cctx context.Context, _ schemas.WrapCall, _ toolEntry) (any, error) {
+		return next(cctx, method, r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := res.(mcp.Result); ok {
+		return r, nil
+	}
+	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: no answer to tools/call (%T)", res)}
+}
+
+// callRunner runs a tools/call that decideCall let through, as call wc
+// of tool e, under cctx.
+type callRunner func(cctx context.Context, wc schemas.WrapCall, e toolEntry) (any, error)
+
+// decideCall decides and records one tools/call of the wire tool name with
+// args: intent before anything runs, outcome before the answer goes back.
+// run runs it when it is let through. The answer is a *mcp.CallToolResult
+// (a meta-tool's, or a refusal) or what run returned.
+func (g *gateway) decideCall(ctx context.Context, method, name string, args json.RawMessage, run callRunner) (any, error) {
+	// The call runs under cctx (see callContext); recording waits for the
+	// store whatever happens to the call or the host.
+	cctx, release := g.callContext(ctx)
+	defer release()
+	ctx = context.WithoutCancel(ctx)
+	reqBytes, _ := json.Marshal(map[string]any{"name": name, "arguments": json.RawMessage(orEmptyObject(args))})
+	dg := proxy.SHA(reqBytes)
+	profile := g.active()
+	policyHash := schemas.WrapPassthroughPolicySetHash
+	if g.cfg.Rules != nil {
+		policyHash = g.cfg.Rules.Hash()
+	}
+	wc := schemas.WrapCall{CallID: g.sess.NextCallID(), ToolID: name, RequestDigest: dg, PolicySetHash: policyHash}
+	axes := schemas.DecisionAxes{Role: profile}
+	rc, err := g.sess.Intent(wc.Intent())
+	if err == nil {
+		_, err = rc.Wait(ctx)
+	}
+	if err != nil {
+		return nil, auditRefusal(method, fmt.Errorf("record the intent, so the call was not run: %w", err))
+	}
+	finish := func(o schemas.Outcome, res any) (any, error) {
+		rc, err := g.sess.Outcome(o)
+		if err == nil {
+			_, err = rc.Wait(ctx)
+		}
+		if err != nil {
+			return nil, auditRefusal(method, fmt.Errorf("record the outcome, so the answer is withheld: %w", err))
+		}
+		return res, nil
+	}
+	start := g.cfg.Now()
+	if strings.HasPrefix(name, "aegis.") {
+		axes.Capability = name
+		res := g.meta(name, args)
+		b, _ := json.Marshal(res)
+		o := wc.Answered(proxy.SHA(b), uint64(g.cfg.Now().Sub(start).Milliseconds()))
+		o.DecisionAxes = axes
+		return finish(o, res)
+	}
+	e, known := g.tool(name)
+	if !known {
+		o := wc.Refused(schemas.PolicyDenied("unknown tool"), "")
+		o.DecisionAxes = axes
+		return finish(o, textResult(fmt.Sprintf("unknown tool %q", name), true))
+	}
+	axes.Capability = e.server + "." + e.tool
+	allowed, pattern := g.cfg.Policy.ToolAllowed(profile, e.server, e.tool)
+	axes.MatchedRule = pattern
+	if !allowed {
+		o := wc.Refused(schemas.PolicyDenied("not in active profile allow-list"), "")
+		o.DecisionAxes = axes
+		return finish(o, textResult(g.capDenied(e.server, e.tool, profile), true))
+	}
+	axes.ToolPin = g.pins.pinOf(e.server, e.tool)
+	if d, why, refused := g.pins.refuse(e.server, e.tool, start); refused {
+		// Changed since it was pinned: hidden, and refused until re-pinned.
+		o := wc.Refused(d.Record(), d.MatchedRule)
+		axes.MatchedRule = d.MatchedRule
+		o.DecisionAxes = axes
+		why["code"], why["capability"], why["active_profile"] = policy.RefusalCode(d), axes.Capability, profile
+		b, _ := json.Marshal(why)
+		return finish(o, textResult(string(b), true))
+	}
+	if g.cfg.Rules != nil {
+		// Decided and, when an approval lets it through, that approval
+		// spent, in one step: concurrent calls never share one.
+		gd := g.gate.DecideRequest(g.cfg.Policy.RuleRequest(profile, e.server, e.tool, g.sess.ID()), args, start)
+		if err := proxy.RecordLapsed(g.sess, gd.Lapsed); err != nil {
+			g.log.Error("record approval expiry", "err", err)
+		}
+		if gd.Decision.Verdict != policy.Allow {
+			o := wc.Refused(gd.Decision.Record(), gd.Decision.MatchedRule)
+			axes.MatchedRule = gd.Decision.MatchedRule
+			o.DecisionAxes = axes
+			if gd.Decision.Verdict == policy.PendingApproval {
+				p := proxy.PendingApproval{ApprovalID: gd.Decision.ApprovalID, ToolID: name, RequestDigest: dg, ArgsDigest: gd.ArgsDigest,
+					Session: g.sess.ID(), RequestedAt: start.UTC(), ExpiresAt: start.Add(g.gate.TTL).UTC(),
+					MatchedRule: gd.Decision.MatchedRule, Profile: profile}
+				p.Args, p.ArgsBytes = proxy.ArgsPreview(proxy.CanonicalArgs(args))
+				g.sess.Fact(schemas.KindApprovalRequested, p)
+				g.gate.Request(p)
+				fmt.Fprint(g.cfg.Stderr, proxy.ApprovalPrompt(p))
+			}
+			refusal := map[string]string{"code": policy.RefusalCode(gd.Decision), "capability": axes.Capability, "active_profile": profile, "reason": gd.Decision.Reason}
+			if id := gd.Decision.ApprovalID; id != "" {
+				// Only a pending approval has an id; a denial or a rate
+				// limit names none.
+				refusal["approval_id"] = id
+				refusal["hint"] = "run: aegis approve " + proxy.QuoteArg(id) + " (or: aegis deny " + proxy.QuoteArg(id) + "), then call the tool again with the same arguments: the approval lets it through once"
+			}
+			b, _ := json.Marshal(refusal)
+			return finish(o, textResult(string(b), true))
+		}
+		axes.ApprovalRef = gd.Approval
+		if gd.Decision.MatchedRule != "" {
+			axes.MatchedRule = gd.Decision.MatchedRule
+		}
+	}
+	res, err := g.runCall(cctx, wc, e, run)
+	if err != nil {
+		if o, ok := g.cancelledOutcome(cctx, wc, g.downs[e.server], start); ok {
+			o.DecisionAxes = axes
+			if _, ferr := finish(o, nil); ferr != nil {
+				return nil, ferr
+			}
+			return nil, err
+		}
+		o := wc.Seed()
+		o.Policy = schemas.PolicyAllowed()
+		o.Capability = schemas.CapabilityGranted(schemas.DenyAllGrant(name, schemas.WrapGrantPrefix+wc.CallID))
+		o.GrantID = schemas.WrapGrantPrefix + wc.CallID
+		o.Execution = schemas.ExecutionTrap("downstream error: " + err.Error())
+		o.DecisionAxes = axes
+		if _, ferr := finish(o, nil); ferr != nil {
+			return nil, ferr
+		}
+		return nil, hostError(err)
+	}
+	b, _ := json.Marshal(res)
+	o := wc.Answered(proxy.SHA(b), uint64(g.cfg.Now().Sub(start).Milliseconds()))
+	o.DecisionAxes = axes
+	defer g.undelivered(wc)
+	return finish(o, res)
+}
+
+func orEmptyObject(b json.RawMessage) json.RawMessage {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return json.RawMessage("{}")
+	}
+	return b
+}

@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/aegis-dev/aegis/schemas"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/yosida95/uritemplate/v3"
+)
+
+// resourceOwner is the server that owns uri: the one that lists it, else
+// the first whose URI template is uri or matches it.
+func (g *gateway) resourceOwner(uri string) (string, bool) {
+	f := &g.fw
+	f.tmu.RLock()
+	defer f.tmu.RUnlock()
+	if s, ok := g.res[uri]; ok {
+		return s, true
+	}
+	if s, ok := f.templates[uri]; ok {
+		return s, true
+	}
+	for _, t := range f.tmplOrder {
+		tmpl, err := uritemplate.New(t)
+		if err == nil && tmpl.Regexp().MatchString(uri) {
+			return f.templates[t], true
+		}
+	}
+	return "", false
+}
+
+// complete routes completion/complete to the server that owns the prompt
+// or resource it names.
+func (g *gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+	p := *req.Params
+	ref := *p.Ref
+	var server string
+	switch ref.Type {
+	case "ref/prompt":
+		g.fw.tmu.RLock()
+		pr, ok := g.fw.prompts[ref.Name]
+		g.fw.tmu.RUnlock()
+		if ok {
+			// A prompt the profile hides is not there for the host.
+			ok, _ = g.cfg.Policy.PromptAllowed(g.active(), pr.server, pr.name)
+		}
+		if !ok {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown prompt %q", ref.Name)}
+		}
+		server, ref.Name = pr.server, pr.name
+	case "ref/resource":
+		s, ok := g.resourceOwner(ref.URI)
+		if ok {
+			profile := g.active()
+			byURI, _ := g.cfg.Policy.ResourceAllowed(profile, ref.URI)
+			byTmpl, _ := g.cfg.Policy.TemplateAllowed(profile, ref.URI)
+			ok = byURI || byTmpl
+		}
+		if !ok {
+			return nil, mcp.ResourceNotFoundError(ref.URI)
+		}
+		server = s
+	default:
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown reference type %q", ref.Type)}
+	}
+	d := g.downs[server]
+	if d == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "no such server " + server}
+	}
+	p.Ref = &ref
+	res, err := d.cs.Complete(ctx, &p)
+	return res, asSent(err)
+}
+
+// subscribe forwards resources/subscribe to the server that owns the URI,
+// if the active profile allows the URI; the decision is recorded as a
+// read's is.
+func (g *gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
+	uri := req.Params.URI
+	profile := g.active()
+	allowed, pattern := g.cfg.Policy.ResourceAllowed(profile, uri)
+	if _, err := g.sess.Fact(schemas.KindCallVerdict, map[string]any{
+		"method": "resources/subscribe", "uri": uri, "profile": profile, "allowed": allowed, "pattern": pattern}); err != nil {
+		return fmt.Errorf("aegis could not record this subscription, so it was not made: %w", err)
+	}
+	if !allowed {
+		b, _ := json.Marshal(map[string]string{"code": "AEGIS_RESOURCE_DENIED", "uri": uri, "active_profile": profile, "hint": "resource not permitted in active profile"})
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: string(b)}
+	}
+	server, ok := g.resourceOwner(uri)
+	if !ok {
+		return mcp.ResourceNotFoundError(uri)
+	}
+	return asSent(g.downs[server].cs.Subscribe(ctx, &mcp.SubscribeParams{Meta: req.Params.Meta, URI: uri}))
+}
+
+func (g *gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+	server, ok := g.resourceOwner(req.Params.URI)
+	if !ok {
+		return mcp.ResourceNotFoundError(req.Params.URI)
+	}
+	return asSent(g.downs[server].cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{Meta: req.Params.Meta, URI: req.Params.URI}))
+}
+
+// readFrom is the handler of a resource that server cs lists.
+func readFrom(cs *mcp.ClientSession) mcp.ResourceHandler {
+	return func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI})
+	}
+}
