@@ -81,6 +81,25 @@
 // the same way, by kind: the gateway hides and refuses what changed; wrap
 // records it, and holds every call while the instructions changed.
 //
+// # State, and what is folded from events
+//
+// What outlives a process is a fold of the event stream, never state kept
+// beside it: the pins (projector's index folds pin.* and tool.changed
+// events; a session starts from [projector.Session.Pins]), the gateway's
+// active profile and escalations (policy.ProfileState, the fold of the
+// session's profile events, applied only once each event is durable), the
+// approval ids (behind the session's number, [projector.Session.Seq]),
+// and what `aegis approvals`, `replay` and the console show. What the
+// relay and the gateway hold in memory belongs to one process's pipes: the
+// calls and requests in flight, the listings being read, the task id map,
+// the allowances of the gate. None of it can be resumed by another
+// process (the server it was said to has gone with the process), so none
+// of it is rebuilt: a session that ends with calls in flight records an
+// outcome for each, and an approval pending in an ended session is
+// refused by any other (its id names its session). Each of these holds
+// its invariant under the one lock of its owner and is bounded (the
+// limits are in the packages that hold them, each with a test at it).
+//
 // # Where things are
 //
 // Imports go one way, downwards:
