@@ -3,6 +3,7 @@ package policy
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ type Gateway struct {
 	defaultProfile string
 	disclosure     Disclosure
 	rules          *Set
+	dottedMeta     bool
 }
 
 // Server is one downstream MCP server of a gateway file: a local one,
@@ -59,6 +61,14 @@ type Server struct {
 	// host called; a name that another server's tool or prompt already has
 	// is refused as any wire-name collision is.
 	Unprefixed bool
+	// Alias (alias:) gives some of the server's tools another name toward
+	// the host: the server's tool name → the name shown, which the wire
+	// name is built from in its place (<server>__<alias>, or <alias> with
+	// prefix: false). It is how a tool whose wire name no host would accept
+	// ([HostSafeName]) is shown at all. Profiles, rules and the record
+	// name the tool by its alias (<server>.<alias>); only the server is
+	// told its own name. An alias renames; it never grants.
+	Alias map[string]string
 	// URL, when not "", makes the server remote (url:): aegis connects to
 	// it over HTTP and runs no process, so Command, Args, Env, EnvFiles,
 	// EnvPassthrough and Confine are empty. It is https://, or http:// to
@@ -177,6 +187,26 @@ func (g *Gateway) DefaultProfile() string { return g.defaultProfile }
 // Disclosure returns the error_disclosure setting.
 func (g *Gateway) Disclosure() Disclosure { return g.disclosure }
 
+// MetaToolNames returns the wire names of the gateway's two meta-tools:
+// aegis__set_profile and aegis__approval_status, names every host accepts
+// ([HostSafeName]), or, with meta_tool_names: dotted, the seed's
+// aegis.set_profile and aegis.approval_status, for hosts and agents
+// written against those.
+func (g *Gateway) MetaToolNames() (setProfile, approvalStatus string) {
+	return MetaToolNames(g.dottedMeta)
+}
+
+// DottedMetaTools reports whether the file says meta_tool_names: dotted.
+func (g *Gateway) DottedMetaTools() bool { return g.dottedMeta }
+
+// MetaToolNames is [Gateway.MetaToolNames] for dotted or not.
+func MetaToolNames(dotted bool) (setProfile, approvalStatus string) {
+	if dotted {
+		return "aegis.set_profile", "aegis.approval_status"
+	}
+	return "aegis__set_profile", "aegis__approval_status"
+}
+
 // Rules returns the wrap-style rules of the file as a [Set] whose default
 // is allow: an empty Set when the file has none. They apply on top of the
 // profiles and can only narrow them: the caller asks [Gateway.ToolAllowed]
@@ -209,6 +239,7 @@ func (s *Server) clone() Server {
 	c.EnvFiles = slices.Clone(s.EnvFiles)
 	c.EnvPassthrough = slices.Clone(s.EnvPassthrough)
 	c.Headers = slices.Clone(s.Headers)
+	c.Alias = maps.Clone(s.Alias)
 	if s.Confine != nil {
 		cc := *s.Confine
 		cc.AllowRead = slices.Clone(cc.AllowRead)

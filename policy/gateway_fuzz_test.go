@@ -54,6 +54,7 @@ func FuzzParseGateway(f *testing.F) {
 		"servers: {fs: {command: a, env: {T: {file: ../t}}}}\nprofiles: {p: {}}\nactivation: {default_profile: p}",
 		"servers: &a {fs: {command: a}}",
 		"servers:\n  fs:\n    command: a\n    command: b\n",
+		"servers: {fs: {command: a, alias: {\"a.b\": ab, c: ab}}}\nprofiles: {p: {}}\nactivation: {default_profile: p}\nmeta_tool_names: dotted", // two tools, one alias
 		// Remote servers.
 		"servers: {r: {url: \"https://mcp.example.com/mcp?t=1\", headers: {Authorization: {file: /run/t}, X-K: {env: K}, X-T: v}, ca_file: /etc/ca.pem}}\nprofiles: {p: {}}\nactivation: {default_profile: p}",
 		"servers: {r: {url: \"http://[::1]:8080/mcp\", transport: sse}}\nprofiles: {p: {}}\nactivation: {default_profile: p}",
@@ -150,6 +151,14 @@ func FuzzParseGateway(f *testing.F) {
 			}
 			for _, name := range s.EnvPassthrough {
 				once(name)
+			}
+			// Every alias is a name hosts accept, one per tool.
+			taken := map[string]bool{}
+			for tool, a := range s.Alias {
+				if tool == "" || !HostSafeName(a) || taken[a] {
+					t.Fatalf("server %s: alias %q of %q", s.Name, a, tool)
+				}
+				taken[a] = true
 			}
 		}
 		for _, p := range g.Profiles() {

@@ -11,8 +11,8 @@ import (
 )
 
 var (
-	gatewayKeys    = []string{"version", "servers", "profiles", "activation", "error_disclosure", "rules", "on_tool_change"}
-	serverKeys     = []string{"command", "args", "env", "env_passthrough", "transport", "confine", "prefix", "url", "headers", "ca_file"}
+	gatewayKeys    = []string{"version", "servers", "profiles", "activation", "error_disclosure", "rules", "on_tool_change", "meta_tool_names"}
+	serverKeys     = []string{"command", "args", "env", "env_passthrough", "transport", "confine", "prefix", "alias", "url", "headers", "ca_file"}
 	envFileKeys    = []string{"file"}
 	confineKeys    = []string{"allow_read", "allow_write", "allow_net", "allow_exec_support", "allow_udp", "allow_mptcp", "best_effort"}
 	profileKeys    = []string{"extends", "allow", "prompts", "resources", "allowed_transitions"}
@@ -41,6 +41,8 @@ const maxProfileNameLen = 64
 //	    env_passthrough: [HTTPS_PROXY]  # copied from aegis's environment
 //	    transport: stdio              # optional; the only transport of a command
 //	    prefix: false                 # optional; tools and prompts keep their own names
+//	    alias:                        # optional; a tool shown to hosts under another name
+//	      read_text_file_with_a_name_too_long_for_hosts: read_text
 //	    confine:                      # optional: run confined, as wrap --confine
 //	      allow_read: [/usr/lib/node_modules]   # absolute, clean paths
 //	      allow_write: [/srv/repo]
@@ -65,6 +67,7 @@ const maxProfileNameLen = 64
 //	  default_profile: observer       # required
 //	  explicit: true                  # optional; switching is always explicit
 //	error_disclosure: verbose         # verbose (default) | minimal
+//	meta_tool_names: host_safe        # host_safe (default): aegis__set_profile | dotted: aegis.set_profile
 //	rules:                            # optional, the rules of a policy file
 //	  - {id: gate-writes, action: pending_approval, tool: fs__write_file}
 //
@@ -233,6 +236,18 @@ func (p *parser) gateway(data []byte) (*Gateway, error) {
 			if g.rules.onToolChange, err = p.toolChange(f.val, f.path); err != nil {
 				return nil, err
 			}
+		case "meta_tool_names":
+			v, err := p.str(f.val, f.path)
+			if err != nil {
+				return nil, err
+			}
+			switch v {
+			case "host_safe":
+			case "dotted":
+				g.dottedMeta = true
+			default:
+				return nil, p.errorf(f.val.Line, f.path, "unknown meta_tool_names %q; want host_safe (aegis__set_profile, the default) or dotted (aegis.set_profile)", v)
+			}
 		}
 	}
 	switch {
@@ -398,6 +413,10 @@ func (p *parser) server(n *yaml.Node, path string) (Server, error) {
 				return s, err
 			}
 			s.Unprefixed = !prefix
+		case "alias":
+			if s.Alias, err = p.aliases(f.val, f.path); err != nil {
+				return s, err
+			}
 		}
 	}
 	if err := p.serverKind(&s, n, path, fields); err != nil {
@@ -409,6 +428,41 @@ func (p *parser) server(n *yaml.Node, path string) (Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// aliases reads a server's alias: mapping, the server's tool name → the
+// name shown to hosts. Each alias is a tool name of [A-Za-z0-9_-] that
+// no other tool of the server is aliased to; whether the wire name built
+// from it fits [HostSafeName] depends on the server's name and prefix,
+// checked by the gateway when it lists the tools.
+func (p *parser) aliases(n *yaml.Node, path string) (map[string]string, error) {
+	fields, err := p.entries(n, path, "tool aliases")
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(fields))
+	first := map[string]string{}
+	for _, f := range fields {
+		if f.name == "" || len(f.name) > MaxToolNameLen*4 || strings.IndexByte(f.name, 0) >= 0 {
+			return nil, p.errorf(f.key.Line, f.path, "a tool name to alias must be 1 to %d bytes without NUL", MaxToolNameLen*4)
+		}
+		v, err := p.str(f.val, f.path)
+		if err != nil {
+			return nil, err
+		}
+		if prob := toolNameProblem(v); prob != "" || len(v) > MaxHostToolNameLen {
+			if prob == "" {
+				prob = fmt.Sprintf("longer than %d bytes", MaxHostToolNameLen)
+			}
+			return nil, p.errorf(f.val.Line, f.path, "alias %q: %s; an alias is what hosts are shown, 1 to %d bytes of [A-Za-z0-9_-]", v, prob, MaxHostToolNameLen)
+		}
+		if other, dup := first[v]; dup {
+			return nil, p.errorf(f.val.Line, f.path, "alias %q is already tool %q's; each tool needs a name of its own", v, other)
+		}
+		first[v] = f.name
+		out[f.name] = v
+	}
+	return out, nil
 }
 
 // envFile reads an env value given as {file: PATH}: an absolute, clean

@@ -47,8 +47,8 @@ func TestParseGatewayRefuses(t *testing.T) {
 		// misindented line.
 		{"MisindentedKey", y("version: 1", "servers:", "  a:", "    command: x", "   args: [1]", "profiles: {}"), "aegis.yaml:5: invalid YAML: did not find expected key"},
 		{"TopLevelSequence", y("- fs"), "aegis.yaml:1: expected a mapping, got a sequence"},
-		{"UnknownTopKey", y("server: {}"), "aegis.yaml:1: server: unknown key; want one of version, servers, profiles, activation, error_disclosure, rules, on_tool_change"},
-		{"WrapDefaultKey", y("default: deny"), "aegis.yaml:1: default: unknown key; want one of version, servers, profiles, activation, error_disclosure, rules, on_tool_change"},
+		{"UnknownTopKey", y("server: {}"), "aegis.yaml:1: server: unknown key; want one of version, servers, profiles, activation, error_disclosure, rules, on_tool_change, meta_tool_names"},
+		{"WrapDefaultKey", y("default: deny"), "aegis.yaml:1: default: unknown key; want one of version, servers, profiles, activation, error_disclosure, rules, on_tool_change, meta_tool_names"},
 		{"DuplicateTopKey", y("servers: {fs: {command: a}}", "servers: {fs: {command: b}}"), "aegis.yaml:2: servers: duplicate key (first at line 1)"},
 		{"AnchorAlias", y("servers:", "  fs: &s {command: a}", "  gh: *s"), "aegis.yaml:2: YAML anchors and aliases are not supported in a policy file"},
 		{"MergeKey", y("servers:", "  fs:", "    <<: {command: a}"), "aegis.yaml:3: servers.fs: keys must be strings, got a merge key (<<)"},
@@ -70,7 +70,7 @@ func TestParseGatewayRefuses(t *testing.T) {
 		{"ServerNameEmpty", y("servers:", `  "": {command: a}`), `aegis.yaml:2: servers[""]: invalid server name: must not be empty`},
 		{"ServerNameTooLong", y("servers:", "  "+strings.Repeat("a", 65)+": {command: a}"), "aegis.yaml:2: servers." + strings.Repeat("a", 65) + ": invalid server name: longer than 64 bytes"},
 		{"ServerDuplicate", y("servers:", "  fs: {command: a}", "  fs: {command: b}"), "aegis.yaml:3: servers.fs: duplicate key (first at line 2)"},
-		{"ServerUnknownKey", y("servers:", "  fs:", "    cmd: a"), "aegis.yaml:3: servers.fs.cmd: unknown key; want one of command, args, env, env_passthrough, transport, confine, prefix, url, headers, ca_file"},
+		{"ServerUnknownKey", y("servers:", "  fs:", "    cmd: a"), "aegis.yaml:3: servers.fs.cmd: unknown key; want one of command, args, env, env_passthrough, transport, confine, prefix, alias, url, headers, ca_file"},
 		{"MissingCommand", y("servers:", "  fs:", "    args: [a]"), `aegis.yaml:3: servers.fs: missing required key "command" (a local server) or "url" (a remote server)`},
 		{"EmptyCommand", y("servers:", `  fs: {command: ""}`), "aegis.yaml:2: servers.fs.command: must not be empty"},
 		{"CommandNUL", y("servers:", `  fs: {command: "a\0b"}`), "aegis.yaml:2: servers.fs.command: contains a NUL byte"},
@@ -440,5 +440,63 @@ func TestParseErrorLinesPointAtTheEntry(t *testing.T) {
 	var pe *ParseError
 	if !errors.As(err, &pe) || pe.Line != 5 || pe.Key != "profiles.p.allow[1]" {
 		t.Fatalf("err = %v, want line 5 at profiles.p.allow[1]", err)
+	}
+}
+
+// An alias is what hosts are shown of a tool whose own name they would
+// refuse: it must itself be a name they accept, and one per tool.
+func TestParseGatewayAliasesAndMetaToolNames(t *testing.T) {
+	srv := func(alias ...string) string {
+		return y(append(append([]string{"servers:", "  fs:", "    command: mcp-fs", "    alias:"}, alias...),
+			"profiles: {p: {allow: [fs.read]}}", defaultP)...)
+	}
+	g := mustGateway(t, srv(`      "read.file": read`, "      a_tool_name_well_beyond_what_hosts_take_once_it_is_prefixed_by_its_server: long"))
+	if got := g.Servers()[0].Alias; !reflect.DeepEqual(got, map[string]string{"read.file": "read", "a_tool_name_well_beyond_what_hosts_take_once_it_is_prefixed_by_its_server": "long"}) {
+		t.Errorf("aliases %v", got)
+	}
+	if g.DottedMetaTools() {
+		t.Error("dotted meta-tools without meta_tool_names")
+	}
+	if s, a := g.MetaToolNames(); s != "aegis__set_profile" || a != "aegis__approval_status" || !HostSafeName(s) || !HostSafeName(a) {
+		t.Errorf("meta-tools %q %q", s, a)
+	}
+	dotted := mustGateway(t, gw([]string{"p: {}"}, defaultP, "meta_tool_names: dotted"))
+	if s, a := dotted.MetaToolNames(); s != "aegis.set_profile" || a != "aegis.approval_status" {
+		t.Errorf("dotted meta-tools %q %q", s, a)
+	}
+	mustGateway(t, gw([]string{"p: {}"}, defaultP, "meta_tool_names: host_safe"))
+	for _, tc := range []struct{ name, src, want string }{
+		{"AnAliasHostsRefuseToo", srv(`      "read.file": "read.it"`), `aegis.yaml:5: servers.fs.alias["read.file"]: alias "read.it": tool name has a character outside [A-Za-z0-9_-]; an alias is what hosts are shown, 1 to 64 bytes of [A-Za-z0-9_-]`},
+		{"AnAliasTooLongForHosts", srv("      x: " + strings.Repeat("a", 65)), "aegis.yaml:5: servers.fs.alias.x: alias \"" + strings.Repeat("a", 65) + "\": longer than 64 bytes; an alias is what hosts are shown, 1 to 64 bytes of [A-Za-z0-9_-]"},
+		{"AnEmptyAlias", srv(`      x: ""`), `aegis.yaml:5: servers.fs.alias.x: alias "": empty tool name; an alias is what hosts are shown, 1 to 64 bytes of [A-Za-z0-9_-]`},
+		{"TwoToolsOneAlias", srv("      x: same", "      y: same"), `aegis.yaml:6: servers.fs.alias.y: alias "same" is already tool "x"'s; each tool needs a name of its own`},
+		{"AnAliasThatIsNoString", srv("      x: [a]"), "aegis.yaml:5: servers.fs.alias.x: expected a string, got a sequence"},
+		{"AliasNotAMapping", y("servers:", "  fs:", "    command: mcp-fs", "    alias: [x]", "profiles: {p: {}}", defaultP), "aegis.yaml:4: servers.fs.alias: expected a mapping of tool aliases, got a sequence"},
+		{"UnknownMetaToolNames", gw([]string{"p: {}"}, defaultP, "meta_tool_names: underscore"), `aegis.yaml:6: meta_tool_names: unknown meta_tool_names "underscore"; want host_safe (aegis__set_profile, the default) or dotted (aegis.set_profile)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseGateway("aegis.yaml", []byte(tc.src))
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("ParseGateway error\n got: %v\nwant: %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// HostSafeName is the rule hosts apply to tool names.
+func TestHostSafeName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"fs__read_text_file":    true,
+		"aegis__set_profile":    true,
+		strings.Repeat("a", 64): true,
+		strings.Repeat("a", 65): false,
+		"":                      false,
+		"aegis.set_profile":     false,
+		"fs__read file":         false,
+		"fs__lire_été":          false,
+	} {
+		if got := HostSafeName(name); got != want {
+			t.Errorf("HostSafeName(%q) = %v, want %v", name, got, want)
+		}
 	}
 }

@@ -33,6 +33,17 @@ const (
 	MaxToolNameLen   = 128
 )
 
+// MaxHostToolNameLen bounds the wire name of a tool shown to a host:
+// Claude Desktop and several other hosts refuse a server whose tool names
+// do not match ^[a-zA-Z0-9_-]{1,64}$ ([HostSafeName]).
+const MaxHostToolNameLen = 64
+
+// HostSafeName reports whether wire is a tool name every host accepts:
+// 1 to [MaxHostToolNameLen] bytes of [A-Za-z0-9_-].
+func HostSafeName(wire string) bool {
+	return len(wire) <= MaxHostToolNameLen && toolNameProblem(wire) == ""
+}
+
 // reservedServer is the namespace of aegis's own meta-tools: no downstream
 // server may take it, so that "aegis.<x>" and "aegis__<x>" only ever name
 // aegis itself.

@@ -156,10 +156,11 @@ func (r *Recheck) Fold(rec events.Record) (CallCheck, bool) {
 		if profile, gw := r.profiles[e.Session]; gw && evaluated {
 			// The gateway asks its rules about "<server>__<tool>" with
 			// the capability and the active profile as role; its
-			// meta-tools (no "__") are never asked. A server name holds
-			// no "__", so the first one splits.
+			// meta-tools (aegis__set_profile, or aegis.set_profile with no
+			// "__") are never asked: no server may be named "aegis". A
+			// server name holds no "__", so the first one splits.
 			server, tool, ok := strings.Cut(cp.ToolID, gatewaySeparator)
-			req.Capability, req.Role, evaluated = server+"."+tool, profile, ok
+			req.Capability, req.Role, evaluated = server+"."+tool, profile, ok && server != metaServer
 		}
 		if !evaluated {
 			r.sum.NotEvaluated++
@@ -184,6 +185,10 @@ func (r *Recheck) Fold(rec events.Record) (CallCheck, bool) {
 	}
 	return CallCheck{}, false
 }
+
+// metaServer is the namespace of the gateway's meta-tools, which no
+// server may take (policy's reserved server name).
+const metaServer = "aegis"
 
 // gatewaySeparator joins a gateway's server and tool names in a wire name:
 // policy.NameSeparator, which this pure fold does not import.

@@ -259,7 +259,7 @@ rules:
 	}
 
 	// writer: the prompts and templates appear, and the host is told.
-	if text, _ := toolText("aegis.set_profile", map[string]any{"name": "writer"}); text != "code=OK active=writer approval=" {
+	if text, _ := toolText("aegis__set_profile", map[string]any{"name": "writer"}); text != "code=OK active=writer approval=" {
 		t.Fatalf("switch to writer: %q", text)
 	}
 	wait(promptsChanged, "prompt")
@@ -289,7 +289,7 @@ rules:
 	}
 
 	// observer again: they go away again.
-	if text, _ := toolText("aegis.set_profile", map[string]any{"name": "observer"}); text != "code=OK active=observer approval=" {
+	if text, _ := toolText("aegis__set_profile", map[string]any{"name": "observer"}); text != "code=OK active=observer approval=" {
 		t.Fatalf("switch to observer: %q", text)
 	}
 	wait(promptsChanged, "prompt")

@@ -478,7 +478,7 @@ func TestGatewayServersSeeTheHostsCapabilities(t *testing.T) {
 		var out []string
 		for _, x := range tools {
 			n, _ := x.(map[string]any)["name"].(string)
-			if strings.HasPrefix(n, "aegis.") {
+			if strings.HasPrefix(n, "aegis__") {
 				continue
 			}
 			out = append(out, strings.TrimPrefix(n, strip))

@@ -121,7 +121,7 @@ error_disclosure: verbose
 	}
 
 	visible := names()
-	for _, want := range []string{"aegis.approval_status", "aegis.set_profile", "example__echo", "everything__echo", "fs__read_text_file", "fs__list_directory"} {
+	for _, want := range []string{"aegis__approval_status", "aegis__set_profile", "example__echo", "everything__echo", "fs__read_text_file", "fs__list_directory"} {
 		if !slices.Contains(visible, want) {
 			t.Errorf("observer does not see %s: %v", want, visible)
 		}
@@ -144,7 +144,7 @@ error_disclosure: verbose
 		t.Errorf("hidden tool: %q %v", text, isErr)
 	}
 	// Along an edge: at once.
-	if text, _ := call("aegis.set_profile", map[string]any{"name": "developer"}); text != "code=OK active=developer approval=" {
+	if text, _ := call("aegis__set_profile", map[string]any{"name": "developer"}); text != "code=OK active=developer approval=" {
 		t.Errorf("edge switch: %q", text)
 	}
 	select {
@@ -159,7 +159,7 @@ error_disclosure: verbose
 		t.Errorf("example__add as developer = %q %v", text, isErr)
 	}
 	// An escalation: pending until a human approves from another process.
-	text, _ = call("aegis.set_profile", map[string]any{"name": "deploy"})
+	text, _ = call("aegis__set_profile", map[string]any{"name": "deploy"})
 	if !strings.HasPrefix(text, "code=AEGIS_PENDING_APPROVAL active=developer approval=") {
 		t.Fatalf("escalation: %q", text)
 	}
@@ -167,7 +167,7 @@ error_disclosure: verbose
 	if slices.Contains(names(), "example__slow") {
 		t.Error("deploy tools visible before approval")
 	}
-	if st, _ := call("aegis.approval_status", map[string]any{"id": id}); st != "pending" {
+	if st, _ := call("aegis__approval_status", map[string]any{"id": id}); st != "pending" {
 		t.Errorf("status before approval: %q", st)
 	}
 	approve := exec.Command(bin(t, "aegis"), "approve", id)
@@ -175,7 +175,7 @@ error_disclosure: verbose
 	if out, err := approve.CombinedOutput(); err != nil {
 		t.Fatalf("aegis approve %s: %v %s", id, err, out)
 	}
-	if st, _ := call("aegis.approval_status", map[string]any{"id": id}); st != "approved" {
+	if st, _ := call("aegis__approval_status", map[string]any{"id": id}); st != "approved" {
 		t.Fatalf("status after approval: %q", st)
 	}
 	if !slices.Contains(names(), "example__slow") {
@@ -185,7 +185,7 @@ error_disclosure: verbose
 		t.Errorf("deploy tool = %q %v", text, isErr)
 	}
 	// The approval was single-use.
-	if st, _ := call("aegis.approval_status", map[string]any{"id": id}); strings.HasPrefix(st, "approved") {
+	if st, _ := call("aegis__approval_status", map[string]any{"id": id}); strings.HasPrefix(st, "approved") {
 		t.Errorf("approval replayed: %q", st)
 	}
 	// Resources: inside and outside the scope.
@@ -241,7 +241,7 @@ error_disclosure: verbose
 	for _, o := range ofType(ls, "outcome") {
 		roles[str(o, "tool_id")+"@"+obj(o, "decision_axes")["role"].(string)] = true
 	}
-	for _, want := range []string{"example__add@observer", "example__add@developer", "example__slow@deploy", "aegis.set_profile@developer"} {
+	for _, want := range []string{"example__add@observer", "example__add@developer", "example__slow@deploy", "aegis__set_profile@developer"} {
 		if !roles[want] {
 			t.Errorf("no outcome %s in %v", want, roles)
 		}

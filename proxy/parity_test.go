@@ -198,7 +198,7 @@ var parityScript = []parityStep{
 			if err != nil {
 				return nil, err
 			}
-			if strings.HasPrefix(tl.Name, "aegis.") {
+			if strings.HasPrefix(tl.Name, "aegis__") {
 				continue // the gateway's own
 			}
 			tools = append(tools, canon(tl))

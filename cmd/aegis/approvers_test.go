@@ -416,13 +416,13 @@ func TestAgentSelfEscalationRefusedWithApprovers(t *testing.T) {
 		return toolText(t, w.call(id, "tools/call", `{"name":"`+name+`","arguments":`+args+`}`))
 	}
 	// esc-1.1: the first approval of session 1 (the state directory's first).
-	if got := call("aegis.set_profile", `{"name":"deploy"}`); got != "code=AEGIS_PENDING_APPROVAL active=developer approval=esc-1.1" {
+	if got := call("aegis__set_profile", `{"name":"deploy"}`); got != "code=AEGIS_PENDING_APPROVAL active=developer approval=esc-1.1" {
 		t.Fatalf("escalation: %q", got)
 	}
 	if out, code := l.aegis("approve", "esc-1.1"); code != 1 || !strings.Contains(out, "carries no approver signature") {
 		t.Fatalf("the agent's aegis approve esc-1.1: %d %s", code, out)
 	}
-	if got := call("aegis.approval_status", `{"id":"esc-1.1"}`); !strings.HasPrefix(got, "pending") {
+	if got := call("aegis__approval_status", `{"id":"esc-1.1"}`); !strings.HasPrefix(got, "pending") {
 		t.Fatalf("status after the agent's approve: %q", got)
 	}
 	env := map[string]string{"XDG_RUNTIME_DIR": l.runtime, "USER": "alice"}
@@ -431,7 +431,7 @@ func TestAgentSelfEscalationRefusedWithApprovers(t *testing.T) {
 		!strings.Contains(stderr, "aegis.set_profile developer -> deploy") {
 		t.Fatalf("signed approve: %d\n%s\n%s", code, stdout, stderr)
 	}
-	if got := call("aegis.approval_status", `{"id":"esc-1.1"}`); got != "approved" {
+	if got := call("aegis__approval_status", `{"id":"esc-1.1"}`); got != "approved" {
 		t.Fatalf("status after the signed approve: %q", got)
 	}
 	w.finish()

@@ -65,13 +65,13 @@ func TestApprovalAfterTheAgentMovedOn(t *testing.T) {
 		return toolText(t, w.call(id, "tools/call", `{"name":"`+name+`","arguments":`+args+`}`))
 	}
 	// esc-1.1: the first approval of session 1 (the state directory's first).
-	if got := call("aegis.set_profile", `{"name":"deploy"}`); got != "code=AEGIS_PENDING_APPROVAL active=developer approval=esc-1.1" {
+	if got := call("aegis__set_profile", `{"name":"deploy"}`); got != "code=AEGIS_PENDING_APPROVAL active=developer approval=esc-1.1" {
 		t.Fatalf("escalation: %q", got)
 	}
 	if id := w.approvalID(); id != "esc-1.1" {
 		t.Fatalf("approval prompt names %q", id)
 	}
-	if got := call("aegis.set_profile", `{"name":"reviewer"}`); got != "code=OK active=reviewer approval=" {
+	if got := call("aegis__set_profile", `{"name":"reviewer"}`); got != "code=OK active=reviewer approval=" {
 		t.Fatalf("edge switch: %q", got)
 	}
 	out, code := l.aegis("approve", "esc-1.1")
@@ -79,23 +79,23 @@ func TestApprovalAfterTheAgentMovedOn(t *testing.T) {
 		t.Fatalf("aegis approve esc-1.1 while the agent is in reviewer: %d %s", code, out)
 	}
 	// Applied from the wrong profile: refused, not spent.
-	if got := call("aegis.approval_status", `{"id":"esc-1.1"}`); got != "pending: approved for a switch from developer, but the active profile is reviewer" {
+	if got := call("aegis__approval_status", `{"id":"esc-1.1"}`); got != "pending: approved for a switch from developer, but the active profile is reviewer" {
 		t.Fatalf("status from reviewer: %q", got)
 	}
 	if got := call("example__slow", `{"ms":1}`); !strings.Contains(got, "AEGIS_CAP_DENIED") || !strings.Contains(got, `"active_profile":"reviewer"`) {
 		t.Fatalf("slow while in reviewer: %q", got)
 	}
 	// Back where it was asked from: the approval applies, once.
-	if got := call("aegis.set_profile", `{"name":"developer"}`); got != "code=OK active=developer approval=" {
+	if got := call("aegis__set_profile", `{"name":"developer"}`); got != "code=OK active=developer approval=" {
 		t.Fatalf("back to developer: %q", got)
 	}
-	if got := call("aegis.approval_status", `{"id":"esc-1.1"}`); got != "approved" {
+	if got := call("aegis__approval_status", `{"id":"esc-1.1"}`); got != "approved" {
 		t.Fatalf("status from developer: %q", got)
 	}
 	if got := call("example__slow", `{"ms":1}`); !strings.Contains(got, "slept") {
 		t.Fatalf("slow as deploy: %q", got)
 	}
-	if got := call("aegis.approval_status", `{"id":"esc-1.1"}`); got != "denied: already used" {
+	if got := call("aegis__approval_status", `{"id":"esc-1.1"}`); got != "denied: already used" {
 		t.Fatalf("approval replayed: %q", got)
 	}
 	if out, code := l.aegis("approve", "esc-1.1"); code == 0 || !strings.Contains(out, "already resolved") {

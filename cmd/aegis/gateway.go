@@ -35,9 +35,9 @@ patterns; prompts appear as <server>__<prompt>, only those the profile's
 prompts globs allow. Every tools/call (meta-tools included) is recorded as an
 intent before it is forwarded and a signed outcome before the answer returns,
 with decision_axes.role = the active profile. The agent switches profiles
-with the meta-tool aegis.set_profile: along an allowed_transitions edge at
+with the meta-tool aegis__set_profile: along an allowed_transitions edge at
 once, otherwise a human runs 'aegis approve ID' and the agent confirms with
-aegis.approval_status. Each server's tools are pinned to the digest of
+aegis__approval_status. Each server's tools are pinned to the digest of
 their definitions when first listed; a tool that later changes (or is
 added) is hidden and refused until 'aegis approve ID' pins its new
 definition (see 'aegis help pins').
@@ -51,6 +51,7 @@ FILE is strict YAML; docs/gateway.md describes every key. In short:
       env: {VAR: value, TOKEN: {file: /abs/path}}   # file: read at start
       env_passthrough: [VAR]    # copied from aegis's environment
       confine: {allow_read: [..], allow_write: [..], allow_net: [HOST:PORT]}
+      alias: {TOOL: SHORT}      # shown as NAME__SHORT, for a name hosts refuse
     REMOTE:
       url: https://HOST/mcp     # instead of command; http:// only to loopback
       transport: streamable     # falls back to legacy SSE; or sse
@@ -67,6 +68,12 @@ FILE is strict YAML; docs/gateway.md describes every key. In short:
   error_disclosure: verbose     # or minimal
   rules: [..]                   # optional wrap-style rules on top
   on_tool_change: pending_approval   # or deny, allow (see 'aegis help pins')
+  meta_tool_names: host_safe    # aegis__set_profile; dotted: aegis.set_profile
+
+Every tool name listed matches ^[a-zA-Z0-9_-]{1,64}$, which every host
+accepts. A server's tool whose name would not (too long once prefixed,
+another character) is not listed, and stderr says how to name it with
+alias:; the gateway starts with the server's other tools.
 
 Unknown keys are errors with their line. Each server gets a minimal
 environment (PATH, HOME, USER, LOGNAME, SHELL, LANG, LC_*, TZ, TMPDIR,
@@ -224,7 +231,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 			if err != nil {
 				return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file, the header file's mode or aegis's environment; nothing was started")
 			}
-			servers = append(servers, gateway.Server{Name: s.Name, Remote: rs, Unprefixed: s.Unprefixed})
+			servers = append(servers, gateway.Server{Name: s.Name, Remote: rs, Unprefixed: s.Unprefixed, Alias: s.Alias})
 			continue
 		}
 		// Each server gets a minimal environment and what the file gives
@@ -233,7 +240,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		if err != nil {
 			return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file or its mode; nothing was started")
 		}
-		gs := gateway.Server{Name: s.Name, Argv: append([]string{s.Command}, s.Args...), Env: env, Unprefixed: s.Unprefixed}
+		gs := gateway.Server{Name: s.Name, Argv: append([]string{s.Command}, s.Args...), Env: env, Unprefixed: s.Unprefixed, Alias: s.Alias}
 		if s.Confine != nil {
 			c := s.Confine
 			p := &sandbox.Profile{ReadPaths: c.AllowRead, WritePaths: c.AllowWrite, ExecSupport: c.AllowExecSupport,
@@ -269,7 +276,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		self, _ := os.Executable()
 		base := gateway.Config{
 			Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
-			Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), Self: self, Stderr: m.Stderr,
+			Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), DottedMetaTools: gw.DottedMetaTools(), Self: self, Stderr: m.Stderr,
 			Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
 		}
 		rec := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
@@ -298,7 +305,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	self, _ := os.Executable()
 	sess, err := gateway.Run(ctx, gateway.Config{
 		Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
-		Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), Open: open, Self: self, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: m.Stderr,
+		Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), DottedMetaTools: gw.DottedMetaTools(), Open: open, Self: self, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: m.Stderr,
 		Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
 	})
 	var oe *proxy.OpenError

@@ -230,7 +230,7 @@ func TestHTTPGatewaySessionsAreSeparate(t *testing.T) {
 	if _, err := a.ReadResource(ctx, &mcp.ReadResourceParams{URI: "example://readme"}); err == nil {
 		t.Fatal("a resource outside the profile's patterns was read over HTTP")
 	}
-	text, _ := callText(t, a, "aegis.set_profile", map[string]any{"name": "deploy"})
+	text, _ := callText(t, a, "aegis__set_profile", map[string]any{"name": "deploy"})
 	_, esc, _ := strings.Cut(text, "approval=")
 	if !strings.HasPrefix(esc, "esc-") {
 		t.Fatalf("escalation: %s", text)
@@ -238,7 +238,7 @@ func TestHTTPGatewaySessionsAreSeparate(t *testing.T) {
 	if out, code := l.aegis("approve", esc); code != 0 {
 		t.Fatalf("aegis approve %s: %d %s", esc, code, out)
 	}
-	if text, _ := callText(t, a, "aegis.approval_status", map[string]any{"id": esc}); !strings.Contains(text, "approved") {
+	if text, _ := callText(t, a, "aegis__approval_status", map[string]any{"id": esc}); !strings.Contains(text, "approved") {
 		t.Fatalf("approval status: %s", text)
 	}
 	if text, isErr := callText(t, a, "example__slow", map[string]any{"ms": 1}); isErr || !strings.Contains(text, "slept") {
@@ -248,7 +248,7 @@ func TestHTTPGatewaySessionsAreSeparate(t *testing.T) {
 	if text, isErr := callText(t, b, "example__slow", map[string]any{"ms": 1}); !isErr || !strings.Contains(text, "AEGIS_CAP_DENIED") {
 		t.Fatalf("the other session ran a tool of the approved profile: %v %s", isErr, text)
 	}
-	if text, _ := callText(t, b, "aegis.approval_status", map[string]any{"id": esc}); !strings.HasPrefix(text, "unknown") {
+	if text, _ := callText(t, b, "aegis__approval_status", map[string]any{"id": esc}); !strings.HasPrefix(text, "unknown") {
 		t.Fatalf("the other session sees the approval: %s", text)
 	}
 	a.Close()

@@ -87,7 +87,7 @@ func gatewaySession(t *testing.T) *live {
 	if a := w.call(3, "tools/call", `{"name":"example__add","arguments":{"a":2,"b":3}}`); !strings.Contains(a, `"sum":5`) {
 		t.Fatalf("approved add: %s", a)
 	}
-	if a := w.call(4, "tools/call", `{"name":"aegis.set_profile","arguments":{"name":"deploy"}}`); !strings.Contains(a, "code=AEGIS_PENDING_APPROVAL active=developer approval="+gwEscalation+`"`) {
+	if a := w.call(4, "tools/call", `{"name":"aegis__set_profile","arguments":{"name":"deploy"}}`); !strings.Contains(a, "code=AEGIS_PENDING_APPROVAL active=developer approval="+gwEscalation+`"`) {
 		t.Fatalf("escalation: %s", a)
 	}
 	if id := w.approvalID(); id != gwEscalation {
@@ -99,7 +99,7 @@ func gatewaySession(t *testing.T) *live {
 	if out, code := l.aegis("approve", gwEscalation); code == 0 || !strings.Contains(out, "already resolved") {
 		t.Fatalf("aegis approve %s a second time: %d %s", gwEscalation, code, out)
 	}
-	if a := w.call(5, "tools/call", `{"name":"aegis.approval_status","arguments":{"id":"`+gwEscalation+`"}}`); !strings.Contains(a, `"approved"`) {
+	if a := w.call(5, "tools/call", `{"name":"aegis__approval_status","arguments":{"id":"`+gwEscalation+`"}}`); !strings.Contains(a, `"approved"`) {
 		t.Fatalf("approval status: %s", a)
 	}
 	if a := w.call(6, "tools/call", `{"name":"example__slow","arguments":{"ms":1}}`); !strings.Contains(a, "slept") {
@@ -196,7 +196,7 @@ func TestGatewayRecordsOneResolutionPerApproval(t *testing.T) {
 	// A second session: an escalation approved, then revoked.
 	w := l.gateway(gatewayConfig(l.bin))
 	w.initialize()
-	a := w.call(1, "tools/call", `{"name":"aegis.set_profile","arguments":{"name":"deploy"}}`)
+	a := w.call(1, "tools/call", `{"name":"aegis__set_profile","arguments":{"name":"deploy"}}`)
 	esc := w.approvalID()
 	if !strings.Contains(a, "approval="+esc+`"`) || esc == gwEscalation {
 		t.Fatalf("escalation %s: %s", esc, a)
@@ -207,7 +207,7 @@ func TestGatewayRecordsOneResolutionPerApproval(t *testing.T) {
 	if out, code := l.aegis("deny", esc); code != 0 {
 		t.Fatalf("aegis deny %s (revoke): %d %s", esc, code, out)
 	}
-	if a := w.call(2, "tools/call", `{"name":"aegis.approval_status","arguments":{"id":"`+esc+`"}}`); !strings.Contains(a, `"denied"`) {
+	if a := w.call(2, "tools/call", `{"name":"aegis__approval_status","arguments":{"id":"`+esc+`"}}`); !strings.Contains(a, `"denied"`) {
 		t.Fatalf("approval status after the revocation: %s", a)
 	}
 	w.finish()

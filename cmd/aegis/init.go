@@ -282,7 +282,7 @@ profiles:
     allow: ["` + p.name + `.*"]   # every tool of the server; narrow it down
   # To keep some tools behind a human, narrow default and uncomment a
   # profile that has them. No profile lists it in allowed_transitions, so
-  # a switch to it (the agent's aegis.set_profile tool) waits for
+  # a switch to it (the agent's aegis__set_profile tool) waits for
   # 'aegis approve ID'.
   # full:
   #   allow: ["` + p.name + `.*"]
@@ -329,7 +329,7 @@ func (p *initPlan) print(w io.Writer, e hostEntry) {
 	fmt.Fprintf(w, "VS Code (.vscode/mcp.json in a workspace, or %s for all of them), under servers:\n%s\n\n", p.hosts.vscode, vscode)
 	fmt.Fprintf(w, "Restart the host and use the server.\n\n")
 	if p.mode == "gateway" {
-		fmt.Fprintf(w, "When the agent asks for a profile that takes a human (aegis.set_profile), see the request and decide it:\n")
+		fmt.Fprintf(w, "When the agent asks for a profile that takes a human (aegis__set_profile), see the request and decide it:\n")
 		fmt.Fprintf(w, "  %s approvals --state-dir %s\n  %s approve --state-dir %s ID      (or: deny ID)\n\n", p.self, p.state, p.self, p.state)
 	}
 	fmt.Fprintf(w, "See what was recorded, and check it against your key:\n")

@@ -262,10 +262,10 @@ func TestReadmeGatewayQuickstartWorksAsWritten(t *testing.T) {
 		}
 		return s.String()
 	}
-	asked := text("aegis.set_profile", map[string]any{"name": "full"})
+	asked := text("aegis__set_profile", map[string]any{"name": "full"})
 	_, id, ok := strings.Cut(asked, "approval=")
 	if !ok {
-		t.Fatalf("aegis.set_profile full: %s", asked)
+		t.Fatalf("aegis__set_profile full: %s", asked)
 	}
 	id = strings.Fields(id)[0]
 	if s := sh(cmds[1]); !strings.Contains(s, id) {
@@ -275,7 +275,7 @@ func TestReadmeGatewayQuickstartWorksAsWritten(t *testing.T) {
 		t.Fatalf("the approve line: %q", cmds[2])
 	}
 	sh(strings.TrimSuffix(cmds[2], "ID") + id)
-	if s := text("aegis.approval_status", map[string]any{"id": id}); !strings.Contains(s, "approved") {
+	if s := text("aegis__approval_status", map[string]any{"id": id}); !strings.Contains(s, "approved") {
 		t.Fatalf("approval_status %s: %s", id, s)
 	}
 	if got := served(); len(got) < 2 {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/proxy"
@@ -116,8 +115,11 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 		return res, nil
 	}
 	start := g.cfg.Now()
-	if strings.HasPrefix(name, "aegis.") {
+	if isMeta(name) {
 		axes.Capability = name
+		if c := g.metaCapability(name); c != "" {
+			axes.Capability = c
+		}
 		res := g.meta(name, args)
 		b, _ := json.Marshal(res)
 		o := wc.Answered(proxy.SHA(b), uint64(g.cfg.Now().Sub(start).Milliseconds()))
@@ -130,13 +132,13 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 		o.DecisionAxes = axes
 		return finish(o, textResult(fmt.Sprintf("unknown tool %q", name), true))
 	}
-	axes.Capability = e.server + "." + e.tool
-	allowed, pattern := g.cfg.Policy.ToolAllowed(profile, e.server, e.tool)
+	axes.Capability = e.server + "." + e.name
+	allowed, pattern := g.cfg.Policy.ToolAllowed(profile, e.server, e.name)
 	axes.MatchedRule = pattern
 	if !allowed {
 		o := wc.Refused(schemas.PolicyDenied("not in active profile allow-list"), "")
 		o.DecisionAxes = axes
-		return finish(o, textResult(g.capDenied(e.server, e.tool, profile), true))
+		return finish(o, textResult(g.capDenied(e.server, e.name, profile), true))
 	}
 	axes.ToolPin = g.pins.pinOf(e.server, e.tool)
 	if d, why, refused := g.pins.refuse(e.server, e.tool, start); refused {
@@ -151,7 +153,7 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 	if g.cfg.Rules != nil {
 		// Decided and, when an approval lets it through, that approval
 		// spent, in one step: concurrent calls never share one.
-		gd := g.gate.DecideRequest(g.cfg.Policy.RuleRequest(profile, e.server, e.tool, g.sess.ID()), args, start)
+		gd := g.gate.DecideRequest(g.cfg.Policy.RuleRequest(profile, e.server, e.name, g.sess.ID()), args, start)
 		if err := proxy.RecordLapsed(g.sess, gd.Lapsed); err != nil {
 			g.log.Error("record approval expiry", "err", err)
 		}

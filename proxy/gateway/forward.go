@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aegis-dev/aegis/policy"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -368,7 +369,7 @@ func (g *gateway) newServer() *mcp.Server {
 		Resources: &mcp.ResourceCapabilities{ListChanged: true, Subscribe: subscribe},
 	}
 	opts := &mcp.ServerOptions{
-		Instructions:                Instructions,
+		Instructions:                Instructions(policy.MetaToolNames(g.cfg.DottedMetaTools)),
 		Capabilities:                caps,
 		SupportedProtocolVersions:   sessionProtocolVersions(),
 		InitializedHandler:          g.hostInitialized,

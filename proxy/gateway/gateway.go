@@ -34,6 +34,10 @@ type Server struct {
 	// Unprefixed shows the server's tools and prompts under their own
 	// names, not <server>__<name> (the file's prefix: false).
 	Unprefixed bool
+	// Alias gives some of its tools another name toward the host (the
+	// file's alias:, see [policy.Server]): the server's tool name → the
+	// name that replaces it in the wire name.
+	Alias map[string]string
 	// Remote, when not nil, is a remote server (url:): no process runs,
 	// and Argv, Env and Confine are unused (remote.go).
 	Remote *RemoteServer
@@ -64,6 +68,11 @@ type Config struct {
 	Rules          *policy.Set // optional wrap-style rules on top of profiles
 	// OnToolChange is the config's on_tool_change (pins.go).
 	OnToolChange policy.ToolChange
+	// DottedMetaTools lists the meta-tools under the seed's names,
+	// aegis.set_profile and aegis.approval_status, instead of the names
+	// every host accepts, aegis__set_profile and aegis__approval_status
+	// (meta_tool_names, see [policy.MetaToolNames]).
+	DottedMetaTools bool
 	// Open opens the audit session once every confinement fact is known
 	// (server name -> fact); no server runs before it returns.
 	Open   func(confinement map[string]sandbox.Fact) (*projector.Session, error)
@@ -92,8 +101,11 @@ type Config struct {
 	Grace time.Duration
 }
 
-// Instructions tell the agent how names work behind the gateway.
-const Instructions = "You are operating behind aegis. Every tool is prefixed with its server origin via a double underscore (e.g. filesystem__read_file). Use the prefixed names exactly as listed. Some profile switches require human approval: call aegis.set_profile, then aegis.approval_status."
+// Instructions tell the agent how names work behind the gateway, naming
+// the meta-tools as listed (see [policy.MetaToolNames]).
+func Instructions(setProfile, approvalStatus string) string {
+	return "You are operating behind aegis. Every tool is prefixed with its server origin via a double underscore (e.g. filesystem__read_file). Use the prefixed names exactly as listed. Some profile switches require human approval: call " + setProfile + ", then " + approvalStatus + "."
+}
 
 type downstream struct {
 	name string
@@ -108,8 +120,11 @@ type downstream struct {
 }
 
 type toolEntry struct {
-	server, tool string
-	def          *mcp.Tool
+	server, tool string // the server, and its own name for the tool (what it is called by)
+	// name is what profiles, rules and the record call the tool: its
+	// alias when the gateway file gives one, else tool.
+	name string
+	def  *mcp.Tool
 }
 
 type gateway struct {
@@ -319,17 +334,21 @@ func (g *gateway) aggregate(ctx context.Context) error {
 				complete = false
 				break
 			}
-			listed = append(listed, t)
 			def := g.toolDef(n, t)
 			wire := def.Name
 			if prev, dup := origin[wire]; dup {
-				return fmt.Errorf("tool name collision: %s.%s and %s both become %q; rename a server, or keep prefixes (prefix: false keeps a server's own names)", n, t.Name, prev, wire)
+				return fmt.Errorf("tool name collision: %s.%s and %s both become %q; rename a server, keep prefixes (prefix: false keeps a server's own names), or give one an alias:", n, t.Name, prev, wire)
 			}
-			if strings.HasPrefix(wire, metaPrefix) {
-				return fmt.Errorf("tool %s.%s would shadow the gateway's meta-tools as %q; rename the server", n, t.Name, wire)
+			if isMeta(wire) {
+				return fmt.Errorf("tool %s.%s would shadow the gateway's meta-tools as %q; rename the server, or give the tool an alias:", n, t.Name, wire)
 			}
+			if why := g.shadows(n, t.Name, wire, nil); why != "" {
+				g.refuseTool(n, t.Name, wire, "tool_name", why)
+				continue
+			}
+			listed = append(listed, t)
 			origin[wire] = n + "." + t.Name
-			g.tools[wire] = toolEntry{server: n, tool: t.Name, def: def}
+			g.tools[wire] = toolEntry{server: n, tool: t.Name, name: g.toolName(n, t.Name), def: def}
 		}
 		if complete {
 			g.pins.observe(n, listed) // a listing cut short says nothing of what was removed
@@ -429,7 +448,7 @@ func (g *gateway) applyProfile() {
 	var add []*mcp.Tool
 	var remove []string
 	for wire, e := range g.tools {
-		ok, _ := g.cfg.Policy.ToolAllowed(profile, e.server, e.tool)
+		ok, _ := g.cfg.Policy.ToolAllowed(profile, e.server, e.name)
 		ok = ok && !g.pins.hidden(e.server, e.tool)
 		if ok && !g.visible[wire] {
 			add = append(add, e.def)

@@ -22,8 +22,46 @@ func (g *gateway) addMetaTools() {
 	noop := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return nil, errors.New("meta-tools are answered by the gateway middleware")
 	}
-	g.srv.AddTool(&mcp.Tool{Name: "aegis.set_profile", Description: "Switch the active aegis profile. Along an allowed transition it switches at once; otherwise a human must approve (see aegis.approval_status).", InputSchema: obj("name")}, noop)
-	g.srv.AddTool(&mcp.Tool{Name: "aegis.approval_status", Description: "Ask whether a profile switch was approved; an approved switch is applied now.", InputSchema: obj("id")}, noop)
+	setProfile, status := policy.MetaToolNames(g.cfg.DottedMetaTools)
+	g.srv.AddTool(&mcp.Tool{Name: setProfile, Description: "Switch the active aegis profile. Along an allowed transition it switches at once; otherwise a human must approve (see " + status + ").", InputSchema: obj("name")}, noop)
+	g.srv.AddTool(&mcp.Tool{Name: status, Description: "Ask whether a profile switch was approved; an approved switch is applied now.", InputSchema: obj("id")}, noop)
+}
+
+// Capability ids of the meta-tools, whatever names they are listed under:
+// what the record's decision axes, approvals and escalation targets say.
+const (
+	metaSetProfile     = "aegis.set_profile"
+	metaApprovalStatus = "aegis.approval_status"
+)
+
+// isMeta reports whether name is in the gateway's own namespace, listed
+// or not: no server's tool is ever called by such a name (server "aegis"
+// is reserved, and shadows refuses an unprefixed or aliased one).
+func isMeta(name string) bool {
+	return strings.HasPrefix(name, "aegis.") || strings.HasPrefix(name, "aegis__")
+}
+
+// metaName is the name the meta-tool of capability id c is listed under.
+func (g *gateway) metaName(c string) string {
+	setProfile, status := policy.MetaToolNames(g.cfg.DottedMetaTools)
+	if c == metaSetProfile {
+		return setProfile
+	}
+	return status
+}
+
+// metaCapability is the capability id of the meta-tool listed as name,
+// or "" for a name in the gateway's namespace that it does not list (the
+// other spelling included: only the listed names are tools).
+func (g *gateway) metaCapability(name string) string {
+	setProfile, status := policy.MetaToolNames(g.cfg.DottedMetaTools)
+	switch name {
+	case setProfile:
+		return metaSetProfile
+	case status:
+		return metaApprovalStatus
+	}
+	return ""
 }
 
 type jsonSchema struct {
@@ -42,8 +80,8 @@ func (g *gateway) meta(name string, args json.RawMessage) *mcp.CallToolResult {
 		return textResult("invalid arguments: "+err.Error(), true)
 	}
 	now := g.cfg.Now().UTC()
-	switch name {
-	case "aegis.set_profile":
+	switch g.metaCapability(name) {
+	case metaSetProfile:
 		from := g.active()
 		switch {
 		case !g.cfg.Policy.HasProfile(a.Name):
@@ -65,7 +103,7 @@ func (g *gateway) meta(name string, args json.RawMessage) *mcp.CallToolResult {
 		}
 		fmt.Fprintf(g.cfg.Stderr, "aegis: approval needed: switch from profile %q to %q (approval %s)\naegis: hint: run: aegis approve %s   (or: aegis deny %s)\n", from, a.Name, id, proxy.QuoteArg(id), proxy.QuoteArg(id))
 		return textResult(fmt.Sprintf("code=AEGIS_PENDING_APPROVAL active=%s approval=%s", from, id), false)
-	case "aegis.approval_status":
+	case metaApprovalStatus:
 		g.expireDue(now)
 		g.mu.Lock()
 		e, ok := g.state.Escalation(a.ID)
@@ -153,14 +191,14 @@ func (g *gateway) handleApproval(op proxy.ApprovalOp) proxy.ApprovalReply {
 	}
 	ev := policy.ProfileEvent{Kind: kind, ID: op.ApprovalID, Source: policy.SourceHuman, At: now}
 	d := schemas.Decision{ApprovalID: e.ID, ApproverKeyID: approver.KeyID}
-	msg := fmt.Sprintf("approved %s: the switch from %s to %s applies when the agent asks aegis.approval_status", e.ID, e.From, e.To)
+	msg := fmt.Sprintf("approved %s: the switch from %s to %s applies when the agent asks %s", e.ID, e.From, e.To, g.metaName(metaApprovalStatus))
 	if active := g.active(); active != e.From {
 		// Approved all the same: the binding to e.From is checked when the
 		// switch is applied, so the decision waits for the agent's return.
 		msg += fmt.Sprintf(" from profile %s (the agent is in %s now; until %s)", e.From, active, e.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	if op.Op == "approve" {
-		d.Verdict = schemas.Approved(schemas.ApprovalScope{ToolID: "aegis.set_profile"})
+		d.Verdict = schemas.Approved(schemas.ApprovalScope{ToolID: metaSetProfile})
 	} else {
 		reason := op.Reason
 		if reason == "" {

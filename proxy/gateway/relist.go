@@ -8,6 +8,7 @@ import (
 	"iter"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -44,9 +45,6 @@ const (
 	listResources
 )
 
-// metaPrefix begins the names of the gateway's own tools.
-const metaPrefix = "aegis."
-
 // wireName is the name the host sees of server's tool or prompt name:
 // <server>__<name>, or name itself for a server with prefix: false.
 func (g *gateway) wireName(server, name string) string {
@@ -58,11 +56,41 @@ func (g *gateway) wireName(server, name string) string {
 	return policy.Namespace(server, name)
 }
 
+// toolName is what profiles, rules, the record and the host call server's
+// tool: its alias, if the gateway file gives one, else its own name. Only
+// the server is told the tool's own name.
+func (g *gateway) toolName(server, tool string) string {
+	for _, s := range g.cfg.Servers {
+		if a, ok := s.Alias[tool]; s.Name == server && ok {
+			return a
+		}
+	}
+	return tool
+}
+
+// toolWire is the name the host sees of server's tool: wireName of its
+// toolName.
+func (g *gateway) toolWire(server, tool string) string {
+	return g.wireName(server, g.toolName(server, tool))
+}
+
+// yamlKey is tool as a key of the gateway file: as it is when plain,
+// else double-quoted with escapes.
+func yamlKey(tool string) string {
+	for i := 0; i < len(tool); i++ {
+		c := tool[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return strconv.Quote(tool)
+		}
+	}
+	return tool
+}
+
 // toolDef is the gateway's definition of server's tool t: the server's,
-// renamed (see wireName), with its origin in the description.
+// renamed (see toolWire), with its origin in the description.
 func (g *gateway) toolDef(server string, t *mcp.Tool) *mcp.Tool {
 	def := *t
-	def.Name = g.wireName(server, t.Name)
+	def.Name = g.toolWire(server, t.Name)
 	desc := strings.TrimSpace(t.Description)
 	if desc == "" {
 		desc = "(no description)"
@@ -73,15 +101,19 @@ func (g *gateway) toolDef(server string, t *mcp.Tool) *mcp.Tool {
 
 // shadows says why a tool of server with wire name wire cannot be shown
 // beside the tools already taken ("" if it can).
-func (g *gateway) shadows(server, wire string, taken map[string]toolEntry) string {
-	if strings.HasPrefix(wire, metaPrefix) {
+func (g *gateway) shadows(server, tool, wire string, taken map[string]toolEntry) string {
+	if isMeta(wire) {
 		return "its name would shadow the gateway's meta-tools"
+	}
+	if !policy.HostSafeName(wire) {
+		return fmt.Sprintf("its name toward the host, %q, is not one every host accepts (1 to %d characters of A-Z a-z 0-9 _ -); "+
+			"give it another in the gateway file: servers: %s: alias: {%s: NEW_NAME}", wire, policy.MaxHostToolNameLen, server, yamlKey(tool))
 	}
 	if _, dup := taken[wire]; dup {
 		return "the server lists this name twice"
 	}
 	if e, ok := g.tools[wire]; ok && e.server != server {
-		return fmt.Sprintf("its wire name %q is already %s.%s's", wire, e.server, e.tool)
+		return fmt.Sprintf("its wire name %q is already %s.%s's", wire, e.server, e.name)
 	}
 	return ""
 }
@@ -171,22 +203,26 @@ func collect[T any](seq iter.Seq2[*T, error]) ([]*T, error) {
 func (g *gateway) applyTools(server string, listed []*mcp.Tool) {
 	g.pmu.Lock()
 	defer g.pmu.Unlock()
-	type refusal struct{ tool, wire, why string }
+	type refusal struct{ tool, wire, kind, why string }
 	var refused []refusal
 	next := map[string]toolEntry{}
 	kept := map[string]*mcp.Tool{} // wire -> the server's tool, as shown
 	g.fw.tmu.Lock()
 	for _, t := range listed {
-		e := toolEntry{server: server, tool: t.Name, def: g.toolDef(server, t)}
+		e := toolEntry{server: server, tool: t.Name, name: g.toolName(server, t.Name), def: g.toolDef(server, t)}
 		wire := e.def.Name
-		if why := g.shadows(server, wire, next); why != "" {
+		if why := g.shadows(server, t.Name, wire, next); why != "" {
 			// Of two with one name, keep the one the host already saw.
 			if prev, had := g.tools[wire]; had && prev.server == server && next[wire].def != nil &&
 				!sameDef(next[wire].def, prev.def) && sameDef(e.def, prev.def) {
 				e, next[wire] = next[wire], e
 				kept[wire] = t
 			}
-			refused = append(refused, refusal{e.tool, wire, why})
+			kind := "tool_shadowing"
+			if !policy.HostSafeName(wire) {
+				kind = "tool_name"
+			}
+			refused = append(refused, refusal{e.tool, wire, kind, why})
 			continue
 		}
 		next[wire] = e
@@ -228,11 +264,19 @@ func (g *gateway) applyTools(server string, listed []*mcp.Tool) {
 	}
 	g.applyProfile()
 	for _, r := range refused {
-		fmt.Fprintf(g.cfg.Stderr, "aegis: warning: server %s: tool %s refused: %s\n", server, projector.Printable(r.tool), projector.Printable(r.why))
-		if _, err := g.sess.Fact(schemas.KindNote, map[string]string{"server": server, "tool": r.tool, "wire_name": r.wire,
-			"refused": "tool_shadowing", "reason": r.why}); err != nil {
-			g.log.Warn("record a refused tool", "err", err)
-		}
+		g.refuseTool(server, r.tool, r.wire, r.kind, r.why)
+	}
+}
+
+// refuseTool says on stderr and records (a note with refused: kind) that
+// server's tool is not shown to the host, and why: a name that would
+// shadow another (tool_shadowing) or that hosts refuse (tool_name). A call
+// by its name is then an unknown tool, refused like any.
+func (g *gateway) refuseTool(server, tool, wire, kind, why string) {
+	fmt.Fprintf(g.cfg.Stderr, "aegis: warning: server %s: tool %s refused: %s\n", server, projector.Printable(tool), projector.Printable(why))
+	if _, err := g.sess.Fact(schemas.KindNote, map[string]string{"server": server, "tool": tool, "wire_name": wire,
+		"refused": kind, "reason": why}); err != nil {
+		g.log.Warn("record a refused tool", "err", err)
 	}
 }
 

@@ -46,7 +46,7 @@ func FuzzTaskLines(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"t1","TASKID":"t2","_META":{"io.modelcontextprotocol/related\u002dtask":{"taskId":"t1"}}}}` + "\n" + `{"jsonrpc":"2.0","id":4,"result":{"_meta":{"io.modelcontextprotocol/related-task":"x"}}}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		first, second, _ := bytes.Cut(in, []byte("\n"))
-		g := &gateway{tools: map[string]toolEntry{"s__t": {server: "s", tool: "t"}}, log: slog.New(slog.DiscardHandler)}
+		g := &gateway{tools: map[string]toolEntry{"s__t": {server: "s", tool: "t", name: "t"}}, log: slog.New(slog.DiscardHandler)}
 		g.initTasks(context.Background())
 		var out bytes.Buffer
 		g.tk.out = &hostOut{w: nopWriteCloser{&out}, t: g.tk}
