@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"syscall"
 
 	"github.com/aegis-dev/aegis/events"
 )
@@ -366,14 +365,6 @@ func (ix *Index) snap(id string) sessionSnap {
 	return s
 }
 
-func stampOf(fi os.FileInfo) (FileStamp, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return FileStamp{}, false
-	}
-	return FileStamp{Dev: uint64(st.Dev), Ino: st.Ino, Size: fi.Size(), Ctime: st.Ctim.Nano()}, true
-}
-
 // unchangedSince reports whether the record file f is as it was when a
 // session that had it checked whole closed it.
 func (ix *Index) unchangedSince(path string, f *os.File) bool {
@@ -385,7 +376,7 @@ func (ix *Index) unchangedSince(path string, f *os.File) bool {
 	if err != nil {
 		return false
 	}
-	got, ok := stampOf(fi)
+	got, ok := StampOf(fi)
 	return ok && got == want
 }
 
@@ -396,7 +387,7 @@ func (ix *Index) stampFile(path string) {
 	if err != nil {
 		return
 	}
-	if st, ok := stampOf(fi); ok {
+	if st, ok := StampOf(fi); ok {
 		if ix.files == nil {
 			ix.files = map[string]FileStamp{}
 		}

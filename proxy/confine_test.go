@@ -1,3 +1,5 @@
+//go:build linux
+
 package proxy_test
 
 import (
@@ -9,18 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
-
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("confinement tests run as root (CI does)")
-	}
-}
 
 // listen opens a loopback TCP listener that accepts and closes.
 func listen(t *testing.T) int {
@@ -239,5 +235,46 @@ func TestWrapConfineEverythingServer(t *testing.T) {
 	b, _ := json.Marshal(f)
 	if f["seccomp_network_denied"] != true || f["landlock_fully_enforced"] != true {
 		t.Fatalf("fact %s", b)
+	}
+}
+
+// A confined server gets its environment through the confinement helper,
+// which execs it with exactly what the gateway gave the helper: the
+// minimal base and its own env, nothing else of aegis's.
+func TestGatewayConfinedServerEnvironment(t *testing.T) {
+	needRoot(t)
+	every := mcptest.EverythingServer(t)
+	pkgRoot := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(every[1])))) // …/node_modules
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("tok-confined\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newCLI(t)
+	g := c.startGateway(`version: 1
+servers:
+  c:
+    command: `+every[0]+`
+    args: `+quoteArgs(every[1:])+`
+    env: {AEGIS_TEST_TOKEN: {file: `+tokenFile+`}}
+    confine:
+      allow_read: [`+filepath.Dir(every[0])+`, `+pkgRoot+`]
+      allow_exec_support: true
+profiles:
+  p:
+    allow: ["c.*"]
+activation:
+  default_profile: p
+`, gatewayEnv(t, "AEGIS_TEST_UNLISTED=unlisted"))
+	g.initialize()
+	a := g.call(1, "tools/call", `{"name":"c__get-env","arguments":{}}`)
+	if !strings.Contains(a, `\"AEGIS_TEST_TOKEN\": \"tok-confined\"`) || strings.Contains(a, "AEGIS_TEST_UNLISTED") || !strings.Contains(a, `\"PATH\"`) {
+		t.Errorf("the confined server's environment: %s", a)
+	}
+	if code, _ := g.finish(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, g.stderr)
+	}
+	evs, _ := c.events()
+	if exits := payloads(evs, "child.exited"); len(exits) != 1 || exits[0]["code"] != 0.0 {
+		t.Errorf("child.exited: %v", exits)
 	}
 }

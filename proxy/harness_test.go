@@ -288,3 +288,10 @@ func exportAll(t *testing.T, h *harness) []byte {
 	}
 	return b.Bytes()
 }
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("confinement tests run as root (CI does)")
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/aegis-dev/aegis/cmd/aegis/console"
@@ -238,11 +237,11 @@ func fileStamp(path string) string {
 	if err != nil {
 		return "-"
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
+	st, ok := projector.StampOf(fi)
 	if !ok {
 		return fmt.Sprintf("%d/%d", fi.Size(), fi.ModTime().UnixNano())
 	}
-	return fmt.Sprintf("%d/%d/%d/%d/%d", st.Dev, st.Ino, st.Size, fi.ModTime().UnixNano(), time.Unix(st.Ctim.Unix()).UnixNano())
+	return fmt.Sprintf("%d/%d/%d/%d/%d", st.Dev, st.Ino, st.Size, fi.ModTime().UnixNano(), st.Ctime)
 }
 
 // checkRecord verifies the files of one record as aegis verify FILES…

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -242,6 +243,9 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		}
 		gs := gateway.Server{Name: s.Name, Argv: append([]string{s.Command}, s.Args...), Env: env, Unprefixed: s.Unprefixed, Alias: s.Alias}
 		if s.Confine != nil {
+			if err := confineSupported(runtime.GOOS, fmt.Sprintf("confine: (server %s in %s)", s.Name, config)); err != nil {
+				return err
+			}
 			c := s.Confine
 			p := &sandbox.Profile{ReadPaths: c.AllowRead, WritePaths: c.AllowWrite, ExecSupport: c.AllowExecSupport,
 				BestEffort: c.BestEffort, AllowUDP: c.AllowUDP, AllowMPTCP: c.AllowMPTCP}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/projector"
@@ -553,7 +554,7 @@ func lockHolder(dir string) int {
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if data, err := os.ReadFile("/proc/locks"); err == nil && ok {
-		want := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+		want := fmt.Sprintf("%02x:%02x:%d", unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev)), st.Ino)
 		for _, line := range strings.Split(string(data), "\n") {
 			f := strings.Fields(line)
 			// "1: FLOCK  ADVISORY  WRITE 4242 fd:01:123 0 EOF"; waiters
@@ -644,10 +645,7 @@ func (m *Main) newProgress(label string) *progress {
 	return &progress{w: f, label: label, start: now, last: now}
 }
 
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 
 // add counts one event.
 func (p *progress) add() {

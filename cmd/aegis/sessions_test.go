@@ -9,12 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/projector"
@@ -200,31 +197,6 @@ func TestProjectionsRebuildAfterKillingWrap(t *testing.T) {
 	if out, code := l.aegis("verify", l.audit); code == 1 || code == 2 {
 		t.Errorf("verify: exit %d\n%s", code, out)
 	}
-}
-
-// openPTY returns both ends of a new pseudo-terminal.
-func openPTY(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
-	}
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		m.Close()
-		t.Skipf("unlock pty: %v", err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		m.Close()
-		t.Skipf("pty number: %v", err)
-	}
-	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		m.Close()
-		t.Skipf("open pty: %v", err)
-	}
-	t.Cleanup(func() { s.Close(); m.Close() })
-	return m, s
 }
 
 // Progress goes to stderr only when it is a terminal, and is cleared

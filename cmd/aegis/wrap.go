@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -71,7 +72,8 @@ lists nobody, refuses the start. See 'aegis help approve'.
 
 --confine runs the server under Landlock and seccomp (deny by default; the
 --allow-* flags grant paths and TCP ports) and signs what was enforced into
-the record before the server starts. Grants that would expose the signing
+the record before the server starts. It needs Linux: elsewhere (macOS)
+aegis refuses to start rather than run the server unconfined. Grants that would expose the signing
 key, the record or aegis's directories, missing grant paths and anything the
 kernel cannot enforce are refused unless --best-effort. The filter also
 denies the kernel keyrings (keyctl, add_key, request_key), and the server
@@ -227,6 +229,9 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	}
 	var profile *sandbox.Profile
 	if *confine {
+		if err := confineSupported(runtime.GOOS, "--confine"); err != nil {
+			return err
+		}
 		p, err := m.confineProfile(cf, *keyPath, *audit, *stateDir)
 		if err != nil {
 			return err
@@ -505,4 +510,15 @@ func openSessionError(err error, audit string) error {
 		return withHint(err, "create the directory first, or give --audit a path in an existing directory. The server was not started and nothing was recorded")
 	}
 	return fmt.Errorf("open audit session: %w", err)
+}
+
+// confineSupported refuses confinement (what asks for it) on a system
+// other than Linux: Landlock and seccomp are Linux's, and aegis never runs
+// a server unconfined that the user asked to confine.
+func confineSupported(goos, what string) error {
+	if goos == "linux" {
+		return nil
+	}
+	return withHint(fmt.Errorf("%s needs Linux (Landlock and seccomp confine the server), and this is %s: nothing was started", what, goos),
+		"run without it (calls are still recorded and decided, the server is just not confined), or run aegis on Linux")
 }
