@@ -35,13 +35,19 @@ install:
 	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; \
 	  *) echo "note: $(PREFIX)/bin is not on your PATH; add it: export PATH=\"$(PREFIX)/bin:\$$PATH\"" ;; esac
 
-# test: vet, gofmt, then every test with the race detector. The interop
+# test: vet (for Linux and macOS), gofmt, then every test with the race
+# detector, each package printed as it finishes, and a summary. Tests
+# that mostly wait (on processes, a fleet hub's retries) run side by side
+# (t.Parallel, -parallel 8). The interop
 # suite needs the Node reference servers, the console's browser test
 # Debian's chromium, and the reading's differential test Python 3 (beside
 # Node), installed here first; AEGIS_REQUIRE_BROWSER makes the browser
 # test fail rather than skip without a browser.
 test: vet cross fmt-check interop-deps console-deps python-deps
-	AEGIS_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -timeout 30m ./...
+	@start=$$(date +%s); status=0; \
+	AEGIS_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -parallel 8 -timeout 30m ./... || status=$$?; \
+	if [ $$status = 0 ]; then verdict="every package passed"; else verdict="FAILED: see the FAIL lines above"; fi; \
+	echo "== make test: $$verdict, the tests in $$(( $$(date +%s) - start )) s"; exit $$status
 
 vet:
 	$(GO) vet ./...

@@ -58,6 +58,7 @@ func editFile(t *testing.T, path string, edit func([]byte) []byte) {
 // the lost sequences, within seconds: never a hang, never a shorter
 // history passed off as the whole.
 func TestDamagedStreamIsNeverReadAsAShorterHistory(t *testing.T) {
+	t.Parallel() // it mostly waits (on processes, a hub's retries): beside the others
 	for _, tc := range []struct {
 		name string
 		hurt func(t *testing.T, blk string)

@@ -64,6 +64,7 @@ func TestFleetApprovalsReachTheRightHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a hub")
 	}
+	t.Parallel() // it mostly waits (on processes, a hub's retries): beside the others
 	ctx := context.Background()
 	approverSeed, approverPub, err := NewLeafKey()
 	if err != nil {

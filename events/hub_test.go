@@ -113,6 +113,7 @@ func loadLeaves(t *testing.T, stores []*Store, counts []atomic.Int64, stop chan 
 // leaf goes on acknowledging events. Each mirror then holds its host's
 // stream whole, each message once and in order, on three replicas.
 func TestHubMirrorsTheStream(t *testing.T) {
+	t.Parallel() // it mostly waits (on processes, a hub's retries): beside the others
 	h := hubtest.New(t, 3)
 	ctx := context.Background()
 	hosts := []string{"laptop-1", "laptop-2", "laptop-3"}
@@ -219,6 +220,7 @@ func TestHubMirrorsTheStream(t *testing.T) {
 // the hub's JetStream API at all, and they are refused on the client
 // port.
 func TestHubLeafCredentialsReachOnlyTheirMirror(t *testing.T) {
+	t.Parallel() // it mostly waits (on processes, a hub's retries): beside the others
 	seed1, pub1, err := NewLeafKey()
 	if err != nil {
 		t.Fatal(err)
@@ -292,6 +294,7 @@ func TestHubLeafCredentialsReachOnlyTheirMirror(t *testing.T) {
 // record file (by the checkpoints' own subject, also when a later one is
 // of another file), the last session, and one session's events only.
 func TestMirrorReadsBySubject(t *testing.T) {
+	t.Parallel() // it mostly waits (on processes, a hub's retries): beside the others
 	h := hubtest.New(t, 3)
 	ctx := context.Background()
 	st := openLeaf(t, h, "laptop-1")

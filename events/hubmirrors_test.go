@@ -17,6 +17,7 @@ func TestHubReaderListsTheMirrors(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a hub")
 	}
+	t.Parallel() // it mostly waits (on processes, a hub's retries): beside the others
 	h := hubtest.New(t, 3)
 	ctx := context.Background()
 	st := openLeaf(t, h, "laptop-1")

@@ -46,26 +46,27 @@ func bin(t testing.TB, name string) string {
 		}
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Dir(filepath.Dir(file))
-		for out, pkg := range map[string]string{
-			"aegis":                "./cmd/aegis",
-			"aegis-example-server": "./cmd/aegis-example-server",
-			"rawserver":            "./proxy/testdata/rawserver",
-			"growserver":           "./proxy/testdata/growserver",
-			"taskserver":           "./proxy/testdata/taskserver",
-			"spawner":              "./proxy/testdata/spawner",
-			"pinserver":            "./proxy/testdata/pinserver",
-			"probe":                "./sandbox/testdata/probe",
-		} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, out), pkg)
-			cmd.Dir = root
-			if out == "probe" {
-				cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static: no loader grants
-			}
-			if b, err := cmd.CombinedOutput(); err != nil {
-				binErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-				return
-			}
+		// One build of the tools (go builds them side by side), and the
+		// probe, static so that it needs no loader grants, beside it.
+		builds := []*exec.Cmd{
+			exec.Command("go", "build", "-o", binDir+string(filepath.Separator), "./cmd/aegis", "./cmd/aegis-example-server",
+				"./proxy/testdata/rawserver", "./proxy/testdata/growserver", "./proxy/testdata/taskserver",
+				"./proxy/testdata/spawner", "./proxy/testdata/pinserver"),
+			exec.Command("go", "build", "-o", filepath.Join(binDir, "probe"), "./sandbox/testdata/probe"),
 		}
+		builds[1].Env = append(os.Environ(), "CGO_ENABLED=0")
+		errs := make([]error, len(builds))
+		var wg sync.WaitGroup
+		for i, cmd := range builds {
+			cmd.Dir = root
+			wg.Go(func() {
+				if b, err := cmd.CombinedOutput(); err != nil {
+					errs[i] = fmt.Errorf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, b)
+				}
+			})
+		}
+		wg.Wait()
+		binErr = errors.Join(errs...)
 	})
 	if binErr != nil {
 		t.Fatal(binErr)

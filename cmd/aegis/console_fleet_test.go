@@ -23,6 +23,7 @@ func TestConsoleFleetShowsHostsLagAndApprovals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a hub and aegis wrap")
 	}
+	t.Parallel() // it mostly waits (on processes, a hub's retries): beside the others
 	h := hubtest.NewSecured(t, 3)
 	clientURLs := strings.Join(h.ClientURLs(), ",")
 	l := newLive(t, consolePolicy)

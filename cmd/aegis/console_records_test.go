@@ -49,6 +49,7 @@ func waitRecord(t *testing.T, c *consoleClient, path string, limit time.Duration
 // last signed checkpoint, and Tampered after a byte of it was changed, at
 // the first check after the change.
 func TestConsoleShowsRecordVerifyStatus(t *testing.T) {
+	t.Parallel() // it mostly waits (on processes, a hub's retries): beside the others
 	l := newLive(t, "")
 	w := l.wrap(false)
 	w.initialize()
@@ -151,6 +152,7 @@ func TestConsoleChecksARecordInWritingHonestly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a session for half a minute")
 	}
+	t.Parallel() // it mostly waits (on processes, a hub's retries): beside the others
 	l := newLive(t, "")
 	w := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
 		"--checkpoint-lines", "1", "--", filepath.Join(l.bin, "aegis-example-server")))

@@ -23,6 +23,7 @@ func TestDamagedStateDirectoryIsNeverReadAsAShorterHistory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
+	t.Parallel() // it mostly waits (on processes, a hub's retries): beside the others
 	for _, tc := range []struct {
 		name string
 		hurt func([]byte) []byte

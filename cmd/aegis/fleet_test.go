@@ -130,6 +130,7 @@ func TestFleetOfThreeWrapsUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a hub and three aegis wraps")
 	}
+	t.Parallel() // it mostly waits (on processes, a hub's retries): beside the others
 	h := hubtest.NewSecured(t, 3)
 	ctx := context.Background()
 	nc, js := h.JetStream(ctx)

@@ -22,6 +22,7 @@ func TestFleetMirrorsAWrap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a hub and aegis wrap")
 	}
+	t.Parallel()                  // it mostly waits (on processes, a hub's retries): beside the others
 	h := hubtest.NewSecured(t, 3) // no host may link yet
 	ctx := context.Background()
 	nc, js := h.JetStream(ctx)

@@ -109,24 +109,39 @@ func (h *Hub) SetLeafUsers(leafUsers ...string) {
 	time.Sleep(500 * time.Millisecond) // a reload is asynchronous
 }
 
+// handedOut holds every port freePort gave in this process: hubs of tests
+// that run side by side (t.Parallel) are set up at once, and a port one
+// of them was given is free until its node listens, so a second hub could
+// otherwise be given it too. Two nodes of different hubs on one route
+// port would join the two clusters (each is named hub). A port is never
+// given back: a node killed and started again listens on it again.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
 // freePort returns a port that is free now, taken at random below the
 // kernel's ephemeral range (32768 and up on Linux), from a band of 2000
 // ports chosen by this process's PID. A node that is killed and started
 // again must get its port back: a port the kernel hands out for outgoing
 // connections could be gone by then, and so could one that another test
 // process (go test runs packages side by side) took for a hub of its
-// own, which the band makes unlikely. taken holds the ports already
-// handed out for the hub being set up, whose nodes do not listen yet: a
-// port is never given twice.
-func freePort(t testing.TB, taken map[int]bool) int {
+// own, which the band makes unlikely. Within the process, no port is
+// given twice (handedOut).
+func freePort(t testing.TB) int {
 	t.Helper()
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
 	base := 10000 + os.Getpid()%11*2000
 	for range 1000 {
 		port := base + rand.IntN(2000)
-		if taken[port] {
+		if handedOut.ports[port] {
 			continue
 		}
-		taken[port] = true
+		handedOut.ports[port] = true
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err == nil {
 			l.Close()
@@ -155,16 +170,15 @@ func start(t testing.TB, n int, secured bool, leafUsers []string) *Hub {
 	accounts := h.accounts(leafUsers)
 	dir := t.TempDir()
 	routes := make([]int, n)
-	taken := map[int]bool{}
 	for i := range n {
-		routes[i] = freePort(t, taken)
+		routes[i] = freePort(t)
 	}
 	var routeURLs []string
 	for _, p := range routes {
 		routeURLs = append(routeURLs, fmt.Sprintf("nats://127.0.0.1:%d", p))
 	}
 	for i := range n {
-		nd := &Node{name: fmt.Sprintf("n%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), client: freePort(t, taken), leaf: freePort(t, taken)}
+		nd := &Node{name: fmt.Sprintf("n%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), client: freePort(t), leaf: freePort(t)}
 		nd.conf = filepath.Join(dir, nd.name+".conf")
 		nd.base = fmt.Sprintf(`server_name: %s
 listen: 127.0.0.1:%d
