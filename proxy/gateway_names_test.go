@@ -8,11 +8,26 @@ import (
 	"time"
 
 	"github.com/aegis-dev/aegis/proxy/mcptest"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // hostSafe is the rule of Claude Desktop and several other hosts for the
 // names of a server's tools; a server that lists another is refused whole.
 var hostSafe = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// toolNames lists the names of the tools cs is shown.
+func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
+	t.Helper()
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n []string
+	for _, tl := range res.Tools {
+		n = append(n, tl.Name)
+	}
+	return n
+}
 
 // The gateway lists only names every host accepts, in front of the npm
 // reference servers and of a server whose tools have names no host would
@@ -45,18 +60,7 @@ profiles:
 activation:
   default_profile: all
 `)
-	names := func() []string {
-		t.Helper()
-		res, err := h.cs.ListTools(t.Context(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var n []string
-		for _, tl := range res.Tools {
-			n = append(n, tl.Name)
-		}
-		return n
-	}
+	names := func() []string { return toolNames(t, h.cs) }
 	listed := names()
 	if len(listed) < 20 {
 		t.Fatalf("only %d tools listed: %v", len(listed), listed)
@@ -139,14 +143,7 @@ activation:
   default_profile: a
 meta_tool_names: dotted
 `)
-	res, err := h.cs.ListTools(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var listed []string
-	for _, tl := range res.Tools {
-		listed = append(listed, tl.Name)
-	}
+	listed := toolNames(t, h.cs)
 	for _, want := range []string{"aegis.set_profile", "aegis.approval_status", "pins__echo"} {
 		if !slices.Contains(listed, want) {
 			t.Errorf("does not list %s: %v", want, listed)

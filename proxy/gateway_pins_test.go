@@ -56,18 +56,7 @@ activation:
 	if err != nil {
 		t.Fatalf("connect to aegis gateway: %v", err)
 	}
-	names := func() []string {
-		t.Helper()
-		res, err := cs.ListTools(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var n []string
-		for _, tl := range res.Tools {
-			n = append(n, tl.Name)
-		}
-		return n
-	}
+	names := func() []string { return toolNames(t, cs) }
 	waitFor := func(what string, ok func([]string) bool) {
 		t.Helper()
 		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
