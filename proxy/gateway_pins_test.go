@@ -168,17 +168,7 @@ on_tool_change: deny
 		if err != nil {
 			t.Fatalf("connect to aegis gateway: %v\n%s", err, stderr)
 		}
-		return cs, func() []string {
-			res, err := cs.ListTools(t.Context(), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var n []string
-			for _, tl := range res.Tools {
-				n = append(n, tl.Name)
-			}
-			return n
-		}
+		return cs, func() []string { return toolNames(t, cs) }
 	}
 	call := func(cs *mcp.ClientSession, name string) (string, bool) {
 		r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: map[string]any{"url": "u"}})
