@@ -376,8 +376,12 @@ func (w *walker) open(l lineFields, h schemas.Header, no int) {
 		return
 	}
 	if w.pinned && !w.trusted[keyID] {
-		w.tamper(UntrustedKey, no, "session opened at %s publishes a key with fingerprint %s, which is not in the supplied trust store (--key takes the 64-hex public key, not this fingerprint)",
-			pos, keyID)
+		pinned := "none: the trust store is empty"
+		if len(w.trustedIDs) > 0 {
+			pinned = strings.Join(w.trustedIDs, ", ")
+		}
+		w.tamper(UntrustedKey, no, "session opened at %s is signed by the key with key_id %s, which is not one you pinned (pinned key_ids: %s; --key takes the 64-hex public key, not its key_id)",
+			pos, keyID, pinned)
 	}
 }
 

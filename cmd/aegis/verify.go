@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ed25519"
@@ -27,6 +28,7 @@ Checks an audit record offline (no state directory, no network) and prints:
 
   Verified (unpinned) | Verified (pinned to <key_id>) | Verified (pinned)
   | Tampered: <reason> | Indeterminate: <reason>
+  | Not an aegis record: <file>: <why>
   key_id <hex>                 each key the record's sessions publish
   checkpoint <file>: <n> lines, root <base64>, matches
                                each checkpoint that was checked
@@ -84,8 +86,17 @@ record: its checkpoints must be signed by a pinned key, and the RFC 6962
 inclusion or consistency proof must hold. It prints Verified and what was
 proven, or Tampered and why.
 
-Exit codes: 0 Verified, 1 Tampered (or a usage error), 2 a record, checkpoint,
-proof or trust store could not be read, 3 Indeterminate.
+A file that is no audit record at all (none of its first 1000 lines is an
+audit line: a text, YAML or another program's JSON) prints "Not an aegis
+record: FILE: why" and exits 4. A record whose first line was damaged
+still has audit lines after it, and is Tampered.
+
+Exit codes (those of the record format, and 4):
+  0  Verified
+  1  Tampered, or a usage error (a bad --key, a malformed trust store line)
+  2  a record, checkpoint, proof or trust store could not be read
+  3  Indeterminate
+  4  not an aegis record
 
 Examples:
   $ aegis verify --key 3de537a0…4e2c calls.aarl
@@ -201,6 +212,10 @@ func (m *Main) runVerify(ctx context.Context, args []string) error {
 	}
 	if res.Err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("read record: %w", res.Err)}
+	}
+	if file, why, ok := notARecord(res, paths); ok {
+		fmt.Fprintf(m.Stdout, "Not an aegis record: %s: %s\n", file, why)
+		return &exitError{code: exitNotARecord, hint: "name an audit record that aegis wrap or aegis gateway wrote (--audit), or one that aegis export rebuilt"}
 	}
 	fmt.Fprint(m.Stdout, verifier.Render(res))
 	if res.Verdict == verifier.Verified && !res.Pinned {
@@ -388,4 +403,63 @@ func (m *Main) hubCheckpoint(ctx context.Context, hub *hubFlags, seg *verifier.S
 	seg.Checkpoints = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(note)), nil }
 	seg.CheckpointsName = "hub:" + events.MirrorName(*hub.host)
 	return nil
+}
+
+// exitNotARecord is verify's exit code for a file that is no audit record
+// at all, beside the record format's 0 Verified, 1 Tampered, 2 unreadable
+// and 3 Indeterminate.
+const exitNotARecord = 4
+
+// notARecordScan bounds how much of a file notARecord reads.
+const (
+	notARecordLines = 1000
+	notARecordBytes = 4 << 20
+)
+
+// notARecord says whether a verify that failed on the first line of a
+// file, with no line of the record checked, failed on a file that is no
+// audit record at all: none of its first lines (notARecordLines, up to
+// notARecordBytes) reads as an audit line. A record whose first line was
+// damaged still has audit lines after it, and stays Tampered or
+// Indeterminate; only a file without any is called no record.
+func notARecord(res verifier.Result, paths []string) (file, why string, ok bool) {
+	r := res.Reason
+	if res.Verdict == verifier.Verified || r == nil || res.Coverage != nil || r.Line != 1 ||
+		r.Code != verifier.MalformedLine && r.Code != verifier.TornFinalLine {
+		return "", "", false
+	}
+	file = r.File
+	if file == "" {
+		if len(paths) != 1 {
+			return "", "", false
+		}
+		file = paths[0]
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return "", "", false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.LimitReader(f, notARecordBytes))
+	sc.Buffer(make([]byte, 0, 64<<10), notARecordBytes)
+	first := ""
+	for n := 0; n < notARecordLines && sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		l, err := schemas.DecodeLine(line)
+		if err == nil {
+			if _, err = l.Header(); err == nil {
+				return "", "", false
+			}
+		}
+		if first == "" {
+			first = err.Error()
+		}
+	}
+	if first == "" {
+		return "", "", false // nothing but empty lines: the verdict says so
+	}
+	return file, "no line of it is an audit line (the first: " + first + ")", true
 }
