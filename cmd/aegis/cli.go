@@ -5,13 +5,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/aegis-dev/aegis/events"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"sort"
 	"strings"
+
+	"github.com/aegis-dev/aegis/events"
 
 	"github.com/aegis-dev/aegis/docs"
 )
@@ -413,4 +416,47 @@ func (m *Main) stateDir(flagValue string) (string, error) {
 		return flagValue, nil
 	}
 	return defaultStateDir(m.Getenv)
+}
+
+// findStateDir is the state directory a command that reads one uses:
+// --state-dir, else the default, else the one state directory under the
+// default (aegis init gives each server its own, DEFAULT/NAME), said on
+// stderr. With several under it, it says which there are and how to name
+// one, and returns the default, so the command fails as it would have.
+func (m *Main) findStateDir(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	d, err := defaultStateDir(m.Getenv)
+	if err != nil || isStateDir(d) {
+		return flagValue
+	}
+	entries, err := os.ReadDir(d)
+	if err != nil {
+		return flagValue
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() && isStateDir(filepath.Join(d, e.Name())) {
+			names = append(names, e.Name())
+		}
+	}
+	switch len(names) {
+	case 0:
+		return flagValue
+	case 1:
+		dir := filepath.Join(d, names[0])
+		fmt.Fprintf(m.Stderr, "aegis: note: reading %s, the only state directory under %s (--state-dir chooses another)\n", dir, d)
+		return dir
+	}
+	fmt.Fprintf(m.Stderr, "aegis: note: %s holds the state directories of %d servers (%s); name one: --state-dir %s\n",
+		d, len(names), strings.Join(names, ", "), filepath.Join(d, names[0]))
+	return flagValue
+}
+
+// isStateDir says whether dir holds an event store ([events.Open] makes
+// its jetstream directory).
+func isStateDir(dir string) bool {
+	fi, err := os.Stat(filepath.Join(dir, "jetstream"))
+	return err == nil && fi.IsDir()
 }

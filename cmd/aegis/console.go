@@ -155,6 +155,7 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 	}
 	stateDir := ""
 	if !hub.set() {
+		*dir = m.findStateDir(*dir)
 		if stateDir, err = m.stateDir(*dir); err != nil {
 			return err
 		}

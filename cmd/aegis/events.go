@@ -27,7 +27,9 @@ append adds one event (default kind note, payload {}) and prints its
 position once it is durable. It is for inspection and demos; aegis itself
 appends through the proxy.
 
---state-dir defaults to $XDG_STATE_HOME/aegis, else ~/.local/state/aegis.
+--state-dir defaults to $XDG_STATE_HOME/aegis, else ~/.local/state/aegis;
+when that holds no event stream but exactly one state directory of aegis
+init's (DEFAULT/NAME), events list reads that one (see docs/FILES.md).
 A state directory is used by one aegis process at a time.
 
 Example:
@@ -138,7 +140,7 @@ func (m *Main) eventsList(ctx context.Context, args []string) error {
 	if *session != "" && !schemas.ValidID(*session) {
 		return usagef("a session id is 26 characters of Crockford base32, as printed by 'aegis events list'", "events list: bad --session %q", *session)
 	}
-	s, err := m.openStore(ctx, *dir)
+	s, err := m.openStore(ctx, m.findStateDir(*dir))
 	if err != nil {
 		return err
 	}

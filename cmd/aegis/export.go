@@ -90,6 +90,7 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 		}
 		return m.exportMirror(ctx, hub, sessions, *audit, *out)
 	}
+	*dir = m.findStateDir(*dir)
 	// Reading never creates a state directory.
 	stateDir, err := m.stateDir(*dir)
 	if err != nil {

@@ -59,7 +59,7 @@ func (m *Main) runPins(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("aegis pins [--server SERVER] or aegis pins reset …", "pins: unknown argument %q", fs.Arg(0))
 	}
-	ix, _, done, err := m.stateIndex(ctx, *dir, "pins")
+	ix, _, done, err := m.stateIndex(ctx, m.findStateDir(*dir), "pins")
 	if err != nil {
 		return err
 	}

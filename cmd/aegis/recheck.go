@@ -79,7 +79,7 @@ func (m *Main) runRecheck(ctx context.Context, args []string) error {
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("could not load policy: %w", err), hint: "fix the policy file; nothing was checked"}
 	}
-	rd, err := m.openStream(ctx, *dir)
+	rd, err := m.openStream(ctx, m.findStateDir(*dir))
 	if err != nil {
 		return unreadable(err)
 	}

@@ -128,6 +128,7 @@ func (m *Main) runReplay(ctx context.Context, args []string) error {
 		}
 		return m.replayMirror(ctx, hub, arg, o)
 	}
+	*dir = m.findStateDir(*dir)
 	if o.follow {
 		stateDir, err := m.stateDir(*dir)
 		if err != nil {

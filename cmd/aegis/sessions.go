@@ -104,6 +104,7 @@ func (m *Main) runSessions(ctx context.Context, args []string) error {
 		}
 		return m.sessionsMirror(ctx, hub, *asJSON)
 	}
+	*dir = m.findStateDir(*dir)
 	ix, holder, done, err := m.stateIndex(ctx, *dir, "sessions")
 	if err != nil {
 		return err
