@@ -74,16 +74,13 @@ func (g *gateway) toolWire(server, tool string) string {
 	return g.wireName(server, g.toolName(server, tool))
 }
 
-// yamlKey is tool as a key of the gateway file: as it is when plain,
-// else double-quoted with escapes.
+// yamlKey is tool as a key of the gateway file: as it is when it is a
+// plain tool name ([policy.ValidToolName]), else double-quoted with escapes.
 func yamlKey(tool string) string {
-	for i := 0; i < len(tool); i++ {
-		c := tool[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return strconv.Quote(tool)
-		}
+	if policy.ValidToolName(tool) {
+		return tool
 	}
-	return tool
+	return strconv.Quote(tool)
 }
 
 // toolDef is the gateway's definition of server's tool t: the server's,
