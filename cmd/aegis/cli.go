@@ -55,7 +55,9 @@ Commands:
 Global behaviour:
   stdout carries MCP (in wrap) or a command's result; everything else,
   including every error, goes to stderr as "aegis: error: …".
-  Exit codes: 0 success, 1 failure, 2 usage error.
+  Exit codes: 0 success, 1 failure or no (verify: Tampered), 2 usage
+  error or a file to check unreadable, 3 Indeterminate, 4 not a record;
+  aegis help errors has the table.
 
 Examples:
   $ aegis init -- npx -y @modelcontextprotocol/server-everything
@@ -119,6 +121,10 @@ func (m *Main) commands() []command {
 		{"completion", "print a shell completion script", (*Main).runCompletion, completionUsage},
 	}
 }
+
+// exitUsage is every command's exit code for a mistake in how it was
+// invoked (docs/ERRORS.md, "Exit codes").
+const exitUsage = 2
 
 // usageError is a mistake in how aegis was invoked: exit 2, with a hint.
 type usageError struct {
@@ -186,7 +192,7 @@ func (m *Main) exit(err error) int {
 		if ue.hint != "" {
 			m.hintf("%s", ue.hint)
 		}
-		return 2
+		return exitUsage
 	case errors.As(err, &ee):
 		if ee.err != nil {
 			m.errorf("%v", ee.err)
@@ -232,7 +238,7 @@ func (m *Main) dispatch(ctx context.Context, args []string) error {
 			return err
 		}
 		fmt.Fprint(m.Stderr, usage)
-		return &exitError{code: 2}
+		return &exitError{code: exitUsage}
 	}
 	name := args[0]
 	switch name {

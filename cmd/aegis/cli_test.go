@@ -216,3 +216,28 @@ func TestErrorsSayTheCauseOnce(t *testing.T) {
 		})
 	}
 }
+
+// Every command follows one table of exit codes (docs/ERRORS.md): a
+// mistake on the command line is 2 everywhere, verify included, so that a
+// script reading verify's 1 as Tampered is never fooled by a typo.
+func TestEveryCommandExitsTwoOnAUsageError(t *testing.T) {
+	m := &Main{}
+	for _, c := range m.commands() {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, stderr := run(t, map[string]string{"HOME": t.TempDir()}, c.name, "--no-such-flag")
+			if code != exitUsage || !strings.Contains(stderr, "aegis: error: ") {
+				t.Errorf("aegis %s --no-such-flag: exit %d, want %d\n%s", c.name, code, exitUsage, stderr)
+			}
+		})
+	}
+	for _, args := range [][]string{
+		{"verify", "--key", "zz", "x.aarl"},
+		{"verify"},
+		{"verify", "--proof", "p.json", "x.aarl"},
+		{"frob"},
+	} {
+		if code, _, stderr := run(t, nil, args...); code != exitUsage {
+			t.Errorf("aegis %s: exit %d, want %d\n%s", strings.Join(args, " "), code, exitUsage, stderr)
+		}
+	}
+}

@@ -30,6 +30,8 @@ Checks an audit record offline (no state directory, no network) and prints:
   | Tampered: <reason> | Indeterminate: <reason>
   | Not an aegis record: <file>: <why>
   key_id <hex>                 each key the record's sessions publish
+  public_key <hex>             each pinned key (--key, --trust-store) that
+                               signed, as you passed it (when Verified)
   checkpoint <file>: <n> lines, root <base64>, matches
                                each checkpoint that was checked
   checkpoints <file>: <count>, the last of <n> lines, root <base64>, all match
@@ -91,12 +93,15 @@ audit line: a text, YAML or another program's JSON) prints "Not an aegis
 record: FILE: why" and exits 4. A record whose first line was damaged
 still has audit lines after it, and is Tampered.
 
-Exit codes (those of the record format, and 4):
+Exit codes (one table for every command: aegis help errors):
   0  Verified
-  1  Tampered, or a usage error (a bad --key, a malformed trust store line)
-  2  a record, checkpoint, proof or trust store could not be read
+  1  Tampered
+  2  a usage error (a bad --key, a malformed trust store line, no RECORD),
+     or a record, checkpoint, proof or trust store could not be read
   3  Indeterminate
   4  not an aegis record
+The record format's own verifier exits 1 on a usage error; aegis exits 2,
+as every command does, so that 1 always means Tampered.
 
 Examples:
   $ aegis verify --key 3de537a0…4e2c calls.aarl
@@ -119,7 +124,8 @@ func (f *keysFlag) Set(v string) error {
 // one is a few hundred bytes, and a longer one fails to parse.
 const maxCheckpointFile = 64 << 10
 
-// verify exits 1 on a usage error, not 2: 2 means "unreadable" here.
+// verify exits 2 on a usage error, as every command does (the record
+// format's verifier exits 1): 1 from verify always means Tampered.
 func (m *Main) runVerify(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("verify")
 	var keys keysFlag
@@ -133,19 +139,19 @@ func (m *Main) runVerify(ctx context.Context, args []string) error {
 	if err := m.parseFlags(fs, verifyUsage, args); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
-			return &exitError{code: 1, err: errors.New(ue.msg), hint: "--key takes the public_key that 'aegis keygen' printed, not the key_id"}
+			return &exitError{code: exitUsage, err: errors.New(ue.msg), hint: "--key takes the public_key that 'aegis keygen' printed, not the key_id"}
 		}
 		return err
 	}
 	if err := hub.noneWithout(); err != nil {
-		return &exitError{code: 1, err: err}
+		return &exitError{code: exitUsage, err: err}
 	}
 	if *proof != "" {
 		if fs.NArg() > 0 || len(checkpoints) > 0 || *allowGaps || hub.set() {
-			return &exitError{code: 1, err: errors.New("verify --proof checks the proof alone: no RECORD, --checkpoint or --allow-gaps"), hint: "aegis verify --key PUBLIC_KEY_HEX --proof FILE"}
+			return &exitError{code: exitUsage, err: errors.New("verify --proof checks the proof alone: no RECORD, --checkpoint or --allow-gaps"), hint: "aegis verify --key PUBLIC_KEY_HEX --proof FILE"}
 		}
 	} else if fs.NArg() == 0 {
-		return &exitError{code: 1, err: errors.New("verify takes one RECORD path, or the files of a rotated record oldest first; got none"), hint: verifySynopsis}
+		return &exitError{code: exitUsage, err: errors.New("verify takes one RECORD path, or the files of a rotated record oldest first; got none"), hint: verifySynopsis}
 	}
 	opts := verifier.Options{Keys: keys, AllowGaps: *allowGaps}
 	if *trust != "" {
@@ -158,7 +164,7 @@ func (m *Main) runVerify(ctx context.Context, args []string) error {
 		if err != nil {
 			var te *verifier.TrustStoreError
 			if errors.As(err, &te) {
-				return &exitError{code: 1, err: fmt.Errorf("trust store %s: %w", *trust, err), hint: "one 64-hex public key per line; blank lines and whole-line # comments are allowed"}
+				return &exitError{code: exitUsage, err: fmt.Errorf("trust store %s: %w", *trust, err), hint: "one 64-hex public key per line; blank lines and whole-line # comments are allowed"}
 			}
 			return &exitError{code: 2, err: fmt.Errorf("read trust store: %w", err)}
 		}
@@ -217,7 +223,11 @@ func (m *Main) runVerify(ctx context.Context, args []string) error {
 		fmt.Fprintf(m.Stdout, "Not an aegis record: %s: %s\n", file, why)
 		return &exitError{code: exitNotARecord, hint: "name an audit record that aegis wrap or aegis gateway wrote (--audit), or one that aegis export rebuilt"}
 	}
-	fmt.Fprint(m.Stdout, verifier.Render(res))
+	out := verifier.Render(res)
+	if res.Verdict == verifier.Verified && res.Pinned {
+		out = afterLines(out, 1+len(res.KeyIDs), pinnedKeys(res, opts))
+	}
+	fmt.Fprint(m.Stdout, out)
 	if res.Verdict == verifier.Verified && !res.Pinned {
 		m.warnf("unpinned: the record is consistent, but it proves nothing about who wrote it; anyone with any key could have")
 		m.hintf("pin the key you trust: aegis verify --key PUBLIC_KEY_HEX %s (or --trust-store PATH)", strings.Join(paths, " "))
@@ -233,6 +243,43 @@ func (m *Main) runVerify(ctx context.Context, args []string) error {
 			paths[0], projector.SegmentName(live, 1), live)
 	}
 	return ee
+}
+
+// pinnedKeys repeats, one "public_key HEX" line each, the keys the user
+// pinned (--key, --trust-store) that signed the record's sessions, in the
+// order the record names them: the key the user passed, beside its key_id
+// that the record names.
+func pinnedKeys(res verifier.Result, opts verifier.Options) string {
+	pinned := map[string]ed25519.PublicKey{}
+	add := func(ks []ed25519.PublicKey) {
+		for _, k := range ks {
+			pinned[schemas.KeyID(k)] = k
+		}
+	}
+	add(opts.Keys)
+	if opts.TrustStore != nil {
+		add(opts.TrustStore.Keys)
+	}
+	var b strings.Builder
+	for _, id := range res.KeyIDs {
+		if k, ok := pinned[id]; ok {
+			b.WriteString("public_key " + schemas.PublicKeyHex(k) + "\n")
+		}
+	}
+	return b.String()
+}
+
+// afterLines returns s with add inserted after its first n lines.
+func afterLines(s string, n int, add string) string {
+	at := 0
+	for ; n > 0; n-- {
+		i := strings.IndexByte(s[at:], '\n')
+		if i < 0 {
+			return s + add
+		}
+		at += i + 1
+	}
+	return s[:at] + add + s[at:]
 }
 
 const verifySynopsis = "aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] [--checkpoint FILE]… RECORD…   or: aegis verify --key HEX --proof FILE"
@@ -261,12 +308,12 @@ func assignCheckpoints(segs []verifier.Segment, paths []string) error {
 		i := 0
 		if len(segs) > 1 {
 			if i = checkpointTarget(segs, b); i < 0 {
-				return &exitError{code: 1, err: fmt.Errorf("checkpoint %s: cannot tell which RECORD it seals", p),
+				return &exitError{code: exitUsage, err: fmt.Errorf("checkpoint %s: cannot tell which RECORD it seals", p),
 					hint: "its origin line (aegis/<key_id>/<file name>) must end in the base name of one RECORD; name the checkpoint of a renamed file with that file alone"}
 			}
 		}
 		if prev, dup := given[i]; dup {
-			return &exitError{code: 1, err: fmt.Errorf("checkpoints %s and %s both seal %s", prev, p, segs[i].Name), hint: "give --checkpoint once per RECORD"}
+			return &exitError{code: exitUsage, err: fmt.Errorf("checkpoints %s and %s both seal %s", prev, p, segs[i].Name), hint: "give --checkpoint once per RECORD"}
 		}
 		given[i] = p
 		if i == len(segs)-1 {
@@ -343,7 +390,7 @@ func (m *Main) verifyProof(path string, opts verifier.Options) error {
 		keys = append(keys[:len(keys):len(keys)], opts.TrustStore.Keys...)
 	}
 	if len(keys) == 0 {
-		return &exitError{code: 1, err: errors.New("verify --proof needs the key that signed the checkpoints: a proof checked against no key proves nothing"),
+		return &exitError{code: exitUsage, err: errors.New("verify --proof needs the key that signed the checkpoints: a proof checked against no key proves nothing"),
 			hint: "aegis verify --key PUBLIC_KEY_HEX --proof " + path + " (or --trust-store PATH)"}
 	}
 	f, err := os.Open(path)

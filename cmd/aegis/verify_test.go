@@ -110,6 +110,7 @@ func TestVerifyRotatedRecord(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Verified (pinned to " + key.KeyID() + ")\n",
+		"key_id " + key.KeyID() + "\npublic_key " + schemas.PublicKeyHex(key.PublicKey()) + "\n",
 		"checkpoint " + paths[0] + ".checkpoint: 8 lines, root ",
 		"checkpoint " + paths[1] + ".checkpoint: 12 lines, root ",
 		", matches\n",
@@ -264,11 +265,11 @@ func TestVerifyCheckpointFlag(t *testing.T) {
 		t.Fatalf("exit %d\n%s%s", code, out, stderr)
 	}
 	code, out, stderr = cmd(t, nil, append([]string{"verify", "--checkpoint", moved, "--checkpoint", moved}, paths...)...)
-	if code != 1 || !strings.Contains(stderr, "both seal") {
+	if code != 2 || !strings.Contains(stderr, "both seal") {
 		t.Fatalf("twice: exit %d\n%s%s", code, out, stderr)
 	}
 	code, out, stderr = cmd(t, nil, "verify", "--checkpoint", moved, paths[1], paths[2])
-	if code != 1 || !strings.Contains(stderr, "cannot tell which RECORD it seals") {
+	if code != 2 || !strings.Contains(stderr, "cannot tell which RECORD it seals") {
 		t.Fatalf("no target: exit %d\n%s%s", code, out, stderr)
 	}
 	code, out, stderr = cmd(t, nil, "verify", "--checkpoint", filepath.Join(dir, "missing.cp"), paths[0])
@@ -276,7 +277,7 @@ func TestVerifyCheckpointFlag(t *testing.T) {
 		t.Fatalf("missing checkpoint: exit %d\n%s%s", code, out, stderr)
 	}
 	code, out, stderr = cmd(t, nil, "verify")
-	if code != 1 || !strings.Contains(stderr, "got none") {
+	if code != 2 || !strings.Contains(stderr, "got none") {
 		t.Fatalf("no RECORD: exit %d\n%s%s", code, out, stderr)
 	}
 }
