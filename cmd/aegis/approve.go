@@ -25,7 +25,7 @@ import (
 )
 
 const approvalsUsage = `Usage:
-  aegis approvals [--json] [--state-dir DIR]
+  aegis approvals [--json] [--state-dir DIR | --name NAME]
   aegis approvals --hub URL [--host HOST] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE] [--json]
 
 Lists the tools/calls that wait for a human decision in every running
@@ -47,9 +47,10 @@ active profile when it asked).
 Running processes are found through their credentials files in the
 runtime directory: $XDG_RUNTIME_DIR/aegis when XDG_RUNTIME_DIR is set
 (it must be a directory of yours that only you can write), else run/ in
-the state directory (--state-dir, default $XDG_STATE_HOME/aegis or
-~/.local/state/aegis). Either is a private 0700 directory; give the
---state-dir the wrap was given when XDG_RUNTIME_DIR is unset. Each is asked over a loopback connection whose identity may
+the state directory (--state-dir; by default $XDG_STATE_HOME/aegis or
+~/.local/state/aegis and every state directory aegis init made under it,
+one per server). Either is a private 0700 directory. --name NAME asks only
+the processes of the server NAME (its state directory of aegis init's). Each is asked over a loopback connection whose identity may
 carry approval requests and nothing else. Files of processes that have
 exited are removed.
 
@@ -67,7 +68,7 @@ Example:
 `
 
 const approveUsage = `Usage:
-  aegis approve APPROVAL_ID [--approver-key FILE] [--session ID] [--state-dir DIR]
+  aegis approve APPROVAL_ID [--approver-key FILE] [--session ID] [--state-dir DIR | --name NAME]
   aegis approve APPROVAL_ID [--approver-key FILE] --hub URL [--host HOST] [--session ID] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]
 
 Approves one pending tools/call: the aegis process that holds it checks the
@@ -100,8 +101,7 @@ Without --session, every running aegis process of this user is asked which
 one holds APPROVAL_ID as pending, and only that one gets the approval. Pass
 --session when the same id is pending in several sessions, or to get the
 process's own reason for refusing an id it no longer holds. Processes are
-found as for 'aegis approvals' (--state-dir matters when XDG_RUNTIME_DIR is
-unset).
+found as for 'aegis approvals' (--state-dir and --name choose among them).
 
 With --hub (a fleet hub's client URLs) the approval goes over the hub to
 the host that holds it, as a fleet approver (see 'aegis approvals'): the
@@ -140,7 +140,7 @@ Example:
 `
 
 const denyUsage = `Usage:
-  aegis deny APPROVAL_ID [--reason TEXT] [--session ID] [--state-dir DIR]
+  aegis deny APPROVAL_ID [--reason TEXT] [--session ID] [--state-dir DIR | --name NAME]
   aegis deny APPROVAL_ID [--reason TEXT] --hub URL [--host HOST] [--session ID] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]
 
 Denies one pending tools/call: the aegis process that holds it records a
@@ -178,19 +178,22 @@ type approvalRow struct {
 func (m *Main) runApprovals(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("approvals")
 	asJSON := fs.Bool("json", false, "print a JSON array")
-	stateDir := fs.String("state-dir", "", "state directory of the wrap (used when XDG_RUNTIME_DIR is unset)")
+	sc := stateChoice{
+		dir:  fs.String("state-dir", "", "state directory of the wrap (used when XDG_RUNTIME_DIR is unset)"),
+		name: fs.String("name", "", "only the processes of this server (its name given to aegis init)"),
+	}
 	hub := addApproverFlags(fs)
 	if err := m.parseFlags(fs, approvalsUsage, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("run: aegis approvals [--json] [--state-dir DIR]", "approvals: unexpected argument %q", fs.Arg(0))
+		return usagef("run: aegis approvals [--json] [--state-dir DIR | --name NAME]", "approvals: unexpected argument %q", fs.Arg(0))
 	}
 	if err := hub.noneWithout(); err != nil {
 		return err
 	}
 	if hub.set() {
-		if *stateDir != "" {
+		if sc.set() {
 			return usagef("aegis approvals --hub URL [--host HOST]", "approvals --hub asks the hosts over the hub: no --state-dir")
 		}
 		rows, answered, err := m.fleetApprovals(ctx, hub)
@@ -203,7 +206,7 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 		}
 		return m.printApprovals(rows, *asJSON, true)
 	}
-	procs, err := m.approvalProcesses(*stateDir)
+	procs, err := m.approvalProcessesOf(sc)
 	if err != nil {
 		return err
 	}
@@ -228,8 +231,12 @@ func (m *Main) runApprovals(ctx context.Context, args []string) error {
 		switch {
 		case len(procs) == 0:
 			fmt.Fprintln(m.Stdout, "no pending approvals: no aegis process of yours is running with an approval channel")
-			if m.Getenv("XDG_RUNTIME_DIR") == "" {
-				m.warnf("XDG_RUNTIME_DIR is unset, so only processes with this state directory were looked for; pass the --state-dir the wrap was given")
+			switch {
+			case m.Getenv("XDG_RUNTIME_DIR") != "":
+			case sc.set():
+				m.warnf("XDG_RUNTIME_DIR is unset, so only processes with this state directory were looked for")
+			default:
+				m.warnf("XDG_RUNTIME_DIR is unset, so only processes with the default state directory or one aegis init made under it were looked for; pass the --state-dir the wrap was given")
 			}
 		default:
 			fmt.Fprintf(m.Stdout, "no pending approvals (%d aegis %s asked)\n", len(procs)-failed, plural(len(procs)-failed, "process", "processes"))
@@ -343,7 +350,10 @@ func plural(n int, one, many string) string {
 func (m *Main) decide(ctx context.Context, op, help string, args []string) error {
 	fs := m.newFlagSet(op)
 	session := fs.String("session", "", "the session that holds the approval")
-	stateDir := fs.String("state-dir", "", "state directory of the wrap (used when XDG_RUNTIME_DIR is unset)")
+	sc := stateChoice{
+		dir:  fs.String("state-dir", "", "state directory of the wrap (used when XDG_RUNTIME_DIR is unset)"),
+		name: fs.String("name", "", "only the processes of this server (its name given to aegis init)"),
+	}
 	var reason, keyPath *string
 	if op == events.OpDeny {
 		reason = fs.String("reason", "", "why the call is denied")
@@ -384,13 +394,13 @@ func (m *Main) decide(ctx context.Context, op, help string, args []string) error
 		}
 	}
 	if hub.set() {
-		if *stateDir != "" {
+		if sc.set() {
 			return usagef("aegis "+op+" --hub URL [--host HOST] [--session ID] APPROVAL_ID", "%s --hub asks the hosts over the hub: no --state-dir", op)
 		}
 		return m.fleetDecide(ctx, hub, *session, req, key)
 	}
 
-	procs, err := m.approvalProcesses(*stateDir)
+	procs, err := m.approvalProcessesOf(sc)
 	if err != nil {
 		return err
 	}
@@ -575,6 +585,58 @@ func runtimeDirHint(getenv func(string) string) string {
 		return "aegis keeps approval credentials in $XDG_RUNTIME_DIR/aegis; point XDG_RUNTIME_DIR at a private (0700) directory of yours, or unset it to keep them in the state directory"
 	}
 	return "without XDG_RUNTIME_DIR, aegis keeps approval credentials in the state directory's run/ (0700); fix the directory named, or set XDG_RUNTIME_DIR to a private directory of yours"
+}
+
+// approvalProcessesOf is approvalProcesses for --state-dir and --name.
+// With --name, it is the processes of that server's state directory (the
+// one aegis init made). With neither and XDG_RUNTIME_DIR unset (always so
+// on macOS), where each process keeps its credentials in its own state
+// directory, it is those of the default state directory and of each that
+// aegis init made under it: one per server.
+func (m *Main) approvalProcessesOf(c stateChoice) ([]events.Creds, error) {
+	noRuntime := m.Getenv("XDG_RUNTIME_DIR") == ""
+	switch {
+	case *c.name != "" && *c.dir != "":
+		return nil, usagef("--state-dir DIR or --name NAME", "--state-dir and --name both name a state directory; give one")
+	case *c.name != "":
+		sd, err := m.namedStateDir(*c.name)
+		if err != nil {
+			return nil, err
+		}
+		procs, err := m.approvalProcesses(sd)
+		if err != nil || noRuntime {
+			return procs, err
+		}
+		abs, err := filepath.Abs(sd)
+		if err != nil {
+			return nil, fmt.Errorf("state directory %q: %w", sd, err)
+		}
+		var mine []events.Creds
+		for _, p := range procs {
+			if filepath.Clean(p.StateDir) == abs {
+				mine = append(mine, p)
+			}
+		}
+		return mine, nil
+	case *c.dir == "" && noRuntime:
+		procs, err := m.approvalProcesses("")
+		if err != nil {
+			return nil, err
+		}
+		d, err := defaultStateDir(m.Getenv)
+		if err != nil {
+			return procs, nil
+		}
+		for _, n := range initStateDirs(d) {
+			more, err := m.approvalProcesses(filepath.Join(d, n))
+			if err != nil {
+				return nil, err
+			}
+			procs = append(procs, more...)
+		}
+		return procs, nil
+	}
+	return m.approvalProcesses(*c.dir)
 }
 
 // approvalProcesses returns the credentials of the running aegis processes

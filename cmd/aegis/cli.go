@@ -424,6 +424,73 @@ func (m *Main) stateDir(flagValue string) (string, error) {
 	return defaultStateDir(m.Getenv)
 }
 
+// stateChoice is --state-dir and --name of a command that reads a state
+// directory.
+type stateChoice struct{ dir, name *string }
+
+func addStateChoice(fs *flag.FlagSet) stateChoice {
+	return stateChoice{
+		dir:  fs.String("state-dir", "", "state directory"),
+		name: fs.String("name", "", "the server's name given to aegis init: its state directory"),
+	}
+}
+
+// set says whether either flag was given.
+func (c stateChoice) set() bool { return *c.dir != "" || *c.name != "" }
+
+// chooseStateDir sets *c.dir to the state directory the command reads:
+// --state-dir; or --name's, the one aegis init made for that server
+// (DEFAULT/NAME), which must be there; or findStateDir's.
+func (m *Main) chooseStateDir(c stateChoice) error {
+	if *c.name == "" {
+		*c.dir = m.findStateDir(*c.dir)
+		return nil
+	}
+	if *c.dir != "" {
+		return usagef("--state-dir DIR or --name NAME", "--state-dir and --name both name a state directory; give one")
+	}
+	d, err := m.namedStateDir(*c.name)
+	*c.dir = d
+	return err
+}
+
+// namedStateDir is DEFAULT/NAME, the state directory aegis init made for
+// the server NAME, when it holds an event store.
+func (m *Main) namedStateDir(name string) (string, error) {
+	if name != filepath.Base(name) || name == "." || name == ".." {
+		return "", usagef("--name takes the server's name, as aegis init printed it", "--name %q is not a server's name", name)
+	}
+	d, err := defaultStateDir(m.Getenv)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(d, name)
+	if isStateDir(dir) {
+		return dir, nil
+	}
+	hint := "aegis init makes DEFAULT/NAME for the server NAME; its first session fills it. Or pass --state-dir DIR"
+	if names := initStateDirs(d); len(names) > 0 {
+		hint = "the servers with a state directory under " + d + ": " + strings.Join(names, ", ")
+	}
+	return "", withHint(fmt.Errorf("no state directory for the server %q: %s holds no event store", name, dir), hint)
+}
+
+// initStateDirs are the names of the state directories under d, the
+// default: those aegis init made, one per server.
+func initStateDirs(d string) []string {
+	entries, err := os.ReadDir(d)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() && isStateDir(filepath.Join(d, e.Name())) {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
 // findStateDir is the state directory a command that reads one uses:
 // --state-dir, else the default, else the one state directory under the
 // default (aegis init gives each server its own, DEFAULT/NAME), said on
@@ -437,26 +504,17 @@ func (m *Main) findStateDir(flagValue string) string {
 	if err != nil || isStateDir(d) {
 		return flagValue
 	}
-	entries, err := os.ReadDir(d)
-	if err != nil {
-		return flagValue
-	}
-	var names []string
-	for _, e := range entries {
-		if e.IsDir() && isStateDir(filepath.Join(d, e.Name())) {
-			names = append(names, e.Name())
-		}
-	}
+	names := initStateDirs(d)
 	switch len(names) {
 	case 0:
 		return flagValue
 	case 1:
 		dir := filepath.Join(d, names[0])
-		fmt.Fprintf(m.Stderr, "aegis: note: reading %s, the only state directory under %s (--state-dir chooses another)\n", dir, d)
+		fmt.Fprintf(m.Stderr, "aegis: note: reading %s, the only state directory under %s (--name or --state-dir chooses another)\n", dir, d)
 		return dir
 	}
-	fmt.Fprintf(m.Stderr, "aegis: note: %s holds the state directories of %d servers (%s); name one: --state-dir %s\n",
-		d, len(names), strings.Join(names, ", "), filepath.Join(d, names[0]))
+	fmt.Fprintf(m.Stderr, "aegis: note: %s holds the state directories of %d servers (%s); name one: --name %s\n",
+		d, len(names), strings.Join(names, ", "), names[0])
 	return flagValue
 }
 

@@ -24,7 +24,7 @@ import (
 )
 
 const consoleUsage = `Usage:
-  aegis console [--state-dir DIR] [--listen 127.0.0.1:PORT] [--allow-remote] [--approver-key FILE]
+  aegis console [--state-dir DIR | --name NAME] [--listen 127.0.0.1:PORT] [--allow-remote] [--approver-key FILE]
   aegis console --hub URL (--hub-nkey FILE | --hub-creds FILE) [--hub-ca FILE] [--host HOST] [--listen …] [--approver-key FILE]
 
 Serves a web page for the human at the keyboard: the sessions of the
@@ -79,9 +79,11 @@ console's address; a request that changes something must also come from
 the console's own page (its Origin).
 
   --state-dir DIR   the state directory of the aegis processes to show
-                    (default $XDG_STATE_HOME/aegis or ~/.local/state/aegis);
-                    running processes are found as 'aegis approvals'
-                    finds them
+                    (default $XDG_STATE_HOME/aegis or ~/.local/state/aegis,
+                    or the only one aegis init made under it); running
+                    processes are found as 'aegis approvals' finds them
+  --name NAME       the state directory aegis init made for the server
+                    NAME (DEFAULT/NAME), instead of --state-dir
   --listen ADDR     the address to serve on (default 127.0.0.1 and a free
                     port). An address off loopback is refused unless
                     --allow-remote is given as well
@@ -118,7 +120,8 @@ Example:
 
 func (m *Main) runConsole(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("console")
-	dir := fs.String("state-dir", "", "state directory")
+	sc := addStateChoice(fs)
+	dir := sc.dir
 	listen := fs.String("listen", "127.0.0.1:0", "address to serve on")
 	allowRemote := fs.Bool("allow-remote", false, "allow an address off loopback")
 	keyPath := fs.String("approver-key", "", "approver key to sign approvals with")
@@ -127,12 +130,12 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("run: aegis console [--state-dir DIR] [--listen 127.0.0.1:PORT]", "console: unexpected argument %q", fs.Arg(0))
+		return usagef("run: aegis console [--state-dir DIR | --name NAME] [--listen 127.0.0.1:PORT]", "console: unexpected argument %q", fs.Arg(0))
 	}
 	if err := hub.noneWithout(); err != nil {
 		return err
 	}
-	if hub.set() && *dir != "" {
+	if hub.set() && sc.set() {
 		return usagef("aegis console --state-dir DIR, or aegis console --hub URL [--host HOST] --hub-nkey FILE|--hub-creds FILE", "console: --state-dir and --hub are alternatives: the console shows one state directory, or the fleet of one hub")
 	}
 	remote, err := console.CheckListen(*listen, *allowRemote)
@@ -155,7 +158,9 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 	}
 	stateDir := ""
 	if !hub.set() {
-		*dir = m.findStateDir(*dir)
+		if err := m.chooseStateDir(sc); err != nil {
+			return err
+		}
 		if stateDir, err = m.stateDir(*dir); err != nil {
 			return err
 		}

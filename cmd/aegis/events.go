@@ -15,8 +15,8 @@ import (
 )
 
 const eventsUsage = `Usage:
-  aegis events list   [--state-dir DIR] [--session ID] [--follow] [--json]
-  aegis events append [--state-dir DIR] [--session ID] --kind KIND [PAYLOAD_JSON]
+  aegis events list   [--state-dir DIR | --name NAME] [--session ID] [--follow] [--json]
+  aegis events append [--state-dir DIR | --name NAME] [--session ID] --kind KIND [PAYLOAD_JSON]
 
 list prints every event in the stream, one line each, in stream order:
   <position> <time> <session> <kind> <payload summary>
@@ -29,7 +29,8 @@ appends through the proxy.
 
 --state-dir defaults to $XDG_STATE_HOME/aegis, else ~/.local/state/aegis;
 when that holds no event stream but exactly one state directory of aegis
-init's (DEFAULT/NAME), events list reads that one (see docs/FILES.md).
+init's (DEFAULT/NAME), events reads that one (see docs/FILES.md). --name
+NAME reads the one aegis init made for the server NAME.
 A state directory is used by one aegis process at a time.
 
 Example:
@@ -127,7 +128,8 @@ func (m *Main) openStoreToRecord(ctx context.Context, dirFlag string, approvals 
 
 func (m *Main) eventsList(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("events list")
-	dir := fs.String("state-dir", "", "state directory")
+	sc := addStateChoice(fs)
+	dir := sc.dir
 	session := fs.String("session", "", "only this session")
 	follow := fs.Bool("follow", false, "keep printing new events")
 	asJSON := fs.Bool("json", false, "print envelopes as stored")
@@ -140,7 +142,10 @@ func (m *Main) eventsList(ctx context.Context, args []string) error {
 	if *session != "" && !schemas.ValidID(*session) {
 		return usagef("a session id is 26 characters of Crockford base32, as printed by 'aegis events list'", "events list: bad --session %q", *session)
 	}
-	s, err := m.openStore(ctx, m.findStateDir(*dir))
+	if err := m.chooseStateDir(sc); err != nil {
+		return err
+	}
+	s, err := m.openStore(ctx, *dir)
 	if err != nil {
 		return err
 	}
@@ -198,7 +203,8 @@ func cut(s string, n int) string {
 
 func (m *Main) eventsAppend(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("events append")
-	dir := fs.String("state-dir", "", "state directory")
+	sc := addStateChoice(fs)
+	dir := sc.dir
 	session := fs.String("session", "", "session id (default: a new one)")
 	kind := fs.String("kind", string(schemas.KindNote), "event kind")
 	if err := m.parseFlags(fs, eventsUsage, args); err != nil {
@@ -221,6 +227,9 @@ func (m *Main) eventsAppend(ctx context.Context, args []string) error {
 	}
 	if !schemas.Kind(*kind).Known() {
 		return usagef("known kinds: "+kindList(), "events append: unknown kind %q", *kind)
+	}
+	if err := m.chooseStateDir(sc); err != nil {
+		return err
 	}
 	s, err := m.openStore(ctx, *dir)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 )
 
 const exportUsage = `Usage:
-  aegis export [--state-dir DIR] [--session ID]… [--audit PATH] [--salvage] --out FILE
+  aegis export [--state-dir DIR | --name NAME] [--session ID]… [--audit PATH] [--salvage] --out FILE
   aegis export --hub URL --host HOST [--hub-creds FILE] [--hub-ca FILE] [--session ID]… [--audit PATH] --out FILE
 
 Rebuilds an audit record from the event stream: the canonical lines of the
@@ -49,8 +49,8 @@ directory (the hub's client URLs; --host names the host, --hub-creds and
 --audit then matches the path exactly as the host recorded it.
 
 Example:
-  $ aegis export --state-dir ~/.local/state/aegis --audit calls.aarl --out rebuilt.aarl
-  $ cmp calls.aarl rebuilt.aarl
+  $ aegis export --name server-everything --out rebuilt.aarl
+  $ cmp ~/.local/share/aegis/server-everything.aarl rebuilt.aarl
 `
 
 type multiFlag []string
@@ -60,7 +60,8 @@ func (f *multiFlag) Set(v string) error { *f = append(*f, v); return nil }
 
 func (m *Main) runExport(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("export")
-	dir := fs.String("state-dir", "", "state directory")
+	sc := addStateChoice(fs)
+	dir := sc.dir
 	var sessions multiFlag
 	fs.Var(&sessions, "session", "session id (repeatable)")
 	audit := fs.String("audit", "", "only sessions that recorded to this path")
@@ -85,12 +86,14 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 		}
 	}
 	if hub.set() {
-		if *dir != "" || *salvage {
+		if sc.set() || *salvage {
 			return usagef("aegis export --hub URL --host HOST [--session ID]… [--audit PATH] --out FILE", "export --hub reads the hub's mirror: no --state-dir or --salvage")
 		}
 		return m.exportMirror(ctx, hub, sessions, *audit, *out)
 	}
-	*dir = m.findStateDir(*dir)
+	if err := m.chooseStateDir(sc); err != nil {
+		return err
+	}
 	// Reading never creates a state directory.
 	stateDir, err := m.stateDir(*dir)
 	if err != nil {

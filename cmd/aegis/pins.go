@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -15,8 +16,8 @@ import (
 )
 
 const pinsUsage = `Usage:
-  aegis pins [--server SERVER] [--state-dir DIR] [--json]
-  aegis pins reset [--server SERVER] [--tool TOOL] [--state-dir DIR]
+  aegis pins [--server SERVER] [--state-dir DIR | --name NAME] [--json]
+  aegis pins reset [--server SERVER] [--tool TOOL] [--state-dir DIR | --name NAME]
 
 Lists the tool pins of the state directory: each server's tools, pinned to
 the SHA-256 digest of their definitions (name, title, description,
@@ -34,15 +35,16 @@ docs/pins.md.
 session, reason}.
 
 reset removes pins, recorded as a pins.reset event: every server's, or
---server's, or only --tool's of it. The next session of that server pins
+--server's, or only --tool's of it (--tool alone when the state directory
+pins one server, as each of aegis init's does). The next session of that server pins
 those tools again at first sight. reset needs the state directory to
 itself: while an aegis process holds it, a changed tool is accepted in that
 session with 'aegis approve' instead (see 'aegis approvals').
 
 Example:
   $ aegis pins
-  $ aegis pins --server 'npx -y @modelcontextprotocol/server-everything'
-  $ aegis pins reset --server 'npx -y @modelcontextprotocol/server-everything' --tool echo
+  $ aegis pins --name server-everything
+  $ aegis pins reset --name server-everything --tool echo
 `
 
 func (m *Main) runPins(ctx context.Context, args []string) error {
@@ -50,7 +52,8 @@ func (m *Main) runPins(ctx context.Context, args []string) error {
 		return m.pinsReset(ctx, args[1:])
 	}
 	fs := m.newFlagSet("pins")
-	dir := fs.String("state-dir", "", "state directory")
+	sc := addStateChoice(fs)
+	dir := sc.dir
 	server := fs.String("server", "", "only this server's pins")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	if err := m.parseFlags(fs, pinsUsage, args); err != nil {
@@ -59,7 +62,10 @@ func (m *Main) runPins(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("aegis pins [--server SERVER] or aegis pins reset …", "pins: unknown argument %q", fs.Arg(0))
 	}
-	ix, _, done, err := m.stateIndex(ctx, m.findStateDir(*dir), "pins")
+	if err := m.chooseStateDir(sc); err != nil {
+		return err
+	}
+	ix, _, done, err := m.stateIndex(ctx, *dir, "pins")
 	if err != nil {
 		return err
 	}
@@ -101,17 +107,18 @@ func (m *Main) runPins(ctx context.Context, args []string) error {
 
 func (m *Main) pinsReset(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("pins reset")
-	dir := fs.String("state-dir", "", "state directory")
+	sc := addStateChoice(fs)
+	dir := sc.dir
 	server := fs.String("server", "", "only this server's pins")
-	tool := fs.String("tool", "", "only this tool's pin (needs --server)")
+	tool := fs.String("tool", "", "only this tool's pin (needs --server when several servers are pinned)")
 	if err := m.parseFlags(fs, pinsUsage, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("aegis pins reset [--server SERVER] [--tool TOOL]", "pins reset: unknown argument %q", fs.Arg(0))
 	}
-	if *tool != "" && *server == "" {
-		return usagef("aegis pins reset --server SERVER --tool TOOL (see 'aegis pins' for the servers)", "pins reset --tool needs --server")
+	if err := m.chooseStateDir(sc); err != nil {
+		return err
 	}
 	st, err := m.openStore(ctx, *dir)
 	if err != nil {
@@ -125,6 +132,21 @@ func (m *Main) pinsReset(ctx context.Context, args []string) error {
 	ix, err := projector.LoadIndex(ctx, st, m.logger(), nil)
 	if err != nil {
 		return err
+	}
+	if *tool != "" && *server == "" {
+		// A state directory of aegis init's holds one server: --tool
+		// alone names the tool of that one.
+		var servers []string
+		for _, p := range ix.Pins("") {
+			if !slices.Contains(servers, p.Server) {
+				servers = append(servers, p.Server)
+			}
+		}
+		if len(servers) != 1 {
+			return usagef("aegis pins reset --server SERVER --tool TOOL (see 'aegis pins' for the servers)",
+				"pins reset --tool needs --server: this state directory pins the tools of %d servers", len(servers))
+		}
+		*server = servers[0]
 	}
 	pins := ix.Pins(*server)
 	var resets []schemas.PinsReset

@@ -19,7 +19,7 @@ import (
 )
 
 const recheckUsage = `Usage:
-  aegis recheck --policy FILE [--state-dir DIR] [--json] [SESSION…]
+  aegis recheck --policy FILE [--state-dir DIR | --name NAME] [--json] [SESSION…]
 
 Re-evaluates every recorded tools/call under another policy and lists the
 calls whose verdict would change: newly blocked (allowed or pending before,
@@ -56,7 +56,8 @@ Example:
 
 func (m *Main) runRecheck(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("recheck")
-	dir := fs.String("state-dir", "", "state directory")
+	sc := addStateChoice(fs)
+	dir := sc.dir
 	policyPath := fs.String("policy", "", "the policy to check the record against")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	pos, err := m.parseInterspersed(fs, recheckUsage, args)
@@ -79,7 +80,10 @@ func (m *Main) runRecheck(ctx context.Context, args []string) error {
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("could not load policy: %w", err), hint: "fix the policy file; nothing was checked"}
 	}
-	rd, err := m.openStream(ctx, m.findStateDir(*dir))
+	if err := m.chooseStateDir(sc); err != nil {
+		return err
+	}
+	rd, err := m.openStream(ctx, *dir)
 	if err != nil {
 		return unreadable(err)
 	}

@@ -19,8 +19,8 @@ import (
 )
 
 const replayUsage = `Usage:
-  aegis replay [--state-dir DIR] [--frames] [--json] [--follow] SESSION
-  aegis replay [--state-dir DIR] [--frames] [--json] --follow
+  aegis replay [--state-dir DIR | --name NAME] [--frames] [--json] [--follow] SESSION
+  aegis replay [--state-dir DIR | --name NAME] [--frames] [--json] --follow
   aegis replay --hub URL --host HOST [--hub-creds FILE] [--hub-ca FILE] [--frames] [--json] SESSION|last
 
 Prints a session as a transcript, one line per event in stream order (the
@@ -77,6 +77,7 @@ ends "unclosed": the hub cannot tell whether it still runs.
 
 Example:
   $ aegis replay last
+  $ aegis replay --name server-everything last
   $ aegis replay --follow --frames 01KAQ3T5PS
 `
 
@@ -94,7 +95,8 @@ type replayOpts struct {
 
 func (m *Main) runReplay(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("replay")
-	dir := fs.String("state-dir", "", "state directory")
+	sc := addStateChoice(fs)
+	dir := sc.dir
 	var o replayOpts
 	fs.BoolVar(&o.frames, "frames", false, "print each frame's exact bytes")
 	fs.BoolVar(&o.asJSON, "json", false, "one JSON object per step")
@@ -123,12 +125,14 @@ func (m *Main) runReplay(ctx context.Context, args []string) error {
 		return usagef("list sessions with 'aegis sessions', then: aegis replay SESSION (or aegis replay --follow)", "replay: which session? give SESSION")
 	}
 	if hub.set() {
-		if o.follow || *dir != "" {
+		if o.follow || sc.set() {
 			return usagef("aegis replay --hub URL --host HOST SESSION", "replay --hub reads the hub's mirror: no --follow or --state-dir")
 		}
 		return m.replayMirror(ctx, hub, arg, o)
 	}
-	*dir = m.findStateDir(*dir)
+	if err := m.chooseStateDir(sc); err != nil {
+		return err
+	}
 	if o.follow {
 		stateDir, err := m.stateDir(*dir)
 		if err != nil {

@@ -30,7 +30,7 @@ import (
 )
 
 const sessionsUsage = `Usage:
-  aegis sessions [--state-dir DIR] [--json]
+  aegis sessions [--state-dir DIR | --name NAME] [--json]
   aegis sessions --hub URL --host HOST [--hub-creds FILE] [--hub-ca FILE] [--json]
 
 Lists every session in the state directory's stream, oldest first, one
@@ -80,31 +80,35 @@ thrown away and the mirror read again; removing it loses nothing but
 time.
 
 Examples:
-  $ aegis sessions --state-dir ~/.local/state/aegis
+  $ aegis sessions
+  $ aegis sessions --name server-everything
   $ aegis sessions --hub nats://hub-1:4222 --host laptop-7
 `
 
 func (m *Main) runSessions(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("sessions")
-	dir := fs.String("state-dir", "", "state directory")
+	sc := addStateChoice(fs)
+	dir := sc.dir
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	hub := addReaderFlags(fs)
 	if err := m.parseFlags(fs, sessionsUsage, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("run: aegis sessions [--state-dir DIR] [--json]", "sessions: unexpected argument %q", fs.Arg(0))
+		return usagef("run: aegis sessions [--state-dir DIR | --name NAME] [--json]", "sessions: unexpected argument %q", fs.Arg(0))
 	}
 	if err := hub.noneWithout(); err != nil {
 		return err
 	}
 	if hub.set() {
-		if *dir != "" {
+		if sc.set() {
 			return usagef("aegis sessions --hub URL --host HOST [--json]", "sessions --hub reads the hub's mirror: no --state-dir")
 		}
 		return m.sessionsMirror(ctx, hub, *asJSON)
 	}
-	*dir = m.findStateDir(*dir)
+	if err := m.chooseStateDir(sc); err != nil {
+		return err
+	}
 	ix, holder, done, err := m.stateIndex(ctx, *dir, "sessions")
 	if err != nil {
 		return err
