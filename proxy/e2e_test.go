@@ -466,7 +466,7 @@ func TestVerifyExitCodes(t *testing.T) {
 		{"pinned", []string{"--key", c.pub, c.audit}, 0, "Verified (pinned to "},
 		{"unpinned", []string{c.audit}, 0, "Verified (unpinned)"},
 		{"untrusted key", []string{"--key", other, c.audit}, 1, "Tampered: session opened at"},
-		{"key_id instead of key", []string{"--key", "XYZ", c.audit}, 1, ""},
+		{"key_id instead of key", []string{"--key", "XYZ", c.audit}, 2, ""},
 		{"unreadable record", []string{filepath.Join(c.dir, "missing.aarl")}, 2, ""},
 		// Several files are one rotated record, oldest first: the same
 		// file twice does not chain on from itself.
