@@ -294,7 +294,7 @@ func (c *hubConsole) Pending(context.Context) ([]console.Pending, []string, erro
 	if snap.pendingErr != nil {
 		return nil, notes, snap.pendingErr
 	}
-	notes = append(notes, fmt.Sprintf("approvals asked over the hub at %s: %d aegis %s answered", snap.at.Local().Format("15:04:05"), snap.answered, plural(snap.answered, "session", "sessions")))
+	notes = append(notes, fmt.Sprintf("approvals asked over the hub at %s: %d aegis %s answered", console.FormatTime(snap.at), snap.answered, plural(snap.answered, "session", "sessions")))
 	rows := make([]console.Pending, 0, len(snap.pending))
 	for _, p := range snap.pending {
 		rows = append(rows, console.Pending{Host: p.Host, Session: p.Session, PID: p.PID, PendingApproval: p.PendingApproval})

@@ -96,6 +96,22 @@ func TestConsoleFleetShowsHostsLagAndApprovals(t *testing.T) {
 	if s := st.Sessions[0]; s.ID != pending.Session || s.State != "unclosed" {
 		t.Errorf("session %+v; want %s, unclosed (read from the hub)", s, pending.Session)
 	}
+	// The note of when the hub was asked is in UTC, as every time the page
+	// shows; the times the page writes itself come in RFC 3339 UTC.
+	var asked string
+	for _, n := range st.Notes {
+		if strings.HasPrefix(n, "approvals asked over the hub at ") {
+			asked = n
+		}
+	}
+	if times, others := timesIn(asked); len(times) != 1 || len(others) > 0 {
+		t.Errorf("note %q (of %q): want the time it names in the form 2006-01-02 15:04:05 UTC", asked, st.Notes)
+	}
+	for _, at := range []string{st.Fleet.CheckedAt, host.LastTime} {
+		if tm, err := time.Parse(time.RFC3339, at); err != nil || !strings.HasSuffix(at, "Z") {
+			t.Errorf("fleet time %q (%v, %v): want RFC 3339 in UTC", at, tm, err)
+		}
+	}
 	raw, _ := json.Marshal(host)
 	t.Logf("host-1 on the hub: %s", raw)
 

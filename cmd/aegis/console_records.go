@@ -133,7 +133,7 @@ func (c *recordChecker) round() {
 		case l.err != nil && len(c.list.paths) > 0:
 			// A save of the index under way, say: keep the list read
 			// before, and say so.
-			c.stale = fmt.Sprintf("records: the index of %s could not be read again (%v); the list is the one read at %s", c.stateDir, l.err, c.listed.Local().Format("15:04:05"))
+			c.stale = fmt.Sprintf("records: the index of %s could not be read again (%v); the list is the one read at %s", c.stateDir, l.err, console.FormatTime(c.listed))
 		default:
 			c.list, c.listed, c.stale = l, time.Now(), ""
 		}

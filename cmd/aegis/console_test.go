@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -20,9 +21,11 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -131,11 +134,44 @@ func TestConsoleBrowserApprovesPendingCall(t *testing.T) {
 	chromium := browserPath(t)
 	start := time.Now()
 	l := newLive(t, consolePolicy)
-	w := l.wrap(false)
+	// What a real set-up shows: a state directory deep in a home (the
+	// notes and the record's path name it), and a server launched through
+	// env with its settings, a command of some 400 characters.
+	home := filepath.Join(l.dir, "home", "alice-example")
+	l.state = filepath.Join(home, ".local", "state", "aegis", "modelcontextprotocol-server-filesystem-projects-acme-platform-monorepo")
+	l.audit = filepath.Join(home, ".local", "share", "aegis", "records", "modelcontextprotocol-server-filesystem.aarl")
+	if err := os.MkdirAll(filepath.Dir(l.audit), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.state) < 120 {
+		t.Fatalf("state directory %s: want a path of 120 characters or more", l.state)
+	}
+	env, err := exec.LookPath("env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	projects := filepath.Join(home, "projects")
+	argv := []string{env,
+		"MCP_FILESYSTEM_ROOTS=" + strings.Join([]string{filepath.Join(projects, "acme-platform-monorepo"), filepath.Join(projects, "acme-platform-docs"), filepath.Join(projects, "acme-infrastructure-terraform")}, ":"),
+		"NODE_OPTIONS=--max-old-space-size=4096 --enable-source-maps",
+		filepath.Join(l.bin, "aegis-example-server"), "-calls", filepath.Join(home, ".cache", "aegis-example-server", "calls-received-by-the-example-server.log")}
+	if err := os.MkdirAll(filepath.Dir(argv[len(argv)-1]), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	command := projector.QuoteArgv(argv)
+	if len(command) < 300 {
+		t.Fatalf("command %s: want 300 characters or more", command)
+	}
+	w := l.wrapArgv(argv...)
 	w.initialize()
 	con := l.console()
 
 	ctx := headless(t, chromium)
+	// The browser's clock is in a zone other than UTC: the page shows UTC
+	// all the same.
+	if _, err := chromedp.Call(ctx, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "Asia/Kolkata"}); err != nil {
+		t.Fatalf("set the browser's time zone: %v", err)
+	}
 
 	// Every request the page makes, from the first navigation on.
 	var mu sync.Mutex
@@ -216,6 +252,8 @@ func TestConsoleBrowserApprovesPendingCall(t *testing.T) {
 	); err != nil {
 		t.Fatalf("transcript, or the record's status: %v", err)
 	}
+	checkLayout(t, ctx, command)
+	checkTimes(t, ctx, asked)
 	shots(t, ctx)
 
 	if err := chromedp.Do(ctx,
@@ -243,6 +281,130 @@ func TestConsoleBrowserApprovesPendingCall(t *testing.T) {
 	t.Logf("logged in and listed after %v; approval shown %v after the call; %d requests, all to the console", loggedIn.Round(time.Millisecond), appeared.Round(time.Millisecond), len(requested))
 }
 
+// wrapArgv runs aegis wrap under the live policy in front of argv.
+func (l *live) wrapArgv(argv ...string) *wrapProc {
+	l.t.Helper()
+	args := append([]string{"wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state, "--policy", l.policy, "--"}, argv...)
+	return l.start(exec.Command(filepath.Join(l.bin, "aegis"), args...))
+}
+
+// checkLayout measures the page at a phone's width (390×844) and at
+// 1280×800. At neither does the page scroll sideways: a long path, id or
+// command wraps, or scrolls inside its own box (the transcript). At both
+// the session's long command takes two lines at most, and the whole of
+// it is there: the cell's text and title, and the transcript's heading.
+// At 1280 px the sessions table fits its box and leaves the command
+// column 300 px or more.
+func checkLayout(t *testing.T, ctx context.Context, command string) {
+	t.Helper()
+	type measure struct {
+		Page, Inner int      // the page's scroll width, its width
+		Out         []string // what sticks out of the page, outside a scrolling box
+		Box, BoxIn  int      // the sessions table's box: scroll width, width
+		CellW       float64  // the command cell's width
+		CellH, Line float64  // the command cell's height, its line height
+		Title, Text string   // the command cell's title and text
+		Full        string   // the command the transcript's heading shows
+	}
+	const js = `(() => {
+		const de = document.documentElement;
+		const out = [];
+		// Inside a box that scrolls (or clips) its own overflow.
+		const boxed = (e) => {
+			for (let a = e.parentElement; a && a !== document.body; a = a.parentElement) {
+				if (getComputedStyle(a).overflowX !== "visible") return true;
+			}
+			return false;
+		};
+		const name = (e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + (e.className ? "." + e.className : "");
+		for (const e of document.body.querySelectorAll("*")) {
+			const r = e.getBoundingClientRect();
+			if (r.width > 0 && r.right > de.clientWidth + 0.5 && !boxed(e)) out.push(name(e) + " to " + Math.round(r.right) + "px");
+		}
+		// Text that runs out of its box, as a path that does not wrap.
+		const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+		for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+			if (boxed(n)) continue;
+			const range = document.createRange();
+			range.selectNodeContents(n);
+			const r = range.getBoundingClientRect();
+			if (r.width > 0 && r.right > de.clientWidth + 0.5) out.push("the text " + JSON.stringify(n.nodeValue.slice(0, 40)) + " of " + name(n.parentElement) + " to " + Math.round(r.right) + "px");
+		}
+		const box = document.querySelector("#sessions").closest(".scroll");
+		const td = document.querySelector("#sessions tbody tr td.cmd");
+		const full = document.querySelector("#transcript-command");
+		return { Page: de.scrollWidth, Inner: de.clientWidth, Out: out.slice(0, 10),
+			Box: box.scrollWidth, BoxIn: box.clientWidth,
+			CellW: td.getBoundingClientRect().width, CellH: td.getBoundingClientRect().height, Line: parseFloat(getComputedStyle(td).lineHeight),
+			Title: td.title, Text: td.textContent, Full: full ? full.textContent : "" };
+	})()`
+	for _, size := range []struct{ w, h int64 }{{390, 844}, {1280, 800}} {
+		var m measure
+		err := chromedp.Do(ctx, chromedp.EmulateViewport(size.w, size.h), chromedp.Sleep(200*time.Millisecond),
+			chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				var err error
+				m, err = chromedp.Evaluate[measure](js)(ctx, tg)
+				return err
+			}))
+		if err != nil {
+			t.Fatalf("measure the page at %dx%d: %v", size.w, size.h, err)
+		}
+		t.Logf("at %dx%d: page %d in %d; sessions table %d in %d; command cell %.0f×%.0f px (line %.1f px)", size.w, size.h, m.Page, m.Inner, m.Box, m.BoxIn, m.CellW, m.CellH, m.Line)
+		if m.Page > m.Inner || len(m.Out) > 0 {
+			t.Errorf("at %dx%d the page is %d px wide in a window of %d: it scrolls sideways; sticking out: %v", size.w, size.h, m.Page, m.Inner, m.Out)
+		}
+		if m.Title != command || m.Text != command || m.Full != command {
+			t.Errorf("at %dx%d the command is not there whole:\ncell title %q\ncell text  %q\ntranscript %q\nwant       %q", size.w, size.h, m.Title, m.Text, m.Full, command)
+		}
+		if m.CellH > 3*m.Line {
+			t.Errorf("at %dx%d the command makes its row %.0f px high, more than two lines of %.1f px", size.w, size.h, m.CellH, m.Line)
+		}
+		if size.w == 1280 && (m.Box > m.BoxIn || m.CellW < 300) {
+			t.Errorf("at 1280 px the sessions table is %d px wide in a box of %d, its command column %.0f px: want it whole in its box, the command 300 px wide or more", m.Box, m.BoxIn, m.CellW)
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// consoleTime is the one form of every time the console shows.
+var (
+	consoleTime = regexp.MustCompile(`\b\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC\b`)
+	timeLike    = regexp.MustCompile(`\d{4}-\d{2}-\d{2}|\d{1,2}:\d{2}|\d{1,2}/\d{1,2}/\d{2,4}|\b[AP]M\b`)
+)
+
+// timesIn returns the times that text shows in the console's one form,
+// and any other time-like text (another zone, another form).
+func timesIn(text string) (times, others []string) {
+	return consoleTime.FindAllString(text, -1), timeLike.FindAllString(consoleTime.ReplaceAllString(text, ""), -1)
+}
+
+// checkTimes reads every text of the page but the transcript (the lines
+// of aegis replay, in RFC 3339 UTC): each time in it is in one form, in
+// UTC, whatever the browser's zone; the approval's Requested is the
+// moment it was asked.
+func checkTimes(t *testing.T, ctx context.Context, asked time.Time) {
+	t.Helper()
+	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`[...document.querySelectorAll("header, main > section:not([hidden]):not(#transcript-section), #transcript-section > :not(#transcript)")].map((e) => e.innerText).join("\n")`))
+	if err != nil {
+		t.Fatalf("read the page's text: %v", err)
+	}
+	times, others := timesIn(text)
+	// Started, Ended, Requested, when the record was checked.
+	if len(times) < 4 || len(others) > 0 {
+		t.Errorf("the page shows %d times in the form 2006-01-02 15:04:05 UTC (want 4 or more) and these in another form: %q\n%s", len(times), others, text)
+	}
+	requested, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#approvals .approval .requested")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := time.Parse("2006-01-02 15:04:05 MST", requested)
+	if err != nil || at.Location() != time.UTC || at.Sub(asked).Abs() > time.Minute {
+		t.Errorf("Requested %q (%v, %v): want the moment the call was held, %s", requested, at, err, asked.UTC().Format("2006-01-02 15:04:05 MST"))
+	}
+}
+
 // void drops an action's value.
 func void[T any](a chromedp.Action[T]) chromedp.Action[chromedp.Void] {
 	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
@@ -268,7 +430,7 @@ func shots(t *testing.T, ctx context.Context) {
 	for _, s := range []struct {
 		name string
 		w, h int64
-	}{{"console-1280.png", 1280, 800}, {"console-narrow.png", 420, 900}} {
+	}{{"console-1280.png", 1280, 800}, {"console-narrow.png", 390, 844}} {
 		if err := chromedp.Do(ctx, chromedp.EmulateViewport(s.w, s.h), chromedp.Sleep(300*time.Millisecond)); err != nil {
 			t.Fatalf("screenshot %s: %v", s.name, err)
 		}

@@ -23,8 +23,18 @@ import (
 //go:embed assets
 var assets embed.FS
 
+// TimeLayout is the one form of every time the page shows, whatever the
+// browser's zone: in UTC, with the zone written. The state carries its
+// times in RFC 3339 UTC and the page writes them in this form (utc in
+// app.js); a note that names a time writes it with [FormatTime].
+const TimeLayout = "2006-01-02 15:04:05 UTC"
+
+// FormatTime writes t as the page shows every time ([TimeLayout]).
+func FormatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
+
 // SessionRow is one row of the sessions list: the columns of aegis
-// sessions, already formatted as that command prints them.
+// sessions, already formatted as that command prints them (Started and
+// Ended in RFC 3339 UTC, which the page writes in [TimeLayout]).
 type SessionRow struct {
 	ID        string `json:"id"`
 	Started   string `json:"started"`

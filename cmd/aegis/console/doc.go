@@ -27,6 +27,12 @@
 //   - Host-chosen text (approval ids, tool names, arguments, transcript
 //     lines) reaches the page as JSON strings already passed through
 //     [projector.Printable], and the page sets it as text, never as HTML.
+//   - One zone. Every time the page shows is in UTC, in one form
+//     ([TimeLayout], 2006-01-02 15:04:05 UTC), whatever the zone of the
+//     browser or of the machine: the state carries times in RFC 3339 UTC
+//     and the page writes them with one function; notes that name a time
+//     are written with [FormatTime]. A transcript is the text of aegis
+//     replay, whose times are RFC 3339 UTC.
 //   - A decision names the session and the approval id that the page
 //     showed; the [Source] sends exactly the request aegis approve --session
 //     or aegis deny --session sends. An approval of a fleet names its

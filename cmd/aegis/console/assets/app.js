@@ -8,6 +8,7 @@ let pending = [];
 let seen = null;         // approval keys already shown (null: first state)
 let transcript = null;   // the open transcript's EventSource
 let signer = "";         // the approver key approvals are signed with, "" for none
+let commands = new Map(); // session id -> its command, as the sessions list shows it
 
 function text(el, s) { el.textContent = s == null ? "" : String(s); return el; }
 
@@ -93,7 +94,7 @@ function card(p) {
   text($(".id", c), p.approval_id);
   text($(".session", c), p.session + "  (pid " + p.pid + ")");
   text($(".rule", c), (p.matched_rule || "-") + (p.profile ? "  (profile " + p.profile + ")" : ""));
-  text($(".requested", c), new Date(p.requested_at).toLocaleString());
+  text($(".requested", c), utc(p.requested_at));
   text($(".args", c), p.arguments_bytes ? prettyArgs(p) : "(none)");
   if (p.arguments_bytes) {
     const cut = new TextEncoder().encode(p.arguments || "").length < p.arguments_bytes;
@@ -169,11 +170,32 @@ function setupNotify() {
   });
 }
 
+// label names each cell of a table after its column: a narrow window
+// shows each row as a card, the name beside each value.
+function label(table) {
+  const names = [...table.tHead.rows[0].cells].map((th) => th.textContent);
+  for (const tr of table.tBodies[0].rows) {
+    [...tr.cells].forEach((td, i) => { td.dataset.label = names[i] || ""; });
+  }
+}
+
+// when is a cell that shows a time, which may break between the date and
+// the time of day (nowhere else) when the table needs the room.
+function when(iso, mark) {
+  const td = el("td", "time");
+  const s = utc(iso);
+  const i = s.indexOf(" ");
+  if (i < 0) return text(td, s);
+  td.append(el("span", "", (mark || "") + s.slice(0, i)), " ", el("span", "", s.slice(i + 1)));
+  return td;
+}
+
 function renderSessions(list) {
   const tbody = $("#sessions tbody");
   tbody.replaceChildren();
   $("#no-sessions").hidden = list.length > 0;
   const open = transcript ? transcript.session : "";
+  commands = new Map(list.map((s) => [s.id, s.command]));
   for (let i = list.length - 1; i >= 0; i--) { // newest first
     const s = list[i];
     const tr = el("tr", s.id === open ? "sel" : "");
@@ -182,23 +204,39 @@ function renderSessions(list) {
     const a = el("a", "sid", s.id);
     a.href = "#session=" + encodeURIComponent(s.id);
     id.append(a);
-    tr.append(id, el("td", "", s.started), el("td", "", s.ended), el("td", "st-" + s.state, s.state),
-      el("td", "", s.exit), el("td", "", s.calls), el("td", "", s.refused), el("td", "", s.approvals),
-      el("td", "cmd mono", s.command));
+    // The command in two lines at most; the whole of it is the cell's
+    // title, and the transcript's heading when the session is opened.
+    const cmd = el("td", "cmd mono");
+    cmd.title = s.command;
+    cmd.append(el("div", "clamp", s.command));
+    const end = s.ended || "";
+    tr.append(id, when(s.started), end.startsWith("~") ? when(end.slice(1), "~") : when(end), el("td", "st-" + s.state, s.state),
+      el("td", "", s.exit), el("td", "", s.calls), el("td", "", s.refused), el("td", "", s.approvals), cmd);
     tr.addEventListener("click", (ev) => { ev.preventDefault(); location.hash = "session=" + encodeURIComponent(s.id); });
     tbody.append(tr);
   }
+  label($("#sessions"));
+  showCommand();
+}
+
+// showCommand writes the open session's whole command under the
+// transcript's heading.
+function showCommand() {
+  const c = transcript ? commands.get(transcript.session) : undefined;
+  const p = $("#transcript-command");
+  text(p, c);
+  p.hidden = !c;
 }
 
 // A count with thin groups: 1 234 567.
 function count(n) { return String(n || 0).replace(/\B(?=(\d{3})+(?!\d))/g, "\u202f"); }
 
-// A time of day on this machine's clock, 24-hour.
-function clock(iso) {
+// utc writes a time as the console writes every time, whatever this
+// browser's zone: 2006-01-02 15:04:05 UTC (console.TimeLayout).
+function utc(iso) {
   const d = new Date(iso);
-  if (isNaN(d)) return "";
-  const two = (n) => String(n).padStart(2, "0");
-  return two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds());
+  if (!iso || isNaN(d)) return iso || "";
+  return d.toISOString().slice(0, 19).replace("T", " ") + " UTC";
 }
 
 function ago(ms) {
@@ -229,10 +267,10 @@ function renderRecords(list) {
     const why = r.status && r.verdict && r.status.startsWith(r.verdict) ? r.status.slice(r.verdict.length).replace(/^:? /, "") : r.status;
     if (why) st.append(el("div", "why", why));
     if (r.note) st.append(el("div", "sub warn", r.note));
-    const when = el("td", "when");
+    const checked = el("td", "when");
     if (r.checked_at) {
-      text(when, "checked " + clock(r.checked_at) + ", " + count(r.lines) + (r.lines === 1 ? " line" : " lines"));
-      if (r.changed) when.append(el("div", "sub", "changed since; checked again shortly"));
+      text(checked, "checked " + utc(r.checked_at) + ", " + count(r.lines) + (r.lines === 1 ? " line" : " lines"));
+      if (r.changed) checked.append(el("div", "sub", "changed since; checked again shortly"));
     }
     const cp = el("td", "cp");
     if (r.checkpoint) {
@@ -241,16 +279,17 @@ function renderRecords(list) {
       const root = el("span", "mono", (c.root || "").slice(0, 12) + "…");
       root.title = c.root || "";
       cp.append(root);
-      if (c.time) cp.append(document.createTextNode(" · " + clock(c.time)));
+      if (c.time) cp.append(document.createTextNode(" · " + utc(c.time)));
       const m = el("div", "sub " + (c.matches ? "ok" : "bad"), (c.matches ? "matches" : "does not match") +
         (c.count > 1 ? " (" + count(c.count) + " checkpoints)" : "") + " · " + c.name.split("/").pop());
       cp.append(m);
     } else if (r.checked_at) {
       text(cp, "none");
     }
-    tr.append(path, st, when, cp);
+    tr.append(path, st, checked, cp);
     tbody.append(tr);
   }
+  label($("#records"));
 }
 
 // renderFleet shows the hosts of the hub and their mirrors; hidden when
@@ -271,18 +310,19 @@ function renderFleet(f) {
     if (!h.mirrored) host.append(el("div", "sub warn", "no mirror on the hub"));
     const lag = el("td", h.lag > 0 ? "warn" : "", h.mirrored ? count(h.lag) + (h.lag > 0 ? " behind" : "") : "-");
     tr.append(host, lag, el("td", "", h.mirrored ? ago(h.active_ms) : "-"),
-      el("td", "", h.mirrored ? count(h.last_seq) : "-"), el("td", "", h.last_time ? clock(h.last_time) : "-"),
+      el("td", "", h.mirrored ? count(h.last_seq) : "-"), h.last_time ? when(h.last_time) : el("td", "", "-"),
       el("td", "", h.mirrored ? count(h.messages) : "-"), el("td", h.pending > 0 ? "hot" : "", h.pending));
     tbody.append(tr);
   }
-  text($("#fleet-checked"), f.checked_at ? "asked the hub at " + clock(f.checked_at) : "asking the hub…");
+  label($("#fleet"));
+  text($("#fleet-checked"), f.checked_at ? "asked the hub at " + utc(f.checked_at) : "asking the hub…");
 }
 
 function openTranscript(id) {
   if (transcript) transcript.es.close();
   transcript = null;
   const sec = $("#transcript-section");
-  if (!id) { sec.hidden = true; return; }
+  if (!id) { sec.hidden = true; showCommand(); return; }
   sec.hidden = false;
   text($("#transcript-id"), id);
   const state = $("#transcript-state");
@@ -299,6 +339,7 @@ function openTranscript(id) {
   es.addEventListener("end", () => { text(state, "ended"); es.close(); });
   es.addEventListener("failed", (ev) => { text(state, "failed: " + JSON.parse(ev.data)); es.close(); });
   for (const tr of document.querySelectorAll("#sessions tbody tr")) tr.classList.toggle("sel", tr.dataset.session === id);
+  showCommand();
 }
 
 function route() {
