@@ -552,7 +552,7 @@ func TestProveAndVerifyProof(t *testing.T) {
 	if code, out, _ := cmd(t, nil, "verify", "--key", hex.EncodeToString(k.PublicKey()), "--proof", line3); code != 1 || !strings.Contains(out, "Tampered: checkpoint of the proof is signed by aegis-") {
 		t.Fatalf("another key: exit %d\n%s", code, out)
 	}
-	if code, _, stderr := cmd(t, nil, "verify", "--proof", line3); code != 1 || !strings.Contains(stderr, "needs the key that signed the checkpoints") {
+	if code, _, stderr := cmd(t, nil, "verify", "--proof", line3); code != exitUsage || !strings.Contains(stderr, "needs the key that signed the checkpoints") {
 		t.Fatalf("no key: exit %d\n%s", code, stderr)
 	}
 	editFile(t, line3, `"line_number":3`, `"line_number":4`)
