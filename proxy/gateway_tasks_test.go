@@ -252,6 +252,7 @@ func runTasks(t *testing.T, h *taskHost, tool string) taskRun {
 // a cancel is recorded, and a task id the gateway did not create reaches
 // no server.
 func TestGatewayParityTasks(t *testing.T) {
+	t.Parallel() // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 
 	want := runTasks(t, directHost(t, every...), "simulate-research-query")
@@ -557,6 +558,7 @@ func TestGatewayTaskResultInFlightWhenTheHostLeaves(t *testing.T) {
 // host, and its tasks/get and tasks/result polls reach the host and come
 // back, directly and through the gateway alike.
 func TestGatewayParityHostRunsSamplingAsATask(t *testing.T) {
+	t.Parallel() // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 	caps := map[string]any{"sampling": map[string]any{}, "elicitation": map[string]any{"form": map[string]any{}},
 		"tasks": map[string]any{"list": map[string]any{}, "cancel": map[string]any{}, "requests": map[string]any{
@@ -629,6 +631,7 @@ func TestGatewayParityHostRunsSamplingAsATask(t *testing.T) {
 // only when the server announced tasks for tools/call, so it checks what
 // the gateway adds to what the go-sdk writes.
 func TestGatewayParityTasksTypeScriptClient(t *testing.T) {
+	t.Parallel() // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 	node, sdk := mcptest.TypeScriptSDK(t)
 	script, err := filepath.Abs(filepath.Join("testdata", "tsclient", "tasks.mjs"))

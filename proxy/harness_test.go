@@ -101,6 +101,11 @@ type harness struct {
 	policy *policy.Set
 }
 
+// newHarness runs the relay in this test process. Its server tree then
+// takes every child of the process that it did not start as a leader
+// (sandbox.StartTree) for an orphan of the tree, and ends it: a test with a
+// harness must not be parallel (t.Parallel), or it kills the processes of
+// the tests beside it.
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	dir := t.TempDir()

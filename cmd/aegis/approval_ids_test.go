@@ -56,6 +56,7 @@ func TestApprovalIDFromEndedSessionDoesNotApproveAnother(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aegis gateway --listen and aegis wrap")
 	}
+	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
 	t.Run("GatewaySessions", func(t *testing.T) {
 		l := newLive(t, "")
 		h := l.httpGateway(gatewayConfig(l.bin))

@@ -301,6 +301,7 @@ func TestApproveWithoutCredentialsFindsNothing(t *testing.T) {
 // The aegis binary run with another runtime directory finds no process,
 // and the running one hears nothing.
 func TestApproveBinaryWithoutCredentials(t *testing.T) {
+	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
 	_, dir := runtimeEnv(t)
 	p := startFakeProxy(t, dir, "apr-1")
 	bin := filepath.Join(t.TempDir(), "aegis")

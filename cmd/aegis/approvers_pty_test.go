@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -43,6 +41,7 @@ func (s *screen) waitFor(t *testing.T, text string) {
 // terminal as its controlling terminal and stdin elsewhere, asks twice on
 // /dev/tty without echo, and the key opens with what was typed there.
 func TestKeygenApproverOnARealTerminal(t *testing.T) {
+	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
 	master, slave := openPTY(t)
 	out := filepath.Join(t.TempDir(), "approver.age")
 	c := exec.Command(filepath.Join(bins(t), "aegis"), "keygen", "--approver", "--out", out, "--name", "alice")
@@ -86,11 +85,12 @@ func TestKeygenApproverOnARealTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stdout %q: %v", stdout.String(), err)
 	}
-	// The key is opened in a child process: at the real work factor
-	// scrypt takes 256 MiB, which must not count as this test process's
-	// peak (the scale tests measure against it).
-	helper := exec.Command(os.Args[0], "-test.run=^TestOpenApproverKeyHelper$")
-	helper.Env = append(os.Environ(), "AEGIS_TEST_OPEN_KEY="+out, "AEGIS_TEST_OPEN_PASS="+pass)
+	// The key is opened by a helper built without the race detector: at
+	// the real work factor scrypt takes 256 MiB, which must not count as
+	// this test process's peak, and under the race detector most of a
+	// minute.
+	helper := exec.Command(filepath.Join(bins(t), "openkey"), out)
+	helper.Stdin = strings.NewReader(pass + "\n")
 	got, err := helper.CombinedOutput()
 	if err != nil {
 		t.Fatalf("open the key in a child: %v\n%s", err, got)
@@ -99,25 +99,4 @@ func TestKeygenApproverOnARealTerminal(t *testing.T) {
 	if _, ok := a.Lookup(keyID); !ok {
 		t.Fatalf("the printed line does not hold the key the file opens to:\n%s", got)
 	}
-}
-
-// TestOpenApproverKeyHelper opens the key file AEGIS_TEST_OPEN_KEY names
-// with AEGIS_TEST_OPEN_PASS and prints its key id; it runs only as the
-// child of TestKeygenApproverOnARealTerminal.
-func TestOpenApproverKeyHelper(t *testing.T) {
-	path := os.Getenv("AEGIS_TEST_OPEN_KEY")
-	if path == "" {
-		t.Skip("a helper of TestKeygenApproverOnARealTerminal")
-	}
-	data, err := projector.ReadApproverKeyFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := projector.OpenApproverKey(data, []byte(os.Getenv("AEGIS_TEST_OPEN_PASS")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Printf("key_id %s\n", k.KeyID())
-	os.Stdout.Sync()
-	os.Exit(0)
 }

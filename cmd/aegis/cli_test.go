@@ -134,6 +134,7 @@ func TestVersionLineNamesModuleAndRevision(t *testing.T) {
 // make install puts a working aegis in PREFIX/bin and says where; built
 // from this checkout, it names the checkout's revision.
 func TestMakeInstall(t *testing.T) {
+	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")
 	}

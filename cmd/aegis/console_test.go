@@ -716,6 +716,7 @@ func (c *consoleClient) post(t *testing.T, path, body string) (int, string) {
 // approval, which lets the host's retried call through once; the decision
 // line names the approver's key id.
 func TestConsoleSignsApprovalsWithAnApproverKey(t *testing.T) {
+	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
 	chromium := browserPath(t)
 	l := newLive(t, consolePolicy)
 	k, keyPath, list := approverFiles(t, l.dir, "alice", "correct horse battery")

@@ -296,6 +296,7 @@ func TestConformanceSuiteThroughTheHTTPGateway(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suite")
 	}
+	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
 	suite := mcptest.ConformanceSuite(t)
 	server := mcptest.GoConformanceServer(t)
 	l := newLive(t, "")
@@ -444,6 +445,7 @@ func TestHTTPGatewaySaysWhyASessionCannotStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aegis gateway --listen")
 	}
+	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
 	l := newLive(t, "")
 	h := l.httpGateway(`version: 1
 servers:

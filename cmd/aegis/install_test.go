@@ -23,6 +23,7 @@ func TestGoInstallLatest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds aegis from a module zip")
 	}
+	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)

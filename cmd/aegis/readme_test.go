@@ -65,6 +65,7 @@ func readmeCommands(t *testing.T, readme, section string) []string {
 // install, aegis version, and aegis init each succeed, and init's entry
 // names the files it made.
 func TestReadmeInstallWorksAsWritten(t *testing.T) {
+	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")
 	}

@@ -739,6 +739,7 @@ func TestScaleStoreStaysWithinMemoryAndAnswers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("records many calls through aegis wrap")
 	}
+	t.Parallel() // it measures in a test process of its own: beside the others
 	// A child's peak RSS counts this process's resident memory at the
 	// fork, and under -race this process grows with every test it has
 	// run: the measurements run in a fresh test process of their own.

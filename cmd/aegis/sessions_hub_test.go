@@ -28,6 +28,7 @@ func TestSessionsFromTheHubReadOnlyWhatIsNew(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a hub and aegis wrap")
 	}
+	t.Parallel() // it mostly waits (on processes, a hub's retries): beside the others
 	h := hubtest.New(t, 3)
 	ctx := context.Background()
 	nc, js := h.JetStream(ctx)

@@ -30,6 +30,7 @@ func TestProjectionsRebuildAfterKillingWrap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs and kills aegis wrap")
 	}
+	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
 	l := newLive(t, scriptedPolicy)
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)

@@ -336,6 +336,7 @@ func TestVerifyARecordInWritingIsNotTampered(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
+	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
 	l := newLive(t, "")
 	w := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
 		"--checkpoint-lines", "1", "--", filepath.Join(l.bin, "aegis-example-server")))
