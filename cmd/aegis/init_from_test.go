@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -9,8 +10,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aegis-dev/aegis/proxy/mcptest"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // pyEnvServer is an MCP server over stdio, written by hand in Python (no
@@ -224,3 +227,218 @@ func TestInitFromClaudeDesktopFile(t *testing.T) {
 }
 
 func q(s string) string { return string(jsonString(s)) }
+
+// startEntry starts a host file's entry as a host does (its command, args
+// and env over a short PATH) and connects a go-sdk client.
+func startEntry(t *testing.T, ctx context.Context, home string, e hostEntry) *mcp.ClientSession {
+	t.Helper()
+	launch := exec.Command(e.Command, e.Args...)
+	launch.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin"}
+	for k, v := range e.Env {
+		launch.Env = append(launch.Env, k+"="+v)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: launch}, nil)
+	if err != nil {
+		t.Fatalf("start the entry as a host would: %v", err)
+	}
+	return cs
+}
+
+// readHostEntries reads the servers of a host's file.
+func readHostEntries(t *testing.T, path, key string) map[string]hostEntry {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]map[string]hostEntry
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatalf("%s: %v\n%s", path, err, b)
+	}
+	return cfg[key]
+}
+
+// served lists the tools and prompts a gateway shows.
+func served(t *testing.T, ctx context.Context, cs *mcp.ClientSession) (tools, prompts []string) {
+	t.Helper()
+	tl, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range tl.Tools {
+		tools = append(tools, x.Name)
+	}
+	pl, err := cs.ListPrompts(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range pl.Prompts {
+		prompts = append(prompts, x.Name)
+	}
+	return tools, prompts
+}
+
+// --from --mode gateway puts a host's servers in one gateway file and
+// the host's file gets one entry that runs it: the gateway starts from
+// it, and its starter profile shows every server's tools and prompts. A
+// later init --mode gateway adds its server to that file, keeping the
+// user's comments, and refuses a name the file has for another command;
+// a second --from finds nothing to do.
+func TestInitFromCursorIntoOneGateway(t *testing.T) {
+	bin := bins(t)
+	example := filepath.Join(bin, "aegis-example-server")
+	home := t.TempDir()
+	hostFile := filepath.Join(home, ".cursor", "mcp.json")
+	if err := os.MkdirAll(filepath.Dir(hostFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	original := `{"mcpServers":{"echo-a":{"command":` + q(example) + `},"Echo B":{"command":` + q(example) + `,"args":[],"env":{"B_TOKEN":"b"}},` +
+		`"sse":{"type":"sse","url":"http://127.0.0.1:1/sse"},"with-cwd":{"command":` + q(example) + `,"cwd":"/tmp"}}}`
+	if err := os.WriteFile(hostFile, []byte(original), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"HOME=" + home, "PATH=/usr/bin:/bin"}
+	out, stderr, err := runAegis(t, env, "init", "--from", "cursor", "--mode", "gateway")
+	if err != nil {
+		t.Fatalf("init --from cursor --mode gateway: %v\n%s%s", err, out, stderr)
+	}
+	for _, want := range []string{"2 server(s) of " + hostFile + " are behind aegis gateway", "aegis's name: echo-b", "sse  ", "which one gateway entry cannot carry"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("init does not say %q:\n%s", want, out)
+		}
+	}
+	entries := readHostEntries(t, hostFile, "mcpServers")
+	if _, ok := entries["echo-a"]; ok || len(entries) != 3 {
+		t.Fatalf("the host's servers after init: %+v", entries)
+	}
+	gw := entries["aegis-gateway"]
+	if len(gw.Args) == 0 || gw.Args[0] != "gateway" || gw.Env["PATH"] != "/usr/bin:/bin" {
+		t.Fatalf("the gateway entry: %+v", gw)
+	}
+	yamlFile := argAfter(gw.Args, "--config")
+	y, _ := os.ReadFile(yamlFile)
+	if !strings.Contains(string(y), `B_TOKEN: "b"`) {
+		t.Errorf("the gateway file lost echo-b's env:\n%s", y)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs := startEntry(t, ctx, home, gw)
+	tools, prompts := served(t, ctx, cs)
+	for _, want := range []string{"echo-a__echo", "echo-b__echo"} {
+		if !slices.Contains(tools, want) {
+			t.Errorf("the gateway does not show %s: %q", want, tools)
+		}
+	}
+	if !slices.Contains(prompts, "echo-a__greet") || !slices.Contains(prompts, "echo-b__greet") {
+		t.Errorf("the starter profile hides the prompts: %q", prompts)
+	}
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo-b__echo", Arguments: map[string]any{"message": "b"}}); err != nil || res.IsError {
+		t.Errorf("echo-b__echo: %v %+v", err, res)
+	}
+	cs.Close()
+
+	// The user's comment, then a server added by init -- SERVER.
+	y = append([]byte("# my own note, kept\n"), y...)
+	if err := os.WriteFile(yamlFile, y, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err = runAegis(t, env, "init", "--mode", "gateway", "--name", "third", "--", example, "-v")
+	if err != nil || !strings.Contains(out, "third is added to the gateway file") || strings.Contains(out, "is ready") {
+		t.Fatalf("a gateway init that adds a server: %v\n%s%s", err, out, stderr)
+	}
+	y2, _ := os.ReadFile(yamlFile)
+	if !strings.HasPrefix(string(y2), "# my own note, kept\n") || !strings.Contains(string(y2), `"third.*"`) {
+		t.Errorf("the gateway file after adding third:\n%s", y2)
+	}
+	cs = startEntry(t, ctx, home, gw)
+	if tools, _ := served(t, ctx, cs); !slices.Contains(tools, "third__echo") {
+		t.Errorf("the gateway does not show third__echo after init added it: %q", tools)
+	}
+	cs.Close()
+	_, stderr, err = runAegis(t, env, "init", "--mode", "gateway", "--name", "third", "--", "/bin/cat")
+	if y3, _ := os.ReadFile(yamlFile); err == nil || !strings.Contains(stderr, `already has a server named "third"`) || !bytes.Equal(y3, y2) {
+		t.Errorf("a gateway init with a name taken by another command: %v\n%s", err, stderr)
+	}
+
+	before, _ := os.ReadFile(hostFile)
+	out, _, err = runAegis(t, env, "init", "--from", "cursor", "--mode", "gateway")
+	if after, _ := os.ReadFile(hostFile); err != nil || !bytes.Equal(after, before) || !strings.Contains(out, "no server of") {
+		t.Errorf("a second --from into the gateway: %v\n%s", err, out)
+	}
+}
+
+// --undo refuses, changing nothing, when the host's file is no longer what
+// aegis wrote, and restores it with --force; aegis is never put in front
+// of aegis, whatever path or name starts it.
+func TestInitUndoRefusesAFileChangedSince(t *testing.T) {
+	bin := bins(t)
+	home := t.TempDir()
+	hostFile := filepath.Join(home, "mcp.json")
+	original := `{"servers":{"ex":{"type":"stdio","command":` + q(filepath.Join(bin, "aegis-example-server")) + `},` +
+		`"other-aegis":{"command":"/opt/aegis","args":["wrap","--","x"]},"self":{"command":` + q(filepath.Join(bin, "aegis")) + `,"args":["gateway"]}}}`
+	if err := os.WriteFile(hostFile, []byte(original), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"HOME=" + home, "PATH=/usr/bin:/bin"}
+	out, stderr, err := runAegis(t, env, "init", "--from", hostFile)
+	if err != nil || strings.Count(out, "it is already started by aegis") != 2 || !strings.Contains(out, "1 server(s)") {
+		t.Fatalf("init --from: %v\n%s%s", err, out, stderr)
+	}
+	if e := readHostEntries(t, hostFile, "servers")["ex"]; e.Type != "stdio" || e.Args[0] != "wrap" {
+		t.Errorf("the VS Code entry: %+v", e)
+	}
+	_, stderr, err = runAegis(t, env, "init", "--", filepath.Join(bin, "aegis"), "wrap")
+	if err == nil || !strings.Contains(stderr, "aegis is not put in front of itself") {
+		t.Errorf("init -- aegis: %v\n%s", err, stderr)
+	}
+
+	changed, _ := os.ReadFile(hostFile)
+	changed = bytes.Replace(changed, []byte(`"servers"`), []byte(`"theme": "dark", "servers"`), 1)
+	if err := os.WriteFile(hostFile, changed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err = runAegis(t, env, "init", "--undo", "--from", hostFile)
+	if now, _ := os.ReadFile(hostFile); err == nil || !strings.Contains(stderr, "changed since aegis init wrote it") || !strings.Contains(stderr, "--force") || !bytes.Equal(now, changed) {
+		t.Fatalf("--undo of a changed file: %v\n%s", err, stderr)
+	}
+	if _, _, err = runAegis(t, env, "init", "--undo", "--force", "--from", hostFile); err != nil {
+		t.Fatalf("--undo --force: %v", err)
+	}
+	if now, _ := os.ReadFile(hostFile); string(now) != original {
+		t.Errorf("--undo --force restored:\n%s", now)
+	}
+	if _, stderr, err = runAegis(t, env, "init", "--undo", "--from", hostFile); err == nil || !strings.Contains(stderr, "no backup made by aegis init") {
+		t.Errorf("a second --undo: %v\n%s", err, stderr)
+	}
+}
+
+// --write-host-config replaces an entry of the same name that starts the
+// server without aegis, keeping its env, after a backup.
+func TestInitWriteHostConfigReplacesTheUnprotectedEntry(t *testing.T) {
+	bin := bins(t)
+	home := t.TempDir()
+	hostFile := filepath.Join(home, "claude_desktop_config.json")
+	example := filepath.Join(bin, "aegis-example-server")
+	before := `{"mcpServers":{"aegis-example-server":{"command":` + q(example) + `,"env":{"TOKEN":"t","PATH":"/opt/x:/usr/bin"}}}}`
+	if err := os.WriteFile(hostFile, []byte(before), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"HOME=" + home, "PATH=/usr/bin:/bin"}
+	out, stderr, err := runAegis(t, env, "init", "--write-host-config", hostFile, "--", example)
+	if err != nil || !strings.Contains(stderr, "is replaced") {
+		t.Fatalf("init --write-host-config over an unprotected entry: %v\n%s%s", err, out, stderr)
+	}
+	e := readHostEntries(t, hostFile, "mcpServers")["aegis-example-server"]
+	if e.Args[0] != "wrap" || e.Env["TOKEN"] != "t" || e.Env["PATH"] != "/opt/x:/usr/bin" {
+		t.Errorf("the replaced entry: %+v", e)
+	}
+	if b := backupsOf(hostFile); len(b) != 1 {
+		t.Errorf("backups: %q", b)
+	}
+	// A refusal still prints the entry the hint points at.
+	out, stderr, err = runAegis(t, env, "init", "--write-host-config", hostFile, "--name", "aegis-example-server", "--", example)
+	if err == nil || !strings.Contains(stderr, "paste the entry printed above") || !strings.Contains(out, `"mcpServers"`) {
+		t.Errorf("a refused --write-host-config: %v\n%s%s", err, out, stderr)
+	}
+}

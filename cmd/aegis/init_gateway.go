@@ -113,7 +113,7 @@ func (p *initPlan) addToGateway(servers []gwServer) (gatewayEdit, error) {
 		p.fileNew = true
 		return ed, nil
 	}
-	w, err := writeHostFile(path, old, out, mode)
+	w, err := writeWithBackup(path, old, out, mode, false)
 	ed.backup = w.backup
 	if err != nil {
 		return ed, fmt.Errorf("init: write %s: %w", p.file, err)

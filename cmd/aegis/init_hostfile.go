@@ -188,6 +188,12 @@ type hostFileWrite struct {
 // that same mode, and beside the backup PATH.bak-TIME.written records b's
 // SHA-256 for aegis init --undo.
 func writeHostFile(path string, old, b []byte, mode os.FileMode) (hostFileWrite, error) {
+	return writeWithBackup(path, old, b, mode, true)
+}
+
+// writeWithBackup is writeHostFile; without undoable, no .written file is
+// kept beside the backup.
+func writeWithBackup(path string, old, b []byte, mode os.FileMode, undoable bool) (hostFileWrite, error) {
 	w := hostFileWrite{path: path}
 	if old != nil {
 		stamp := path + backupSuffix + time.Now().UTC().Format("20060102T150405Z")
@@ -208,7 +214,7 @@ func writeHostFile(path string, old, b []byte, mode os.FileMode) (hostFileWrite,
 	if err := writeFileMode(path, b, mode); err != nil {
 		return w, err
 	}
-	if w.backup != "" {
+	if w.backup != "" && undoable {
 		sum := sha256.Sum256(b)
 		if err := writeFileMode(w.backup+writtenSuffix, []byte(hex.EncodeToString(sum[:])+"\n"), 0o600); err != nil {
 			return w, fmt.Errorf("note what was written beside the backup: %w", err)
@@ -272,11 +278,12 @@ func readHostFile(path string) (string, []byte, os.FileMode, error) {
 // backupsOf lists the backups aegis init made of the file at path, oldest
 // first.
 func backupsOf(path string) []string {
-	all, _ := filepath.Glob(globQuote(path) + backupSuffix + "*")
+	dir, prefix := filepath.Dir(path), filepath.Base(path)+backupSuffix
+	ents, _ := os.ReadDir(dir)
 	var out []string
-	for _, b := range all {
-		if !strings.HasSuffix(b, writtenSuffix) && !strings.HasPrefix(filepath.Base(b), ".") {
-			out = append(out, b)
+	for _, e := range ents {
+		if n := e.Name(); strings.HasPrefix(n, prefix) && !strings.HasSuffix(n, writtenSuffix) && e.Type().IsRegular() {
+			out = append(out, filepath.Join(dir, n))
 		}
 	}
 	key := func(b string) (string, int) {
@@ -297,16 +304,4 @@ func backupsOf(path string) []string {
 		return ni < nj
 	})
 	return out
-}
-
-// globQuote escapes the characters filepath.Glob reads as a pattern.
-func globQuote(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
