@@ -333,6 +333,12 @@ func TestInitFromCursorIntoOneGateway(t *testing.T) {
 	if !slices.Contains(prompts, "echo-a__greet") || !slices.Contains(prompts, "echo-b__greet") {
 		t.Errorf("the starter profile hides the prompts: %q", prompts)
 	}
+	if rs, err := cs.ListResources(ctx, nil); err != nil || len(rs.Resources) != 1 || rs.Resources[0].URI != "example://readme" {
+		t.Errorf("the starter profile's resources: %v %+v", err, rs)
+	}
+	if rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "example://readme"}); err != nil || len(rr.Contents) == 0 {
+		t.Errorf("read example://readme through the starter profile: %v %+v", err, rr)
+	}
 	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo-b__echo", Arguments: map[string]any{"message": "b"}}); err != nil || res.IsError {
 		t.Errorf("echo-b__echo: %v %+v", err, res)
 	}

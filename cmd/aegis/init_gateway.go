@@ -77,7 +77,7 @@ func gatewayName(existing map[string][]string, want string, argv []string, fixed
 }
 
 // addToGateway puts servers in the gateway file p.file, and lets its
-// default profile show their tools and prompts: a new file is the starter
+// default profile show their tools, prompts and resources: a new file is the starter
 // file, one that is there is edited node by node, so that its comments
 // and order stay, after a backup. A server already there with the same
 // command is left as it is. The result must parse as a gateway file, or
@@ -125,7 +125,7 @@ func (p *initPlan) addToGateway(servers []gwServer) (gatewayEdit, error) {
 func gatewayStarter(servers []gwServer) string {
 	var b strings.Builder
 	b.WriteString(`# aegis gateway: the servers behind aegis, and the profiles that decide
-# which of their tools and prompts the agent sees. aegis help gateway has
+# which of their tools, prompts and resources the agent sees. aegis help gateway has
 # every key.
 version: 1
 servers:
@@ -146,9 +146,9 @@ servers:
 	allow := string(jsonValue(pats))
 	b.WriteString(`profiles:
   default:
-    allow: ` + allow + `     # every tool of the servers; narrow it down
-    prompts: ` + allow + `   # and every prompt
-    # resources: ["file:///some/dir/**"]   # the resources (by URI) shown
+    allow: ` + allow + `       # every tool of the servers; narrow it down
+    prompts: ` + allow + `     # every prompt
+    resources: ` + allow + `   # every resource (or URI patterns: "file:///srv/**")
   # To keep some tools behind a human, narrow default and uncomment a
   # profile that has them. No profile lists it in allowed_transitions, so
   # a switch to it (the agent's aegis__set_profile tool) waits for
@@ -216,7 +216,7 @@ func editGateway(old []byte, servers []gwServer, ed *gatewayEdit) ([]byte, error
 	if def == nil || def.Kind != yaml.MappingNode {
 		ed.noProfile = true
 	} else {
-		for _, key := range []string{"allow", "prompts"} {
+		for _, key := range []string{"allow", "prompts", "resources"} {
 			list := mappingValue(def, key, true)
 			if list.Kind == yaml.ScalarNode && list.Tag == "!!null" {
 				*list = yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
