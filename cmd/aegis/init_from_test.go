@@ -448,3 +448,29 @@ func TestInitWriteHostConfigReplacesTheUnprotectedEntry(t *testing.T) {
 		t.Errorf("a refused --write-host-config: %v\n%s%s", err, out, stderr)
 	}
 }
+
+// A host's file goes back with its keys in their order, the values aegis
+// does not change as they were (numbers, unicode, <&>, nesting), and its
+// indentation; a file aegis cannot read whole (comments, a second value)
+// is refused rather than written back without what it did not read.
+func TestInitKeepsTheHostFileAsItWas(t *testing.T) {
+	in := "{\n\t\"zeta\": 1.50,\n\t\"mcpServers\": {\"b\": {\"command\": \"x\", \"x-extra\": [1, {\"k\": \"<&> é\"}]}, \"a\": {}},\n\t\"alpha\": null\n}\n"
+	o, err := parseJSONObject([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := o.format(fileIndent([]byte(in)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	json.Indent(&want, []byte(in), "", "\t")
+	if string(out) != want.String() {
+		t.Errorf("written back:\n%s\nwant:\n%s", out, want.String())
+	}
+	for _, bad := range []string{"// a comment\n{}", "{} {}", "[]", `{"a": }`} {
+		if _, err := parseJSONObject([]byte(bad)); err == nil {
+			t.Errorf("%q read as a JSON object", bad)
+		}
+	}
+}
