@@ -123,6 +123,9 @@ func (m *Main) runInit(_ context.Context, args []string) error {
 		if len(p.server) > 0 || *name != "" || *hostConfig != "" || *ask {
 			return usagef("aegis init --from claude|cursor|vscode|PATH, or aegis init --undo [--from …]", "init: --from and --undo take neither a SERVER, --name, --write-host-config nor --ask (the host's file names the servers)")
 		}
+		if *force && !*undo {
+			return usagef("aegis init --undo --force", "init: --force goes with --undo")
+		}
 		if *undo && *mode != "" {
 			return usagef("aegis init --undo [--from claude|cursor|vscode|PATH] [--force]", "init: --undo takes no --mode")
 		}

@@ -152,9 +152,6 @@ func (m *Main) initFrom(p *initPlan, from string) error {
 	if err != nil || servers == nil {
 		return withHint(fmt.Errorf("init: %s has no %s object: no server to put behind aegis", path, key), "add the servers to the host first, or use aegis init -- SERVER")
 	}
-	if err := p.setUp(); err != nil {
-		return err
-	}
 
 	var adopted []adoptedServer
 	var skipped []skippedServer
@@ -206,6 +203,10 @@ func (m *Main) initFrom(p *initPlan, from string) error {
 			skipped = append(skipped, skippedServer{f.key, "it has " + strings.Join(extra, ", ") + ", which one gateway entry cannot carry for each of its servers; --mode wrap puts it behind aegis"})
 			continue
 		}
+		if hostVariables(s) {
+			skipped = append(skipped, skippedServer{f.key, "its args or env use ${…} variables, which the host fills in and a gateway file cannot; --mode wrap keeps them in the host's entry"})
+			continue
+		}
 		g := gwServer{argv: argv}
 		for _, kv := range s.env {
 			var v string
@@ -228,9 +229,18 @@ func (m *Main) initFrom(p *initPlan, from string) error {
 		adopted = append(adopted, a)
 	}
 
+	w := m.Stdout
+	if len(adopted) == 0 {
+		fmt.Fprintf(w, "aegis init: no server of %s to put behind aegis; the file is left as it is.\n", path)
+		printSkipped(w, skipped)
+		return nil
+	}
+	if err := p.setUp(); err != nil {
+		return err
+	}
 	var ed gatewayEdit
 	var gwRecord, gwState, gwKey string
-	if p.mode == "gateway" && len(adopted) > 0 {
+	if p.mode == "gateway" {
 		if ed, err = p.addToGateway(gw); err != nil {
 			return err
 		}
@@ -252,12 +262,6 @@ func (m *Main) initFrom(p *initPlan, from string) error {
 		}
 	}
 
-	w := m.Stdout
-	if len(adopted) == 0 {
-		fmt.Fprintf(w, "aegis init: no server of %s to put behind aegis; the file is left as it is.\n", path)
-		printSkipped(w, skipped)
-		return nil
-	}
 	out, err := cfg.set(key, servers.raw()).format(fileIndent(old))
 	if err != nil {
 		return fmt.Errorf("init: %w", err)
@@ -304,6 +308,22 @@ func (m *Main) initFrom(p *initPlan, from string) error {
 	}
 	fmt.Fprintf(w, "\nPut %s back as it was (the records and keys are kept):\n  %s init --undo --from %s\n", path, p.self, proxy.QuoteArg(path))
 	return nil
+}
+
+// hostVariables reports whether the entry uses the host's ${…}
+// variables (VS Code's ${input:…}, ${env:…}, ${workspaceFolder}).
+func hostVariables(s hostServer) bool {
+	for _, a := range s.argv {
+		if strings.Contains(a, "${") {
+			return true
+		}
+	}
+	for _, kv := range s.env {
+		if bytes.Contains(kv.val, []byte("${")) {
+			return true
+		}
+	}
+	return false
 }
 
 // runsGateway reports whether argv runs aegis gateway with the gateway

@@ -293,7 +293,8 @@ func TestInitFromCursorIntoOneGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	original := `{"mcpServers":{"echo-a":{"command":` + q(example) + `},"Echo B":{"command":` + q(example) + `,"args":[],"env":{"B_TOKEN":"b"}},` +
-		`"sse":{"type":"sse","url":"http://127.0.0.1:1/sse"},"with-cwd":{"command":` + q(example) + `,"cwd":"/tmp"}}}`
+		`"sse":{"type":"sse","url":"http://127.0.0.1:1/sse"},"with-cwd":{"command":` + q(example) + `,"cwd":"/tmp"},` +
+		`"vars":{"command":` + q(example) + `,"env":{"TOKEN":"${input:token}"}}}}`
 	if err := os.WriteFile(hostFile, []byte(original), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -302,13 +303,13 @@ func TestInitFromCursorIntoOneGateway(t *testing.T) {
 	if err != nil {
 		t.Fatalf("init --from cursor --mode gateway: %v\n%s%s", err, out, stderr)
 	}
-	for _, want := range []string{"2 server(s) of " + hostFile + " are behind aegis gateway", "aegis's name: echo-b", "sse  ", "which one gateway entry cannot carry"} {
+	for _, want := range []string{"2 server(s) of " + hostFile + " are behind aegis gateway", "aegis's name: echo-b", "sse  ", "which one gateway entry cannot carry", "which the host fills in"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("init does not say %q:\n%s", want, out)
 		}
 	}
 	entries := readHostEntries(t, hostFile, "mcpServers")
-	if _, ok := entries["echo-a"]; ok || len(entries) != 3 {
+	if _, ok := entries["echo-a"]; ok || len(entries) != 4 {
 		t.Fatalf("the host's servers after init: %+v", entries)
 	}
 	gw := entries["aegis-gateway"]
