@@ -35,8 +35,9 @@ your MCP host. It
   - writes a starter policy for wrap (policy.yaml: every call allowed and
     recorded; edit it to refuse some) or, for the gateway, a starter
     gateway file (aegis.yaml: the server, and a default profile that shows
-    its tools and prompts), or adds the server to the aegis.yaml that is
-    there (its comments kept) and to its default profile;
+    its tools, prompts and resources), or adds the server to the
+    aegis.yaml that is there (its comments kept) and to its default
+    profile, or says it is there already;
   - names the server after what you would call it (the npm package npx
     runs, the script node runs, the module python -m runs, the image
     docker runs; never the interpreter), made unique (-2, -3…) among the
