@@ -77,7 +77,7 @@ func (p *initPlan) readHostServer(raw json.RawMessage) (hostServer, string) {
 		return s, "its args are not a list of strings"
 	}
 	s.argv = append([]string{cmd}, args...)
-	if p.isAegis(cmd) {
+	if p.isAegis(cmd) || strings.HasPrefix(commandBase(cmd), "aegis") && len(args) > 0 && (args[0] == "wrap" || args[0] == "gateway") {
 		return s, "it is already started by aegis"
 	}
 	if s.env, err = e.object("env"); err != nil {

@@ -383,13 +383,13 @@ func TestInitUndoRefusesAFileChangedSince(t *testing.T) {
 	home := t.TempDir()
 	hostFile := filepath.Join(home, "mcp.json")
 	original := `{"servers":{"ex":{"type":"stdio","command":` + q(filepath.Join(bin, "aegis-example-server")) + `},` +
-		`"other-aegis":{"command":"/opt/aegis","args":["wrap","--","x"]},"self":{"command":` + q(filepath.Join(bin, "aegis")) + `,"args":["gateway"]}}}`
+		`"other-aegis":{"command":"/opt/aegis","args":["wrap","--","x"]},"renamed":{"command":"/opt/bin/aegis-0.2","args":["gateway","--config","x"]},"self":{"command":` + q(filepath.Join(bin, "aegis")) + `,"args":["gateway"]}}}`
 	if err := os.WriteFile(hostFile, []byte(original), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := []string{"HOME=" + home, "PATH=/usr/bin:/bin"}
 	out, stderr, err := runAegis(t, env, "init", "--from", hostFile)
-	if err != nil || strings.Count(out, "it is already started by aegis") != 2 || !strings.Contains(out, "1 server(s)") {
+	if err != nil || strings.Count(out, "it is already started by aegis") != 3 || !strings.Contains(out, "1 server(s)") {
 		t.Fatalf("init --from: %v\n%s%s", err, out, stderr)
 	}
 	if e := readHostEntries(t, hostFile, "servers")["ex"]; e.Type != "stdio" || e.Args[0] != "wrap" {

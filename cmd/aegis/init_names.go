@@ -111,6 +111,26 @@ func rawServerName(argv []string) string {
 			}
 		}
 		return ""
+	case base == "cmd" || base == "sh" || base == "bash" || base == "zsh" || base == "env":
+		// cmd /c npx …, sh -c "npx …", env A=b npx …: what they run.
+		for i, a := range args {
+			switch {
+			case strings.EqualFold(a, "/c") || a == "-c":
+				if i+1 < len(args) {
+					words := strings.Fields(strings.Join(args[i+1:], " "))
+					if len(words) > 0 && words[0] == "exec" {
+						words = words[1:]
+					}
+					return rawServerName(words)
+				}
+				return ""
+			case base == "env" && (strings.HasPrefix(a, "-") || strings.Contains(a, "=")):
+				continue
+			case base == "env":
+				return rawServerName(args[i:])
+			}
+		}
+		return scriptName(firstOperand(args, nil))
 	case interpreters[base]:
 		return scriptName(firstOperand(args, nil))
 	}

@@ -34,6 +34,9 @@ func TestInitNamesServersAfterWhatTheyRun(t *testing.T) {
 		{"deno npm: specifier is named after the package", []string{"deno", "run", "-A", "npm:@x/server-y@2"}, "server-y"},
 		{"a binary of its own keeps its name", []string{"/usr/local/bin/GitHub-MCP-Server.exe", "stdio"}, "github-mcp-server"},
 		{"bash -c alone falls back to server, not bash", []string{"bash"}, "server"},
+		{"cmd /c npx on Windows is named after the package, not cmd", []string{`C:\Windows\System32\cmd.exe`, "/c", "npx", "-y", "@x/server-z"}, "server-z"},
+		{"sh -c with a command line is named after what it runs", []string{"sh", "-c", "exec python3 -m weather_srv"}, "weather_srv"},
+		{"env with variables is named after what it runs", []string{"/usr/bin/env", "-i", "A=b", "node", "/srv/notes/index.js"}, "notes"},
 		{"a server named aegis does not take aegis's reserved name", []string{"/opt/aegis/bin/aegis-tools/index.js"}, "aegis-tools"},
 		{"a name with __ would split wire names: it is folded", []string{"node", "/x/a__b.js"}, "a_b"},
 	} {
