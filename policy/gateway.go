@@ -169,6 +169,7 @@ type profile struct {
 	allow       []toolPattern
 	prompts     []toolPattern
 	resources   []uriPattern
+	resServers  []string // "<server>.*" entries of resources, as written
 	transitions []string // own only: transitions are not inherited
 }
 
@@ -484,6 +485,24 @@ func (g *Gateway) ResourceAllowed(profile, uri string) (bool, string) {
 		if r := &p.resources[i]; r.match(&u) {
 			return true, r.text
 		}
+	}
+	return false, ""
+}
+
+// ServerResourcesAllowed reports whether profile shows every resource and
+// resource template of server, and may read and subscribe to them: its
+// resources list (or one it extends) has the entry "<server>.*", which is
+// returned. It is how a profile trusts one server's resources whatever
+// their URIs; which server a URI belongs to is the gateway's to decide
+// (only the server that alone lists it or has a template matching it).
+func (g *Gateway) ServerResourcesAllowed(profile, server string) (bool, string) {
+	p, ok := g.profiles[profile]
+	if !ok {
+		return false, ""
+	}
+	entry := server + ".*"
+	if slices.Contains(p.resServers, entry) {
+		return true, entry
 	}
 	return false, ""
 }

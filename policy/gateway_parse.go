@@ -58,7 +58,7 @@ const maxProfileNameLen = 64
 //	  observer:                       # a profile name: [a-z0-9][a-z0-9_-]*
 //	    allow: [fs.read_text_file, "fs.list_*"]  # "<server>.<tool glob>"
 //	    prompts: ["docs.review_*"]               # "<server>.<prompt glob>"
-//	    resources: ["file:///srv/repo/**"]       # URI patterns, also for templates
+//	    resources: ["file:///srv/repo/**"]       # URI patterns, also for templates, or "<server>.*"
 //	    allowed_transitions: [developer]         # switches without a human
 //	  developer:
 //	    extends: observer             # inherit allow, prompts and resources (not transitions)
@@ -99,7 +99,9 @@ const maxProfileNameLen = 64
 //     declared server: a glob in the server part, a '.' or "**" in the
 //     name part, a character outside [A-Za-z0-9_-*];
 //   - a resource pattern that the URI matcher refuses (see
-//     [CanonicalURI]) or with a '*' other than a final "/*" or "/**";
+//     [CanonicalURI]) or with a '*' other than a final "/*" or "/**"; a
+//     resources entry without a scheme that is not "<server>.*" with a
+//     declared server;
 //   - extends or allowed_transitions naming an unknown profile, extends
 //     cycles, a profile listing itself as a transition, the same entry
 //     twice in a list;
@@ -168,6 +170,7 @@ type rawProfile struct {
 	allow       []lineStr
 	prompts     []lineStr
 	resources   []uriPattern
+	resServers  []lineStr // "<server>.*" entries of resources
 	transitions []lineStr
 }
 
@@ -733,6 +736,12 @@ func (p *parser) rawProfiles(n *yaml.Node, ppath string) ([]*rawProfile, error) 
 					return nil, err
 				}
 				for _, e := range list {
+					if !strings.ContainsRune(e.s, ':') {
+						// No scheme: not a URI, but "<server>.*", every
+						// resource of a server (checked with the servers).
+						r.resServers = append(r.resServers, e)
+						continue
+					}
 					pat, prob := parseURIPattern(e.s)
 					if prob != "" {
 						if strings.ContainsAny(e.s, "{}") {
@@ -865,6 +874,18 @@ func (p *parser) resolveProfiles(g *Gateway, raws []*rawProfile) error {
 	if err != nil {
 		return err
 	}
+	// Resources entries "<server>.*": a declared server, all of it.
+	for _, r := range raws {
+		for _, e := range r.resServers {
+			server, ok := strings.CutSuffix(e.s, ".*")
+			if !ok || strings.ContainsAny(server, ".*") {
+				return p.errorf(e.line, e.path, `bad resource pattern %q: no scheme (a URI pattern such as "file:///srv/**", or "<server>.*" for every resource of one server)`, e.s)
+			}
+			if _, ok := g.serverIndex[server]; !ok {
+				return p.errorf(e.line, e.path, "unknown server %q in resources entry %q", server, e.s)
+			}
+		}
+	}
 	var build func(r *rawProfile) *profile
 	build = func(r *rawProfile) *profile {
 		if done, ok := g.profiles[r.name]; ok {
@@ -877,6 +898,12 @@ func (p *parser) resolveProfiles(g *Gateway, raws []*rawProfile) error {
 			pr.allow = append(pr.allow, base.allow...)
 			pr.prompts = append(pr.prompts, base.prompts...)
 			pr.resources = append(pr.resources, base.resources...)
+			pr.resServers = append(pr.resServers, base.resServers...)
+		}
+		for _, e := range r.resServers {
+			if !contains(pr.resServers, e.s) {
+				pr.resServers = append(pr.resServers, e.s)
+			}
 		}
 		for _, a := range allows[r.name] {
 			if !containsFunc(pr.allow, func(b toolPattern) bool { return b.text == a.text }) {

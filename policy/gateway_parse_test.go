@@ -165,7 +165,10 @@ func TestParseGatewayRefuses(t *testing.T) {
 		{"ResourceEncodedStar", gw([]string{`p: {resources: ["file:///repo/%2A%2A"]}`}, defaultP), `aegis.yaml:4: profiles.p.resources[0]: bad resource pattern "file:///repo/%2A%2A": a '*' is only allowed as a final /* or /** segment`},
 		{"ResourceGlobWithQuery", gw([]string{`p: {resources: ["https://api.example/v1/**?x=1"]}`}, defaultP), `aegis.yaml:4: profiles.p.resources[0]: bad resource pattern "https://api.example/v1/**?x=1": a '*' is only allowed as a final /* or /** segment`},
 		{"ResourceUserinfo", gw([]string{`p: {resources: ["https://api.example@evil/**"]}`}, defaultP), `aegis.yaml:4: profiles.p.resources[0]: bad resource pattern "https://api.example@evil/**": userinfo in the authority (a@b names host b)`},
-		{"ResourceNoScheme", gw([]string{`p: {resources: ["/repo/**"]}`}, defaultP), `aegis.yaml:4: profiles.p.resources[0]: bad resource pattern "/repo/**": no scheme`},
+		{"ResourceNoScheme", gw([]string{`p: {resources: ["/repo/**"]}`}, defaultP), `aegis.yaml:4: profiles.p.resources[0]: bad resource pattern "/repo/**": no scheme (a URI pattern such as "file:///srv/**", or "<server>.*" for every resource of one server)`},
+		{"ResourceServerUndeclared", gw([]string{`p: {resources: ["git.*"]}`}, defaultP), `aegis.yaml:4: profiles.p.resources[0]: unknown server "git" in resources entry "git.*"`},
+		{"ResourceServerNotAll", gw([]string{`p: {resources: ["fs.readme"]}`}, defaultP), `aegis.yaml:4: profiles.p.resources[0]: bad resource pattern "fs.readme": no scheme (a URI pattern such as "file:///srv/**", or "<server>.*" for every resource of one server)`},
+		{"ResourceServerGlob", gw([]string{`p: {resources: ["*.*"]}`}, defaultP), `aegis.yaml:4: profiles.p.resources[0]: bad resource pattern "*.*": no scheme (a URI pattern such as "file:///srv/**", or "<server>.*" for every resource of one server)`},
 		{"ResourceTrailingDotHost", gw([]string{`p: {resources: ["https://api.example./**"]}`}, defaultP), `aegis.yaml:4: profiles.p.resources[0]: bad resource pattern "https://api.example./**": an empty host label or a trailing dot`},
 		{"ResourceRootlessGlob", gw([]string{`p: {resources: ["urn:**"]}`}, defaultP), `aegis.yaml:4: profiles.p.resources[0]: bad resource pattern "urn:**": a '*' is only allowed as a final /* or /** segment`},
 
@@ -498,5 +501,41 @@ func TestHostSafeName(t *testing.T) {
 		if got := HostSafeName(name); got != want {
 			t.Errorf("HostSafeName(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// A resources entry "<server>.*" grants every resource of that server,
+// inherited through extends, and no other server's: a profile that does
+// not have it (or one it extends) grants nothing by it.
+func TestServerResourcesAllowedOnlyTheNamedServer(t *testing.T) {
+	g, err := ParseGateway("aegis.yaml", []byte(y(
+		"servers:",
+		"  fs: {command: mcp-fs}",
+		"  docs: {command: mcp-docs}",
+		"profiles:",
+		"  base: {resources: [\"fs.*\"]}",
+		"  more: {extends: base, resources: [\"file:///srv/**\"]}",
+		"  none: {allow: [fs.read]}",
+		"activation: {default_profile: none}",
+	)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		profile, server string
+		want            bool
+	}{
+		{"base", "fs", true},
+		{"more", "fs", true},
+		{"base", "docs", false},
+		{"none", "fs", false},
+		{"nosuch", "fs", false},
+	} {
+		if got, entry := g.ServerResourcesAllowed(tc.profile, tc.server); got != tc.want || got && entry != "fs.*" {
+			t.Errorf("ServerResourcesAllowed(%s, %s) = %v %q, want %v", tc.profile, tc.server, got, entry, tc.want)
+		}
+	}
+	if ok, _ := g.ResourceAllowed("base", "file:///srv/x"); ok {
+		t.Error("a server entry grants a URI by pattern")
 	}
 }

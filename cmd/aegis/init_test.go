@@ -103,18 +103,23 @@ func TestInitEntryRunsAsAHostRunsIt(t *testing.T) {
 				t.Errorf("%s: %v\n%s", lines[len(lines)-1], err, vout)
 			}
 
-			// A second init keeps the key and the starter file.
+			// A second init keeps the key and the starter file; for the
+			// gateway, the file that has the server already is left as it
+			// is, and init says so rather than that it is ready.
 			again := exec.Command(filepath.Join(bin, "aegis"), "init", "--mode", tc.mode, "--", filepath.Join(bin, "aegis-example-server"))
 			again.Env = env
-			var again2 bytes.Buffer
-			again.Stderr = &again2
 			out2, err := again.Output()
-			if err != nil || strings.Count(string(out2), "(kept: it was there)") != 2 || !strings.Contains(string(out2), verify[3]) {
+			kept := map[string]int{"wrap": 2, "gateway": 1}[tc.mode]
+			if err != nil || strings.Count(string(out2), "(kept: it was there)") != kept || !strings.Contains(string(out2), verify[3]) {
 				t.Errorf("a second init: %v\n%s", err, out2)
 			}
-			// A kept gateway file may not hold the server: init says so.
-			if kept := strings.Contains(again2.String(), "was there and is kept"); kept != (tc.mode == "gateway") {
-				t.Errorf("a second init's stderr: %q", again2.String())
+			if has := strings.Contains(string(out2), "already has aegis-example-server, with this command; nothing was added"); has != (tc.mode == "gateway") {
+				t.Errorf("a second init:\n%s", out2)
+			}
+			// The wrapped server ran: its state folder is there, so a
+			// second init names the next one apart.
+			if tc.mode == "wrap" && !strings.Contains(string(out2), "aegis-example-server-2.aarl") {
+				t.Errorf("a second wrap init shares the first one's record:\n%s", out2)
 			}
 		})
 	}
@@ -151,7 +156,7 @@ func TestInitWritesHostConfigWithBackup(t *testing.T) {
 		cfg.MCPServers["aegis-example-server"].Args[0] != "wrap" {
 		t.Fatalf("the host file after init: %v\n%s", err, b)
 	}
-	backups, _ := filepath.Glob(hostFile + ".bak-*")
+	backups := backupsOf(hostFile)
 	if len(backups) != 1 {
 		t.Fatalf("backups: %v", backups)
 	}

@@ -25,7 +25,10 @@
 // Prompts and resource templates are under the profile like tools (see
 // prompts.go): hidden ones are absent from the lists and refused
 // if asked for, and every prompts/get and resources/read has a durable
-// call.verdict before it runs or is refused. Protocol-level refusals are
+// call.verdict before it runs or is refused. A profile's "<server>.*"
+// resources entry grants a URI only for the one server that owns it (it
+// lists it, or alone has templates matching it: soleOwner); a grant of one
+// server never lets a read reach another. Protocol-level refusals are
 // the -32042 error of wrap, with data.aegis.layer "gateway"; no error
 // reaches the host with code 0 (refusal.go, docs/ERRORS.md).
 //

@@ -53,6 +53,7 @@ type Policy interface {
 	PromptAllowed(profile, server, prompt string) (bool, string)
 	ResourceAllowed(profile, uri string) (bool, string)
 	TemplateAllowed(profile, uriTemplate string) (bool, string)
+	ServerResourcesAllowed(profile, server string) (bool, string)
 	RequiredPromptProfile(active, server, prompt string) string
 	Transition(from, to string) bool
 	RequiredProfile(active, server, tool string) string
@@ -468,6 +469,9 @@ func (g *gateway) applyProfile() {
 	var rremove []string
 	for uri, server := range g.res {
 		ok, _ := g.cfg.Policy.ResourceAllowed(profile, uri)
+		if !ok {
+			ok, _ = g.cfg.Policy.ServerResourcesAllowed(profile, server)
+		}
 		if ok && !g.visRes[uri] {
 			cs := g.downs[server].cs
 			g.srv.AddResource(g.resDefs[uri], func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {

@@ -105,6 +105,9 @@ func (g *gateway) applyPrompts(profile string) {
 		}
 		uriT := te.def.URITemplate
 		ok, _ := g.cfg.Policy.TemplateAllowed(profile, uriT)
+		if !ok {
+			ok, _ = g.cfg.Policy.ServerResourcesAllowed(profile, te.server)
+		}
 		ok = ok && !g.pins.hiddenKind(schemas.PinKindResourceTemplate, te.server, uriT)
 		switch {
 		case ok && !t.visTmpl[uriT]:
@@ -215,7 +218,7 @@ func (g *gateway) promptsGet(ctx context.Context, method string, r *mcp.GetPromp
 func (g *gateway) resourcesRead(ctx context.Context, method string, r *mcp.ReadResourceRequest, next mcp.MethodHandler) (mcp.Result, error) {
 	uri := r.Params.URI
 	profile := g.active()
-	allowed, pattern := g.cfg.Policy.ResourceAllowed(profile, uri)
+	allowed, pattern := g.resourceAllowed(profile, uri)
 	v := map[string]any{"method": method, "uri": uri, "profile": profile, "allowed": allowed, "pattern": pattern}
 	if !allowed {
 		v["reason"] = "resource not permitted"

@@ -32,6 +32,45 @@ func (g *gateway) resourceOwner(uri string) (string, bool) {
 	return "", false
 }
 
+// soleOwner is the server a URI belongs to for a profile's "<server>.*"
+// resources entry: the server that lists it, else the one server whose
+// templates match it. When templates of two servers match it, none is: a
+// grant of one server must never let a read reach another.
+func (g *gateway) soleOwner(uri string) (string, bool) {
+	f := &g.fw
+	f.tmu.RLock()
+	defer f.tmu.RUnlock()
+	if s, ok := g.res[uri]; ok {
+		return s, true
+	}
+	owner := ""
+	for _, t := range f.tmplOrder {
+		tmpl, err := uritemplate.New(t)
+		if err != nil || !(t == uri || tmpl.Regexp().MatchString(uri)) {
+			continue
+		}
+		if s := f.templates[t]; owner == "" {
+			owner = s
+		} else if s != owner {
+			return "", false
+		}
+	}
+	return owner, owner != ""
+}
+
+// resourceAllowed reports whether profile may read (or subscribe to) uri,
+// and the entry that allows it: one of its URI patterns, or the
+// "<server>.*" entry of the server the URI belongs to (soleOwner).
+func (g *gateway) resourceAllowed(profile, uri string) (bool, string) {
+	if ok, pattern := g.cfg.Policy.ResourceAllowed(profile, uri); ok {
+		return ok, pattern
+	}
+	if s, ok := g.soleOwner(uri); ok {
+		return g.cfg.Policy.ServerResourcesAllowed(profile, s)
+	}
+	return false, ""
+}
+
 // complete routes completion/complete to the server that owns the prompt
 // or resource it names.
 func (g *gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
@@ -55,9 +94,13 @@ func (g *gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 		s, ok := g.resourceOwner(ref.URI)
 		if ok {
 			profile := g.active()
-			byURI, _ := g.cfg.Policy.ResourceAllowed(profile, ref.URI)
+			byURI, _ := g.resourceAllowed(profile, ref.URI)
 			byTmpl, _ := g.cfg.Policy.TemplateAllowed(profile, ref.URI)
-			ok = byURI || byTmpl
+			byServer, _ := g.cfg.Policy.ServerResourcesAllowed(profile, s)
+			if sole, one := g.soleOwner(ref.URI); !one || sole != s {
+				byServer = false
+			}
+			ok = byURI || byTmpl || byServer
 		}
 		if !ok {
 			return nil, mcp.ResourceNotFoundError(ref.URI)
@@ -81,7 +124,7 @@ func (g *gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 func (g *gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
 	uri := req.Params.URI
 	profile := g.active()
-	allowed, pattern := g.cfg.Policy.ResourceAllowed(profile, uri)
+	allowed, pattern := g.resourceAllowed(profile, uri)
 	if _, err := g.sess.Fact(schemas.KindCallVerdict, map[string]any{
 		"method": "resources/subscribe", "uri": uri, "profile": profile, "allowed": allowed, "pattern": pattern}); err != nil {
 		return fmt.Errorf("aegis could not record this subscription, so it was not made: %w", err)
