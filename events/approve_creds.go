@@ -209,6 +209,11 @@ func WriteApprovalCreds(dir string, c Creds) (path string, err error) {
 		f.Close()
 		return "", fmt.Errorf("write approval credentials: %w", err)
 	}
+	// Windows: the file inherits the directory's DACL; give it its own.
+	if err := platform.MakePrivate(tmp); err != nil {
+		f.Close()
+		return "", fmt.Errorf("write approval credentials: %w", err)
+	}
 	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return "", fmt.Errorf("write approval credentials: %w", err)

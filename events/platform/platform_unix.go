@@ -71,3 +71,13 @@ func OpenNoFollow(path string, flag int, perm fs.FileMode) (*os.File, error) {
 
 // IsDiskFull reports whether err says the disk is full.
 func IsDiskFull(err error) bool { return errors.Is(err, syscall.ENOSPC) }
+
+// SyncDir makes the entries of dir (a rename into it) durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
