@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aegis-dev/aegis/events/platform"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -99,11 +100,15 @@ func RuntimeDirPath(getenv func(string) string, stateDir string) (string, error)
 	if !fi.IsDir() {
 		return "", fmt.Errorf("XDG_RUNTIME_DIR %s is not a directory", x)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return "", fmt.Errorf("XDG_RUNTIME_DIR %s is owned by uid %d, not by this user (uid %d)", x, st.Uid, os.Geteuid())
+	a, err := platform.PathAccess(x, fi)
+	if err != nil {
+		return "", fmt.Errorf("XDG_RUNTIME_DIR: %w", err)
 	}
-	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
-		return "", fmt.Errorf("XDG_RUNTIME_DIR %s has mode %#o; group or others can write it, so another user could take its aegis directory", x, perm)
+	if !a.Owned {
+		return "", fmt.Errorf("XDG_RUNTIME_DIR %s is owned by %s, not by this user (%s)", x, a.Owner, a.Me)
+	}
+	if a.Perm&0o022 != 0 {
+		return "", fmt.Errorf("XDG_RUNTIME_DIR %s %s; group or others can write it, so another user could take its aegis directory", x, platform.ModeWords(a.Perm))
 	}
 	return filepath.Join(x, "aegis"), nil
 }
@@ -122,8 +127,12 @@ func RuntimeDir(getenv func(string) string, stateDir string) (string, error) {
 	}
 	switch err := os.Mkdir(dir, 0o700); {
 	case err == nil:
-		// Mkdir's mode is filtered by the umask.
+		// Mkdir's mode is filtered by the umask; on Windows the directory
+		// inherits its parent's DACL.
 		if err := os.Chmod(dir, 0o700); err != nil {
+			return "", fmt.Errorf("runtime directory: %w", err)
+		}
+		if err := platform.MakePrivate(dir); err != nil {
 			return "", fmt.Errorf("runtime directory: %w", err)
 		}
 	case errors.Is(err, fs.ErrExist):
@@ -149,11 +158,15 @@ func checkRuntimeDir(dir string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("runtime directory %s is not a directory", dir)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("runtime directory %s is owned by uid %d, not by this user (uid %d); remove it, or point XDG_RUNTIME_DIR at a private directory of yours", dir, st.Uid, os.Geteuid())
+	a, err := platform.PathAccess(dir, fi)
+	if err != nil {
+		return fmt.Errorf("runtime directory: %w", err)
 	}
-	if perm := fi.Mode().Perm(); perm != 0o700 {
-		return fmt.Errorf("runtime directory %s has mode %#o; it must be 0700 (run: chmod 700 %s)", dir, perm, dir)
+	if !a.Owned {
+		return fmt.Errorf("runtime directory %s is owned by %s, not by this user (%s); remove it, or point XDG_RUNTIME_DIR at a private directory of yours", dir, a.Owner, a.Me)
+	}
+	if a.Perm != 0o700 {
+		return fmt.Errorf("runtime directory %s %s; it must be 0700 (run: %s)", dir, platform.ModeWords(a.Perm), platform.FixCommand(dir, true))
 	}
 	return nil
 }
@@ -193,6 +206,11 @@ func WriteApprovalCreds(dir string, c Creds) (path string, err error) {
 		}
 	}()
 	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return "", fmt.Errorf("write approval credentials: %w", err)
+	}
+	// Windows: the file inherits the directory's DACL; give it its own.
+	if err := platform.MakePrivate(tmp); err != nil {
 		f.Close()
 		return "", fmt.Errorf("write approval credentials: %w", err)
 	}
@@ -275,7 +293,7 @@ func ReadApprovalCreds(dir string) (*CredsList, error) {
 var errCredsEmpty = errors.New("is empty")
 
 func readCredsFile(path string) (Creds, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := platform.OpenNoFollow(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
 			return Creds{}, errors.New("is a symbolic link")
@@ -290,11 +308,15 @@ func readCredsFile(path string) (Creds, error) {
 	if !fi.Mode().IsRegular() {
 		return Creds{}, errors.New("is not a regular file")
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return Creds{}, fmt.Errorf("is owned by uid %d, not by this user (uid %d)", st.Uid, os.Geteuid())
+	a, err := platform.FileAccess(f, fi)
+	if err != nil {
+		return Creds{}, err
 	}
-	if perm := fi.Mode().Perm(); perm != 0o600 {
-		return Creds{}, fmt.Errorf("has mode %#o; a credentials file must be 0600", perm)
+	if !a.Owned {
+		return Creds{}, fmt.Errorf("is owned by %s, not by this user (%s)", a.Owner, a.Me)
+	}
+	if a.Perm != 0o600 {
+		return Creds{}, fmt.Errorf("%s; a credentials file must be 0600", platform.ModeWords(a.Perm))
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxCredsBytes+1))
 	if err != nil {
@@ -326,7 +348,4 @@ func readCredsFile(path string) (Creds, error) {
 
 // processAlive reports whether a process with that PID exists. A PID that
 // was reused by another process counts as alive; connecting then fails.
-func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
+func processAlive(pid int) bool { return platform.Alive(pid) }

@@ -3,7 +3,8 @@ package events
 import (
 	"errors"
 	"fmt"
-	"syscall"
+
+	"github.com/aegis-dev/aegis/events/platform"
 )
 
 // ErrDiskFull is wrapped (by a [*DiskFullError]) when a commit failed on a
@@ -32,11 +33,7 @@ const diskFullMargin = 8 << 20
 // diskSpace returns the size of the filesystem holding dir and the space
 // an unprivileged writer may still use on it.
 func diskSpace(dir string) (total, free uint64, err error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, 0, err
-	}
-	return st.Blocks * uint64(st.Bsize), st.Bavail * uint64(st.Bsize), nil
+	return platform.DiskSpace(dir)
 }
 
 // diskFull returns a *DiskFullError if the disk holding dir is (nearly)

@@ -79,7 +79,9 @@
 //   - One writer per state directory. Open takes an exclusive flock on
 //     <dir>/lock and writes its PID there; a second Open fails at once with
 //     a [*LockedError] naming the directory and that PID. The kernel drops
-//     the lock when the holder dies, so a crash leaves no stale lock.
+//     the lock when the holder dies, so a crash leaves no stale lock. On
+//     Windows the lock is LockFileEx on one byte past any content
+//     (package platform).
 //   - Immutable. The stream denies delete and purge, so any gap in its
 //     sequence, any message the store cannot load, and a stream shorter
 //     than the length recorded at its last clean close (<dir>/stream-seq)
@@ -122,7 +124,10 @@
 //     directory such as /tmp where another user could create it first
 //     ([RuntimeDirPath]). It must be a real directory of this user with
 //     mode 0700, and XDG_RUNTIME_DIR one that only this user can write;
-//     anything else is refused with the reason, never worked around.
+//     anything else is refused with the reason, never worked around. On
+//     Windows the mode is read from the DACL (package platform): only the
+//     user, SYSTEM and Administrators may have access, and what cannot be
+//     judged is refused; aegis gives a directory it creates such a DACL.
 //
 // A fleet (hub.go): with [Config.Hub] the embedded server is also a leaf
 // node of a NATS hub, under a JetStream domain named after the host, and

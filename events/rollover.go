@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aegis-dev/aegis/events/platform"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -308,12 +309,7 @@ func WriteFileAtomic(path string, b []byte) error {
 		os.Remove(f.Name())
 		return err
 	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return fmt.Errorf("sync directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := platform.SyncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("sync directory: %w", err)
 	}
 	return nil
@@ -331,12 +327,7 @@ func removeTemps(dir string) {
 	}
 }
 
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-}
+func syncDir(dir string) { platform.SyncDir(dir) }
 
 // prepareRoll, in Open before the server starts, reads the stream's base,
 // refuses a directory whose rotation did not finish (unless FinishRoll is

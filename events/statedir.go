@@ -3,11 +3,13 @@ package events
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
+
+	"github.com/aegis-dev/aegis/events/platform"
 )
 
 // DefaultDir returns the state directory used when none is given:
@@ -54,8 +56,16 @@ func prepareDir(dir string) error { return privateDir(dir, "state directory") }
 // privateDir is prepareDir for any directory of this user's that must be
 // private; what names it in errors.
 func privateDir(dir, what string) error {
+	_, err := os.Stat(dir)
+	missing := errors.Is(err, fs.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", what, err)
+	}
+	if missing {
+		// Windows: what MkdirAll made inherits its parent's DACL.
+		if err := platform.MakePrivate(dir); err != nil {
+			return fmt.Errorf("create %s: %w", what, err)
+		}
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -64,16 +74,20 @@ func privateDir(dir, what string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("%s %s is not a directory", what, dir)
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("%s %s has mode %#o; it must be private (run: chmod 700 %s)", what, dir, perm, dir)
+	a, err := platform.PathAccess(dir, fi)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("%s %s is owned by uid %d, not by this user (uid %d)", what, dir, st.Uid, os.Geteuid())
+	if a.Perm&0o077 != 0 {
+		return fmt.Errorf("%s %s %s; it must be private (run: %s)", what, dir, platform.ModeWords(a.Perm), platform.FixCommand(dir, true))
+	}
+	if !a.Owned {
+		return fmt.Errorf("%s %s is owned by %s, not by this user (%s)", what, dir, a.Owner, a.Me)
 	}
 	return nil
 }
 
-// dirLock is an exclusive flock on <dir>/lock that holds the owner's PID.
+// dirLock is an exclusive lock (flock; LockFileEx on Windows) on <dir>/lock that holds the owner's PID.
 // The kernel drops it when the process dies, so a crash never leaves a
 // stale lock behind.
 type dirLock struct{ f *os.File }
@@ -84,13 +98,13 @@ func lockDir(dir string) (*dirLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := platform.TryLock(f); err != nil {
 		pid := 0
 		if b, rerr := os.ReadFile(path); rerr == nil {
 			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		}
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, platform.ErrLocked) {
 			return nil, &LockedError{Dir: dir, PID: pid}
 		}
 		return nil, fmt.Errorf("lock state directory %s: %w", dir, err)

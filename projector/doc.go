@@ -60,8 +60,10 @@
 //
 // Only private files get evidence. The record file and its checkpoints
 // sidecar are created 0600 with O_EXCL; an existing one must be a regular
-// file of the effective user's with no group or other access, opened
-// with O_NOFOLLOW, else [*UnsafeFileError] ([ErrUnsafeRecordFile]) before
+// file of the effective user's with no group or other access (on Windows:
+// owned by the user, and a DACL that grants no one else, package
+// platform), opened with O_NOFOLLOW (Windows: a link is refused as looked
+// at just before the open), else [*UnsafeFileError] ([ErrUnsafeRecordFile]) before
 // session.opened. A link named as the record is followed only while each
 // link is the user's own (recordfile.go).
 //

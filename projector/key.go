@@ -9,9 +9,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/aegis-dev/aegis/events/platform"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -173,6 +175,11 @@ func writeSecretFile(path string, data []byte, force bool) (err error) {
 	if err := f.Chmod(0o600); err != nil {
 		return err
 	}
+	// Windows: a new file inherits its directory's DACL, and Chmod does
+	// not change it.
+	if err := platform.MakePrivate(path); err != nil {
+		return err
+	}
 	if _, err := f.Write(data); err != nil {
 		return err
 	}
@@ -261,6 +268,9 @@ func (e *PrivateFileError) Error() string {
 	if e.NotRegular {
 		return fmt.Sprintf("%q: not a regular file", e.Path)
 	}
+	if runtime.GOOS == "windows" {
+		return fmt.Sprintf("%q: %v (it %s; run: %s)", e.Path, ErrKeyFilePermissions, platform.ModeWords(e.Perm), platform.FixCommand(e.Path, false))
+	}
 	return fmt.Sprintf("%q: %v (mode %#o)", e.Path, ErrKeyFilePermissions, e.Perm)
 }
 
@@ -288,8 +298,12 @@ func ReadPrivateFile(path string, limit int64) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, &PrivateFileError{Path: path, NotRegular: true}
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, &PrivateFileError{Path: path, Perm: perm}
+	a, err := platform.FileAccess(f, fi)
+	if err != nil {
+		return nil, err
+	}
+	if a.Perm&0o077 != 0 {
+		return nil, &PrivateFileError{Path: path, Perm: a.Perm}
 	}
 	return io.ReadAll(io.LimitReader(f, limit+1))
 }

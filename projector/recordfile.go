@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/aegis-dev/aegis/events/platform"
 )
 
 // ErrUnsafeRecordFile is wrapped by the error [OpenSession] returns when
@@ -49,7 +51,7 @@ const (
 // unsafeFile says why fi, the file at path, is not one aegis may append
 // evidence to, or returns nil: it must be a regular file, owned by this
 // process's effective user, that group and others cannot access.
-func unsafeFile(fi fs.FileInfo, path, what, into string) *UnsafeFileError {
+func unsafeFile(fi fs.FileInfo, a platform.Access, path, what, into string) *UnsafeFileError {
 	e := &UnsafeFileError{What: what, Path: path, Into: into}
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
@@ -61,13 +63,9 @@ func unsafeFile(fi fs.FileInfo, path, what, into string) *UnsafeFileError {
 		e.hint = "give a regular file, " + privateHint
 		return e
 	}
-	uid, euid := -1, os.Geteuid()
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		uid = int(st.Uid)
-	}
-	perm := fi.Mode().Perm()
-	if uid != -1 && uid != euid {
-		e.Why = fmt.Sprintf("belongs to uid %d, not to this user (uid %d)", uid, euid)
+	perm := a.Perm
+	if !a.Owned {
+		e.Why = fmt.Sprintf("belongs to %s, not to this user (%s)", a.Owner, a.Me)
 		if perm&privateModes != 0 {
 			e.Why += fmt.Sprintf(", and is readable or writable by group or others (mode %#o)", perm)
 		}
@@ -76,7 +74,7 @@ func unsafeFile(fi fs.FileInfo, path, what, into string) *UnsafeFileError {
 	}
 	if perm&privateModes != 0 {
 		e.Why = fmt.Sprintf("is readable or writable by group or others (mode %#o)", perm)
-		e.hint = "chmod 600 " + path + ", " + privateHint
+		e.hint = platform.FixCommand(path, false) + ", " + privateHint
 		return e
 	}
 	return nil
@@ -107,7 +105,13 @@ func checkPrivateFile(path, what, into string) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", what, path, err)
 	}
-	if e := unsafeFile(fi, path, what, into); e != nil {
+	var a platform.Access
+	if fi.Mode().IsRegular() { // unsafeFile says what else it is first
+		if a, err = platform.PathAccess(path, fi); err != nil {
+			return fmt.Errorf("%s %s: %w", what, path, err)
+		}
+	}
+	if e := unsafeFile(fi, a, path, what, into); e != nil {
 		return e
 	}
 	return nil
@@ -122,8 +126,14 @@ func checkPrivateFile(path, what, into string) error {
 // *UnsafeFileError comes from the file system as it is (a missing
 // directory is fs.ErrNotExist).
 func openPrivateAppend(path, what, into string) (f *os.File, created bool, err error) {
-	f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	f, err = platform.OpenNoFollow(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
 	if err == nil {
+		// Windows: the new file inherits its directory's DACL.
+		if err := platform.MakePrivate(path); err != nil {
+			f.Close()
+			os.Remove(path)
+			return nil, false, err
+		}
 		return f, true, nil
 	}
 	if !errors.Is(err, fs.ErrExist) {
@@ -141,7 +151,7 @@ func openPrivateExisting(path, what, into string) (*os.File, error) {
 	if err := checkPrivateFile(path, what, into); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := platform.OpenNoFollow(path, os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, &UnsafeFileError{What: what, Path: path, Into: into, Why: "is a symbolic link",
@@ -154,7 +164,14 @@ func openPrivateExisting(path, what, into string) (*os.File, error) {
 		f.Close()
 		return nil, err
 	}
-	if e := unsafeFile(fi, path, what, into); e != nil {
+	var a platform.Access
+	if fi.Mode().IsRegular() { // unsafeFile says what else it is first
+		if a, err = platform.FileAccess(f, fi); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	if e := unsafeFile(fi, a, path, what, into); e != nil {
 		f.Close()
 		return nil, e
 	}
@@ -174,10 +191,14 @@ func followOwnLinks(path string) error {
 		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
 			return nil
 		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-			why := fmt.Sprintf("is a symbolic link that belongs to uid %d, not to this user (uid %d)", st.Uid, os.Geteuid())
+		if a, err := platform.PathAccess(path, fi); err != nil || !a.Owned {
+			owner, me := a.Owner, a.Me
+			if err != nil {
+				owner, me = "an owner aegis could not read ("+err.Error()+")", "you"
+			}
+			why := fmt.Sprintf("is a symbolic link that belongs to %s, not to this user (%s)", owner, me)
 			if path != orig {
-				why = fmt.Sprintf("leads through %s, a symbolic link that belongs to uid %d, not to this user (uid %d)", path, st.Uid, os.Geteuid())
+				why = fmt.Sprintf("leads through %s, a symbolic link that belongs to %s, not to this user (%s)", path, owner, me)
 			}
 			return &UnsafeFileError{What: recordWhat, Path: orig, Into: recordInto, Why: why,
 				hint: "name the file itself, not a link another user made, " + privateHint}

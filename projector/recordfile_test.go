@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/aegis-dev/aegis/projector"
@@ -109,9 +108,7 @@ func TestAuditFilePrecreatedByAnotherUserIsRefused(t *testing.T) {
 		{
 			name: "record is a named pipe",
 			plant: func(t *testing.T, audit string) string {
-				if err := syscall.Mkfifo(audit, 0o600); err != nil {
-					t.Fatal(err)
-				}
+				mkfifo(t, audit)
 				return ""
 			},
 			want: []string{"calls.aarl is not a regular file (a named pipe)"},

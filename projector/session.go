@@ -12,10 +12,10 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/events/platform"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -693,7 +693,7 @@ func (p *fileProjection) checkpointTick() {
 func (p *fileProjection) writeFailed(err error) {
 	p.failed = fmt.Errorf("write audit file: %w", err)
 	why := "the record file could not be written"
-	if errors.Is(err, syscall.ENOSPC) {
+	if platform.IsDiskFull(err) {
 		why = "the disk under the record file is full"
 	}
 	p.log.Warn(why+"; no more lines go to it in this session, and the event stream still holds every one: free space, then rebuild the file with 'aegis export'", "file", p.f.Name(), "err", err)

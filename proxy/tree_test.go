@@ -27,7 +27,9 @@ func newLeftover(t *testing.T, dir, name string) *leftover {
 	l := &leftover{t: t, out: filepath.Join(dir, name)}
 	t.Cleanup(func() {
 		if l.pid > 0 && l.exists() {
-			syscall.Kill(l.pid, syscall.SIGKILL) // a failed test leaves nothing running
+			if p, err := os.FindProcess(l.pid); err == nil {
+				p.Kill() // a failed test leaves nothing running
+			}
 		}
 	})
 	return l

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -164,8 +163,8 @@ func (pl *plan) checkHardLinks() {
 		if err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
-			pl.problem("protected file %q has %d hard links: another name for it may lie inside a grant", pr.path, st.Nlink)
+		if n, ok := nlink(fi); ok && n > 1 {
+			pl.problem("protected file %q has %d hard links: another name for it may lie inside a grant", pr.path, n)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !windows
 
 package sandbox
 
@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// Tree is the server process. Outside Linux it is only the process aegis
-// started: its descendants are neither tracked nor ended.
+// Tree is the server process. Outside Linux and Windows it is only the
+// process aegis started: its descendants are neither tracked nor ended.
 type Tree struct{ cmd *exec.Cmd }
 
 // StartTree starts cmd.

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 
 	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/events/platform"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
 	"github.com/aegis-dev/aegis/schemas"
@@ -33,9 +35,17 @@ func (m *Main) loadApprovers(path string) (*schemas.Approvers, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, withHint(fmt.Errorf("approvers file %s: not a regular file", path), hint)
 	}
-	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+	acc, err := platform.FileAccess(f, fi)
+	if err != nil {
+		return nil, withHint(fmt.Errorf("approvers file: %w", err), hint)
+	}
+	if perm := acc.Perm; perm&0o022 != 0 {
+		fix := "chmod go-w " + path
+		if runtime.GOOS == "windows" {
+			fix = platform.FixCommand(path, false)
+		}
 		return nil, withHint(fmt.Errorf("approvers file %s: group or others may write it (mode %#o), and so add an approver", path, perm),
-			"run: chmod go-w "+path+"; nothing was started")
+			"run: "+fix+"; nothing was started")
 	}
 	data, err := io.ReadAll(io.LimitReader(f, schemas.MaxApproversFileBytes+1))
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -49,7 +48,7 @@ func TestKeygenApproverOnARealTerminal(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &stdout, &stderr
 	c.ExtraFiles = []*os.File{slave}
-	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 3}
+	onTerminal(c, 3)
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}

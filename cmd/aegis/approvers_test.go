@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,7 +89,7 @@ func (l *live) noTTY(args ...string) (string, int) {
 	c := exec.CommandContext(ctx, filepath.Join(l.bin, "aegis"), args...)
 	c.Env = l.env
 	c.Stdin = strings.NewReader("correct horse battery\ncorrect horse battery\n")
-	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	noTerminal(c)
 	b, err := c.CombinedOutput()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {

@@ -138,9 +138,7 @@ func signalWhileStarting(t *testing.T, cmd string) {
 		t.Fatal(err)
 	}
 	// The head of the session index, which every start reads.
-	if err := syscall.Mkfifo(filepath.Join(l.state, events.IndexDir, "index.v1.head"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, filepath.Join(l.state, events.IndexDir, "index.v1.head"))
 	audit := l.audit
 	marker := filepath.Join(l.dir, "server-started")
 	server := "touch " + marker + "; exec " + filepath.Join(l.bin, "aegis-example-server")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/events/platform"
 	"github.com/aegis-dev/aegis/projector"
 )
 
@@ -318,7 +319,7 @@ func hostKey(path string) (public, said string, err error) {
 func readSeed(path string) ([]byte, error) {
 	b, err := projector.ReadPrivateFile(path, 4096)
 	if errors.Is(err, projector.ErrKeyFilePermissions) {
-		return nil, withHint(fmt.Errorf("the link key %w", err), "chmod 600 "+path)
+		return nil, withHint(fmt.Errorf("the link key %w", err), platform.FixCommand(path, false))
 	}
 	return bytes.TrimSpace(b), err
 }

@@ -18,7 +18,7 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == sandbox.HelperArg {
 		os.Exit(sandbox.HelperMain(os.Args[2:], os.NewFile(sandbox.ControlFD, "control"), os.NewFile(sandbox.ReportFD, "report")))
 	}
-	m := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Exit: os.Exit}
+	m := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: homeOnWindows(runtime.GOOS, os.Getenv), Exit: os.Exit}
 	limitMemory(os.Args[1:], os.Getenv)
 	// AEGIS_CPUPROFILE=FILE writes a CPU profile of this run, and
 	// AEGIS_MEMPROFILE=FILE a profile of what it allocated (for make bench
@@ -50,6 +50,23 @@ func main() {
 		}
 	}
 	os.Exit(run())
+}
+
+// homeOnWindows returns getenv, except that on Windows, where HOME is
+// seldom set, an unset HOME reads as USERPROFILE (the user's profile
+// folder, which only the user, SYSTEM and Administrators may open), so
+// that the default state, config and cache folders are found there.
+func homeOnWindows(goos string, getenv func(string) string) func(string) string {
+	if goos != "windows" {
+		return getenv
+	}
+	return func(k string) string {
+		v := getenv(k)
+		if k == "HOME" && v == "" {
+			v = getenv("USERPROFILE")
+		}
+		return v
+	}
 }
 
 // relayMemoryLimit is the soft memory limit of a relaying aegis (wrap,

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aegis-dev/aegis/events/platform"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -74,7 +76,7 @@ func bins(t testing.TB) string {
 	binsOnce.Do(func() {
 		old, _ := filepath.Glob(filepath.Join(os.TempDir(), "aegis-cli-test-bin-*"))
 		for _, d := range old {
-			if pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "aegis-cli-test-bin-")); err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+			if pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "aegis-cli-test-bin-")); err == nil && !platform.Alive(pid) {
 				os.RemoveAll(d)
 			}
 		}

@@ -5,8 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/aegis-dev/aegis/events/platform"
 )
 
 // envWithout returns env without the variables named.
@@ -83,7 +84,7 @@ func TestRuntimeDirSquattedByAnotherUser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("runtime directory in the state directory: %v", err)
 	}
-	if fi.Mode().Perm() != 0o700 || int(fi.Sys().(*syscall.Stat_t).Uid) != os.Geteuid() {
+	if a, err := platform.PathAccess(filepath.Join(l.state, "run"), fi); err != nil || a.Perm != 0o700 || !a.Owned {
 		t.Errorf("runtime directory mode %v", fi.Mode())
 	}
 	ents, _ = os.ReadDir(filepath.Join(l.state, "run"))

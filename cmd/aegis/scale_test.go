@@ -155,10 +155,7 @@ func (s *scaleStore) run(args ...string) (scaleRun, error) {
 // selfPeakMiB is an upper bound, not the child's own; one above it is the
 // child's own.
 func maxRSSMiB(ps *os.ProcessState) float64 {
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		return float64(ru.Maxrss) / 1024
-	}
-	return 0
+	return float64(maxRSSKiB(ps)) / 1024
 }
 
 // selfPeakMiB is this process's peak resident set so far (VmHWM), or 0 if

@@ -17,14 +17,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
 	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/events/platform"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -432,7 +431,7 @@ func cleanReaders(readers string) {
 		if !ok || err != nil || pid <= 0 {
 			continue
 		}
-		if pid != os.Getpid() && syscall.Kill(pid, 0) == syscall.ESRCH {
+		if pid != os.Getpid() && !platform.Alive(pid) {
 			os.RemoveAll(filepath.Join(readers, e.Name()))
 		}
 	}
@@ -557,28 +556,28 @@ func lockHolder(dir string) int {
 	if err != nil {
 		return 0
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if data, err := os.ReadFile("/proc/locks"); err == nil && ok {
-		want := fmt.Sprintf("%02x:%02x:%d", unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev)), st.Ino)
-		for _, line := range strings.Split(string(data), "\n") {
-			f := strings.Fields(line)
-			// "1: FLOCK  ADVISORY  WRITE 4242 fd:01:123 0 EOF"; waiters
-			// have "->" after the number.
-			if len(f) < 6 || f[1] != "FLOCK" || f[5] != want {
-				continue
+	if data, err := os.ReadFile("/proc/locks"); err == nil {
+		if want, ok := procLocksID(fi); ok {
+			for _, line := range strings.Split(string(data), "\n") {
+				f := strings.Fields(line)
+				// "1: FLOCK  ADVISORY  WRITE 4242 fd:01:123 0 EOF"; waiters
+				// have "->" after the number.
+				if len(f) < 6 || f[1] != "FLOCK" || f[5] != want {
+					continue
+				}
+				if pid, err := strconv.Atoi(f[4]); err == nil {
+					return pid
+				}
 			}
-			if pid, err := strconv.Atoi(f[4]); err == nil {
-				return pid
-			}
+			return 0
 		}
-		return 0
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 || syscall.Kill(pid, 0) == syscall.ESRCH {
+	if err != nil || pid <= 0 || !platform.Alive(pid) {
 		return 0
 	}
 	return pid

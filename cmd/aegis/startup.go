@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/aegis-dev/aegis/projector"
-	"golang.org/x/sys/unix"
 )
 
 // startGrace is how long start-up may take to wind down after a signal
@@ -90,8 +89,8 @@ type interruptError struct{ sig os.Signal }
 
 func (e *interruptError) Error() string {
 	name := e.sig.String()
-	if s, ok := e.sig.(syscall.Signal); ok && unix.SignalName(s) != "" {
-		name = unix.SignalName(s) // SIGTERM, not "terminated"
+	if s, ok := e.sig.(syscall.Signal); ok && signalName(s) != "" {
+		name = signalName(s) // SIGTERM, not "terminated"
 	}
 	return "interrupted by " + name + " while starting"
 }

@@ -30,34 +30,35 @@ func (m *Main) terminal() (Terminal, error) {
 	return openDevTTY()
 }
 
-// devTTY is the process's controlling terminal.
-type devTTY struct{ f *os.File }
+// devTTY is the process's controlling terminal (/dev/tty; on Windows its
+// console, CONIN$ and CONOUT$).
+type devTTY struct{ in, out *os.File }
 
 func openDevTTY() (Terminal, error) {
-	f, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
+	in, out, err := openConsole()
 	if err != nil {
-		return nil, fmt.Errorf("%w: /dev/tty: %v", errNoTerminal, err)
+		return nil, fmt.Errorf("%w: %s: %v", errNoTerminal, ttyName, err)
 	}
-	if !term.IsTerminal(int(f.Fd())) {
-		f.Close()
-		return nil, fmt.Errorf("%w: /dev/tty is not a terminal", errNoTerminal)
+	if !term.IsTerminal(int(in.Fd())) {
+		closeConsole(in, out)
+		return nil, fmt.Errorf("%w: %s is not a terminal", errNoTerminal, ttyName)
 	}
-	return &devTTY{f: f}, nil
+	return &devTTY{in: in, out: out}, nil
 }
 
 func (t *devTTY) ReadPassphrase(prompt string) ([]byte, error) {
-	if _, err := fmt.Fprint(t.f, prompt); err != nil {
+	if _, err := fmt.Fprint(t.out, prompt); err != nil {
 		return nil, err
 	}
-	b, err := term.ReadPassword(int(t.f.Fd()))
-	fmt.Fprintln(t.f)
+	b, err := term.ReadPassword(int(t.in.Fd()))
+	fmt.Fprintln(t.out)
 	if err != nil {
-		return nil, fmt.Errorf("read passphrase from /dev/tty: %w", err)
+		return nil, fmt.Errorf("read passphrase from %s: %w", ttyName, err)
 	}
 	return b, nil
 }
 
-func (t *devTTY) Close() error { return t.f.Close() }
+func (t *devTTY) Close() error { return closeConsole(t.in, t.out) }
 
 // noTerminalHint says why there is no prompt and what to do.
 const noTerminalHint = "run it from an interactive terminal: the passphrase is read only from /dev/tty, never from arguments, the environment or stdin, so that a program driving aegis through pipes (an agent's shell tool) cannot give it"

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/events/platform"
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
@@ -451,7 +452,7 @@ func (m *Main) loadKey(keyPath string) (projector.PrivateKey, error) {
 	}
 	switch {
 	case errors.Is(err, projector.ErrKeyFilePermissions):
-		return key, withHint(fmt.Errorf("refusing signing key: %w", err), "chmod 600 "+keyPath)
+		return key, withHint(fmt.Errorf("refusing signing key: %w", err), platform.FixCommand(keyPath, false))
 	case errors.Is(err, projector.ErrInsecureDevKey):
 		return key, withHint(fmt.Errorf("refusing signing key: %w", err), "generate a real one with: aegis keygen --out KEY")
 	case errors.Is(err, os.ErrNotExist):

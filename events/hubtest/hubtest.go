@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aegis-dev/aegis/events/platform"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -39,7 +40,7 @@ func natsServer(t testing.TB) string {
 		const prefix = "aegis-nats-server-"
 		old, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
 		for _, d := range old {
-			if pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), prefix)); err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+			if pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), prefix)); err == nil && !platform.Alive(pid) {
 				os.RemoveAll(d)
 			}
 		}

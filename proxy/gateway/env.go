@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 
+	"github.com/aegis-dev/aegis/events/platform"
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/proxy"
 )
@@ -119,8 +121,16 @@ func ReadSecretFile(path string, kind error, nul string) (string, error) {
 	if !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("%w: %s is not a regular file", kind, path)
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return "", fmt.Errorf("%w: %s is accessible by group or others (mode %#o); run: chmod 600 %s", kind, path, perm, proxy.QuoteArg(path))
+	acc, err := platform.FileAccess(f, fi)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", kind, err)
+	}
+	if perm := acc.Perm; perm&0o077 != 0 {
+		fix := "chmod 600 " + proxy.QuoteArg(path)
+		if runtime.GOOS == "windows" {
+			fix = platform.FixCommand(path, false)
+		}
+		return "", fmt.Errorf("%w: %s is accessible by group or others (mode %#o); run: %s", kind, path, perm, fix)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxEnvFile+1))
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/aegis-dev/aegis/policy"
@@ -68,9 +67,7 @@ func TestServerEnvFile(t *testing.T) {
 	const secret = "tok-9f8e7d"
 	good := write("good", secret+"\r\n\n", 0o600)
 	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, fifo)
 	link := filepath.Join(dir, "link")
 	if err := os.Symlink(write("shared", secret, 0o644), link); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 
 	"github.com/aegis-dev/aegis/policy"
@@ -33,9 +32,7 @@ func TestRemoteServerOfRefusesUnsafeSecrets(t *testing.T) {
 	}
 	const secret = "Bearer tok-7c1d9e"
 	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, fifo)
 	env := map[string]string{"GOOD": secret, "SPLIT": secret + "\r\nX-Evil: 1"}
 	getenv := func(k string) string { return env[k] }
 	tests := []struct {
