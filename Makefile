@@ -35,17 +35,27 @@ install:
 	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; \
 	  *) echo "note: $(PREFIX)/bin is not on your PATH; add it: export PATH=\"$(PREFIX)/bin:\$$PATH\"" ;; esac
 
-# test: vet (for Linux, macOS and Windows), gofmt, then every test with the race
-# detector, each package printed as it finishes, and a summary. Tests
-# that mostly wait (on processes, a fleet hub's retries) run side by side
-# (t.Parallel, -parallel 8). The interop
-# suite needs the Node reference servers, the console's browser test
-# Debian's chromium, and the reading's differential test Python 3 (beside
-# Node), installed here first; AEGIS_REQUIRE_BROWSER makes the browser
-# test fail rather than skip without a browser.
+# test: vet (for Linux, macOS and Windows), gofmt, then every test with
+# the race detector, each package printed as it finishes, and a summary.
+# The two longest packages, proxy and cmd/aegis, start at once, each in a
+# go test of its own, beside a third that runs the others two at a time
+# (every package is compiled once before, so that the three do not
+# compile the same ones side by side). Within a package, the tests that
+# mostly wait (on processes, a fleet hub's retries) run side by side
+# (t.Parallel, -parallel 8). The interop suite needs the Node reference
+# servers, the console's browser test Debian's chromium, and the reading's
+# differential test Python 3 (beside Node), installed here first;
+# AEGIS_REQUIRE_BROWSER makes the browser test fail rather than skip
+# without a browser.
+TESTFLAGS := -race -count=1 -parallel 8 -timeout 30m
+LONG      := ./proxy ./cmd/aegis
 test: vet cross fmt-check interop-deps console-deps python-deps
-	@start=$$(date +%s); status=0; \
-	AEGIS_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -parallel 8 -timeout 30m ./... || status=$$?; \
+	@start=$$(date +%s); $(GO) build -race ./... || exit 1; \
+	rest=$$($(GO) list ./... | grep -v -x $(foreach p,$(LONG),-e $$($(GO) list $(p)))); \
+	export AEGIS_REQUIRE_BROWSER=1; pids=""; \
+	for p in $(LONG); do $(GO) test $(TESTFLAGS) $$p & pids="$$pids $$!"; done; \
+	$(GO) test $(TESTFLAGS) -p 2 $$rest & pids="$$pids $$!"; \
+	status=0; for p in $$pids; do wait $$p || status=1; done; \
 	if [ $$status = 0 ]; then verdict="every package passed"; else verdict="FAILED: see the FAIL lines above"; fi; \
 	echo "== make test: $$verdict, the tests in $$(( $$(date +%s) - start )) s"; exit $$status
 

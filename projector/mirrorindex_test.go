@@ -94,6 +94,7 @@ func TestMirrorIndexFoldsOnlyWhatReachedTheHubSince(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a hub")
 	}
+	t.Parallel() // it mostly waits on a hub: beside the others
 	ctx := context.Background()
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)

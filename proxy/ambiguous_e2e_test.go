@@ -69,7 +69,7 @@ func rawSession(t *testing.T, ctx context.Context, argv []string, frames []strin
 // that denies echo, each is refused with -32042 and recorded, and the
 // server never sees it.
 func TestAmbiguousCallsCannotSmuggleAToolPastPolicy(t *testing.T) {
-	t.Parallel() // long, and alone with its own processes: beside the other long ones
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	server := mcptest.EverythingServer(t)

@@ -412,6 +412,7 @@ rules:
 // recorded, and the call is pending again with a new approval id. The
 // relay's clock is injected, so no test time passes.
 func TestApprovedAllowanceExpiresWithItsApproval(t *testing.T) {
+	serialOnly(t)
 	h := newHarness(t)
 	h.policy = loadPolicy(t, testPolicy)
 	log := filepath.Join(t.TempDir(), "server.log")

@@ -15,6 +15,7 @@ import (
 // runs: the same call then goes through once, the next one is pending
 // again, and ids that cannot be honoured are refused and recorded.
 func TestApproveFromSecondProcess(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	c := newCLI(t)
 	runtime := filepath.Join(t.TempDir(), "run")
 	os.Mkdir(runtime, 0o700)

@@ -79,6 +79,7 @@ rules:
 // writes come back as a tool error naming the rule's reason, no file
 // appears, and the outcome line names the rule.
 func TestConditionConfinesFilesystemWritesThroughTheGateway(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	base := t.TempDir()
 	allowed := filepath.Join(base, "allowed")
 	if err := os.Mkdir(allowed, 0o755); err != nil {

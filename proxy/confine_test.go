@@ -58,6 +58,7 @@ func confinement(t *testing.T, audit string) map[string]any {
 // --confine. Each row is named after the attack it stops; the controls
 // show the same probe succeeds where it is allowed.
 func TestWrapConfineStopsEscapes(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	needRoot(t)
 	c := newCLI(t)
 	probe := bin(t, "probe")
@@ -209,6 +210,7 @@ func TestWrapConfineRefusesUnlessBestEffort(t *testing.T) {
 // The official reference server still works confined, and the signed
 // record says how.
 func TestWrapConfineEverythingServer(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	needRoot(t)
 	argv := mcptest.EverythingServer(t)
 	c := newCLI(t)
@@ -242,6 +244,7 @@ func TestWrapConfineEverythingServer(t *testing.T) {
 // which execs it with exactly what the gateway gave the helper: the
 // minimal base and its own env, nothing else of aegis's.
 func TestGatewayConfinedServerEnvironment(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	needRoot(t)
 	every := mcptest.EverythingServer(t)
 	pkgRoot := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(every[1])))) // …/node_modules

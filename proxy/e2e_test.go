@@ -185,7 +185,7 @@ func TestEndToEndSameResultsAsDirect(t *testing.T) {
 // The official reference server behaves the same through aegis: tools,
 // resources and prompts, and a tool call.
 func TestEndToEndEverythingServerInterop(t *testing.T) {
-	t.Parallel() // long, and alone with its own processes: beside the other long ones
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	argv := mcptest.EverythingServer(t)

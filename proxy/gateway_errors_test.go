@@ -102,6 +102,7 @@ rules:
 // host told), every prompts/get and resources/read has a call.verdict, and
 // every refusal carries a real JSON-RPC code and the seed's payload.
 func TestGatewayPromptsAndErrors(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	c := newCLI(t)
 	every := mcptest.EverythingServer(t)
 	args, _ := json.Marshal(every[1:])

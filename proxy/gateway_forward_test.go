@@ -235,6 +235,7 @@ func TestGatewayCancelReachesServerNoAnswer(t *testing.T) {
 // came): the gateway refuses the request as the host would, and the host
 // is never asked.
 func TestGatewayRefusesSamplingTheHostDidNotAnnounce(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 	c := newCLI(t)
 	cmd := gatewayCmd(t, c, map[string][]string{"everything": every}, []string{"everything.*"}, nil)

@@ -181,6 +181,7 @@ func quoteArgs(ss []string) string {
 // any server; and no value is written to the record, the events or the
 // state directory. A token file that others may read refuses the start.
 func TestGatewayServerEnvironmentIsolated(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 	const token = "tok-5b1e9c7d2a"
 	const unlisted = "unlisted-3f9a0c"
@@ -307,6 +308,7 @@ activation:
 // stdout until it exits (server-everything died of "write EPIPE" when its
 // stdout was closed first). child.exited names the server and its PID.
 func TestGatewayReferenceServersExitCleanly(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	root := t.TempDir()
 	every := mcptest.EverythingServer(t)
 	fsArgv := mcptest.FilesystemServer(t, root)
@@ -361,6 +363,7 @@ activation:
 // goes to the server, and the outcome says so. Then the server exits on
 // its stdin's end.
 func TestGatewayCallsInFlightWhenTheHostLeaves(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	c := newCLI(t)
 	calls := filepath.Join(c.dir, "calls.log")
 	g := c.startGateway(`version: 1
@@ -442,6 +445,7 @@ activation:
 // writes nothing to the host. One working server is enough, and the
 // skipped one is recorded.
 func TestGatewayWithNoWorkingServerRefusesToStart(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	missing := filepath.Join(t.TempDir(), "no-such-server")
 	c := newCLI(t)
 	g := c.startGateway(`version: 1

@@ -37,6 +37,7 @@ func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
 // under a name of its own and still calls the server's tool by its own
 // name; a tool that turns up later with such a name is left out alike.
 func TestGatewayListsOnlyNamesHostsAccept(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	c := newCLI(t)
 	every, fs := mcptest.EverythingServer(t), mcptest.FilesystemServer(t, c.dir)
 	long := "fetch_the_page_at_the_url_and_return_its_body_as_markdown_text"   // 62 bytes: 68 prefixed

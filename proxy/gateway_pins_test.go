@@ -139,6 +139,7 @@ activation:
 // 'aegis pins reset' of that tool, the next session shows it again,
 // pinned at first sight as the server now lists it.
 func TestGatewayDeniesASchemaThatGainsAParameterUntilReset(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	c := newCLI(t)
 	config := filepath.Join(c.dir, "aegis.yaml")
 	write := func(changes, env string) {
@@ -217,6 +218,7 @@ on_tool_change: deny
 // with the approval to act on, and `aegis approve` pins the new prompt
 // and shows it again.
 func TestGatewayHidesRewrittenPromptAndTemplateUntilRepinned(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	c := newCLI(t)
 	config := filepath.Join(c.dir, "aegis.yaml")
 	write := func(prompt, template string) {
@@ -322,6 +324,7 @@ activation:
 // opens with server/discover, which the gateway does not read for
 // capabilities).
 func TestGatewayPinsDoNotDependOnWhichHostCameFirst(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	c := newCLI(t)
 	config := filepath.Join(c.dir, "aegis.yaml")
 	os.WriteFile(config, []byte(`version: 1

@@ -578,6 +578,7 @@ func TestGatewayRemoteSessionLostRefusesItsCalls(t *testing.T) {
 // server, whose acceptance of notifications/cancelled is recorded as
 // notified; when the host leaves, the session is closed and recorded so.
 func TestGatewayRemoteCancelReachesServerInProcess(t *testing.T) {
+	serialOnly(t)
 	remote := newRemoteMCP(t, false, true, "Bearer in-process-token")
 	hr := newHarness(t)
 	tokenFile := filepath.Join(t.TempDir(), "token")

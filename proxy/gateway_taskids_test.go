@@ -210,6 +210,7 @@ activation:
 // first server's: the second is refused the id, so it can never poll or
 // read the first's task, and the host is asked nothing for it after.
 func TestHostTaskIDGivenToTwoServersStaysTheFirsts(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 	caps := map[string]any{"sampling": map[string]any{}, "tasks": map[string]any{"list": map[string]any{}, "cancel": map[string]any{},
 		"requests": map[string]any{"sampling": map[string]any{"createMessage": map[string]any{}}}}}

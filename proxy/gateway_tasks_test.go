@@ -252,7 +252,7 @@ func runTasks(t *testing.T, h *taskHost, tool string) taskRun {
 // a cancel is recorded, and a task id the gateway did not create reaches
 // no server.
 func TestGatewayParityTasks(t *testing.T) {
-	t.Parallel() // long, and alone with its own processes: beside the other long ones
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 
 	want := runTasks(t, directHost(t, every...), "simulate-research-query")
@@ -311,6 +311,7 @@ func TestGatewayParityTasks(t *testing.T) {
 // profile does not allow is refused and recorded, and never reaches the
 // server (no task exists); a task id from elsewhere is refused.
 func TestGatewayTaskCallUnderProfile(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 	c, gw := everythingGateway(t, every, "everything.echo", "")
 	h := gw.taskHost()
@@ -364,6 +365,7 @@ func (h *taskHost) notesOf(method string) []map[string]any {
 // (a url elicitation with a progress token) reaches the server, and the
 // server's notifications/elicitation/complete reaches the host.
 func TestGatewayParityElicitationCompleteAndHostProgress(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	run := func(t *testing.T, h *taskHost, tool string) (string, []map[string]any) {
 		h.elicit = map[string]any{"action": "accept"}
 		h.before = func(req map[string]any) bool {
@@ -418,6 +420,7 @@ activation:
 // longer needs answered): the host is sent notifications/cancelled for the
 // request it was asked, directly and through the gateway.
 func TestGatewayParityServerCancelsItsRequest(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	run := func(t *testing.T, h *taskHost, tool string) (string, bool) {
 		var askedID any
 		var mu sync.Mutex
@@ -465,6 +468,7 @@ activation:
 // trigger-sampling-request, trigger-elicitation-request and get-roots-list
 // only to a client that can take them.
 func TestGatewayServersSeeTheHostsCapabilities(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 	names := func(h *taskHost, caps map[string]any, strip string) string {
 		a := h.request("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": caps,
@@ -532,6 +536,7 @@ func (g *gwProc) taskHost() *taskHost {
 // does; after it the server is sent notifications/cancelled for it, and
 // task.result records that it was cut short, not a result.
 func TestGatewayTaskResultInFlightWhenTheHostLeaves(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 	c, gw := everythingGateway(t, every, "everything.simulate-research-query", "")
 	h := gw.taskHost()
@@ -558,7 +563,7 @@ func TestGatewayTaskResultInFlightWhenTheHostLeaves(t *testing.T) {
 // host, and its tasks/get and tasks/result polls reach the host and come
 // back, directly and through the gateway alike.
 func TestGatewayParityHostRunsSamplingAsATask(t *testing.T) {
-	t.Parallel() // long, and alone with its own processes: beside the other long ones
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 	caps := map[string]any{"sampling": map[string]any{}, "elicitation": map[string]any{"form": map[string]any{}},
 		"tasks": map[string]any{"list": map[string]any{}, "cancel": map[string]any{}, "requests": map[string]any{
@@ -631,7 +636,7 @@ func TestGatewayParityHostRunsSamplingAsATask(t *testing.T) {
 // only when the server announced tasks for tools/call, so it checks what
 // the gateway adds to what the go-sdk writes.
 func TestGatewayParityTasksTypeScriptClient(t *testing.T) {
-	t.Parallel() // long, and alone with its own processes: beside the other long ones
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 	node, sdk := mcptest.TypeScriptSDK(t)
 	script, err := filepath.Abs(filepath.Join("testdata", "tsclient", "tasks.mjs"))

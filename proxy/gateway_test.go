@@ -23,6 +23,7 @@ import (
 // escalation approved from a second process, resource scoping, prompts, and
 // a record that verifies and tells the story.
 func TestGatewayEndToEnd(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	c := newCLI(t)
 	root := filepath.Join(c.dir, "root")
 	os.Mkdir(root, 0o755)

@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,13 +102,33 @@ type harness struct {
 	policy *policy.Set
 }
 
-// newHarness runs the relay in this test process. Its server tree then
-// takes every child of the process that it did not start as a leader
-// (sandbox.StartTree) for an orphan of the tree, and ends it: a test with a
-// harness must not be parallel (t.Parallel), or it kills the processes of
-// the tests beside it.
+// parallelTests counts the parallel tests running. They run only once
+// every serial test has ended.
+var parallelTests atomic.Int32
+
+// parallel marks t parallel (t.Parallel), counted for serialOnly.
+func parallel(t *testing.T) {
+	t.Parallel()
+	parallelTests.Add(1)
+	t.Cleanup(func() { parallelTests.Add(-1) })
+}
+
+// serialOnly fails t when parallel tests run: a relay or gateway run in
+// this test process starts its servers as trees (sandbox.StartTree), and
+// a tree's sweep takes every child of the process that it did not start as
+// a leader for an orphan of the tree and ends it, the processes of the
+// tests beside it too.
+func serialOnly(t *testing.T) {
+	t.Helper()
+	if parallelTests.Load() > 0 {
+		t.Fatal("this test runs the relay or the gateway in the test process, which ends every child process it did not start: it must not be parallel")
+	}
+}
+
+// newHarness runs the relay in this test process: see serialOnly.
 func newHarness(t *testing.T) *harness {
 	t.Helper()
+	serialOnly(t)
 	dir := t.TempDir()
 	key, err := projector.GenerateKey(rand.Reader)
 	if err != nil {

@@ -116,9 +116,9 @@ const floodRSSLimit = 400
 // memory stays bounded, and every frame still reaches the host and the
 // record.
 func TestWrapServerFloodOfLargeFramesKeepsMemoryBounded(t *testing.T) {
-	t.Parallel() // long, and alone with its own processes: beside the other long ones
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	c := newCLI(t)
-	const frames, size = 32, 16 << 20
+	const frames, size = 24, 16 << 20
 	argv := c.wrapArgv(floodServer(t), "-size", fmt.Sprint(size), "-count", fmt.Sprint(frames))
 	cmd, stdin, stdout, stderr, stop, peak := startMeasured(t, argv)
 	defer stdin.Close()
@@ -149,9 +149,9 @@ func TestWrapServerFloodOfLargeFramesKeepsMemoryBounded(t *testing.T) {
 // near 300 MiB, not in the GiBs: the writer blocked on the host held the
 // path's lock, which stopped the reader; the test guards the answer path.)
 func TestWrapSlowHostOfLargeAnswersKeepsMemoryBounded(t *testing.T) {
-	t.Parallel() // long, and alone with its own processes: beside the other long ones
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	c := newCLI(t)
-	const calls, size = 32, 16 << 20
+	const calls, size = 24, 16 << 20
 	argv := c.wrapArgv(floodServer(t), "-answers", "-size", fmt.Sprint(size))
 	cmd, stdin, stdout, stderr, stop, peak := startMeasured(t, argv)
 	var reqs bytes.Buffer

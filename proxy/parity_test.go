@@ -461,7 +461,7 @@ func unNamespace(s, server string) string {
 // server-everything and then through aegis gateway: every step must show
 // the host the same thing, modulo the namespace.
 func TestGatewayParity(t *testing.T) {
-	t.Parallel() // long, and alone with its own processes: beside the other long ones
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 	root := t.TempDir()
 	direct, dv := runParity(t, parityScript, &mcp.CommandTransport{Command: exec.Command(every[0], every[1:]...), TerminateDuration: 5 * time.Second}, "", root)
@@ -482,7 +482,7 @@ func TestGatewayParity(t *testing.T) {
 // host's roots: through the gateway it must end up with the same ones, and
 // read and refuse the same files.
 func TestGatewayParityFilesystem(t *testing.T) {
-	t.Parallel() // long, and alone with its own processes: beside the other long ones
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	base, root := t.TempDir(), t.TempDir()
 	os.WriteFile(filepath.Join(root, "notes.txt"), []byte("inside the root"), 0o644)
 	os.WriteFile(filepath.Join(base, "other.txt"), []byte("outside the root"), 0o644)

@@ -162,7 +162,7 @@ func TestToolPinsOfSchemeOneAreUpgradedNotChanged(t *testing.T) {
 // tool\u0073, 1e400 and deep nesting; it cannot join a split answer), the
 // call to the rewritten tool is refused, and the record verifies.
 func TestToolPinsHoldEveryReadingOfAListingTypeScriptHost(t *testing.T) {
-	t.Parallel() // long, and alone with its own processes: beside the other long ones
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	node, sdk := mcptest.TypeScriptSDK(t)
 	script, err := filepath.Abs(filepath.Join("testdata", "tsclient", "pins.mjs"))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 // condition, which cannot read it one way. The plain call beside them
 // runs, and the record verifies.
 func TestWrapRefusesWhatReadersTakeDifferentlyTypeScriptHost(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	node, sdk := mcptest.TypeScriptSDK(t)
 	script, err := filepath.Abs(filepath.Join("testdata", "tsclient", "calls.mjs"))
 	if err != nil {

@@ -177,6 +177,7 @@ func TestWrapConfinedServerTreeEnds(t *testing.T) {
 
 // The gateway ends every downstream server's tree when the host leaves.
 func TestGatewayEndsEveryServerTree(t *testing.T) {
+	parallel(t) // long, and alone with its own processes: beside the other long ones
 	c := newCLI(t)
 	a := newLeftover(t, c.dir, "leftover-a")
 	b := newLeftover(t, c.dir, "leftover-b")
