@@ -50,7 +50,7 @@ install:
 TESTFLAGS := -race -count=1 -parallel 8 -timeout 30m
 LONG      := ./proxy ./cmd/aegis
 test: vet cross fmt-check interop-deps console-deps python-deps
-	@start=$$(date +%s); $(GO) build -race ./... || exit 1; \
+	@start=$$(date +%s); $(GO) build -race $$($(GO) list -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' ./...) || exit 1; \
 	rest=$$($(GO) list ./... | grep -v -x $(foreach p,$(LONG),-e $$($(GO) list $(p)))); \
 	export AEGIS_REQUIRE_BROWSER=1; pids=""; \
 	for p in $(LONG); do $(GO) test $(TESTFLAGS) $$p & pids="$$pids $$!"; done; \

@@ -291,11 +291,19 @@ func (s *Store) Base() uint64 { return s.base }
 // a crash left it), fsynced, renamed over it, and the directory fsynced. A
 // reader sees the old content or the new, never a mix.
 func WriteFileAtomic(path string, b []byte) error {
+	return WriteFileAtomicMode(path, b, 0o600)
+}
+
+// WriteFileAtomicMode is [WriteFileAtomic] with the file's mode perm.
+func WriteFileAtomicMode(path string, b []byte, perm os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".put-*")
 	if err != nil {
 		return err
 	}
 	_, err = f.Write(b)
+	if err == nil && perm != 0o600 {
+		err = f.Chmod(perm)
+	}
 	if err == nil {
 		err = f.Sync()
 	}

@@ -53,7 +53,7 @@ func (h *fleetHost) load() {
 		// A steady load, not the most the machine can do: the test waits
 		// minutes on the hub's retries, and calls at full speed all that
 		// while would take the CPU from every test beside it.
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 		h.next++
 		id := 1000 + h.next
 		line := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"message":"load %d"}}}`+"\n", id, id)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
 )
@@ -424,7 +425,7 @@ func (m *Main) initUndo(p *initPlan, from string, force bool) error {
 	if err != nil {
 		return fmt.Errorf("init --undo: %w", err)
 	}
-	if err := writeFileMode(real, b, fi.Mode().Perm()); err != nil {
+	if err := events.WriteFileAtomicMode(real, b, fi.Mode().Perm()); err != nil {
 		return fmt.Errorf("init --undo: write %s: %w", path, err)
 	}
 	if bytes.Equal(b, cur) {

@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/policy"
 )
 
@@ -107,7 +108,7 @@ func (p *initPlan) addToGateway(servers []gwServer) (gatewayEdit, error) {
 		return ed, withHint(fmt.Errorf("init: %s would not be a gateway file with the servers added: %w", p.file, err), "nothing in it was changed; add the servers by hand (aegis help gateway)")
 	}
 	if old == nil {
-		if err := writeFileMode(path, out, 0o600); err != nil {
+		if err := events.WriteFileAtomicMode(path, out, 0o600); err != nil {
 			return ed, fmt.Errorf("init: write %s: %w", p.file, err)
 		}
 		p.fileNew = true

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aegis-dev/aegis/events"
 )
 
 // jsonField is one member of a JSON object, its value as written.
@@ -204,54 +206,23 @@ func writeWithBackup(path string, old, b []byte, mode os.FileMode, undoable bool
 			}
 			w.backup = stamp + "-" + strconv.Itoa(i)
 		}
-		if err := writeFileMode(w.backup, old, mode); err != nil {
+		if err := events.WriteFileAtomicMode(w.backup, old, mode); err != nil {
 			return w, fmt.Errorf("copy it aside: %w", err)
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return w, err
 	}
-	if err := writeFileMode(path, b, mode); err != nil {
+	if err := events.WriteFileAtomicMode(path, b, mode); err != nil {
 		return w, err
 	}
 	if w.backup != "" && undoable {
 		sum := sha256.Sum256(b)
-		if err := writeFileMode(w.backup+writtenSuffix, []byte(hex.EncodeToString(sum[:])+"\n"), 0o600); err != nil {
+		if err := events.WriteFileAtomicMode(w.backup+writtenSuffix, []byte(hex.EncodeToString(sum[:])+"\n"), 0o600); err != nil {
 			return w, fmt.Errorf("note what was written beside the backup: %w", err)
 		}
 	}
 	return w, nil
-}
-
-// writeFileMode writes b to path through a temporary file in the same
-// directory, given mode perm, renamed over path, then syncs the directory.
-func writeFileMode(path string, b []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".aegis-init-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
 }
 
 // readHostFile reads the host file at path, following a symlink to the
