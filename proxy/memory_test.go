@@ -116,7 +116,8 @@ const floodRSSLimit = 400
 // memory stays bounded, and every frame still reaches the host and the
 // record.
 func TestWrapServerFloodOfLargeFramesKeepsMemoryBounded(t *testing.T) {
-	parallel(t) // long, and alone with its own processes: beside the other long ones
+	// Not parallel: its 16 MiB commits must not wait on the CPU of the
+	// tests beside it past the store's acknowledgement timeout.
 	c := newCLI(t)
 	const frames, size = 24, 16 << 20
 	argv := c.wrapArgv(floodServer(t), "-size", fmt.Sprint(size), "-count", fmt.Sprint(frames))
@@ -149,7 +150,8 @@ func TestWrapServerFloodOfLargeFramesKeepsMemoryBounded(t *testing.T) {
 // near 300 MiB, not in the GiBs: the writer blocked on the host held the
 // path's lock, which stopped the reader; the test guards the answer path.)
 func TestWrapSlowHostOfLargeAnswersKeepsMemoryBounded(t *testing.T) {
-	parallel(t) // long, and alone with its own processes: beside the other long ones
+	// Not parallel: its 16 MiB commits must not wait on the CPU of the
+	// tests beside it past the store's acknowledgement timeout.
 	c := newCLI(t)
 	const calls, size = 24, 16 << 20
 	argv := c.wrapArgv(floodServer(t), "-answers", "-size", fmt.Sprint(size))

@@ -70,7 +70,8 @@ func TestWrapRelaysHostileBytesExactly(t *testing.T) {
 // recorded, by the aegis binary as users run it (under the race detector
 // in-process, 16 MiB each way takes most of a minute).
 func TestWrapRelaysAFrameJustUnderTheLimitExactly(t *testing.T) {
-	parallel(t) // long, and alone with its own processes: beside the other long ones
+	// Not parallel: its 16 MiB commits must not wait on the CPU of the
+	// tests beside it past the store's acknowledgement timeout.
 	c := newCLI(t)
 	huge := append(append([]byte(`{"jsonrpc":"2.0","id":7,"method":"notifications/x","params":{"pad":"`), bytes.Repeat([]byte("A"), proxy.MaxFrame-100)...), []byte(`"}}`)...)
 	var input []byte
