@@ -449,14 +449,17 @@ func (m *Main) follow(ctx context.Context, stateDir, arg string, o replayOpts) e
 		}
 		// A session has ended when its process held the store neither
 		// before the read (so the read has all it wrote) nor after it (a
-		// process that started meanwhile may have opened it).
+		// process that started meanwhile may have opened it). A closed
+		// session of a process that still holds it is not over: its
+		// record's last checkpoint follows the close line.
 		after := lockHolder(stateDir)
 		runningAfter := map[string]bool{}
 		for _, s := range ix.Sessions(after) {
 			runningAfter[s.ID] = s.State == projector.StateRunning
 		}
 		for _, s := range ix.Sessions(holder) {
-			if finished[s.ID] || s.State == projector.StateRunning || runningAfter[s.ID] {
+			held := s.PID != 0 && (s.PID == holder || s.PID == after)
+			if finished[s.ID] || s.State == projector.StateRunning || runningAfter[s.ID] || held {
 				continue
 			}
 			finished[s.ID] = true
