@@ -14,48 +14,40 @@ import (
 // resourceOwner is the server that owns uri: the one that lists it, else
 // the first whose URI template is uri or matches it.
 func (g *gateway) resourceOwner(uri string) (string, bool) {
-	f := &g.fw
-	f.tmu.RLock()
-	defer f.tmu.RUnlock()
-	if s, ok := g.res[uri]; ok {
-		return s, true
-	}
-	if s, ok := f.templates[uri]; ok {
-		return s, true
-	}
-	for _, t := range f.tmplOrder {
-		tmpl, err := uritemplate.New(t)
-		if err == nil && tmpl.Regexp().MatchString(uri) {
-			return f.templates[t], true
-		}
-	}
-	return "", false
+	s, _ := g.owners(uri)
+	return s, s != ""
 }
 
 // soleOwner is the server a URI belongs to for a profile's "<server>.*"
 // resources entry: the server that lists it, else the one server whose
 // templates match it. When templates of two servers match it, none is: a
 // grant of one server must never let a read reach another.
-func (g *gateway) soleOwner(uri string) (string, bool) {
+func (g *gateway) soleOwner(uri string) (string, bool) { return g.owners(uri) }
+
+// owners returns resourceOwner's server for uri, and whether it is the
+// only server that lists uri or has a template that is uri or matches it.
+func (g *gateway) owners(uri string) (first string, sole bool) {
 	f := &g.fw
 	f.tmu.RLock()
 	defer f.tmu.RUnlock()
 	if s, ok := g.res[uri]; ok {
 		return s, true
 	}
-	owner := ""
+	first = f.templates[uri]
+	sole = true
 	for _, t := range f.tmplOrder {
 		tmpl, err := uritemplate.New(t)
 		if err != nil || !(t == uri || tmpl.Regexp().MatchString(uri)) {
 			continue
 		}
-		if s := f.templates[t]; owner == "" {
-			owner = s
-		} else if s != owner {
-			return "", false
+		switch s := f.templates[t]; {
+		case first == "":
+			first = s
+		case s != first:
+			sole = false
 		}
 	}
-	return owner, owner != ""
+	return first, first != "" && sole
 }
 
 // resourceAllowed reports whether profile may read (or subscribe to) uri,
@@ -94,13 +86,9 @@ func (g *gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 		s, ok := g.resourceOwner(ref.URI)
 		if ok {
 			profile := g.active()
-			byURI, _ := g.resourceAllowed(profile, ref.URI)
+			byURI, _ := g.resourceAllowed(profile, ref.URI) // a "<server>.*" entry too, of the sole owner
 			byTmpl, _ := g.cfg.Policy.TemplateAllowed(profile, ref.URI)
-			byServer, _ := g.cfg.Policy.ServerResourcesAllowed(profile, s)
-			if sole, one := g.soleOwner(ref.URI); !one || sole != s {
-				byServer = false
-			}
-			ok = byURI || byTmpl || byServer
+			ok = byURI || byTmpl
 		}
 		if !ok {
 			return nil, mcp.ResourceNotFoundError(ref.URI)
