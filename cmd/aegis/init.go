@@ -41,7 +41,10 @@ your MCP host. It
   - names the server after what you would call it (the npm package npx
     runs, the script node runs, the module python -m runs, the image
     docker runs; never the interpreter), made unique (-2, -3…) among the
-    servers init set up, unless --name names it;
+    servers init set up, unless --name names it; the same command set up
+    again takes the name it had (servers.json in the config folder notes
+    which command each name was given to), so it goes on in its record
+    and state folder;
   - names a record file and a state folder of the server's own
     (~/.local/share/aegis/NAME.aarl, ~/.local/state/aegis/NAME);
   - prints the mcpServers entry for Claude Desktop and Cursor, and the
@@ -96,6 +99,8 @@ type initPlan struct {
 	record, state   string
 	pub             string
 	keyNew, fileNew bool
+	known           *initServers // what earlier runs set up, by name
+	again           bool         // the name was set up for this command before
 	self            string
 	hostConfig      string
 	interactive     bool
@@ -214,6 +219,9 @@ func (m *Main) runInit(_ context.Context, args []string) error {
 			fmt.Fprintf(m.Stderr, "aegis: the entry %s of %s, which started the server without aegis, is replaced (aegis init --undo puts it back)\n", p.name, p.hostConfig)
 		}
 	}
+	if p.mode == "wrap" {
+		p.remember(m.Stderr, map[string][]string{p.name: p.server})
+	}
 	p.print(m.Stdout, entry)
 	return nil
 }
@@ -222,7 +230,7 @@ func (m *Main) runInit(_ context.Context, args []string) error {
 // and state go. A wrapped server's name is made unique among the state
 // folders and records there are; a gateway's is the name the gateway file
 // has for the same command, or one it does not have yet.
-func (p *initPlan) nameServer() error {
+func (p *initPlan) nameServer() (err error) {
 	fixed := p.name != ""
 	if !fixed {
 		p.name = defaultServerName(p.server)
@@ -236,10 +244,32 @@ func (p *initPlan) nameServer() error {
 			return err
 		}
 	} else if !fixed {
-		p.name = uniqueName(p.name, p.nameTaken(nil))
+		if p.known, err = loadInitServers(p.configDir); err != nil {
+			return err
+		}
+		p.name, p.again = p.known.name(p.name, p.server, nil, p.nameTaken(nil))
 	}
 	p.record, p.state = p.serverPaths(p.name)
 	return nil
+}
+
+// remember notes in the configuration folder which command the server's
+// name was given to (see initServers); failing that costs only the name
+// of a later run for the same command.
+func (p *initPlan) remember(w io.Writer, names map[string][]string) {
+	if p.known == nil {
+		var err error
+		if p.known, err = loadInitServers(p.configDir); err != nil {
+			fmt.Fprintf(w, "aegis: note: %v\n", err)
+			return
+		}
+	}
+	for n, argv := range names {
+		p.known.add(n, argv)
+	}
+	if err := p.known.save(); err != nil {
+		fmt.Fprintf(w, "aegis: note: could not note in %s which command %s was set up for (%v); set up again, it would get a new name\n", p.known.path, strings.Join(slices.Sorted(maps.Keys(names)), ", "), err)
+	}
 }
 
 // ask prints a question to stderr and reads one line of answer.
@@ -386,6 +416,8 @@ func (p *initPlan) entry() hostEntry {
 func (p *initPlan) print(w io.Writer, e hostEntry) {
 	fileSaid := said(p.fileNew)
 	switch g := p.gateway; {
+	case p.mode == "wrap" && p.again:
+		fmt.Fprintf(w, "aegis init: %s is ready behind aegis wrap. It was set up before for this command: its record and state folder are kept.\n\n", p.name)
 	case p.mode == "wrap" || g.created:
 		fmt.Fprintf(w, "aegis init: %s is ready behind aegis %s.\n\n", p.name, p.mode)
 	case len(g.added) > 0:

@@ -165,6 +165,10 @@ func (m *Main) initFrom(p *initPlan, from string) error {
 		}
 	}
 	gatewayEntry := "" // the host's entry that runs this gateway already
+	if p.known, err = loadInitServers(p.configDir); err != nil {
+		return err
+	}
+	remember := map[string][]string{}
 	for i, f := range servers {
 		s, why := p.readHostServer(f.val)
 		if why != "" {
@@ -182,8 +186,9 @@ func (m *Main) initFrom(p *initPlan, from string) error {
 		argv[0], _ = lookPathIn(argv[0], pathList)
 		a := adoptedServer{key: f.key, argv: argv}
 		if p.mode == "wrap" {
-			a.name = uniqueName(sanitizeName(f.key), p.nameTaken(used))
+			a.name, _ = p.known.name(sanitizeName(f.key), argv, used, p.nameTaken(used))
 			used[a.name] = true
+			remember[a.name] = argv
 			a.record, a.state = p.serverPaths(a.name)
 			e := s.entry.set("command", jsonString(p.self))
 			e = e.set("args", jsonValue(p.wrapArgs(a.record, a.state, argv)))
@@ -250,7 +255,11 @@ func (m *Main) initFrom(p *initPlan, from string) error {
 		}
 		if gatewayEntry == "" {
 			gwKey = uniqueName("aegis-gateway", func(n string) bool { return servers.has(n) })
-			name := uniqueName("aegis-gateway", p.nameTaken(nil))
+			// The gateway is named for its file, the servers' for
+			// their commands.
+			self := []string{p.self, "gateway", "--config", p.file}
+			name, _ := p.known.name("aegis-gateway", self, nil, p.nameTaken(nil))
+			remember[name] = self
 			gwRecord, gwState = p.serverPaths(name)
 			e := jsonObject{}
 			if key == "servers" {
@@ -272,6 +281,7 @@ func (m *Main) initFrom(p *initPlan, from string) error {
 		return withHint(fmt.Errorf("init: write %s: %w", path, err), "the file is as it was, or as its backup "+hw.backup+" holds")
 	}
 
+	p.remember(m.Stderr, remember)
 	fmt.Fprintf(w, "aegis init: %d server(s) of %s are behind aegis %s now; the file was copied to %s first.\n\n", len(adopted), path, p.mode, hw.backup)
 	fmt.Fprintf(w, "  signing key  %s (%s)\n  public key   %s\n", p.key, said(p.keyNew), p.pub)
 	if p.mode == "wrap" {

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/aegis-dev/aegis/policy"
@@ -84,5 +85,64 @@ func TestInitNamesAreUnique(t *testing.T) {
 	}
 	if got := uniqueName("fresh", p.nameTaken(used)); got != "fresh" {
 		t.Errorf("a free name: got %q", got)
+	}
+}
+
+// Setting up the same server again, by hand or from the host's file after
+// --undo, keeps its name, so its record and state folder go on where they
+// were instead of beside new ones; another command with the same name
+// still gets NAME-2.
+func TestInitSetUpAgainKeepsTheName(t *testing.T) {
+	t.Parallel()
+	bin := bins(t)
+	home := t.TempDir()
+	env := []string{"HOME=" + home, "PATH=/usr/bin:/bin"}
+	server := filepath.Join(bin, "aegis-example-server")
+	state := filepath.Join(home, ".local", "state", "aegis")
+	initOnce := func(args ...string) string {
+		t.Helper()
+		out, stderr, err := runAegis(t, env, append([]string{"init"}, args...)...)
+		if err != nil {
+			t.Fatalf("init %q: %v\n%s%s", args, err, out, stderr)
+		}
+		return out
+	}
+	used := func(name string) { // as the first run of the server would
+		if err := os.MkdirAll(filepath.Join(state, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	out := initOnce("--", server)
+	if !strings.Contains(out, "aegis-example-server is ready") {
+		t.Fatalf("first init:\n%s", out)
+	}
+	used("aegis-example-server")
+	if out = initOnce("--", server); !strings.Contains(out, "aegis-example-server is ready behind aegis wrap. It was set up before for this command") ||
+		!strings.Contains(out, filepath.Join(state, "aegis-example-server")+"\n") {
+		t.Errorf("the same server again:\n%s", out)
+	}
+	if out = initOnce("--", server, "--flag"); !strings.Contains(out, "aegis-example-server-2 is ready behind aegis wrap.\n") {
+		t.Errorf("another command of the same name:\n%s", out)
+	}
+
+	hostFile := filepath.Join(home, "claude_desktop_config.json")
+	if err := os.WriteFile(hostFile, []byte(`{"mcpServers":{"ex":{"command":`+q(server)+`}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	initOnce("--from", hostFile)
+	used("ex")
+	initOnce("--undo", "--from", hostFile)
+	initOnce("--from", hostFile)
+	if e := readHostEntries(t, hostFile, "mcpServers")["ex"]; argAfter(e.Args, "--state-dir") != filepath.Join(state, "ex") {
+		t.Errorf("adopted again after --undo: %+v", e)
+	}
+
+	// A file that is not init's is refused with a hint, not overwritten.
+	if err := os.WriteFile(filepath.Join(home, ".config", "aegis", "servers.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := runAegis(t, env, "init", "--", server); err == nil || !strings.Contains(stderr, "servers.json is not what aegis init writes") || !strings.Contains(stderr, "move it away") {
+		t.Errorf("a damaged servers.json: %v\n%s", err, stderr)
 	}
 }
