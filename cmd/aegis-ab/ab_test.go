@@ -155,9 +155,9 @@ func TestFormatValue(t *testing.T) {
 
 func TestWriteTable(t *testing.T) {
 	a := []Figures{
-		{"cpu1-µs": 700, "cpu64-µs": 185, "rate64-calls/s": 6800, "idle-rss-MiB": 25.4, "startup-ms": 52, "gateway-minus-wrap-µs": 412},
-		{"cpu1-µs": 721, "cpu64-µs": 185, "rate64-calls/s": 6700, "idle-rss-MiB": 25.4, "startup-ms": 50, "gateway-minus-wrap-µs": 400},
-		{"cpu1-µs": 760, "cpu64-µs": 185, "rate64-calls/s": 6900, "idle-rss-MiB": 25.4, "startup-ms": 55, "gateway-minus-wrap-µs": 420},
+		{"cpu1-µs": 700, "cpu64-µs": 185, "rate64-calls/s": 6800, "idle-rss-MiB": 25.4, "idle-rss-anon-MiB": 4.2, "idle-rss-file-MiB": 21.2, "startup-ms": 52, "gateway-minus-wrap-µs": 412},
+		{"cpu1-µs": 721, "cpu64-µs": 185, "rate64-calls/s": 6700, "idle-rss-MiB": 25.4, "idle-rss-anon-MiB": 4.2, "idle-rss-file-MiB": 21.2, "startup-ms": 50, "gateway-minus-wrap-µs": 400},
+		{"cpu1-µs": 760, "cpu64-µs": 185, "rate64-calls/s": 6900, "idle-rss-MiB": 25.4, "idle-rss-anon-MiB": 4.2, "idle-rss-file-MiB": 21.2, "startup-ms": 55, "gateway-minus-wrap-µs": 420},
 	}
 	// B lacks the gateway figure in every round and has a negative
 	// startup difference in one.
@@ -176,6 +176,8 @@ func TestWriteTable(t *testing.T) {
 | same, 64 in flight | 185 µs | 253 µs (250 to 260) | 1.37 |
 | recorded calls/s at 64 in flight | 6 800 calls/s (6 700 to 6 900) | 5 300 calls/s | 0.78 |
 | idle RSS after initialize and 10 calls | 25.4 MiB | 40.5 MiB | 1.59 |
+| of which anonymous (RssAnon: heap, stacks) | 4.2 MiB | – | – |
+| of which mapped files (RssFile: the binary, shared) | 21.2 MiB | – | – |
 | spawn to initialize answer, beyond the server alone | 52.0 ms (50.0 to 55.0) | 76.0 ms (−2.0 to 80.0) | 1.46 |
 | gateway call − wrap call (p50s) | 412 µs (400 to 420) | – | – |
 `
@@ -263,7 +265,7 @@ func smokeOneRound(t *testing.T, aegis, server string) {
 				t.Errorf("figure %s missing", f.key)
 			}
 		}
-		for _, key := range []string{"rate64-calls/s", "idle-rss-MiB", "startup-wrap-ms", "wrap-call-p50-µs", "gateway-call-p50-µs"} {
+		for _, key := range []string{"rate64-calls/s", "idle-rss-MiB", "idle-rss-anon-MiB", "idle-rss-file-MiB", "startup-wrap-ms", "wrap-call-p50-µs", "gateway-call-p50-µs"} {
 			if side[key] <= 0 {
 				t.Errorf("%s = %v, want more than 0", key, side[key])
 			}

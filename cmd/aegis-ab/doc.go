@@ -26,7 +26,9 @@
 //     calls after a warm-up, per call, with 1 and with 64 calls in flight;
 //   - rate64: recorded calls per second with 64 in flight;
 //   - rss: VmRSS of the aegis wrap process after initialize and 10 calls,
-//     -idle later;
+//     -idle later, and its two parts, RssAnon (the process's own heap and
+//     stacks) and RssFile (mapped files: mostly the aegis binary, shared by
+//     every process that runs it);
 //   - startup: spawn to the initialize answer through aegis wrap (a new
 //     state directory each time) minus the same for the bare server, the
 //     medians of -starts starts each, interleaved;

@@ -265,15 +265,26 @@ func procCPU(pid int) (time.Duration, error) {
 
 // procRSS is the VmRSS of pid in kB.
 func procRSS(pid int) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rss, err := procMemory(pid, "VmRSS")
 	if err != nil {
 		return 0, err
 	}
-	kb, err := parseStatusKB(data, "VmRSS")
+	return rss[0], nil
+}
+
+// procMemory returns the given keys of /proc/PID/status in kB, in order.
+func procMemory(pid int, keys ...string) ([]int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, fmt.Errorf("/proc/%d/%w", pid, err)
+		return nil, err
 	}
-	return kb, nil
+	kbs := make([]int64, len(keys))
+	for i, k := range keys {
+		if kbs[i], err = parseStatusKB(data, k); err != nil {
+			return nil, fmt.Errorf("/proc/%d/%w", pid, err)
+		}
+	}
+	return kbs, nil
 }
 
 // rig is one side's binary with its own temporary directory and key.
@@ -486,11 +497,17 @@ func measureWrap(_ context.Context, cfg config, r *rig, fig Figures) error {
 		}
 	}
 	time.Sleep(cfg.idle)
-	kb, err := procRSS(pid)
+	// VmRSS, and its two parts: the process's own memory (RssAnon: heap,
+	// stacks) and the pages of files it maps (RssFile: mostly its own
+	// binary, which the kernel may map whole, and which every process
+	// running the same binary shares).
+	kb, err := procMemory(pid, "VmRSS", "RssAnon", "RssFile")
 	if err != nil {
 		return err
 	}
-	fig["idle-rss-MiB"] = float64(kb) / 1024
+	fig["idle-rss-MiB"] = float64(kb[0]) / 1024
+	fig["idle-rss-anon-MiB"] = float64(kb[1]) / 1024
+	fig["idle-rss-file-MiB"] = float64(kb[2]) / 1024
 
 	for _, k := range []int{1, 64} {
 		if _, err := p.calls("echo", cfg.warmup, k); err != nil {

@@ -56,6 +56,8 @@ var figures = []figure{
 	{"cpu64-µs", "same, 64 in flight", "µs", 0},
 	{"rate64-calls/s", "recorded calls/s at 64 in flight", "calls/s", 0},
 	{"idle-rss-MiB", "idle RSS after initialize and 10 calls", "MiB", 1},
+	{"idle-rss-anon-MiB", "of which anonymous (RssAnon: heap, stacks)", "MiB", 1},
+	{"idle-rss-file-MiB", "of which mapped files (RssFile: the binary, shared)", "MiB", 1},
 	{"startup-ms", "spawn to initialize answer, beyond the server alone", "ms", 1},
 	{"gateway-minus-wrap-µs", "gateway call − wrap call (p50s)", "µs", 0},
 }
