@@ -130,6 +130,9 @@ func (s *Store) BeginRoll(ctx context.Context, detail any, prune bool) (*RollPla
 	if s.archived {
 		return nil, ErrArchived
 	}
+	if s.readOnly {
+		return nil, ErrReadOnly
+	}
 	st, err := s.state(ctx)
 	if err != nil {
 		return nil, err
