@@ -108,6 +108,9 @@
 //     reader needs no free byte: it reads a disk that is full to the
 //     last one. Only the index (a cache) may still be saved, where it
 //     fits.
+//   - The index goes with its stream. A rotation moves the index folder
+//     into the archive with the stream it was folded from, so the archive
+//     answers from it at once; the new stream starts without one.
 //   - A cache beside the stream. The index folder (IndexDir) holds
 //     snapshots of folds, replaced whole and atomically; nothing in it is
 //     a fact, and its users check it against the stream (by
