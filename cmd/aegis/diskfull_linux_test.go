@@ -69,6 +69,7 @@ func TestReadCommandsWorkOnADiskWithNoByteFree(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
+	t.Parallel() // it mostly waits on processes: beside the others
 	mnt := mountTmpfs(t, "16m")
 	l := newLive(t, "")
 	l.state = filepath.Join(mnt, "state")
@@ -80,7 +81,15 @@ func TestReadCommandsWorkOnADiskWithNoByteFree(t *testing.T) {
 
 	w := l.wrap(false)
 	w.initialize()
-	time.Sleep(1500 * time.Millisecond) // its first save of the index
+	// Its first save of the index (a second after it starts) lists it.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if out, _ := l.aegis("sessions", "--state-dir", l.state); strings.Contains(out, "running") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the running wrap's index never listed it")
+		}
+	}
 	fillDisk(t, mnt)
 	out, code := l.aegis("sessions", "--state-dir", l.state)
 	if code != 0 || !strings.Contains(out, ids[0]) || !strings.Contains(out, "running") {
