@@ -2,7 +2,10 @@ package events
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,5 +203,54 @@ func TestReadOnlyOpenCreatesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("read-only Open created %s (%v)", dir, err)
+	}
+}
+
+// A reader changes no file of the stream: not its metadata (which a
+// writing Open rewrites), not its blocks, not the length mark.
+func TestReadOnlyOpenChangesNoFileOfTheStream(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	fillStore(t, dir, 20)
+	files := func() map[string]string {
+		got := map[string]string{}
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() == "lock" {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			fi, _ := d.Info()
+			got[p] = fmt.Sprintf("%x %s", sha256.Sum256(b), fi.ModTime())
+			return nil
+		})
+		return got
+	}
+	before := files()
+	time.Sleep(10 * time.Millisecond) // a rewrite shows in the modification time
+	for range 2 {
+		s, err := Open(context.Background(), Config{Dir: dir, ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		if err := s.Replay(context.Background(), Position{}, func(Record) error { n++; return nil }); err != nil || n != 20 {
+			t.Fatalf("Replay = %d events, %v", n, err)
+		}
+		if err := s.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := files()
+	for p, b := range before {
+		if after[p] != b {
+			t.Errorf("a reader changed %s", p)
+		}
+	}
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			t.Errorf("a reader wrote %s", p)
+		}
 	}
 }

@@ -106,8 +106,9 @@
 //     the length mark as it is; the lock file's PID is overwritten in
 //     place, and a reader goes on without it if even that fails. So a
 //     reader needs no free byte: it reads a disk that is full to the
-//     last one. Only the index (a cache) may still be saved, where it
-//     fits.
+//     last one, and leaves every file of the stream as it found it (a
+//     test compares them). Only the index (a cache) may still be saved,
+//     where it fits.
 //   - The index goes with its stream. A rotation moves the index folder
 //     into the archive with the stream it was folded from, so the archive
 //     answers from it at once; the new stream starts without one.

@@ -480,6 +480,13 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		// create above did not make, whatever the reason).
 		stream, err = js.CreateOrUpdateStream(ctx, scfg)
 	}
+	if err != nil && cfg.ReadOnly {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			// Its folder is there (checked above), so its files did not load.
+			err = fmt.Errorf("%w (its files under %s did not load: damaged, or not a stream)", err, streamDir(dir))
+		}
+		return nil, fmt.Errorf("open stream %s in %s: %w", StreamName, opts.StoreDir, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s in %s: %w", StreamName, opts.StoreDir, err)
 	}
