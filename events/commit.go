@@ -250,6 +250,9 @@ func (s *Store) queueItems(lazy bool, items []*item) ([]*Receipt, error) {
 		if s.archived {
 			return nil, ErrArchived
 		}
+		if s.readOnly {
+			return nil, ErrReadOnly
+		}
 		if s.queued == 0 || s.queued+size <= s.cfg.MaxQueueBytes {
 			break
 		}

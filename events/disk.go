@@ -45,3 +45,8 @@ func diskFull(dir string) error {
 	}
 	return &DiskFullError{Dir: dir, Free: free, Total: total}
 }
+
+// DiskFull returns a [*DiskFullError] if the disk holding dir has (nearly)
+// no space left, else nil: what a reader says when something it had to
+// write (a snapshot copy, say) failed.
+func DiskFull(dir string) error { return diskFull(dir) }

@@ -99,6 +99,19 @@
 //     every Open but [FinishRoll]'s refuse the directory until the roll is
 //     complete, so a crash never leaves it half-applied. An archive is
 //     deleted only when its plan says so, after that event is durable.
+//   - Readers write nothing. [Config.ReadOnly] (what the read commands
+//     use) takes the lock like any Open, so no writer starts meanwhile,
+//     but neither creates nor updates the stream (an update rewrites its
+//     metadata), refuses appends and rollovers ([ErrReadOnly]), and leaves
+//     the length mark as it is; the lock file's PID is overwritten in
+//     place, and a reader goes on without it if even that fails. So a
+//     reader needs no free byte: it reads a disk that is full to the
+//     last one, and leaves every file of the stream as it found it (a
+//     test compares them). Only the index (a cache) may still be saved,
+//     where it fits.
+//   - The index goes with its stream. A rotation moves the index folder
+//     into the archive with the stream it was folded from, so the archive
+//     answers from it at once; the new stream starts without one.
 //   - A cache beside the stream. The index folder (IndexDir) holds
 //     snapshots of folds, replaced whole and atomically; nothing in it is
 //     a fact, and its users check it against the stream (by

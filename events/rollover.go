@@ -130,6 +130,9 @@ func (s *Store) BeginRoll(ctx context.Context, detail any, prune bool) (*RollPla
 	if s.archived {
 		return nil, ErrArchived
 	}
+	if s.readOnly {
+		return nil, ErrReadOnly
+	}
 	st, err := s.state(ctx)
 	if err != nil {
 		return nil, err
@@ -254,10 +257,33 @@ func applyRoll(dir string, p *RollPlan) error {
 	if err := WriteFileAtomic(filepath.Join(dir, BaseFile), []byte(strconv.FormatUint(p.Stream.LastSeq+1, 10)+"\n")); err != nil {
 		return err
 	}
-	// The index was folded from the old stream; it is a cache.
-	if err := os.RemoveAll(filepath.Join(dir, IndexDir)); err != nil {
+	// The index was folded from the old stream: it goes with it, so that
+	// the archive answers from it as the live directory did (a reader
+	// checks it against the archive's stream like any index). The new
+	// stream starts without one.
+	if err := moveIndex(dir, root); err != nil {
 		return err
 	}
+	return nil
+}
+
+// moveIndex moves the index folder of dir into root, the archive of dir's
+// stream; a run before may have moved it already. Should the archive hold
+// one already, dir's is only removed: either is a cache.
+func moveIndex(dir, root string) error {
+	src, dst := filepath.Join(dir, IndexDir), filepath.Join(root, IndexDir)
+	if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if _, err := os.Lstat(dst); err == nil {
+		return os.RemoveAll(src)
+	}
+	removeTemps(dir) // no half-written value travels
+	if err := os.Rename(src, dst); err != nil {
+		return err
+	}
+	syncDir(dir)
+	syncDir(root)
 	return nil
 }
 

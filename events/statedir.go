@@ -92,7 +92,12 @@ func privateDir(dir, what string) error {
 // stale lock behind.
 type dirLock struct{ f *os.File }
 
-func lockDir(dir string) (*dirLock, error) {
+// lockDir takes the lock and writes this process's PID into the lock file.
+// The PID overwrites the old one in place before the file is cut to its
+// length, so that it needs no new block on a disk that is full; a reader
+// (readOnly) goes on without it if it still cannot be written: the flock,
+// not the content, is the lock.
+func lockDir(dir string, readOnly bool) (*dirLock, error) {
 	path := filepath.Join(dir, "lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -109,11 +114,12 @@ func lockDir(dir string) (*dirLock, error) {
 		}
 		return nil, fmt.Errorf("lock state directory %s: %w", dir, err)
 	}
-	if err := f.Truncate(0); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("write lock file: %w", err)
+	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
+	_, err = f.WriteAt(pid, 0)
+	if err == nil {
+		err = f.Truncate(int64(len(pid)))
 	}
-	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+	if err != nil && !readOnly {
 		f.Close()
 		return nil, fmt.Errorf("write lock file: %w", err)
 	}

@@ -93,6 +93,15 @@ type Config struct {
 	// node (see hub.go). Nothing waits for the hub: commits are
 	// acknowledged by the local stream alone.
 	Hub *HubConfig
+	// ReadOnly opens the stream to read it: the lock is taken as for any
+	// Open (so no writer starts meanwhile), but the stream is neither
+	// created nor updated (a directory without one is refused), appends
+	// fail with [ErrReadOnly], Close leaves the length mark as it is, and
+	// MaxBytes, Approvals and Hub are ignored. Nothing aegis does on this
+	// path needs free space, so the read commands work on a disk that is
+	// full to the last byte. The index folder ([Store.IndexPut]) is still
+	// written, as a cache that a failed write only leaves older.
+	ReadOnly bool
 
 	finishRoll bool // set by FinishRoll only
 }
@@ -111,6 +120,9 @@ var (
 	// ErrFull is wrapped (by a [*FullError]) when the stream has reached
 	// Config.MaxBytes.
 	ErrFull = errors.New("state directory reached its size cap")
+	// ErrReadOnly is returned by appends to a store opened with
+	// Config.ReadOnly.
+	ErrReadOnly = errors.New("the event store was opened read-only")
 )
 
 // openRoom is the least room under Config.MaxBytes that Open accepts. A
@@ -217,6 +229,7 @@ type Store struct {
 	roll      *RollPlan       // the rotation FinishRoll is finishing
 	archive   *RollPlan       // set when the directory is a rotation's archive
 	archived  bool            // appends are refused (ErrArchived)
+	readOnly  bool            // Config.ReadOnly: appends are refused (ErrReadOnly)
 
 	// taps are the readers of what the store commits (tap.go); tapMu
 	// orders their changes.
@@ -262,14 +275,26 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	if cfg.MaxQueueBytes <= 0 {
 		cfg.MaxQueueBytes = DefaultMaxQueueBytes
 	}
+	if cfg.ReadOnly {
+		if cfg.finishRoll {
+			return nil, errors.New("open event store: a rotation cannot be finished read-only")
+		}
+		cfg.MaxBytes, cfg.Approvals, cfg.Hub = 0, false, nil
+		if _, err := os.Stat(streamDir(dir)); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("open event store: no event stream in %s", dir)
+			}
+			return nil, fmt.Errorf("open event store: %w", err)
+		}
+	}
 	if err := prepareDir(dir); err != nil {
 		return nil, err
 	}
-	lock, err := lockDir(dir)
+	lock, err := lockDir(dir, cfg.ReadOnly)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, log: cfg.Logger, dir: dir, lock: lock, done: make(chan struct{})}
+	s := &Store{cfg: cfg, log: cfg.Logger, dir: dir, lock: lock, done: make(chan struct{}), readOnly: cfg.ReadOnly}
 	s.cond = sync.NewCond(&s.mu)
 	defer func() {
 		if err != nil {
@@ -440,7 +465,11 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		FirstSeq: s.createFirst(),
 	}
 	var stream jetstream.Stream
-	if _, serr := os.Stat(streamDir(dir)); errors.Is(serr, fs.ErrNotExist) {
+	if cfg.ReadOnly {
+		// The stream as its files hold it: an update would rewrite its
+		// metadata, which needs room on the disk.
+		stream, err = js.Stream(ctx, StreamName)
+	} else if _, serr := os.Stat(streamDir(dir)); errors.Is(serr, fs.ErrNotExist) {
 		// A new stream: created at once, without the update that
 		// CreateOrUpdateStream asks for first and that would only be
 		// told there is no such stream (a round trip of the start).
@@ -451,12 +480,24 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		// create above did not make, whatever the reason).
 		stream, err = js.CreateOrUpdateStream(ctx, scfg)
 	}
+	if err != nil && cfg.ReadOnly {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			// Its folder is there (checked above), so its files did not load.
+			err = fmt.Errorf("%w (its files under %s did not load: damaged, or not a stream)", err, streamDir(dir))
+		}
+		return nil, fmt.Errorf("open stream %s in %s: %w", StreamName, opts.StoreDir, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s in %s: %w", StreamName, opts.StoreDir, err)
 	}
 	s.stream = stream
 	s.acct = ns.GlobalAccount()
 	s.mark = readMark(dir)
+	if cfg.ReadOnly {
+		go s.commitLoop() // it commits nothing, and ends at Close
+		s.log.Debug("event store open read-only", "dir", dir)
+		return s, nil
+	}
 	if cfg.MaxBytes > 0 {
 		st := stream.CachedInfo().State
 		// A stream at (or next to) the cap: say so now, not at the first
@@ -535,10 +576,14 @@ func (s *Store) Close(ctx context.Context) error {
 	case <-s.done:
 	case <-ctx.Done():
 		err = fmt.Errorf("close event store: %w", ctx.Err())
-		s.cc.interrupt()
+		if s.cc != nil {
+			s.cc.interrupt()
+		}
 		<-s.done
 	}
-	s.saveMark(ctx)
+	if !s.readOnly {
+		s.saveMark(ctx)
+	}
 	s.shutdown()
 	return err
 }

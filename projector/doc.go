@@ -118,7 +118,13 @@
 // store.rotated event. The index keeps that event ([Index.Rotation]): a
 // live file that a rotation sealed must then be empty until a session
 // writes to it, and that session's open links to the segment's last line.
-// [ApplySeals] can run again after a crash at any step.
+// [ApplySeals] can run again after a crash at any step. The index folded
+// from the stream that a rotation rolls over goes with it into the
+// archive (events moves the folder), where [LoadIndex] finds it whole and
+// checks it against the archived stream like any snapshot: the archive's
+// sessions are listed without a read of its history. [Index.Session]
+// tells a reader where a session begins, so that its transcript reads
+// only that session's messages.
 //
 // # Salvage
 //

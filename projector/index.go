@@ -209,6 +209,12 @@ func (ix *Index) treeFor(path string, end int64) *TreeState {
 // Sessions is [SessionIndex.Sessions].
 func (ix *Index) Sessions(holderPID int) []SessionSummary { return ix.sessions.Sessions(holderPID) }
 
+// Session returns the summary of the session id, as [Index.Sessions] has
+// it, and whether the index holds it.
+func (ix *Index) Session(id string, holderPID int) (SessionSummary, bool) {
+	return ix.sessions.Get(id, holderPID)
+}
+
 // Span returns a session's span.
 func (ix *Index) Span(session string) (RecordSpan, bool) {
 	sp := ix.spans[session]

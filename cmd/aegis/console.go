@@ -268,7 +268,7 @@ func (s *consoleSource) Sessions(ctx context.Context) ([]console.SessionRow, []s
 		return nil, nil, fmt.Errorf("read a snapshot of the stream: %w", err)
 	}
 	defer st.Close(context.Background())
-	ix, err := sessionIndex(ctx, st, nil)
+	ix, err := sessionIndex(ctx, st, nil, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -97,11 +97,37 @@ func (m *Main) openStoreCapped(ctx context.Context, dirFlag string, approvals bo
 	return s, nil
 }
 
+// openStoreToRead opens the state directory's stream to read it
+// (events.Config.ReadOnly): it writes nothing, so it works on a disk that
+// is full to the last byte. A lock conflict says what to do, as
+// openStore's does.
+func (m *Main) openStoreToRead(ctx context.Context, dirFlag string) (*events.Store, error) {
+	dir, err := m.stateDir(dirFlag)
+	if err != nil {
+		return nil, err
+	}
+	if err := hasStream(dir); err != nil {
+		return nil, err
+	}
+	s, err := events.Open(ctx, events.Config{Dir: dir, Logger: m.logger(), ReadOnly: true})
+	if err != nil {
+		var le *events.LockedError
+		if errors.As(err, &le) {
+			return nil, withHint(err, "wait for that process to finish, or give this one its own --state-dir")
+		}
+		return nil, openError(dir, err)
+	}
+	return s, nil
+}
+
 // openError says what to do about a state directory that did not open.
 func openError(dir string, err error) error {
 	var rp *events.RollPendingError
 	if errors.As(err, &rp) {
 		return withHint(err, "finish it with: aegis rotate --state-dir "+dir+" --signing-key KEY (nothing uses the directory until then)")
+	}
+	if full := events.DiskFull(dir); full != nil {
+		return withHint(fmt.Errorf("open event store: %w (%v)", err, full), diskFullHint(dir))
 	}
 	return withHint(fmt.Errorf("open event store: %w", err), "check --state-dir: it must be a private (0700) directory you own, on a writable disk")
 }
@@ -145,7 +171,7 @@ func (m *Main) eventsList(ctx context.Context, args []string) error {
 	if err := m.chooseStateDir(sc); err != nil {
 		return err
 	}
-	s, err := m.openStore(ctx, *dir)
+	s, err := m.openStoreToRead(ctx, *dir)
 	if err != nil {
 		return err
 	}

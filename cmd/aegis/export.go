@@ -99,15 +99,12 @@ func (m *Main) runExport(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := hasStream(stateDir); err != nil {
-		return err
-	}
-	store, err := m.openStore(ctx, stateDir)
+	store, err := m.openStoreToRead(ctx, stateDir)
 	if err != nil {
 		return err
 	}
 	defer store.Close(context.Background())
-	ix, err := sessionIndex(ctx, store, m.newProgress("index"))
+	ix, err := sessionIndex(ctx, store, m.newProgress("index"), m.logger())
 	if errors.Is(err, events.ErrDamaged) || *salvage {
 		return m.salvage(ctx, store, err, sessions, *audit, *out, !*salvage)
 	}

@@ -96,7 +96,7 @@ func (m *Main) runRecheck(ctx context.Context, args []string) error {
 		}
 		var list []projector.SessionSummary
 		if !allFull {
-			ix, err := sessionIndex(ctx, rd.store, m.newProgress("sessions"))
+			ix, err := sessionIndex(ctx, rd.store, m.newProgress("sessions"), m.logger())
 			if err != nil {
 				return unreadable(err)
 			}

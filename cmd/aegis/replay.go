@@ -57,7 +57,12 @@ one, or "last". The transcript is built only from the event stream.
 A running aegis wrap holds its state directory exclusively, so no other
 process can open the stream while it runs. aegis replay then reads a
 private snapshot copy of the stream (under DIR/readers, removed after) that
-holds every event durable when it was taken, and says so on stderr.
+holds every event durable when it was taken, and says so on stderr (on a
+disk too full for the copy, it reads that process's stream itself, as
+--follow SESSION does). SESSION is found in the index, and only its own
+messages are read, so a replay costs what the session holds, not what
+the stream does. Read commands open the stream read-only and write
+nothing to it: they work on a disk that is full to the last byte.
 --follow SESSION, while an aegis process holds the directory, reads that
 process's stream itself through the read-only identity of its
 credentials file, woken each time a message of the session is stored; it
@@ -148,28 +153,54 @@ func (m *Main) runReplay(ctx context.Context, args []string) error {
 	}
 	rd, err := m.openStream(ctx, *dir)
 	if err != nil {
+		if held, herr := m.replayHeldOnFullDisk(ctx, *dir, arg, o); held {
+			return herr
+		}
 		return err
 	}
 	defer rd.Close()
-	id, err := m.resolveArg(ctx, rd.store, arg)
+	ix, err := sessionIndex(ctx, rd.store, m.newProgress("sessions"), m.logger())
 	if err != nil {
 		return err
+	}
+	return m.replaySession(ctx, rd.store, ix, rd.holder, arg, o)
+}
+
+// subjectReader reads the events of one subject from a position on: a
+// store, or the stream of the process that holds one.
+type subjectReader interface {
+	ReplaySubjectFrom(ctx context.Context, subject string, from events.Position, fn func(events.Record) error) error
+}
+
+// replaySession prints the session that arg names. The index says which
+// session that is, where it begins and how it ended; the transcript reads
+// only that session's messages, from its first on: a replay costs what
+// the session holds, not what the stream does.
+func (m *Main) replaySession(ctx context.Context, src subjectReader, ix *projector.Index, holder int, arg string, o replayOpts) error {
+	id := arg
+	if !schemas.ValidID(arg) {
+		s, err := resolveSession(ix.Sessions(0), arg)
+		if err != nil {
+			return err
+		}
+		id = s.ID
+	}
+	sum, ok := ix.Session(id, holder)
+	if !ok {
+		return withHint(fmt.Errorf("no session %s in the stream", id), "list them with: aegis sessions")
 	}
 	prog := m.newProgress("replay")
 	w := bufio.NewWriterSize(prog.clearing(m.Stdout), 64<<10)
 	defer w.Flush()
 	tl := projector.NewTimeline(id)
-	var ix projector.SessionIndex
 	var last events.Record
-	err = rd.store.Replay(ctx, events.Position{}, func(r events.Record) error {
+	read := 0
+	err := src.ReplaySubjectFrom(ctx, "aegis."+id+".>", events.Position{Seq: sum.First.Seq}, func(r events.Record) error {
+		read++
 		prog.add()
 		if r.Event.Session != id {
-			if r.Event.Kind == schemas.KindSessionOpened {
-				ix.Fold(r) // which session a PID opened last decides "running"
-			}
 			return nil
 		}
-		ix.Fold(r)
 		st, ok := tl.Fold(r)
 		if !ok {
 			return nil
@@ -181,16 +212,37 @@ func (m *Main) runReplay(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("read the event stream: %w", err)
 	}
-	sum, ok := ix.Get(id, rd.holder)
-	if !ok {
-		return withHint(fmt.Errorf("no session %s in the stream", id), "list them with: aegis sessions")
-	}
+	m.logger().Debug("replay", "session", id, "from", sum.First.String(), "read", read)
 	for _, st := range tl.Finish(id, sum.State, last) {
 		if err := writeStep(w, st, last, o); err != nil {
 			return err
 		}
 	}
 	return w.Flush()
+}
+
+// replayHeldOnFullDisk replays a session of a state directory that another
+// aegis process holds, on a disk with no room for a snapshot copy of its
+// stream: it reads that process's stream itself, through the read-only
+// identity of its credentials file (as --follow does), with the index
+// folded from it. It reports false, and does nothing, unless the disk is
+// full and the holder offers a reader.
+func (m *Main) replayHeldOnFullDisk(ctx context.Context, dirFlag, arg string, o replayOpts) (bool, error) {
+	stateDir, err := m.stateDir(dirFlag)
+	if err != nil || events.DiskFull(stateDir) == nil {
+		return false, nil
+	}
+	r, creds, err := m.liveReader(ctx, stateDir)
+	if err != nil || r == nil {
+		return false, nil
+	}
+	defer r.Close()
+	ix, err := projector.LoadIndex(ctx, r, m.logger(), nil)
+	if err != nil {
+		return true, fmt.Errorf("read the event stream of aegis process %d: %w", creds.PID, err)
+	}
+	fmt.Fprintf(m.Stderr, "aegis: note: %s is in use by aegis process %d and its disk is full, with no room for a snapshot; reading that process's stream itself\n", stateDir, creds.PID)
+	return true, m.replaySession(ctx, r, ix, creds.PID, arg, o)
 }
 
 // replayMirror prints a session from a host's mirror on the hub, reading
@@ -244,20 +296,6 @@ func (m *Main) replayMirror(ctx context.Context, hub *hubFlags, arg string, o re
 		}
 	}
 	return w.Flush()
-}
-
-// resolveArg turns SESSION into an id. A full id needs no pass over the
-// stream; a prefix or "last" is looked up in the session index.
-func (m *Main) resolveArg(ctx context.Context, st *events.Store, arg string) (string, error) {
-	if schemas.ValidID(arg) {
-		return arg, nil
-	}
-	ix, err := sessionIndex(ctx, st, m.newProgress("sessions"))
-	if err != nil {
-		return "", err
-	}
-	s, err := resolveSession(ix.Sessions(0), arg)
-	return s.ID, err
 }
 
 // writeStep prints one step; rec is the event it came from (for --frames).
@@ -399,7 +437,7 @@ func (m *Main) follow(ctx context.Context, stateDir, arg string, o replayOpts) e
 				return fmt.Errorf("follow: read a snapshot of the stream: %w", err)
 			}
 			if id == "" && arg != "" {
-				ix0, err := sessionIndex(ctx, st, m.newProgress("sessions"))
+				ix0, err := sessionIndex(ctx, st, m.newProgress("sessions"), m.logger())
 				if err != nil {
 					st.Close(context.Background())
 					return err

@@ -31,6 +31,7 @@ the directory's lock like any aegis, and says so if another holds it):
   3. The event stream, whole, moves into DIR/archive/stream-FIRST-LAST: a
      state directory of its own that 'aegis sessions', 'replay' and
      'export' read with --state-dir, and that nothing can record into.
+     The index goes with it, so they answer there as fast as here.
   4. A new stream begins at the next sequence. Its first event,
      store.rotated, records what was sealed: each segment, its line count,
      tail and checkpoint, and the archived stream's range and last message.
@@ -146,7 +147,7 @@ func (m *Main) planRotation(ctx context.Context, dirFlag string, key projector.P
 	if store.Archived() != nil {
 		return nil, withHint(fmt.Errorf("rotate: %s: %w", store.Dir(), events.ErrArchived), "rotate the live state directory it was rolled out of")
 	}
-	ix, err := sessionIndex(ctx, store, m.newProgress("index"))
+	ix, err := sessionIndex(ctx, store, m.newProgress("index"), m.logger())
 	if err != nil {
 		if errors.Is(err, events.ErrDamaged) {
 			return nil, withHint(fmt.Errorf("rotate: %w", err), damageHint)

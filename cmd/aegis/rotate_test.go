@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -311,4 +313,79 @@ func (l *live) sessionIDs() []string {
 		l.t.Fatalf("no sessions:\n%s", out)
 	}
 	return ids
+}
+
+// After a rotation the archive answers sessions and replay last as the
+// live directory did before it: from the index that went with the stream
+// (no event of the archive folded, on the first call or any later one),
+// and replay reads the session's own events, not the whole archive.
+func TestArchiveAnswersFromTheIndexThatWentWithIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis wrap")
+	}
+	l := newLive(t, "")
+	l.session(3)
+	l.session(2)
+	l.session(1)
+	before, _, code := l.aegisStdout("sessions", "--state-dir", l.state, "--json")
+	if code != 0 {
+		t.Fatalf("sessions: exit %d", code)
+	}
+	replayBefore := l.mustAegis("replay", "--state-dir", l.state, "last")
+	var list []projector.SessionSummary
+	if err := json.Unmarshal([]byte(before), &list); err != nil || len(list) != 3 {
+		t.Fatalf("sessions --json: %v\n%s", err, before)
+	}
+	total := 0
+	for _, s := range list {
+		total += s.Events
+	}
+
+	l.mustAegis("rotate", "--state-dir", l.state, "--signing-key", l.key)
+	archives, _ := filepath.Glob(filepath.Join(l.state, events.ArchiveDir, "stream-1-*"))
+	if len(archives) != 1 {
+		t.Fatalf("archives %v", archives)
+	}
+	arch := archives[0]
+	if _, err := os.Stat(filepath.Join(arch, events.IndexDir, "index.v1.head")); err != nil {
+		t.Fatalf("the index did not go with the stream into the archive: %v", err)
+	}
+	debug := map[string]string{"AEGIS_DEBUG": "1"}
+	for i := range 2 {
+		code, out, stderr := cmd(t, debug, "sessions", "--state-dir", arch, "--json")
+		if code != 0 {
+			t.Fatalf("sessions of the archive: exit %d\n%s", code, stderr)
+		}
+		if !strings.Contains(stderr, "msg=\"session index\"") || !strings.Contains(stderr, " folded=0 ") {
+			t.Fatalf("sessions of the archive (call %d) folded events of the archive instead of answering from its index:\n%s", i+1, grepLines(stderr, "session index"))
+		}
+		if out != before {
+			t.Fatalf("the archive lists otherwise than the live directory did:\n%s\nwant\n%s", out, before)
+		}
+	}
+	code, out, stderr := cmd(t, debug, "replay", "--state-dir", arch, "last")
+	if code != 0 {
+		t.Fatalf("replay last of the archive: exit %d\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, " folded=0 ") {
+		t.Fatalf("replay last of the archive folded events to find the session:\n%s", grepLines(stderr, "session index"))
+	}
+	want := fmt.Sprintf(" read=%d", list[2].Events)
+	if !strings.Contains(stderr, "msg=replay") || !strings.Contains(stderr, want+"\n") {
+		t.Fatalf("replay last read other than the last session's %d events (the archive holds %d):\n%s", list[2].Events, total, grepLines(stderr, "msg=replay"))
+	}
+	if out != replayBefore {
+		t.Fatalf("replay last of the archive:\n%s\nwant, as the live directory said before the rotation:\n%s", out, replayBefore)
+	}
+}
+
+// grepLines returns the lines of s that hold sub.
+func grepLines(s, sub string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
 }

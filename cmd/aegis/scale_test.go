@@ -417,8 +417,12 @@ type scaleSession struct {
 
 // checkSessions runs aegis sessions --json and checks it lists every
 // session of the store and counts every recorded call.
-func (s *scaleStore) checkSessions() (scaleRun, error) {
-	r, err := s.run("sessions", "--state-dir", s.state, "--json")
+func (s *scaleStore) checkSessions() (scaleRun, error) { return s.checkSessionsIn(s.state) }
+
+// checkSessionsIn is checkSessions of the state directory dir: the live
+// one, or the archive a rotation rolled the whole store over into.
+func (s *scaleStore) checkSessionsIn(dir string) (scaleRun, error) {
+	r, err := s.run("sessions", "--state-dir", dir, "--json")
 	if err != nil {
 		return r, err
 	}
@@ -571,8 +575,11 @@ type scaleFigures struct {
 
 	// rotate is aegis rotate of the big store; afterRotateKill the first
 	// start after a session killed on the rotated store.
-	rotate          scaleRun
-	afterRotateKill time.Duration
+	rotate scaleRun
+	// archiveSessions and archiveReplay are aegis sessions (its first
+	// call) and aegis replay last of the archive the rotation made.
+	archiveSessions, archiveReplay scaleRun
+	afterRotateKill                time.Duration
 
 	// selfPeak is this test process's peak RSS at the end: no peak RSS
 	// above is less (see maxRSSMiB).
@@ -712,6 +719,20 @@ func scaleMeasure(tb testing.TB, calls, reps, sessionsReps int) *scaleFigures {
 	if r, err := big.run("verify", "--key", big.pub, seg); err != nil || r.code != 0 {
 		tb.Fatalf("aegis verify of the sealed segment: %v\n%s%s", err, r.stdout, r.stderr)
 	}
+	// The archive answers from the index that went with the stream, on
+	// the first call as on any other, and replays its last session by
+	// reading that session alone.
+	archives, _ := filepath.Glob(filepath.Join(big.state, "archive", "stream-1-*"))
+	if len(archives) != 1 {
+		tb.Fatalf("archives after the rotation: %v", archives)
+	}
+	if f.archiveSessions, err = big.checkSessionsIn(archives[0]); err != nil {
+		tb.Fatalf("the archive: %v", err)
+	}
+	if f.archiveReplay, err = big.run("replay", "--state-dir", archives[0], "last"); err != nil || f.archiveReplay.code != 0 || !strings.Contains(f.archiveReplay.stdout, "initialize") {
+		tb.Fatalf("aegis replay last of the archive: %v, exit %d\n%s", err, f.archiveReplay.code, f.archiveReplay.stderr)
+	}
+	tb.Logf("the archive: aegis sessions (first call) %.3f s, aegis replay last %.3f s", f.archiveSessions.wall.Seconds(), f.archiveReplay.wall.Seconds())
 	if _, err := big.record(scaleSmallCalls, 1, true); err != nil {
 		tb.Fatal(err)
 	}

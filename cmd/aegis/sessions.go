@@ -296,7 +296,7 @@ func (m *Main) openStream(ctx context.Context, dirFlag string) (*streamReader, e
 	if err := hasStream(dir); err != nil {
 		return nil, err
 	}
-	s, err := events.Open(ctx, events.Config{Dir: dir, Logger: m.logger()})
+	s, err := events.Open(ctx, events.Config{Dir: dir, Logger: m.logger(), ReadOnly: true})
 	if err == nil {
 		return &streamReader{store: s, dir: dir}, nil
 	}
@@ -305,12 +305,18 @@ func (m *Main) openStream(ctx context.Context, dirFlag string) (*streamReader, e
 		return nil, openError(dir, err)
 	}
 	snap, err := newSnapshot(dir)
-	if err != nil {
-		return nil, withHint(fmt.Errorf("%v, and a snapshot of its stream could not be made: %w", le, err), "wait for that process to finish, or free some disk space")
+	if err == nil {
+		if _, err = snap.refresh(); err != nil {
+			snap.remove()
+		}
 	}
-	if _, err := snap.refresh(); err != nil {
-		snap.remove()
-		return nil, withHint(fmt.Errorf("%v, and a snapshot of its stream could not be made: %w", le, err), "wait for that process to finish, or free some disk space")
+	if err != nil {
+		err = fmt.Errorf("%v, and a snapshot of its stream could not be made: %w", le, err)
+		if full := events.DiskFull(dir); full != nil {
+			// The copy needs room the disk does not have.
+			return nil, withHint(fmt.Errorf("%w (%v)", err, full), "free space on the disk that holds "+dir+", or wait for that process to finish")
+		}
+		return nil, withHint(err, "wait for that process to finish, or free some disk space")
 	}
 	st, err := snap.open(ctx, m)
 	if err != nil {
@@ -363,7 +369,7 @@ func (m *Main) stateIndex(ctx context.Context, dirFlag, what string) (ix *projec
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	if ix, err = sessionIndex(ctx, rd.store, m.newProgress(what)); err != nil {
+	if ix, err = sessionIndex(ctx, rd.store, m.newProgress(what), m.logger()); err != nil {
 		rd.Close()
 		return nil, 0, nil, err
 	}
@@ -532,7 +538,7 @@ func (s *snapshot) open(ctx context.Context, m *Main) (*events.Store, error) {
 	if m.Getenv("AEGIS_DEBUG") != "" {
 		log = m.logger()
 	}
-	st, err := events.Open(ctx, events.Config{Dir: s.root, Logger: log})
+	st, err := events.Open(ctx, events.Config{Dir: s.root, Logger: log, ReadOnly: true})
 	if err == nil {
 		return st, nil
 	}
@@ -541,7 +547,7 @@ func (s *snapshot) open(ctx context.Context, m *Main) (*events.Store, error) {
 	if _, rerr := s.refresh(); rerr != nil {
 		return nil, errors.Join(err, rerr)
 	}
-	return events.Open(ctx, events.Config{Dir: s.root, Logger: log})
+	return events.Open(ctx, events.Config{Dir: s.root, Logger: log, ReadOnly: true})
 }
 
 func (s *snapshot) remove() { os.RemoveAll(s.root) }
@@ -615,11 +621,16 @@ func resolveSession(list []projector.SessionSummary, arg string) (projector.Sess
 // snapshot with the events after it folded in, which it saves again so
 // that the next reader folds less. A snapshot that cannot be saved (a full
 // disk, say) costs the next reader time, nothing else.
-func sessionIndex(ctx context.Context, st *events.Store, prog *progress) (*projector.Index, error) {
-	ix, err := projector.LoadIndex(ctx, st, nil, prog.add)
+// log, if not nil, is told (at debug level) how many events were folded.
+func sessionIndex(ctx context.Context, st *events.Store, prog *progress, log *slog.Logger) (*projector.Index, error) {
+	folded := 0
+	ix, err := projector.LoadIndex(ctx, st, log, func() { folded++; prog.add() })
 	prog.done()
 	if err != nil {
 		return nil, fmt.Errorf("read the event stream: %w", err)
+	}
+	if log != nil {
+		log.Debug("session index", "dir", st.Dir(), "folded", folded, "at", ix.At.String())
 	}
 	ix.Save(ctx, st)
 	return ix, nil
