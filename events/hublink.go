@@ -108,8 +108,16 @@ func (s *Store) linkMirror(ctx context.Context, host string) error {
 	}
 	l.sub = sub
 	if _, err := s.js.CreateOrUpdatePushConsumer(ctx, StreamName, cfg); err != nil {
-		sub.Unsubscribe()
-		return fmt.Errorf("hub: make the consumer %s that the hub's mirror reads the stream through: %w", MirrorConsumer, err)
+		// One the server will not change into this (made under another
+		// host name, or by hand) is made again: the mirror resumes where
+		// it stands all the same, and takes nothing twice.
+		if derr := s.js.DeleteConsumer(ctx, StreamName, MirrorConsumer); derr == nil || errors.Is(derr, jetstream.ErrConsumerNotFound) {
+			_, err = s.js.CreatePushConsumer(ctx, StreamName, cfg)
+		}
+		if err != nil {
+			sub.Unsubscribe()
+			return fmt.Errorf("hub: make the consumer %s that the hub's mirror reads the stream through: %w", MirrorConsumer, err)
+		}
 	}
 	s.mirror = l
 	return nil

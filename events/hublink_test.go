@@ -304,3 +304,29 @@ func TestEnrollWaitsForTheHubsJetStream(t *testing.T) {
 	}
 	t.Logf("enrolled %v after the nodes started again", time.Since(start).Round(time.Millisecond))
 }
+
+// A state directory linked under one host name and then under another
+// keeps one mirror consumer, delivering where the new name's mirror
+// listens; no hub is needed to open it (the link comes up when it can).
+func TestHubMirrorConsumerFollowsTheHostName(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	ctx := context.Background()
+	for _, host := range []string{"laptop-1", "laptop-2"} {
+		st, err := Open(ctx, Config{Dir: dir, Hub: &HubConfig{URLs: []string{"nats://127.0.0.1:1"}, Host: host}})
+		if err != nil {
+			t.Fatalf("open as %s: %v", host, err)
+		}
+		c, err := st.js.PushConsumer(ctx, StreamName, MirrorConsumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := c.CachedInfo().Config
+		if cfg.DeliverSubject != MirrorDeliverSubject(host) || cfg.AckPolicy != jetstream.AckFlowControlPolicy || cfg.MaxAckPending != 1 {
+			t.Errorf("as %s the consumer delivers to %s (ack %v, %d out); want %s, acknowledged by flow control, one out until the mirror answers",
+				host, cfg.DeliverSubject, cfg.AckPolicy, cfg.MaxAckPending, MirrorDeliverSubject(host))
+		}
+		if err := st.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
