@@ -146,7 +146,12 @@
 // node of a NATS hub, under a JetStream domain named after the host, and
 // the hub mirrors the stream ([MirrorConfig], [Enroll]). The hub pulls;
 // a commit is acknowledged by the local stream alone and never waits for
-// the link. A reader of a host's mirror (hubread.go) reads it from a
+// the link. The mirror reads the stream through a durable consumer the
+// host keeps ([MirrorConsumer], hublink.go), so a host that links again
+// is pulled at once; a mirror that holds more of the stream than the
+// stream itself (a host name used with another state directory) is
+// refused and never fed ([MirrorAheadError]), so two streams never mix in
+// one mirror. A reader of a host's mirror (hubread.go) reads it from a
 // position on, as [Store.Replay] reads the stream, and a [MirrorIndex]
 // keeps the index of a mirror in a private folder on the reading machine,
 // a cache checked against the mirror like the store's.

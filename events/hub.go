@@ -109,6 +109,14 @@ func (h *HubConfig) apply(opts *server.Options) error {
 	// name are taken for one server reconnecting, and each link drops
 	// the other's.
 	opts.ServerName = "aegis-" + h.Host
+	// Flow control subjects name the domain ($JS.FC.<host>.…): the hub
+	// routes the mirrors' replies of every host to every host that uses
+	// the old form, and this one must tell its own mirror's apart
+	// (hublink.go).
+	if opts.FeatureFlags == nil {
+		opts.FeatureFlags = map[string]bool{}
+	}
+	opts.FeatureFlags["js_ack_fc_v2"] = true
 	opts.LeafNode.Remotes = append(opts.LeafNode.Remotes, remote)
 	opts.LeafNode.ReconnectInterval = reconnectInterval
 	return nil
@@ -145,8 +153,23 @@ func MirrorConfig(host string, replicas int) jetstream.StreamConfig {
 				// nowhere else (see LeafUser).
 				DeliverPrefix: DeliverPrefix(host),
 			},
+			// A durable source: the host keeps the consumer
+			// (hublink.go), so the hub pulls again as soon as the host
+			// links again instead of on its retry backoff.
+			Consumer: &jetstream.StreamConsumerSource{Name: MirrorConsumer, DeliverSubject: MirrorDeliverSubject(host)},
 		},
 	}
+}
+
+// legacyMirrorConfig is the mirror enroll made before durable sources:
+// the hub made a consumer of its own on the host's stream at each pull,
+// and pulled again after a link came back only on its retry backoff.
+func legacyMirrorConfig(host string, replicas int) jetstream.StreamConfig {
+	cfg := MirrorConfig(host, replicas)
+	m := *cfg.Mirror
+	m.Consumer = nil
+	cfg.Mirror = &m
+	return cfg
 }
 
 // HubAdmin connects to a hub's client URLs as an admin of its JetStream.
@@ -161,24 +184,207 @@ type HubAdmin struct {
 // the mirror's name with other settings.
 var ErrMirrorConflict = errors.New("the hub holds a stream of that name that is not this mirror")
 
+// EnrollOptions are the settings of [Enroll].
+type EnrollOptions struct {
+	// Replicas of the mirror (one per node of the hub, up to 5).
+	Replicas int
+	// Waiting, if set, is called once when the hub or its JetStream does
+	// not answer at once (a hub that has just started listens, then
+	// elects its leaders), with what it answered; Enroll waits for them
+	// until ctx ends.
+	Waiting func(error)
+}
+
+// Enrolled says what [Enroll] found or made.
+type Enrolled struct {
+	// Legacy is set when the hub holds the host's mirror as enroll made
+	// it before durable sources: it is left as it is, and pulls again
+	// after the host links again only on the hub's retry backoff.
+	Legacy bool
+}
+
+// ErrJetStreamNotReady is wrapped by [Enroll]'s error when the hub
+// accepted the connection but its JetStream did not answer in time.
+var ErrJetStreamNotReady = errors.New("the hub's JetStream did not answer")
+
 // Enroll makes the hub's mirror of host's stream ([MirrorConfig]). A
-// mirror that is there with the same settings is left as it is.
-func Enroll(ctx context.Context, admin HubAdmin, host string, replicas int) error {
+// mirror that is there with the same settings (or with the settings of an
+// earlier release, see [Enrolled]) is left as it is. It waits for the
+// hub's JetStream to answer until ctx ends.
+func Enroll(ctx context.Context, admin HubAdmin, host string, opts EnrollOptions) (Enrolled, error) {
 	if !ValidHost(host) {
-		return fmt.Errorf("host name %q: use letters, digits, - and _ (at most 63)", host)
+		return Enrolled{}, fmt.Errorf("host name %q: use letters, digits, - and _ (at most 63)", host)
 	}
-	nc, js, err := admin.connect("aegis hub enroll")
-	if err != nil {
-		return err
+	said := false
+	waiting := func(why error) {
+		if !said && opts.Waiting != nil {
+			opts.Waiting(why)
+		}
+		said = true
+	}
+	var nc *nats.Conn
+	for {
+		var err error
+		if nc, err = admin.dial(ctx, "aegis hub enroll"); err == nil {
+			break
+		}
+		if !errors.Is(err, nats.ErrNoServers) {
+			return Enrolled{}, err
+		}
+		// No node answered: one that has just started may not listen
+		// yet.
+		waiting(err)
+		select {
+		case <-ctx.Done():
+			return Enrolled{}, err
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 	defer nc.Close()
-	cfg := MirrorConfig(host, replicas)
-	if _, err = js.CreateStream(ctx, cfg); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return fmt.Errorf("%s: %w", cfg.Name, ErrMirrorConflict)
-	} else if err != nil {
-		return fmt.Errorf("create the mirror %s: %w", cfg.Name, err)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return Enrolled{}, err
 	}
-	return nil
+	if err := waitJetStream(ctx, js, waiting); err != nil {
+		return Enrolled{}, err
+	}
+	cfg := MirrorConfig(host, opts.Replicas)
+	_, err = js.CreateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		// Made by an earlier release: the same but for the durable
+		// source (a mirror's source cannot be changed).
+		if _, lerr := js.CreateStream(ctx, legacyMirrorConfig(host, opts.Replicas)); lerr == nil {
+			return Enrolled{Legacy: true}, nil
+		}
+		return Enrolled{}, fmt.Errorf("%s: %w", cfg.Name, ErrMirrorConflict)
+	} else if err != nil {
+		return Enrolled{}, fmt.Errorf("create the mirror %s: %w", cfg.Name, err)
+	}
+	return Enrolled{}, nil
+}
+
+// AsidePrefix begins the name of a mirror's copy that [ResetMirror] set
+// aside: AEGIS-ASIDE_<host>_<UTC time>. It is no mirror of a host's
+// stream ([HubReader.Mirrors] passes it over).
+const AsidePrefix = "AEGIS-ASIDE_"
+
+// ResetMirror sets the hub's mirror of host aside and makes a new, empty
+// one ([Enroll]): for a host name that now names another stream (a state
+// directory made again), whose leaf refuses the old mirror
+// ([MirrorAheadError]). Nothing the hub held is lost: the old mirror is
+// first copied whole into a stream of its own, named after [AsidePrefix],
+// with delete and purge denied, and removed only once the copy holds every
+// message of it. It returns the copy's name, "" when there was no mirror
+// to set aside. opts.Waiting is as for Enroll.
+func ResetMirror(ctx context.Context, admin HubAdmin, host string, opts EnrollOptions) (string, error) {
+	if !ValidHost(host) {
+		return "", fmt.Errorf("host name %q: use letters, digits, - and _ (at most 63)", host)
+	}
+	nc, err := admin.dial(ctx, "aegis hub enroll --reset")
+	if err != nil {
+		return "", err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return "", err
+	}
+	waiting := func(why error) {
+		if opts.Waiting != nil {
+			opts.Waiting(why)
+			opts.Waiting = nil
+		}
+	}
+	if err := waitJetStream(ctx, js, waiting); err != nil {
+		return "", err
+	}
+	name := MirrorName(host)
+	aside := ""
+	old, err := js.Stream(ctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+	case err != nil:
+		return "", fmt.Errorf("read the mirror %s: %w", name, err)
+	default:
+		info := old.CachedInfo()
+		if info.Config.Mirror == nil || info.Config.Mirror.Name != StreamName {
+			return "", fmt.Errorf("%s: %w", name, ErrMirrorConflict)
+		}
+		aside = AsidePrefix + host + "_" + time.Now().UTC().Format("20060102T150405Z")
+		cfg := jetstream.StreamConfig{
+			Name:        aside,
+			Description: "aegis events of host " + host + " that its mirror held until aegis hub enroll --reset set them aside",
+			Storage:     jetstream.FileStorage,
+			Replicas:    info.Config.Replicas,
+			Retention:   jetstream.LimitsPolicy,
+			Discard:     jetstream.DiscardNew,
+			MaxMsgs:     -1,
+			MaxBytes:    -1,
+			DenyDelete:  true,
+			DenyPurge:   true,
+			Mirror:      &jetstream.StreamSource{Name: name},
+		}
+		copied, err := js.CreateStream(ctx, cfg)
+		if err != nil {
+			return "", fmt.Errorf("copy the mirror %s aside: %w", name, err)
+		}
+		// The copy holds every message of the mirror before the mirror
+		// goes; then it stops following it.
+		for {
+			now, err := old.Info(ctx)
+			if err != nil {
+				return "", fmt.Errorf("read the mirror %s: %w", name, err)
+			}
+			got, err := copied.Info(ctx)
+			if err != nil {
+				return "", fmt.Errorf("read the copy %s: %w", aside, err)
+			}
+			if got.State.LastSeq == now.State.LastSeq && got.State.Msgs == now.State.Msgs {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return "", fmt.Errorf("copy the mirror %s aside: the copy %s holds %d of its %d messages: %w (the mirror is left as it was)",
+					name, aside, got.State.Msgs, now.State.Msgs, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		cfg.Mirror = nil
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return "", fmt.Errorf("make the copy %s a stream of its own: %w (the mirror is left as it was)", aside, err)
+		}
+		if err := js.DeleteStream(ctx, name); err != nil {
+			return "", fmt.Errorf("remove the mirror %s (its copy is %s): %w", name, aside, err)
+		}
+	}
+	if _, err := Enroll(ctx, admin, host, opts); err != nil {
+		return aside, err
+	}
+	return aside, nil
+}
+
+// waitJetStream waits until the hub's JetStream answers for the
+// account, calling waiting once (if set) when it does not at once.
+func waitJetStream(ctx context.Context, js jetstream.JetStream, waiting func(error)) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.AccountInfo(actx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+			return fmt.Errorf("%w: JetStream is not enabled for this account on the hub (the hub's admin account needs jetstream: enabled)", err)
+		case errors.Is(err, nats.ErrPermissionViolation), errors.Is(err, nats.ErrAuthorization):
+			return fmt.Errorf("the hub refused its JetStream API to these credentials: %w", err)
+		}
+		waiting(err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (a hub that has just started needs a few seconds to elect its leaders): %w", ErrJetStreamNotReady, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // connect connects to the hub as the admin.

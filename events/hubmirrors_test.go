@@ -26,7 +26,7 @@ func TestHubReaderListsTheMirrors(t *testing.T) {
 	time.Sleep(time.Second) // linked first: a mirror made then pulls at once
 	admin := HubAdmin{URLs: h.ClientURLs()}
 	for _, host := range []string{"laptop-1", "laptop-2"} {
-		if err := Enroll(ctx, admin, host, 1); err != nil {
+		if _, err := Enroll(ctx, admin, host, EnrollOptions{Replicas: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

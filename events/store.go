@@ -224,6 +224,7 @@ type Store struct {
 	done       chan struct{} // closed when the committer has exited
 
 	approvals *ApprovalConfig // nil unless Config.Approvals
+	mirror    *mirrorLink     // nil unless Config.Hub (hublink.go)
 	mark      uint64          // the stream's last sequence at the last clean close (markFile)
 	base      uint64          // the stream's first sequence (baseFile): 1 unless a rotation began it later
 	roll      *RollPlan       // the rotation FinishRoll is finishing
@@ -508,6 +509,11 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	}
 	if s.cc, err = dialCommit(ns, user, pass, cfg.AckTimeout); err != nil {
 		return nil, err
+	}
+	if cfg.Hub != nil {
+		if err := s.linkMirror(ctx, cfg.Hub.Host); err != nil {
+			return nil, err
+		}
 	}
 	go s.commitLoop()
 	s.log.Debug("event store open", "dir", dir)

@@ -17,7 +17,7 @@ import (
 )
 
 const hubUsage = `Usage:
-  aegis hub enroll HOST --hub URL[,URL…] [--creds FILE] [--ca FILE] [--replicas N] [--key-out FILE]
+  aegis hub enroll HOST --hub URL[,URL…] [--creds FILE] [--ca FILE] [--replicas N] [--key-out FILE] [--wait 30s] [--reset]
   aegis hub approver NAME [--key-out FILE]
 
 A fleet of aegis proxies keeps each machine's events off the machine too:
@@ -37,7 +37,16 @@ that can link only as a leaf node, receive only its own domain's API
 requests and send only its own stream to its own mirror. Through it the
 host reaches no JetStream API of the hub, not its own mirror's nor
 another host's. It is safe to run again: an existing key is kept and an
-existing mirror left as it is if it is the same (refused otherwise).
+existing mirror left as it is if it is the same (refused otherwise). A hub
+that has just started answers before its JetStream does: enroll says so and
+waits for it, up to --wait.
+
+A host name used again with a new state directory starts its stream again
+at 1, while the hub's mirror holds the old stream: aegis on the host refuses
+to feed that mirror (it would mix the two) and says so. --reset sets the
+mirror aside, copied whole into a stream AEGIS-ASIDE_<HOST>_<time> with
+delete and purge denied, and starts a new, empty mirror; restart aegis on
+the host to link it.
 
 approver makes a fleet approver's key (an nkey, written to --key-out,
 default NAME.nkey, mode 0600) and prints the hub user to add for it: one
@@ -228,6 +237,8 @@ func (m *Main) hubEnroll(ctx context.Context, args []string) error {
 	ca := fs.String("ca", "", "CA bundle (PEM) for tls:// URLs")
 	replicas := fs.Int("replicas", 3, "replicas of the mirror")
 	keyOut := fs.String("key-out", "", "where to write the host's link key (default HOST.nkey; an existing one is kept)")
+	wait := fs.Duration("wait", 30*time.Second, "how long to wait for the hub and its JetStream to answer")
+	reset := fs.Bool("reset", false, "set the host's mirror aside (copied whole, nothing deleted) and start a new one: for a host name that now names another state directory")
 	host, err := m.parseNamed(fs, "hub enroll", "aegis hub enroll HOST --hub URL", args)
 	if err != nil {
 		return err
@@ -238,12 +249,31 @@ func (m *Main) hubEnroll(ctx context.Context, args []string) error {
 	if *replicas < 1 || *replicas > 5 {
 		return usagef("--replicas 1 to 5 (JetStream's limit)", "hub enroll: --replicas %d", *replicas)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	timeout := *wait
+	if *reset {
+		timeout += 10 * time.Minute // copying a large mirror aside takes its time
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err = events.Enroll(ctx, events.HubAdmin{URLs: splitURLs(*urls), Credentials: *creds, CAFile: *ca}, host, *replicas)
+	admin := events.HubAdmin{URLs: splitURLs(*urls), Credentials: *creds, CAFile: *ca}
+	opts := events.EnrollOptions{
+		Replicas: *replicas,
+		Waiting: func(why error) {
+			fmt.Fprintf(m.Stderr, "aegis: waiting up to %s for the hub and its JetStream to answer (a hub that has just started elects its leaders first); now: %v\n", *wait, why)
+		},
+	}
+	var enrolled events.Enrolled
+	aside := ""
+	if *reset {
+		aside, err = events.ResetMirror(ctx, admin, host, opts)
+	} else {
+		enrolled, err = events.Enroll(ctx, admin, host, opts)
+	}
 	switch {
 	case errors.Is(err, events.ErrMirrorConflict):
 		return withHint(err, "it was made by hand or with other settings; look at it with the nats CLI before you remove anything")
+	case errors.Is(err, events.ErrJetStreamNotReady):
+		return withHint(err, "the URLs reach the hub; wait until its nodes have formed their cluster (nats-server logs \"JetStream cluster new metadata leader\"), or give it longer with --wait")
 	case err != nil:
 		return withHint(err, "--hub takes the hub's client URLs (the port clients use, not the leaf node port), and enroll needs rights to create streams in the hub's JetStream account")
 	}
@@ -256,6 +286,12 @@ func (m *Main) hubEnroll(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintf(m.Stdout, "enrolled %s: the hub mirrors its stream as %s (%d replicas, delete and purge denied)\n\n", host, name, *replicas)
+	if aside != "" {
+		fmt.Fprintf(m.Stdout, "the old mirror's messages are kept in the stream %s (delete and purge denied); %s's new mirror starts empty: restart aegis on %s so that it links to it\n\n", aside, host, host)
+	}
+	if enrolled.Legacy {
+		fmt.Fprintf(m.Stdout, "note: %s was made by an earlier aegis: it pulls again after %s links again only on the hub's retry backoff (up to 2 minutes), not at once\n\n", name, host)
+	}
 	fmt.Fprintf(m.Stdout, "its link key: %s (%s); copy it to %s, mode 0600, and give it there with --hub-nkey\n\n", *keyOut, said, host)
 	fmt.Fprintf(m.Stdout, "add this user to the users of the hub's JetStream account on every node, then reload them (nats-server --signal reload):\n%s\n\n", events.LeafUser(host, public))
 	fmt.Fprintf(m.Stdout, "the hub's configuration must also set: feature_flags { js_api_reply_v2: true }\n\n")

@@ -113,3 +113,35 @@ func TestFleetMirrorsAWrap(t *testing.T) {
 		t.Fatalf("the cut record against the hub: exit %d\n%s", code, out)
 	}
 }
+
+// enroll against a hub whose JetStream cannot answer yet (two of its three
+// nodes are down: no leader) says that it waits for it and then that the
+// hub's JetStream did not answer, not that the URLs are wrong; with the
+// nodes back it enrolls. --reset then sets the mirror aside and makes a
+// new one.
+func TestHubEnrollWaitsForTheHubsJetStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a hub")
+	}
+	t.Parallel() // it mostly waits (on processes): beside the others
+	h := hubtest.New(t, 3)
+	h.Kill(h.Nodes[1])
+	h.Kill(h.Nodes[2])
+	l := newLive(t, "")
+	url := h.ClientURLs()[0]
+	keyFile := filepath.Join(l.dir, "laptop-1.nkey")
+	out, code := l.aegis("hub", "enroll", "laptop-1", "--hub", url, "--key-out", keyFile, "--wait", "3s")
+	if code != 1 || !strings.Contains(out, "waiting up to 3s for the hub and its JetStream to answer") ||
+		!strings.Contains(out, "the hub's JetStream did not answer") || strings.Contains(out, "client URLs") {
+		t.Fatalf("enroll against a hub without its JetStream: exit %d\n%s", code, out)
+	}
+	h.Start(h.Nodes[1])
+	h.Start(h.Nodes[2])
+	if out, code := l.aegis("hub", "enroll", "laptop-1", "--hub", url, "--key-out", keyFile, "--wait", "1m"); code != 0 || !strings.Contains(out, "enrolled laptop-1") {
+		t.Fatalf("enroll once the hub is whole: exit %d\n%s", code, out)
+	}
+	out, code = l.aegis("hub", "enroll", "laptop-1", "--hub", url, "--key-out", keyFile, "--reset")
+	if code != 0 || !strings.Contains(out, "the old mirror's messages are kept in the stream AEGIS-ASIDE_laptop-1_") || !strings.Contains(out, "enrolled laptop-1") {
+		t.Fatalf("enroll --reset: exit %d\n%s", code, out)
+	}
+}

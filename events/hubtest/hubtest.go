@@ -77,7 +77,10 @@ type Hub struct {
 	bin     string
 	admin   string // userinfo of the admin, for a secured hub
 	secured bool
-	Nodes   []*Node
+	// unadvertised: the nodes do not tell a leaf the other nodes' leaf
+	// URLs, so a leaf links only through the URLs it was given.
+	unadvertised bool
+	Nodes        []*Node
 }
 
 // accounts is the accounts block of a secured hub with these leaf users.
@@ -155,16 +158,24 @@ func freePort(t testing.TB) int {
 
 // New starts a hub of n nodes that takes any client and any leaf node
 // into one account; they are killed when the test ends.
-func New(t testing.TB, n int) *Hub { return start(t, n, false, nil) }
+func New(t testing.TB, n int) *Hub { return start(&Hub{t: t}, n, nil) }
+
+// NewUnadvertised is New, but the nodes do not tell their leaves the
+// other nodes' leaf URLs: a leaf links only through the URLs it was
+// given, so a test can cut its link by cutting those.
+func NewUnadvertised(t testing.TB, n int) *Hub { return start(&Hub{t: t, unadvertised: true}, n, nil) }
 
 // NewSecured starts a hub of n nodes with accounts: FLEET, whose
 // JetStream holds the mirrors, with the user admin (password admin,
 // [Hub.ClientURLs] carry it) and the leaf users given (LeafUser blocks),
 // and a system account. A connection without credentials is refused.
-func NewSecured(t testing.TB, n int, leafUsers ...string) *Hub { return start(t, n, true, leafUsers) }
+func NewSecured(t testing.TB, n int, leafUsers ...string) *Hub {
+	return start(&Hub{t: t, secured: true}, n, leafUsers)
+}
 
-func start(t testing.TB, n int, secured bool, leafUsers []string) *Hub {
-	h := &Hub{t: t, bin: natsServer(t), secured: secured}
+func start(h *Hub, n int, leafUsers []string) *Hub {
+	t := h.t
+	h.bin = natsServer(t)
 	if h.secured {
 		h.admin = "admin:admin@"
 	}
@@ -185,8 +196,8 @@ func start(t testing.TB, n int, secured bool, leafUsers []string) *Hub {
 listen: 127.0.0.1:%d
 jetstream { store_dir: %q, domain: hub }
 cluster { name: hub, listen: 127.0.0.1:%d, routes: [%s] }
-leafnodes { listen: 127.0.0.1:%d }
-`, nd.name, nd.client, nd.dir, routes[i], strings.Join(routeURLs, ", "), nd.leaf)
+leafnodes { listen: 127.0.0.1:%d, no_advertise: %t }
+`, nd.name, nd.client, nd.dir, routes[i], strings.Join(routeURLs, ", "), nd.leaf, h.unadvertised)
 		if err := os.WriteFile(nd.conf, []byte(nd.base+accounts), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -216,6 +227,9 @@ func (h *Hub) Start(nd *Node) {
 	}()
 }
 
+// Name is the node's server name, as JetStream names a stream's leader.
+func (nd *Node) Name() string { return nd.name }
+
 // state says whether a node runs, and how it ended if not.
 func (nd *Node) state() string {
 	if nd.cmd == nil {
@@ -227,6 +241,33 @@ func (nd *Node) state() string {
 	default:
 		return "running"
 	}
+}
+
+// CPU returns the CPU time the hub's running nodes have used (on Linux,
+// from /proc; 0 elsewhere).
+func (h *Hub) CPU() time.Duration {
+	var total time.Duration
+	for _, nd := range h.Nodes {
+		if nd.cmd == nil || nd.cmd.Process == nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", nd.cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		// After the command name in parentheses: state is field 3,
+		// utime and stime fields 14 and 15, in clock ticks (100 a second
+		// on Linux).
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		total += time.Duration(u+st) * 10 * time.Millisecond
+	}
+	return total
 }
 
 // Log returns what the node has logged so far.
