@@ -31,4 +31,13 @@
 //     for their Serve calls.
 //   - At most [Config.MaxSessions] sessions at once; more are refused with
 //     503 and nothing is started.
+//   - The transport's own checks are made as the go-sdk's
+//     StreamableHTTPHandler makes them, with the same status for the same
+//     request: a POST needs Content-Type application/json (415) and an
+//     Accept that takes JSON and an event stream (400), before its session
+//     is looked up; a GET needs an Accept that takes an event stream
+//     (400); a JSON-RPC batch under protocol version 2025-06-18 or later
+//     (MCP-Protocol-Version) is 400, since those versions have none.
+//   - A DELETE frees its session's slot before it answers 204: a client
+//     that deleted its session can begin another at once at the cap.
 package httpfront
