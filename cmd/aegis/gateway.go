@@ -25,7 +25,9 @@ const gatewayUsage = `Usage:
                 [--max-state-size SIZE] [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
                 [--checkpoint-lines N] [--checkpoint-interval D] [--approvers FILE]
                 [--listen ADDR [--token-file FILE] [--allow-origin ORIGIN]… [--stdio]
-                 [--idle-timeout D] [--max-sessions N] [--listen-without-token]]
+                 [--idle-timeout D] [--max-sessions N] [--listen-without-token]
+                 [--max-conns N] [--max-conns-per-client N] [--header-timeout D]
+                 [--body-timeout D] [--conn-idle-timeout D]]
   aegis            (with AEGIS_CONFIG, default ./aegis.yaml, AEGIS_AUDIT and AEGIS_SIGNING_KEY;
                     AEGIS_STATE_DIR, AEGIS_MAX_STATE_SIZE and AEGIS_APPROVERS are optional)
 
@@ -113,7 +115,20 @@ HTTP client session runs its own servers and is its own recorded session,
 with its own profile and approvals; sessions at once write calls.aarl,
 calls-2.aarl, ... An address that is not loopback must be named and is
 warned about. --listen-without-token (loopback only, warned) is for test
-suites that cannot send a header. See docs/http.md.
+suites that cannot send a header.
+
+No client, with the token or without, can take aegis's descriptors or
+hold a connection without sending: --max-conns (1024) connections at
+once, --max-conns-per-client (512) from one IP address; past either, a
+connection is answered 503 saying which, and closed. A request's headers
+have --header-timeout (10s) to arrive, its body --body-timeout (30s); a
+kept-alive connection without a request is closed after
+--conn-idle-timeout (2m). aegis raises its open file limit to the hard
+one, and lowers --max-conns (saying so) to keep room for --max-sessions
+sessions' servers and records. --max-sessions (32) sessions at once: at
+the cap the one idle longest (--idle-timeout, 1h, ends one idle that
+long) makes room, and when none is idle a new one is refused with 503.
+See docs/http.md.
 
 --hub, --host, --hub-nkey, --hub-creds and --hub-ca link the event store to a fleet's
 NATS hub, as for aegis wrap (aegis help hub). --checkpoint-lines and
