@@ -91,13 +91,16 @@ by aegis sessions and aegis replay; when no server starts, the gateway
 refuses to start (exit 1) and says which failed and why. A state directory
 whose event stream lost messages is refused (see docs/FILES.md). SIGINT or
 SIGTERM ends the gateway; one that comes before the servers start ends it
-at once, with 128+N, and starts none.
+at once, with 128+N, and starts none. A second one while the gateway
+stops, or 9 s after the first, ends aegis at once (128+N), saying so.
 
 When the host closes its stdin, a call in flight has 2 s to finish (its
 outcome is recorded; the answer can no longer be delivered); after that it
 is cancelled (notifications/cancelled to its server) and recorded so.
 Then each server has its stdin closed, 2 s to exit, SIGTERM, 2 s more,
 SIGKILL; child.exited names the server, its PID and what ended it.
+After the grace, the host's stdout is closed: a server that keeps sending
+cannot hold the gateway's end on a pipe the host no longer reads.
 
 --max-state-size SIZE (such as 10GiB) caps the state directory's event
 stream, as for aegis wrap. At the cap the gateway fails closed: nothing more
@@ -118,8 +121,8 @@ warned about. --listen-without-token (loopback only, warned) is for test
 suites that cannot send a header.
 
 No client, with the token or without, can take aegis's descriptors or
-hold a connection without sending: --max-conns (1024) connections at
-once, --max-conns-per-client (512) from one IP address; past either, a
+hold a connection without sending: --max-conns (2048) connections at
+once, --max-conns-per-client (1024) from one IP address; past either, a
 connection is answered 503 saying which, and closed. A request's headers
 have --header-timeout (10s) to arrive, its body --body-timeout (30s); a
 kept-alive connection without a request is closed after
@@ -283,6 +286,10 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	defer start.done()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	// From the session's start, the first signal stops the gateway and a
+	// second one, or the deadline, ends aegis (watchStop).
+	ended := make(chan struct{})
+	defer close(ended)
 
 	store, err := m.openStoreToRecord(start.ctx, stateDirFlag, true, maxBytes, hub)
 	if err != nil {
@@ -300,7 +307,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		}
 		rec := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
 			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints}
-		return m.listenGateway(ctx, sigs, start, lo, base, rec)
+		return m.listenGateway(ctx, sigs, ended, start, lo, base, rec)
 	}
 	open := func(facts map[string]sandbox.Fact) (*projector.Session, error) {
 		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
@@ -312,19 +319,15 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		if err != nil {
 			return nil, err
 		}
-		go func() {
-			select {
-			case <-sigs:
-				stop()
-			case <-ctx.Done():
-			}
-		}()
+		m.watchStop(sigs, stop, ended)
 		return sess, nil
 	}
 	self, _ := os.Executable()
+	stdout, restore := hostStdout()
+	defer restore()
 	sess, err := gateway.Run(ctx, gateway.Config{
 		Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
-		Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), DottedMetaTools: gw.DottedMetaTools(), Open: open, Self: self, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: m.Stderr,
+		Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), DottedMetaTools: gw.DottedMetaTools(), Open: open, Self: self, Stdin: os.Stdin, Stdout: stdout, Stderr: m.Stderr,
 		Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
 	})
 	var oe *proxy.OpenError

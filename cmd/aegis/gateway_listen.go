@@ -107,7 +107,7 @@ func (l *listenFlags) opts() (*listenOpts, error) {
 	case o.maxSessions <= 0:
 		return nil, usagef("--max-sessions 32", "--max-sessions must be positive")
 	case o.limits.MaxConns <= 0 || o.limits.MaxConnsPerClient <= 0:
-		return nil, usagef("--max-conns 1024 --max-conns-per-client 512", "--max-conns and --max-conns-per-client must be positive")
+		return nil, usagef("--max-conns 2048 --max-conns-per-client 1024", "--max-conns and --max-conns-per-client must be positive")
 	case o.limits.HeaderTimeout <= 0 || o.limits.BodyTimeout <= 0 || o.limits.ConnIdleTimeout <= 0:
 		return nil, usagef("--header-timeout 10s --body-timeout 30s --conn-idle-timeout 2m", "--header-timeout, --body-timeout and --conn-idle-timeout must be positive")
 	}
@@ -123,7 +123,7 @@ func (l *listenFlags) opts() (*listenOpts, error) {
 // --stdio) until a signal or, with --stdio, the stdio host leaves. Each
 // HTTP client session runs a gateway of its own: its own servers, its own
 // recorded session, active profile and approvals.
-func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *startup, lo *listenOpts, base gateway.Config, rec projector.SessionConfig) error {
+func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-chan struct{}, start *startup, lo *listenOpts, base gateway.Config, rec projector.SessionConfig) error {
 	if _, err := os.Stat(filepath.Dir(rec.AuditPath)); err != nil {
 		return start.err(withHint(fmt.Errorf("%w: %s has no directory %s", projector.ErrNoRecordDir, rec.AuditPath, filepath.Dir(rec.AuditPath)),
 			"create the directory first, or give --audit a path in an existing directory; nothing was started"))
@@ -164,13 +164,7 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *st
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go func() {
-		select {
-		case <-sigs:
-			stop()
-		case <-ctx.Done():
-		}
-	}()
+	m.watchStop(sigs, stop, ended)
 
 	// The token and the warnings come first, the address last: whoever
 	// waits for the address has read them.
@@ -284,7 +278,9 @@ func runGatewaySession(ctx context.Context, cfg gateway.Config, audit string) (s
 // sessions, as a session of its own.
 func (m *Main) serveStdioSession(ctx context.Context, base gateway.Config, rec projector.SessionConfig) error {
 	cfg := base
-	cfg.Stdin, cfg.Stdout = os.Stdin, os.Stdout
+	stdout, restore := hostStdout()
+	defer restore()
+	cfg.Stdin, cfg.Stdout = os.Stdin, stdout
 	cfg.Open = func(facts map[string]sandbox.Fact) (*projector.Session, error) {
 		sess, _, err := openLane(ctx, rec, facts)
 		return sess, err

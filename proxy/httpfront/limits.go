@@ -16,8 +16,8 @@ import (
 
 // Defaults of [Limits].
 const (
-	DefaultMaxConns          = 1024
-	DefaultMaxConnsPerClient = 512
+	DefaultMaxConns          = 2048
+	DefaultMaxConnsPerClient = 1024
 	DefaultHeaderTimeout     = 10 * time.Second
 	DefaultBodyTimeout       = 30 * time.Second
 	DefaultConnIdleTimeout   = 2 * time.Minute
