@@ -209,11 +209,17 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-c
 	case err = <-served:
 		stop()
 	}
-	// The sessions end first (their streams with them), then the server.
-	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// The sessions end first, side by side (their streams with them),
+	// then the server: what it still serves is no session's, and has a
+	// moment to finish. watchStop bounds the whole.
+	t0 := time.Now()
+	front.Close(context.Background())
+	base.Logger.Debug("HTTP sessions closed", "took", time.Since(t0))
+	sctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	front.Close(cctx)
-	srv.Shutdown(cctx)
+	srv.Shutdown(sctx)
+	srv.Close()
+	base.Logger.Debug("HTTP server closed", "took", time.Since(t0))
 	if lo.stdio {
 		<-stdioDone
 		if stdioErr != nil {

@@ -107,33 +107,62 @@ func quoteAll(ss []string) []string {
 // open, each with a call in flight: aegis gateway --listen ends within
 // 10 s, every session closed in its record (closed and recorded side by
 // side, not one after another).
+// AEGIS_TEST_SESSIONS=300 measures with that many sessions,
+// AEGIS_TEST_DEBUG=1 logs aegis's debug lines (how long each step took).
 func TestHTTPGatewayStopsManySessionsInTime(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aegis gateway --listen")
 	}
 	t.Parallel() // it mostly waits on processes: beside the others
 	n := 40
+	var h0 *httpGW
 	if v := os.Getenv("AEGIS_TEST_SESSIONS"); v != "" {
 		n, _ = strconv.Atoi(v)
 	}
 	l := newLive(t, "")
 	config := "version: 1\nservers:\n  example:\n    command: " + filepath.Join(l.bin, "aegis-example-server") + "\n" +
 		"profiles:\n  p:\n    allow: [\"example.*\"]\nactivation:\n  default_profile: p\n"
+	if os.Getenv("AEGIS_TEST_DEBUG") != "" {
+		l.env = append(l.env, "AEGIS_DEBUG=1")
+		defer func() { t.Log(h0.stderr.String()) }()
+	}
 	h := l.httpGateway(config, "--max-sessions", strconv.Itoa(n))
+	h0 = h
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	calls := make(chan error, n)
 	t0 := time.Now()
+	// The sessions begin eight at a time; each then has a call in flight.
+	sem := make(chan struct{}, 8)
+	var begun sync.WaitGroup
 	for range n {
-		cs := h.connect(ctx)
-		wg.Add(1)
+		begun.Add(1)
+		sem <- struct{}{}
 		go func() {
-			defer wg.Done()
-			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "example__slow", Arguments: map[string]any{"ms": 10000}})
+			c := mcp.NewClient(&mcp.Implementation{Name: "many", Version: "1"}, nil)
+			cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: mcptest.BearerClient(h.token)}, nil)
+			if err == nil {
+				wg.Add(1)
+				defer wg.Done()
+			}
+			<-sem
+			begun.Done()
+			if err != nil {
+				calls <- err
+				return
+			}
+			defer cs.Close()
+			_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "example__slow", Arguments: map[string]any{"ms": 10000}})
 			calls <- err
 		}()
 	}
+	begun.Wait()
 	t.Logf("%d sessions in %v", n, time.Since(t0))
+	for len(calls) > 0 {
+		if err := <-calls; err != nil {
+			t.Fatalf("a session before SIGTERM: %v\n%s", err, h.stderr.String())
+		}
+	}
 	time.Sleep(500 * time.Millisecond) // the calls reach their servers
 	start := time.Now()
 	h.cmd.Process.Signal(syscall.SIGTERM)
