@@ -73,8 +73,12 @@ func TestGatewayEndsOnSIGTERMWhileAServerKeepsSending(t *testing.T) {
 	io.WriteString(in, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"everything__trigger-long-running-operation","arguments":{"duration":60,"steps":60000},"_meta":{"progressToken":"p1"}}}`+"\n")
 	readUntil(`notifications/progress`)
 	readUntil(`notifications/progress`)
-	// The host leaves as the TypeScript SDK's stdio client does; nobody
-	// reads aegis's stdout any more.
+	// Nobody reads aegis's stdout any more: the progress fills the pipe
+	// (64 KiB on Linux), and aegis's next write to it blocks.
+	if !waitPipeFull(outPipe.(*os.File), 60<<10, 5*time.Second) {
+		t.Log("could not see the pipe to the host fill")
+	}
+	// The host leaves as the TypeScript SDK's stdio client does.
 	in.Close()
 	time.Sleep(2 * time.Second)
 	start := time.Now()

@@ -33,9 +33,9 @@ func (m *Main) watchStop(sigs <-chan os.Signal, stop func(), done <-chan struct{
 			return
 		case sig := <-sigs:
 			cause = &interruptError{sig: sig}
-			m.errorf("%v again while stopping: ended at once; the sessions still open were not closed in their records", cause)
+			m.errorf("%s again while stopping: ended at once; the sessions still open were not closed in their records", cause.name())
 		case <-t.C:
-			m.errorf("%v: not stopped within %v: ended at once; the sessions still open were not closed in their records", cause, stopWithin)
+			m.errorf("not stopped within %v of %s: ended at once; the sessions still open were not closed in their records", stopWithin, cause.name())
 		}
 		if m.Exit != nil {
 			m.Exit(cause.exitCode())
