@@ -25,7 +25,9 @@ const gatewayUsage = `Usage:
                 [--max-state-size SIZE] [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
                 [--checkpoint-lines N] [--checkpoint-interval D] [--approvers FILE]
                 [--listen ADDR [--token-file FILE] [--allow-origin ORIGIN]… [--stdio]
-                 [--idle-timeout D] [--max-sessions N] [--listen-without-token]]
+                 [--idle-timeout D] [--max-sessions N] [--listen-without-token]
+                 [--max-conns N] [--max-conns-per-client N] [--header-timeout D]
+                 [--body-timeout D] [--conn-idle-timeout D]]
   aegis            (with AEGIS_CONFIG, default ./aegis.yaml, AEGIS_AUDIT and AEGIS_SIGNING_KEY;
                     AEGIS_STATE_DIR, AEGIS_MAX_STATE_SIZE and AEGIS_APPROVERS are optional)
 
@@ -89,13 +91,16 @@ by aegis sessions and aegis replay; when no server starts, the gateway
 refuses to start (exit 1) and says which failed and why. A state directory
 whose event stream lost messages is refused (see docs/FILES.md). SIGINT or
 SIGTERM ends the gateway; one that comes before the servers start ends it
-at once, with 128+N, and starts none.
+at once, with 128+N, and starts none. A second one while the gateway
+stops, or 9 s after the first, ends aegis at once (128+N), saying so.
 
 When the host closes its stdin, a call in flight has 2 s to finish (its
 outcome is recorded; the answer can no longer be delivered); after that it
 is cancelled (notifications/cancelled to its server) and recorded so.
 Then each server has its stdin closed, 2 s to exit, SIGTERM, 2 s more,
 SIGKILL; child.exited names the server, its PID and what ended it.
+After the grace, the host's stdout is closed: a server that keeps sending
+cannot hold the gateway's end on a pipe the host no longer reads.
 
 --max-state-size SIZE (such as 10GiB) caps the state directory's event
 stream, as for aegis wrap. At the cap the gateway fails closed: nothing more
@@ -113,7 +118,20 @@ HTTP client session runs its own servers and is its own recorded session,
 with its own profile and approvals; sessions at once write calls.aarl,
 calls-2.aarl, ... An address that is not loopback must be named and is
 warned about. --listen-without-token (loopback only, warned) is for test
-suites that cannot send a header. See docs/http.md.
+suites that cannot send a header.
+
+No client, with the token or without, can take aegis's descriptors or
+hold a connection without sending: --max-conns (2048) connections at
+once, --max-conns-per-client (1024) from one IP address; past either, a
+connection is answered 503 saying which, and closed. A request's headers
+have --header-timeout (10s) to arrive, its body --body-timeout (30s); a
+kept-alive connection without a request is closed after
+--conn-idle-timeout (2m). aegis raises its open file limit to the hard
+one, and lowers --max-conns (saying so) to keep room for --max-sessions
+sessions' servers and records. --max-sessions (32) sessions at once: at
+the cap the one idle longest (--idle-timeout, 1h, ends one idle that
+long) makes room, and when none is idle a new one is refused with 503.
+See docs/http.md.
 
 --hub, --host, --hub-nkey, --hub-creds and --hub-ca link the event store to a fleet's
 NATS hub, as for aegis wrap (aegis help hub). --checkpoint-lines and
@@ -268,6 +286,10 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	defer start.done()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	// From the session's start, the first signal stops the gateway and a
+	// second one, or the deadline, ends aegis (watchStop).
+	ended := make(chan struct{})
+	defer close(ended)
 
 	store, err := m.openStoreToRecord(start.ctx, stateDirFlag, true, maxBytes, hub)
 	if err != nil {
@@ -285,7 +307,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		}
 		rec := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
 			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints}
-		return m.listenGateway(ctx, sigs, start, lo, base, rec)
+		return m.listenGateway(ctx, sigs, ended, start, lo, base, rec)
 	}
 	open := func(facts map[string]sandbox.Fact) (*projector.Session, error) {
 		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
@@ -297,19 +319,15 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		if err != nil {
 			return nil, err
 		}
-		go func() {
-			select {
-			case <-sigs:
-				stop()
-			case <-ctx.Done():
-			}
-		}()
+		m.watchStop(sigs, stop, ended)
 		return sess, nil
 	}
 	self, _ := os.Executable()
+	stdout, restore := hostStdout()
+	defer restore()
 	sess, err := gateway.Run(ctx, gateway.Config{
 		Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
-		Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), DottedMetaTools: gw.DottedMetaTools(), Open: open, Self: self, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: m.Stderr,
+		Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), DottedMetaTools: gw.DottedMetaTools(), Open: open, Self: self, Stdin: os.Stdin, Stdout: stdout, Stderr: m.Stderr,
 		Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
 	})
 	var oe *proxy.OpenError

@@ -37,13 +37,21 @@ var tokenRE = regexp.MustCompile(`bearer token, shown once: (\S+)`)
 // config and flags, and returns once it serves.
 func (l *live) httpGateway(config string, flags ...string) *httpGW {
 	l.t.Helper()
+	return l.httpGatewayUnder(nil, config, flags...)
+}
+
+// httpGatewayUnder is httpGateway with the aegis command run by the
+// command prefix (such as sh -c 'ulimit -n 300; exec "$0" "$@"').
+func (l *live) httpGatewayUnder(prefix []string, config string, flags ...string) *httpGW {
+	l.t.Helper()
 	path := filepath.Join(l.dir, "aegis.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		l.t.Fatal(err)
 	}
 	args := append([]string{"gateway", "--config", path, "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
 		"--listen", "127.0.0.1:0"}, flags...)
-	h := &httpGW{t: l.t, cmd: exec.Command(filepath.Join(l.bin, "aegis"), args...), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	argv := append(append(prefix[:len(prefix):len(prefix)], filepath.Join(l.bin, "aegis")), args...)
+	h := &httpGW{t: l.t, cmd: exec.Command(argv[0], argv[1:]...), stderr: &syncBuffer{}, done: make(chan error, 1)}
 	h.cmd.Env, h.cmd.Stderr = l.env, h.stderr
 	if err := h.cmd.Start(); err != nil {
 		l.t.Fatal(err)

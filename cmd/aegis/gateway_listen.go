@@ -34,6 +34,10 @@ type listenFlags struct {
 	origins           multiFlag
 	idle              *time.Duration
 	maxSessions       *int
+	maxConns, perConn *int
+	headerTimeout     *time.Duration
+	bodyTimeout       *time.Duration
+	connIdle          *time.Duration
 }
 
 func addListenFlags(fs *flag.FlagSet) *listenFlags {
@@ -44,6 +48,12 @@ func addListenFlags(fs *flag.FlagSet) *listenFlags {
 		stdio:       fs.Bool("stdio", false, "with --listen, serve the host on stdin and stdout too"),
 		idle:        fs.Duration("idle-timeout", httpfront.DefaultIdleTimeout, "end an HTTP session idle this long"),
 		maxSessions: fs.Int("max-sessions", httpfront.DefaultMaxSessions, "HTTP sessions served at once"),
+		maxConns:    fs.Int("max-conns", httpfront.DefaultMaxConns, "HTTP connections open at once, from every client"),
+		perConn:     fs.Int("max-conns-per-client", httpfront.DefaultMaxConnsPerClient, "HTTP connections open at once from one IP address"),
+		headerTimeout: fs.Duration("header-timeout", httpfront.DefaultHeaderTimeout,
+			"time an HTTP request's headers may take to arrive"),
+		bodyTimeout: fs.Duration("body-timeout", httpfront.DefaultBodyTimeout, "time an HTTP request's body may take to arrive"),
+		connIdle:    fs.Duration("conn-idle-timeout", httpfront.DefaultConnIdleTimeout, "close a kept-alive HTTP connection without a request this long"),
 	}
 	fs.Var(&l.origins, "allow-origin", "an Origin allowed besides the listener's own (repeatable)")
 	return l
@@ -59,6 +69,7 @@ type listenOpts struct {
 	stdio       bool
 	idle        time.Duration
 	maxSessions int
+	limits      httpfront.Limits
 }
 
 // opts checks the listen flags: nil without --listen (and then none of
@@ -78,7 +89,9 @@ func (l *listenFlags) opts() (*listenOpts, error) {
 		return nil, usagef("--listen 127.0.0.1:"+port+" (or 0.0.0.0:"+port+" to listen on every address, on purpose)", "--listen %q names no address, which would listen on every address", *l.listen)
 	}
 	o := &listenOpts{addr: *l.listen, tokenFile: *l.tokenFile, noToken: *l.noToken, origins: l.origins, stdio: *l.stdio,
-		idle: *l.idle, maxSessions: *l.maxSessions}
+		idle: *l.idle, maxSessions: *l.maxSessions,
+		limits: httpfront.Limits{MaxConns: *l.maxConns, MaxConnsPerClient: *l.perConn, HeaderTimeout: *l.headerTimeout,
+			BodyTimeout: *l.bodyTimeout, ConnIdleTimeout: *l.connIdle}}
 	if ip := net.ParseIP(host); ip != nil {
 		o.loopback = ip.IsLoopback()
 	} else {
@@ -93,6 +106,10 @@ func (l *listenFlags) opts() (*listenOpts, error) {
 		return nil, usagef("--idle-timeout 1h", "--idle-timeout must be positive")
 	case o.maxSessions <= 0:
 		return nil, usagef("--max-sessions 32", "--max-sessions must be positive")
+	case o.limits.MaxConns <= 0 || o.limits.MaxConnsPerClient <= 0:
+		return nil, usagef("--max-conns 2048 --max-conns-per-client 1024", "--max-conns and --max-conns-per-client must be positive")
+	case o.limits.HeaderTimeout <= 0 || o.limits.BodyTimeout <= 0 || o.limits.ConnIdleTimeout <= 0:
+		return nil, usagef("--header-timeout 10s --body-timeout 30s --conn-idle-timeout 2m", "--header-timeout, --body-timeout and --conn-idle-timeout must be positive")
 	}
 	for _, origin := range o.origins {
 		if !strings.HasPrefix(origin, "http://") && !strings.HasPrefix(origin, "https://") {
@@ -106,7 +123,7 @@ func (l *listenFlags) opts() (*listenOpts, error) {
 // --stdio) until a signal or, with --stdio, the stdio host leaves. Each
 // HTTP client session runs a gateway of its own: its own servers, its own
 // recorded session, active profile and approvals.
-func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *startup, lo *listenOpts, base gateway.Config, rec projector.SessionConfig) error {
+func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-chan struct{}, start *startup, lo *listenOpts, base gateway.Config, rec projector.SessionConfig) error {
 	if _, err := os.Stat(filepath.Dir(rec.AuditPath)); err != nil {
 		return start.err(withHint(fmt.Errorf("%w: %s has no directory %s", projector.ErrNoRecordDir, rec.AuditPath, filepath.Dir(rec.AuditPath)),
 			"create the directory first, or give --audit a path in an existing directory; nothing was started"))
@@ -129,6 +146,13 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *st
 		return start.err(withHint(fmt.Errorf("listen on %s: %w", lo.addr, err), "choose a free port, or stop what listens on it"))
 	}
 	defer ln.Close()
+	// The connections get what the open file limit leaves beside the
+	// sessions: each session's servers (pipes, or a remote server's
+	// connections) and record files, at most --max-sessions of them.
+	limits, nofile, err := lo.limits.Fit(lo.maxSessions * (4 + 4*len(base.Servers)))
+	if err != nil {
+		return start.err(withHint(fmt.Errorf("listen on %s: %w", lo.addr, err), "raise the open file limit (ulimit -n; LimitNOFILE= in a systemd unit) or lower --max-sessions"))
+	}
 	front, err := httpfront.New(httpfront.Config{Token: token, NoToken: lo.noToken, Loopback: lo.loopback, Origins: lo.origins,
 		MaxSessions: lo.maxSessions, IdleTimeout: lo.idle, Logger: base.Logger,
 		Serve: func(ctx context.Context, s *httpfront.Session) error { return m.serveHTTPSession(ctx, s, base, rec) }})
@@ -140,13 +164,7 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *st
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go func() {
-		select {
-		case <-sigs:
-			stop()
-		case <-ctx.Done():
-		}
-	}()
+	m.watchStop(sigs, stop, ended)
 
 	// The token and the warnings come first, the address last: whoever
 	// waits for the address has read them.
@@ -162,15 +180,19 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *st
 	if !lo.loopback {
 		fmt.Fprintf(m.Stderr, "aegis: warning: %s is not a loopback address: anyone who can reach it and has the token can use the gateway, and plain HTTP carries the token in the clear; put a TLS proxy in front\n", lo.addr)
 	}
+	if limits.MaxConns < lo.limits.MaxConns {
+		fmt.Fprintf(m.Stderr, "aegis: warning: the open file limit (%d, ulimit -n) leaves room for %d HTTP connections beside %d sessions; --max-conns is %d\n",
+			nofile, limits.MaxConns, lo.maxSessions, limits.MaxConns)
+	}
 	fmt.Fprintf(m.Stderr, "aegis: gateway serving streamable HTTP at %s\n", url)
 	mux := http.NewServeMux()
 	mux.Handle(mcpPath, front)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "aegis: the gateway serves MCP at "+mcpPath, http.StatusNotFound)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
+	srv := limits.Server(mux, base.Logger)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(limits.Listen(ln, base.Logger)) }()
 
 	var stdioErr error
 	stdioDone := make(chan struct{})
@@ -187,11 +209,17 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, start *st
 	case err = <-served:
 		stop()
 	}
-	// The sessions end first (their streams with them), then the server.
-	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// The sessions end first, side by side (their streams with them),
+	// then the server: what it still serves is no session's, and has a
+	// moment to finish. watchStop bounds the whole.
+	t0 := time.Now()
+	front.Close(context.Background())
+	base.Logger.Debug("HTTP sessions closed", "took", time.Since(t0))
+	sctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	front.Close(cctx)
-	srv.Shutdown(cctx)
+	srv.Shutdown(sctx)
+	srv.Close()
+	base.Logger.Debug("HTTP server closed", "took", time.Since(t0))
 	if lo.stdio {
 		<-stdioDone
 		if stdioErr != nil {
@@ -256,7 +284,9 @@ func runGatewaySession(ctx context.Context, cfg gateway.Config, audit string) (s
 // sessions, as a session of its own.
 func (m *Main) serveStdioSession(ctx context.Context, base gateway.Config, rec projector.SessionConfig) error {
 	cfg := base
-	cfg.Stdin, cfg.Stdout = os.Stdin, os.Stdout
+	stdout, restore := hostStdout()
+	defer restore()
+	cfg.Stdin, cfg.Stdout = os.Stdin, stdout
 	cfg.Open = func(facts map[string]sandbox.Fact) (*projector.Session, error) {
 		sess, _, err := openLane(ctx, rec, facts)
 		return sess, err

@@ -88,11 +88,15 @@ func (s *startup) openSession(cfg projector.SessionConfig) (*projector.Session, 
 type interruptError struct{ sig os.Signal }
 
 func (e *interruptError) Error() string {
-	name := e.sig.String()
+	return "interrupted by " + e.name() + " while starting"
+}
+
+// name is the signal's name: SIGTERM, not "terminated".
+func (e *interruptError) name() string {
 	if s, ok := e.sig.(syscall.Signal); ok && signalName(s) != "" {
-		name = signalName(s) // SIGTERM, not "terminated"
+		return signalName(s)
 	}
-	return "interrupted by " + name + " while starting"
+	return e.sig.String()
 }
 
 // exitCode is the conventional exit code of a process a signal ended: 128

@@ -32,3 +32,26 @@ func openConsole() (in, out *os.File, err error) {
 }
 
 func closeConsole(in, out *os.File) error { return in.Close() }
+
+// hostStdout is the stdout a host reads MCP from, for the gateway: when
+// it is a pipe or a socket, a duplicate of it made non-blocking, so that
+// a write the host never reads (it left, the pipe is full) ends when the
+// gateway closes it, instead of holding the process until SIGKILL.
+// restore makes stdout blocking again; nothing else writes to it
+// meanwhile.
+func hostStdout() (f *os.File, restore func()) {
+	var st unix.Stat_t
+	if err := unix.Fstat(1, &st); err != nil || (st.Mode&unix.S_IFMT != unix.S_IFIFO && st.Mode&unix.S_IFMT != unix.S_IFSOCK) {
+		return os.Stdout, func() {}
+	}
+	fd, err := unix.Dup(1)
+	if err != nil {
+		return os.Stdout, func() {}
+	}
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return os.Stdout, func() {}
+	}
+	return os.NewFile(uintptr(fd), "/dev/stdout"), func() { unix.SetNonblock(1, false) }
+}

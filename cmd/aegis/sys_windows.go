@@ -36,3 +36,7 @@ func closeConsole(in, out *os.File) error {
 	}
 	return err
 }
+
+// hostStdout is the stdout a host reads MCP from: os.Stdout itself on
+// Windows.
+func hostStdout() (f *os.File, restore func()) { return os.Stdout, func() {} }

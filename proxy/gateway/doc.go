@@ -87,7 +87,9 @@
 // recorded; with none left the gateway refuses to start ([NoServerError]).
 // When the host leaves, the calls in flight finish or are cancelled, each
 // with a truthful outcome, and then every server is stopped: stdin closed,
-// grace, SIGTERM, grace, SIGKILL (see [DefaultGrace]).
+// grace, SIGTERM, grace, SIGKILL (see [DefaultGrace]). A stdio host's
+// stdout is closed one grace after it left: nothing it no longer reads (a
+// server's progress into a full pipe) can hold the gateway's end.
 //
 // A remote server ([RemoteServer], a url: server) runs no process: it is a
 // go-sdk client session over streamable HTTP or legacy SSE, behind an HTTP

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -271,6 +272,13 @@ func Run(ctx context.Context, cfg Config) (*projector.Session, error) {
 	// A stop (the caller's ctx) is the host leaving too: the calls in
 	// flight get the grace.
 	defer context.AfterFunc(ctx, func() { g.leave("aegis was told to stop") })()
+	if g.cfg.Host == nil {
+		// A host that left reads nothing more: once the grace is over its
+		// stdout is closed, so that a write it never reads (a server's
+		// progress, into a full pipe) cannot hold the gateway's ending. A
+		// non-blocking stdout's pending write ends with the close.
+		defer context.AfterFunc(g.life.drained, func() { g.cfg.Stdout.Close() })()
+	}
 
 	if err := g.aggregate(ctx); err != nil {
 		return sess, err
@@ -299,7 +307,10 @@ func Run(ctx context.Context, cfg Config) (*projector.Session, error) {
 	// The host can no longer answer the servers' requests put to it.
 	g.tk.hostRaw.fail(io.EOF)
 	g.tk.close()
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), "EOF") {
+	// A write to the stdout closed after the grace (the host had left)
+	// is no failure either.
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), "EOF") &&
+		!(g.left() && errors.Is(err, os.ErrClosed)) {
 		return sess, err
 	}
 	return sess, nil

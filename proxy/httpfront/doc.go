@@ -31,4 +31,27 @@
 //     for their Serve calls.
 //   - At most [Config.MaxSessions] sessions at once; more are refused with
 //     503 and nothing is started.
+//   - The transport's own checks are made as the go-sdk's
+//     StreamableHTTPHandler makes them, with the same status for the same
+//     request: a POST needs Content-Type application/json (415) and an
+//     Accept that takes JSON and an event stream (400), before its session
+//     is looked up; a GET needs an Accept that takes an event stream
+//     (400); a JSON-RPC batch under protocol version 2025-06-18 or later
+//     (MCP-Protocol-Version) is 400, since those versions have none.
+//   - A DELETE frees its session's slot before it answers 204: a client
+//     that deleted its session can begin another at once at the cap.
+//   - No client, with the token or without, decides how many descriptors
+//     the process holds: a [Listener] holds at most [Limits.MaxConns]
+//     connections at once, and [Limits.MaxConnsPerClient] from one IP
+//     address; a connection past either is answered 503 saying which
+//     limit it met once its request's headers are in (a second at most),
+//     then closed; at most 64 are being answered at once, and past that
+//     the oldest of them is closed unanswered. [Limits.Fit] keeps the
+//     connections under the open file limit with a reserve for the
+//     process and its sessions.
+//   - A request's headers have [Limits.HeaderTimeout] to arrive and its
+//     body [Limits.BodyTimeout]; the body's deadline is lifted once it is
+//     read, so an answer that streams for long is never cut by it. A
+//     kept-alive connection without a request is closed after
+//     [Limits.ConnIdleTimeout].
 package httpfront

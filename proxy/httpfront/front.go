@@ -181,11 +181,17 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("Mcp-Session-Id")
 	switch r.Method {
 	case http.MethodPost:
+		if !f.postHeaders(w, r) {
+			return
+		}
 		if id == "" {
 			f.begin(w, r)
 			return
 		}
 	case http.MethodGet, http.MethodDelete:
+		if r.Method == http.MethodGet && !getHeaders(w, r) {
+			return
+		}
 		if id == "" {
 			refuse(w, http.StatusBadRequest, r.Method+" needs the Mcp-Session-Id header of a session")
 			return
@@ -206,7 +212,7 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if r.Method == http.MethodPost && !f.postHeaders(w, r) {
+	if r.Method == http.MethodPost && !noBatch(w, r) {
 		return
 	}
 	s.tr.ServeHTTP(w, r)
@@ -270,21 +276,7 @@ func (f *Front) postHeaders(w http.ResponseWriter, r *http.Request) bool {
 		refuse(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
 		return false
 	}
-	var jsonOK, sseOK bool
-	for _, v := range r.Header.Values("Accept") {
-		for _, part := range strings.Split(v, ",") {
-			mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
-			switch strings.ToLower(strings.TrimSpace(mt)) {
-			case "application/json", "application/*":
-				jsonOK = true
-			case "text/event-stream", "text/*":
-				sseOK = true
-			case "*/*":
-				jsonOK, sseOK = true, true
-			}
-		}
-	}
-	if !jsonOK || !sseOK {
+	if jsonOK, sseOK := accepts(r); !jsonOK || !sseOK {
 		refuse(w, http.StatusBadRequest, "Accept must contain both application/json and text/event-stream")
 		return false
 	}
@@ -294,9 +286,6 @@ func (f *Front) postHeaders(w http.ResponseWriter, r *http.Request) bool {
 // begin starts a session with r, a POST without a session id, which must
 // be one initialize request.
 func (f *Front) begin(w http.ResponseWriter, r *http.Request) {
-	if !f.postHeaders(w, r) {
-		return
-	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -394,10 +383,15 @@ func (f *Front) leave(s *session) {
 	s.last = time.Now()
 }
 
-// end ends session s: Serve sees its connection close.
+// end ends session s: Serve sees its connection close. Its slot is free
+// at once (its Serve, still counted in wg, winds down on its own), so
+// that a client that deleted its session can begin another at the cap.
 func (f *Front) end(s *session) {
 	f.mu.Lock()
 	s.closed = true
+	if f.sessions[s.id] == s {
+		delete(f.sessions, s.id)
+	}
 	f.mu.Unlock()
 	s.conn.Close()
 }
