@@ -40,6 +40,12 @@
 //     (MCP-Protocol-Version) is 400, since those versions have none.
 //   - A DELETE frees its session's slot before it answers 204: a client
 //     that deleted its session can begin another at once at the cap.
+//     An ended session (deleted or evicted) whose Serve has not returned
+//     yet (its servers are stopping) counts as winding down; at most
+//     [Config.MaxSessions] wind down at once, and an initialize past that
+//     waits up to 5 s for one to finish, then is refused with 503: no
+//     client, by beginning and ending sessions in a loop, makes aegis run
+//     more than twice MaxSessions sessions' servers.
 //   - No client, with the token or without, decides how many descriptors
 //     the process holds: a [Listener] holds at most [Limits.MaxConns]
 //     connections at once, and [Limits.MaxConnsPerClient] from one IP

@@ -86,15 +86,22 @@ type Front struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	closed   bool
+	// winding counts the sessions ended (DELETE, eviction) whose Serve
+	// has not returned yet: their servers are still stopping. At most
+	// MaxSessions wind down at once; wound is closed, and replaced, each
+	// time one is done.
+	winding int
+	wound   chan struct{}
 }
 
 type session struct {
-	id     string
-	tr     *mcp.StreamableServerTransport
-	conn   *trackConn
-	open   int       // requests open
-	last   time.Time // when the last request ended
-	closed bool
+	id      string
+	tr      *mcp.StreamableServerTransport
+	conn    *trackConn
+	open    int       // requests open
+	last    time.Time // when the last request ended
+	closed  bool
+	winding bool // out of sessions, counted in winding until Serve returns
 }
 
 // New returns a Front; it refuses a configuration without a token unless
@@ -115,7 +122,7 @@ func New(cfg Config) (*Front, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	f := &Front{cfg: cfg, log: cfg.Logger, store: mcp.NewMemoryEventStore(nil), sessions: map[string]*session{}}
+	f := &Front{cfg: cfg, log: cfg.Logger, store: mcp.NewMemoryEventStore(nil), sessions: map[string]*session{}, wound: make(chan struct{})}
 	f.ctx, f.stop = context.WithCancel(context.Background())
 	f.wg.Add(1)
 	go f.reap()
@@ -311,6 +318,12 @@ func (f *Front) begin(w http.ResponseWriter, r *http.Request) {
 	}
 	s := &session{id: id, tr: tr, conn: &trackConn{Connection: conn, initID: req.ID}, open: 1}
 	f.mu.Lock()
+	if !f.roomToWind(r.Context()) {
+		f.mu.Unlock()
+		conn.Close()
+		refuse(w, http.StatusServiceUnavailable, fmt.Sprintf("%d ended sessions are still stopping their servers, the most aegis lets wind down at once (--max-sessions); try again in a few seconds", f.cfg.MaxSessions))
+		return
+	}
 	switch {
 	case f.closed:
 		f.mu.Unlock()
@@ -333,7 +346,7 @@ func (f *Front) begin(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		lru.closed = true
-		delete(f.sessions, lru.id) // its Serve is still counted in wg
+		f.unlist(lru) // its Serve is still counted in wg
 		f.log.Info("ended the HTTP session idle longest to make room", "http_session_digest", Digest(lru.id), "idle_since", lru.last)
 		defer lru.conn.Close()
 	}
@@ -356,11 +369,57 @@ func (f *Front) serve(s *session, sess *Session) {
 		s.conn.fail(err)
 	}
 	f.mu.Lock()
-	if f.sessions[s.id] == s {
+	if s.winding {
+		f.winding--
+		close(f.wound)
+		f.wound = make(chan struct{})
+	} else if f.sessions[s.id] == s {
 		delete(f.sessions, s.id)
 	}
 	f.mu.Unlock()
 	s.conn.Close()
+}
+
+// windWait is how long an initialize waits for an ended session to finish
+// winding down when MaxSessions of them are.
+const windWait = 5 * time.Second
+
+// roomToWind reports whether fewer than MaxSessions ended sessions are
+// winding down, waiting up to windWait (or until ctx is done) for one to
+// finish when that many are; a client that ends its session and begins
+// another at once waits for the first's servers rather than piling up
+// servers that are stopping. f.mu is held, and released while it waits.
+func (f *Front) roomToWind(ctx context.Context) bool {
+	if f.winding < f.cfg.MaxSessions {
+		return true
+	}
+	t := time.NewTimer(windWait)
+	defer t.Stop()
+	for f.winding >= f.cfg.MaxSessions {
+		wound := f.wound
+		f.mu.Unlock()
+		select {
+		case <-wound:
+		case <-t.C:
+			f.mu.Lock()
+			return f.winding < f.cfg.MaxSessions
+		case <-ctx.Done():
+			f.mu.Lock()
+			return false
+		}
+		f.mu.Lock()
+	}
+	return true
+}
+
+// unlist takes s, which is ending, out of the sessions: its slot is free,
+// and it counts as winding down until its Serve returns. f.mu is held.
+func (f *Front) unlist(s *session) {
+	if f.sessions[s.id] == s {
+		delete(f.sessions, s.id)
+		s.winding = true
+		f.winding++
+	}
 }
 
 // enter finds session id and counts a request open in it (nil: none).
@@ -384,14 +443,13 @@ func (f *Front) leave(s *session) {
 }
 
 // end ends session s: Serve sees its connection close. Its slot is free
-// at once (its Serve, still counted in wg, winds down on its own), so
-// that a client that deleted its session can begin another at the cap.
+// at once (its Serve, still counted in wg and in winding, winds down on
+// its own), so that a client that deleted its session can begin another
+// at the cap.
 func (f *Front) end(s *session) {
 	f.mu.Lock()
 	s.closed = true
-	if f.sessions[s.id] == s {
-		delete(f.sessions, s.id)
-	}
+	f.unlist(s)
 	f.mu.Unlock()
 	s.conn.Close()
 }

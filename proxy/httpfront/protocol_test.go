@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,4 +182,74 @@ func TestFrontDeleteFreesTheSlotBeforeItAnswers(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
+}
+
+// A client with the token that begins and deletes sessions in a loop
+// cannot pile up sessions whose servers are still stopping: at most
+// MaxSessions wind down at once; the next initialize waits for one of
+// them, and is refused with 503 when none ends in time.
+func TestFrontBoundsDeletedSessionsStillStopping(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	stopping := 0 // Serves whose connection closed and that have not returned
+	most := 0
+	serve := echoServe(nil)
+	f, ts := newFront(t, httpfront.Config{Token: token, Loopback: true, MaxSessions: 2, Serve: func(ctx context.Context, s *httpfront.Session) error {
+		err := serve(ctx, s) // returns when the session's connection closes
+		mu.Lock()
+		stopping++
+		most = max(most, stopping)
+		mu.Unlock()
+		<-release // its servers take their time to stop
+		mu.Lock()
+		stopping--
+		mu.Unlock()
+		return err
+	}})
+	var once sync.Once
+	releaseAll := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(releaseAll) // before the front's Close, which waits for every Serve
+	del := func(sid string) {
+		t.Helper()
+		req, _ := http.NewRequest("DELETE", ts.URL, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Mcp-Session-Id", sid)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("DELETE: %d", resp.StatusCode)
+		}
+	}
+	del(rawSession(t, ts.URL))
+	del(rawSession(t, ts.URL))
+	start := time.Now()
+	resp := rawPost(t, ts.URL, "", "2025-11-25", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "still stopping their servers") {
+		t.Fatalf("a third initialize with two deleted sessions still stopping: %d %s", resp.StatusCode, b)
+	}
+	if waited := time.Since(start); waited < 4*time.Second {
+		t.Errorf("refused after %v: it should wait for one to end first", waited)
+	}
+	if n := f.Sessions(); n != 0 {
+		t.Errorf("%d sessions listed", n)
+	}
+
+	// One of them ends while the next initialize waits: it is served.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		release <- struct{}{}
+	}()
+	sid := rawSession(t, ts.URL)
+	mu.Lock()
+	if most > 2 {
+		t.Errorf("%d sessions were stopping at once, past the cap of 2", most)
+	}
+	mu.Unlock()
+	del(sid)
+	releaseAll()
 }
