@@ -31,4 +31,9 @@
 //     for their Serve calls.
 //   - At most [Config.MaxSessions] sessions at once; more are refused with
 //     503 and nothing is started.
+//   - What a session keeps for a client that resumes a stream
+//     (Last-Event-ID) is bounded: the streams still waiting for their
+//     answer and the last [ReplayAnswered] answered ones, within
+//     [ReplayBytes] (replay.go). A long session does not grow the
+//     process; a resume of a stream no longer kept is refused (400).
 package httpfront
