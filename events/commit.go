@@ -62,9 +62,10 @@ type Receipt struct{ it *item }
 // commit that holds it, with the write on disk. An error means the event was
 // not acknowledged; if it is ctx's error the event may still be committed.
 //
-// If no commit is in flight, Wait commits in the calling goroutine
-// (everything queued up to and including this event, in order) instead of
-// handing the work to the committer goroutine and waiting to be woken: on
+// If no commit is in flight, Wait commits in the calling goroutine (batch
+// after batch from the head of the queue, until one holds this event)
+// instead of handing the work to the committer goroutine and waiting to be
+// woken: on
 // a small machine each such hand-off costs tens of microseconds. If a commit
 // is in flight, Wait waits for it and then, if its event is still queued,
 // commits the next batch itself.
