@@ -362,7 +362,7 @@ func (s *Store) takeLocked() ([]*item, error) {
 	// session's events are never reordered.
 	head := s.queue[0]
 	var batch []*item
-	size, kept := 0, 0
+	size, kept, rest := 0, 0, -1
 	taking := true
 	for i, it := range s.queue {
 		if taking && it.session == head.session {
@@ -377,17 +377,21 @@ func (s *Store) takeLocked() ([]*item, error) {
 				continue
 			}
 		}
-		if !taking && kept == 0 && i > 0 && len(batch) == i {
-			// Nothing passed over: the rest is the queue as it is.
-			kept = len(s.queue) - i
-			copy(s.queue, s.queue[i:])
+		if !taking && kept == 0 {
+			// Nothing passed over (one session's queue, as in a flood):
+			// the rest is the queue as it is, without a copy.
+			rest = i
 			break
 		}
 		s.queue[kept] = it
 		kept++
 	}
-	clear(s.queue[kept:]) // the taken items are not kept alive by the queue's array
-	s.queue = s.queue[:kept]
+	if rest >= 0 {
+		s.queue = s.queue[rest:]
+	} else {
+		clear(s.queue[kept:]) // the taken items are not kept alive by the queue's array
+		s.queue = s.queue[:kept]
+	}
 	s.queued -= size - len(batch) // size counted a separator per event
 	if len(s.queue) == 0 {
 		s.flushDue = false
