@@ -62,9 +62,10 @@ type Receipt struct{ it *item }
 // commit that holds it, with the write on disk. An error means the event was
 // not acknowledged; if it is ctx's error the event may still be committed.
 //
-// If no commit is in flight, Wait commits in the calling goroutine
-// (everything queued up to and including this event, in order) instead of
-// handing the work to the committer goroutine and waiting to be woken: on
+// If no commit is in flight, Wait commits in the calling goroutine (batch
+// after batch from the head of the queue, until one holds this event)
+// instead of handing the work to the committer goroutine and waiting to be
+// woken: on
 // a small machine each such hand-off costs tens of microseconds. If a commit
 // is in flight, Wait waits for it and then, if its event is still queued,
 // commits the next batch itself.
@@ -124,9 +125,9 @@ func (s *Store) Append(ctx context.Context, e schemas.Event) (Position, error) {
 }
 
 // Enqueue validates e and queues it for the next commit without waiting.
-// Events are committed in the order they were enqueued, so an event is
-// durable no later than any event enqueued after it: waiting on a later
-// receipt covers every earlier one.
+// A session's events are committed in the order they were enqueued, so an
+// event is durable no later than any event of its session enqueued after
+// it: waiting on a later receipt of the session covers every earlier one.
 func (s *Store) Enqueue(e schemas.Event) (*Receipt, error) {
 	rs, err := s.EnqueueMany(e)
 	if err != nil {
@@ -169,8 +170,8 @@ func (s *Store) EnqueueLazy(evs ...schemas.Event) ([]*Receipt, error) {
 // and writing it on) pays for a lock and an append, not for an id, base64
 // and an encoding. The event's time is taken now; its id when it is built.
 // The store keeps frame until then, so the caller must not change it. There
-// is no receipt: the event is durable with the next commit, and waiting on
-// any receipt enqueued after it covers it.
+// is no receipt: the event is durable with the next commit of its session,
+// and waiting on any receipt of the session enqueued after it covers it.
 func (s *Store) EnqueueFrame(session string, kind schemas.Kind, frame []byte) error {
 	if kind != schemas.KindFrameC2S && kind != schemas.KindFrameS2C && kind != schemas.KindFrameRefusal {
 		return fmt.Errorf("append %s event: %w", kind, &schemas.ValidationError{Field: "kind", Reason: "not a frame kind"})
@@ -341,8 +342,9 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// takeLocked takes the next batch from the head of the queue and marks a
-// commit in flight; s.mu is held and the queue is not empty. If the store
+// takeLocked takes the next batch, the queued events of the session at
+// the head of the queue (see the package invariants), and marks a commit
+// in flight; s.mu is held and the queue is not empty. If the store
 // has failed it takes the whole queue and returns the failure, so that
 // every queued receipt fails.
 func (s *Store) takeLocked() ([]*item, error) {
@@ -356,23 +358,44 @@ func (s *Store) takeLocked() ([]*item, error) {
 		s.flushDue = false
 		return rest, s.failed
 	}
-	n, size := 0, 0
-	for n < len(s.queue) && n < s.cfg.MaxBatchEvents {
-		it := s.queue[n]
-		if n > 0 && (it.session != s.queue[0].session || it.alone || s.queue[0].alone || size+it.size+1 > s.cfg.MaxBatchBytes) {
+	// The batch is the head event's session's: its events in queue order
+	// from the head on, up to the batch limits, passing over the other
+	// sessions' events, which keep their places. It stops at an event
+	// committed alone and before one of its session it cannot take, so a
+	// session's events are never reordered.
+	head := s.queue[0]
+	var batch []*item
+	size, kept, rest := 0, 0, -1
+	taking := true
+	for i, it := range s.queue {
+		if taking && it.session == head.session {
+			if len(batch) > 0 && (it.alone || head.alone || len(batch) >= s.cfg.MaxBatchEvents || size+it.size+1 > s.cfg.MaxBatchBytes) {
+				taking = false
+			} else {
+				batch = append(batch, it)
+				size += it.size + 1
+				if !it.lazy {
+					s.eager--
+				}
+				continue
+			}
+		}
+		if !taking && kept == 0 {
+			// Nothing passed over (one session's queue, as in a flood):
+			// the rest is the queue as it is, without a copy.
+			rest = i
 			break
 		}
-		size += it.size + 1
-		n++
+		s.queue[kept] = it
+		kept++
 	}
-	batch := s.queue[:n:n]
-	s.queue = s.queue[n:]
-	s.queued -= size - n // size counted a separator per event
-	for _, it := range batch {
-		if !it.lazy {
-			s.eager--
-		}
+	if rest >= 0 {
+		s.queue = s.queue[rest:]
+	} else {
+		clear(s.queue[kept:]) // the taken items are not kept alive by the queue's array
+		s.queue = s.queue[:kept]
 	}
+	s.queued -= size - len(batch) // size counted a separator per event
 	if len(s.queue) == 0 {
 		s.flushDue = false
 		s.queue = nil

@@ -12,11 +12,18 @@
 //   - Validated before stored. An event that does not pass
 //     [schemas.Event.Validate] is refused by [Store.Enqueue]; nothing
 //     reaches the stream that [Store.Replay] could not decode.
-//   - Stream order is append order. Exactly one commit is in flight at a
-//     time: it takes queued events from the head of the queue, in order,
-//     publishes them as one message and waits for the durable ack before
-//     the next commit starts. Positions therefore increase in the order of
-//     Enqueue calls.
+//   - Stream order is a session's append order. Exactly one commit is in
+//     flight at a time: it takes the queued events of the session of the
+//     event at the head of the queue, in order (passing over other
+//     sessions' events, which keep their places), publishes them as one
+//     message and waits for the durable ack before the next commit starts.
+//     Positions therefore increase in the order of a session's Enqueue
+//     calls, and an event is durable no later than any event of its
+//     session enqueued after it. Sessions that record at once (the HTTP
+//     sessions of one gateway) share the commits that way: each commit
+//     takes everything one session queued meanwhile, where taking the
+//     queue's head as it was would commit their interleaved events one by
+//     one.
 //   - The waiter commits. A commit is run by whoever needs it first: the
 //     goroutine in [Receipt.Wait] when no commit is in flight, otherwise the
 //     committer goroutine (for events nobody waits for). Events queued with
@@ -42,11 +49,11 @@
 //     Replay and Follow hand out single events.
 //   - Lazy events. An event queued with [Store.EnqueueLazy] (a frame that
 //     carries no call and no answer) does not start a commit of its own: it
-//     is durable with the next commit that someone waits for, or within
-//     Config.LazyFlush (25 ms) at the latest, and waiting on its receipt
-//     commits it at once. Stream order still holds: a lazy event is on disk
-//     no later than any event enqueued after it. Such events were never
-//     acknowledged to anyone, so a crash inside the window loses nothing
+//     is durable with the next commit of its session that someone waits
+//     for, or within Config.LazyFlush (25 ms) at the latest, and waiting on
+//     its receipt commits it at once. Stream order still holds: a lazy
+//     event is on disk no later than any event of its session enqueued
+//     after it. Such events were never acknowledged to anyone, so a crash inside the window loses nothing
 //     that was promised. A call's intent and an answer's outcome are never
 //     lazy: they are awaited (see above), and the relay holds the frame
 //     until they are durable.

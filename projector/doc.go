@@ -94,7 +94,11 @@
 // it as it goes ([SessionConfig.IndexEvery]) and at Close, folding its own
 // commits from a tap of the store ([events.CommitTap]) and reading back
 // from the stream only what the tap lacks (another process's messages), so
-// the index is what a fold of the stream gives. Catch-up reads
+// the index is what a fold of the stream gives. Sessions of one process
+// that record at once share one ([SharedIndex], [SessionConfig.Shared]):
+// it folds every commit once and saves for all of them, and a session
+// begins (catches its file up) and stamps its file at Close under its
+// lock. Catch-up reads
 // from it what it checks ([Index.CatchUp]), and [Export] streams the
 // record in one pass, one event at a time.
 //

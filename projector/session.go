@@ -86,6 +86,10 @@ type SessionConfig struct {
 	// into the index and saves it, beside the relay, from one IndexEvery
 	// after the start (0: once at the start, and at Close).
 	IndexEvery time.Duration
+	// Shared, when set, is the index the session uses instead of one of
+	// its own (Index and IndexEvery are then not used): several sessions
+	// of one process share it, and it folds and saves for all of them.
+	Shared *SharedIndex
 	// Checkpoints says how often the record file gets a signed checkpoint
 	// (see [CheckpointPolicy]).
 	Checkpoints CheckpointPolicy
@@ -107,6 +111,7 @@ type Session struct {
 	proj *fileProjection
 
 	index     *Index
+	shared    *SharedIndex      // the index shared with other sessions, if any
 	indexTap  *events.CommitTap // what the store commits, for the index
 	indexStop context.CancelFunc
 	indexDone chan struct{}
@@ -159,7 +164,15 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 		}
 	}
 	ix := cfg.Index
-	if ix == nil {
+	switch {
+	case cfg.Shared != nil:
+		// The shared index is held until the session has begun on it.
+		if ix, err = cfg.Shared.lockFolded(ctx); err != nil {
+			return nil, fmt.Errorf("read audit record from stream: %w", err)
+		}
+		unlock := sync.OnceFunc(cfg.Shared.mu.Unlock)
+		defer unlock()
+	case ix == nil:
 		if ix, err = LoadIndex(ctx, cfg.Store, cfg.Logger, nil); err != nil {
 			return nil, fmt.Errorf("read audit record from stream: %w", err)
 		}
@@ -173,7 +186,7 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 		return nil, err
 	}
 	var tap *events.CommitTap
-	if cfg.IndexEvery > 0 {
+	if cfg.IndexEvery > 0 && cfg.Shared == nil {
 		// From the session's first event on: the index folds the
 		// session's own commits from the tap, and reads back from the
 		// stream only what the tap lacks.
@@ -249,6 +262,11 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 	s.proj.push(entry.Bytes, rcpt)
 	s.path = path
 	s.indexTap = tap
+	if cfg.Shared != nil {
+		s.shared = cfg.Shared
+		s.startShared(ix, path)
+		return s, nil
+	}
 	s.startIndexer(ix, path, cfg.IndexEvery)
 	return s, nil
 }
@@ -306,6 +324,33 @@ func (s *Session) startIndexer(ix *Index, path string, every time.Duration) {
 	}()
 }
 
+// startShared is startIndexer for a session on a shared index, locked
+// by the caller: it checks a record file too large for CatchUp to check
+// whole before the session began, under the index's lock; the shared
+// index folds and saves.
+func (s *Session) startShared(ix *Index, path string) {
+	check := ix.needsCheck(path)
+	if !check {
+		s.checked.Store(true)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.indexStop, s.indexDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.indexDone)
+		if !check {
+			return
+		}
+		s.shared.mu.Lock()
+		err := s.shared.ix.CheckFile(ctx, path)
+		s.shared.mu.Unlock()
+		if err == nil {
+			s.checked.Store(true)
+		} else if ctx.Err() == nil {
+			s.log.Error("the record file does not hold what the event stream says was written to it; this session appends to it all the same, so 'aegis verify' will not pass it: rebuild it with 'aegis export'", "file", path, "err", err)
+		}
+	}()
+}
+
 // indexBudget is about how many bytes of events a session folds into its
 // index per tick (and indexCloseBudget at Close): a flood is read back at
 // a bounded pace, and what is left when the session ends, the next start
@@ -347,6 +392,19 @@ func (s *Session) stopIndexer(save bool) {
 	s.indexStop()
 	<-s.indexDone
 	s.indexStop = nil
+	if s.shared != nil {
+		if save && s.checked.Load() {
+			// Stamped on the index folded past the session's close, which
+			// the shared index saves at its next tick.
+			ctx, cancel := context.WithTimeout(context.Background(), indexCloseLimit)
+			defer cancel()
+			if ix, err := s.shared.lockFolded(ctx); err == nil {
+				ix.stampFile(s.path)
+				s.shared.mu.Unlock()
+			}
+		}
+		return
+	}
 	if s.indexTap != nil {
 		defer func() {
 			s.indexTap.Close()

@@ -375,11 +375,17 @@ const (
 // reader matches answers (in any order) to ids. It returns the elapsed time
 // and each call's latency.
 func inflight(p *rpcProc, k, n int) (time.Duration, []time.Duration, error) {
+	return inflightFrames(p, k, n, echoFrame)
+}
+
+// inflightFrames is inflight with the call frames that frame makes; lines
+// without an id (notifications) are read past.
+func inflightFrames(p *rpcProc, k, n int, frame func(int64) []byte) (time.Duration, []time.Duration, error) {
 	base := p.nextID
 	p.nextID += int64(n)
 	frames := make([][]byte, n)
 	for i := range frames {
-		frames[i] = echoFrame(base + int64(i))
+		frames[i] = frame(base + int64(i))
 	}
 	sent := make([]atomic.Int64, n)
 	lat := make([]time.Duration, n)
@@ -405,12 +411,16 @@ func inflight(p *rpcProc, k, n int) (time.Duration, []time.Duration, error) {
 		}
 		werr <- nil
 	}()
-	for range n {
+	for got := 0; got < n; {
 		line, err := p.out.ReadSlice('\n')
 		now := time.Since(start)
 		if err != nil {
 			return 0, nil, fmt.Errorf("%s: %w\nstderr:\n%s", p.name, err, p.stderr)
 		}
+		if !bytes.Contains(line, []byte(`"id"`)) {
+			continue // a notification
+		}
+		got++
 		id, err := responseID(line)
 		if err != nil {
 			return 0, nil, fmt.Errorf("%s: %w", p.name, err)

@@ -129,6 +129,14 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-c
 			"create the directory first, or give --audit a path in an existing directory; nothing was started"))
 	}
 	rec.Run = rand.Text() // aegis sessions: every session of this run is running
+	// The sessions share one index: each keeping its own would fold every
+	// session's commits and save once a second, n times over.
+	shared, err := projector.NewSharedIndex(ctx, rec.Store, rec.Logger, rec.IndexEvery)
+	if err != nil {
+		return start.err(withHint(fmt.Errorf("read audit record from stream: %w", err), "nothing was started"))
+	}
+	defer shared.Close()
+	rec.Shared = shared
 	token := ""
 	switch {
 	case lo.noToken:

@@ -72,3 +72,27 @@ func TestRelayGCSettingsLeaveTheUsersAndOtherCommandsAlone(t *testing.T) {
 		})
 	}
 }
+
+// aegis gateway --listen goes back to listenGCPercent after its first
+// collection: its many small HTTP requests made the collector a third of
+// its CPU at the default.
+func TestListenGatewayGOGCAfterTheFirstCollection(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	limit := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() {
+		debug.SetGCPercent(prev)
+		debug.SetMemoryLimit(limit)
+	})
+	limitMemory([]string{"gateway", "--config", "aegis.yaml", "--listen=127.0.0.1:8787"}, func(string) string { return "" })
+	if got := gogc(); got != firstGCPercent {
+		t.Fatalf("GOGC after limitMemory = %d, want %d", got, firstGCPercent)
+	}
+	runtime.GC()
+	for deadline := time.Now().Add(10 * time.Second); gogc() != listenGCPercent; {
+		if time.Now().After(deadline) {
+			t.Fatalf("GOGC after the first collection = %d, want %d", gogc(), listenGCPercent)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -60,4 +60,9 @@
 //     read, so an answer that streams for long is never cut by it. A
 //     kept-alive connection without a request is closed after
 //     [Limits.ConnIdleTimeout].
+//   - What a session keeps for a client that resumes a stream
+//     (Last-Event-ID) is bounded: the streams still waiting for their
+//     answer and the last [ReplayAnswered] answered ones, within
+//     [ReplayBytes] (replay.go). A long session does not grow the
+//     process; a resume of a stream no longer kept is refused (400).
 package httpfront

@@ -78,7 +78,7 @@ func Digest(id string) string {
 type Front struct {
 	cfg   Config
 	log   *slog.Logger
-	store *mcp.MemoryEventStore // replays what a client missed when it resumes a stream
+	store *replayStore // replays what a client missed when it resumes a stream
 	ctx   context.Context
 	stop  context.CancelFunc
 	wg    sync.WaitGroup
@@ -122,7 +122,7 @@ func New(cfg Config) (*Front, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	f := &Front{cfg: cfg, log: cfg.Logger, store: mcp.NewMemoryEventStore(nil), sessions: map[string]*session{}, wound: make(chan struct{})}
+	f := &Front{cfg: cfg, log: cfg.Logger, store: newReplayStore(), sessions: map[string]*session{}, wound: make(chan struct{})}
 	f.ctx, f.stop = context.WithCancel(context.Background())
 	f.wg.Add(1)
 	go f.reap()
@@ -505,10 +505,15 @@ func (c *trackConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 }
 
 func (c *trackConn) Write(ctx context.Context, msg jsonrpc.Message) error {
-	if r, ok := msg.(*jsonrpc.Response); ok && r.ID == c.initID {
-		c.mu.Lock()
-		c.answered = true
-		c.mu.Unlock()
+	if r, ok := msg.(*jsonrpc.Response); ok {
+		if r.ID == c.initID {
+			c.mu.Lock()
+			c.answered = true
+			c.mu.Unlock()
+		}
+		// The answer ends its request's stream: the replay store keeps
+		// only the last few answered streams.
+		ctx = context.WithValue(ctx, answerKey{}, true)
 	}
 	return c.Connection.Write(ctx, msg)
 }
