@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aegis-dev/aegis/projector"
@@ -161,9 +162,12 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-c
 	if err != nil {
 		return start.err(withHint(fmt.Errorf("listen on %s: %w", lo.addr, err), "raise the open file limit (ulimit -n; LimitNOFILE= in a systemd unit) or lower --max-sessions"))
 	}
+	lanes := newLanes()
 	front, err := httpfront.New(httpfront.Config{Token: token, NoToken: lo.noToken, Loopback: lo.loopback, Origins: lo.origins,
 		MaxSessions: lo.maxSessions, IdleTimeout: lo.idle, Logger: base.Logger,
-		Serve: func(ctx context.Context, s *httpfront.Session) error { return m.serveHTTPSession(ctx, s, base, rec) }})
+		Serve: func(ctx context.Context, s *httpfront.Session) error {
+			return m.serveHTTPSession(ctx, s, base, rec, lanes)
+		}})
 	if err != nil {
 		return start.err(err)
 	}
@@ -208,7 +212,7 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-c
 		go func() {
 			defer close(stdioDone)
 			defer stop()
-			stdioErr = m.serveStdioSession(ctx, base, rec)
+			stdioErr = m.serveStdioSession(ctx, base, rec, lanes)
 		}()
 	}
 
@@ -242,16 +246,18 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-c
 
 // serveHTTPSession runs one HTTP client's session: a gateway of its own,
 // recorded as a session of its own.
-func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base gateway.Config, rec projector.SessionConfig) error {
+func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base gateway.Config, rec projector.SessionConfig, ln *lanes) error {
 	cfg := base
 	cfg.Host = s.Conn
 	var path string
+	release := func() {}
+	defer func() { release() }()
 	cfg.Open = func(facts map[string]sandbox.Fact) (*projector.Session, error) {
-		sess, p, err := openLane(ctx, rec, facts)
+		sess, p, free, err := ln.open(ctx, rec, facts)
 		if err != nil {
 			return nil, err
 		}
-		path = p
+		path, release = p, free
 		// Who the session serves; never the session id itself, which lets
 		// a holder of the token act in the session.
 		if _, err := sess.Fact(schemas.KindNote, map[string]any{"host_transport": "streamable-http",
@@ -290,13 +296,16 @@ func runGatewaySession(ctx context.Context, cfg gateway.Config, audit string) (s
 
 // serveStdioSession serves the host on stdin and stdout beside the HTTP
 // sessions, as a session of its own.
-func (m *Main) serveStdioSession(ctx context.Context, base gateway.Config, rec projector.SessionConfig) error {
+func (m *Main) serveStdioSession(ctx context.Context, base gateway.Config, rec projector.SessionConfig, ln *lanes) error {
 	cfg := base
 	stdout, restore := hostStdout()
 	defer restore()
 	cfg.Stdin, cfg.Stdout = os.Stdin, stdout
+	release := func() {}
+	defer func() { release() }()
 	cfg.Open = func(facts map[string]sandbox.Fact) (*projector.Session, error) {
-		sess, _, err := openLane(ctx, rec, facts)
+		sess, _, free, err := ln.open(ctx, rec, facts)
+		release = free
 		return sess, err
 	}
 	_, err := runGatewaySession(ctx, cfg, rec.AuditPath)
@@ -313,24 +322,58 @@ func lanePath(path string, n int) string {
 	return strings.TrimSuffix(path, ext) + "-" + strconv.Itoa(n) + ext
 }
 
-// openLane opens a session on the first record file of rec.AuditPath's
-// lanes that no session is writing: sessions that run at once each have a
-// record file (a file has one writer), and one that runs later continues
-// a file's chain.
-func openLane(ctx context.Context, rec projector.SessionConfig, facts map[string]sandbox.Fact) (*projector.Session, string, error) {
+// lanes are the record files ("lanes") that this process's sessions
+// write. Sessions that run at once each have a record file (a file has
+// one writer), and one that runs later continues a file's chain. A new
+// session tries only the lanes no session of this process holds, so that
+// the nth session at once costs one open of a record file, not n (each
+// open of a file another session holds costs a lock attempt and the
+// reading of its end).
+type lanes struct {
+	mu    sync.Mutex
+	busy  map[int]bool // lanes held, or being opened, by this process
+	tries int          // record files opened or tried, for the tests
+}
+
+func newLanes() *lanes { return &lanes{busy: map[int]bool{}} }
+
+// open opens a session on the first lane of rec.AuditPath that no session
+// is writing: first those this process does not hold, each skipped when
+// another process holds it. free gives the lane back; call it once the
+// session is closed (it is a no-op on error).
+func (l *lanes) open(ctx context.Context, rec projector.SessionConfig, facts map[string]sandbox.Fact) (_ *projector.Session, path string, free func(), _ error) {
 	for n := 1; n <= maxRecordLanes; n++ {
+		l.mu.Lock()
+		if l.busy[n] {
+			l.mu.Unlock()
+			continue
+		}
+		l.busy[n] = true
+		l.tries++
+		l.mu.Unlock()
 		cfg := rec
 		cfg.AuditPath = lanePath(rec.AuditPath, n)
 		if len(facts) > 0 {
 			cfg.Confinement = facts
 		}
 		sess, err := projector.OpenSession(ctx, cfg)
-		if errors.Is(err, projector.ErrRecordLocked) {
-			continue
+		if err != nil {
+			l.release(n)
+			if errors.Is(err, projector.ErrRecordLocked) {
+				continue // another process writes it
+			}
+			return nil, "", func() {}, err
 		}
-		return sess, cfg.AuditPath, err
+		var once sync.Once
+		return sess, cfg.AuditPath, func() { once.Do(func() { l.release(n) }) }, nil
 	}
-	return nil, "", fmt.Errorf("%w: all %d record files of %s are being written", projector.ErrRecordLocked, maxRecordLanes, rec.AuditPath)
+	return nil, "", func() {}, fmt.Errorf("%w: all %d record files of %s are being written", projector.ErrRecordLocked, maxRecordLanes, rec.AuditPath)
+}
+
+func (l *lanes) release(n int) {
+	l.mu.Lock()
+	delete(l.busy, n)
+	l.mu.Unlock()
 }
 
 // errTokenFile is wrapped by every refusal of a --token-file.
