@@ -34,7 +34,7 @@ func TestHTTPGatewayOutlastsAConnectionFlood(t *testing.T) {
 	t.Parallel() // it mostly waits on processes: beside the others
 	l := newLive(t, "")
 	h := l.httpGatewayUnder([]string{"sh", "-c", `ulimit -n 320 && exec "$0" "$@"`}, gatewayConfig(l.bin),
-		"--max-sessions", "2", "--header-timeout", "1s")
+		"--max-sessions", "2", "--header-timeout", "4s") // longer than dialing the flood takes on a busy machine
 	m := connCapRE.FindStringSubmatch(h.stderr.String())
 	if m == nil {
 		t.Fatalf("no word of the lowered connection cap:\n%s", h.stderr.String())

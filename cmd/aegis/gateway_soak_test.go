@@ -25,7 +25,7 @@ const (
 	soakSessions = 4
 	soakInflight = 4
 	soakCalls    = 6000
-	soakSeconds  = 40
+	soakSeconds  = 60
 	soakRise     = 0.10
 )
 
@@ -38,7 +38,8 @@ func TestHTTPGatewayMemoryStaysFlatUnderASteadyLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a soak of aegis gateway --listen")
 	}
-	t.Parallel()
+	// Not beside this package's other tests: starved of CPU by them, the
+	// load made a sixth of its calls in the time it has.
 	node, sdk := mcptest.TypeScriptSDK(t)
 	l := newLive(t, "")
 	h := l.httpGateway(gatewayConfig(l.bin))
