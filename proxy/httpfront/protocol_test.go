@@ -32,6 +32,22 @@ func rawSession(t *testing.T, url string) string {
 	return sid
 }
 
+// rawDelete ends session sid with a DELETE, which must be answered 204.
+func rawDelete(t *testing.T, url, sid string) {
+	t.Helper()
+	req, _ := http.NewRequest("DELETE", url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE: %d, want 204", resp.StatusCode)
+	}
+}
+
 func rawPost(t *testing.T, url, sid, version, body string) *http.Response {
 	t.Helper()
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
@@ -164,18 +180,7 @@ func TestFrontDeleteFreesTheSlotBeforeItAnswers(t *testing.T) {
 		t.Fatalf("%d sessions at a cap of 1", n)
 	}
 	// A raw DELETE: 204, then the id is unknown.
-	sid := rawSession(t, ts.URL)
-	req, _ := http.NewRequest("DELETE", ts.URL, nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Mcp-Session-Id", sid)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("DELETE: %d, want 204", resp.StatusCode)
-	}
+	rawDelete(t, ts.URL, rawSession(t, ts.URL))
 	if resp := rawPost(t, ts.URL, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`); resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("initialize right after a DELETE at the cap: %d %s", resp.StatusCode, b)
@@ -209,20 +214,7 @@ func TestFrontBoundsDeletedSessionsStillStopping(t *testing.T) {
 	var once sync.Once
 	releaseAll := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(releaseAll) // before the front's Close, which waits for every Serve
-	del := func(sid string) {
-		t.Helper()
-		req, _ := http.NewRequest("DELETE", ts.URL, nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Mcp-Session-Id", sid)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			t.Fatalf("DELETE: %d", resp.StatusCode)
-		}
-	}
+	del := func(sid string) { t.Helper(); rawDelete(t, ts.URL, sid) }
 	del(rawSession(t, ts.URL))
 	del(rawSession(t, ts.URL))
 	start := time.Now()
