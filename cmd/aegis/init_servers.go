@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 
 	"github.com/aegis-dev/aegis/events"
 )
@@ -61,24 +60,17 @@ func loadInitServers(configDir string) (*initServers, error) {
 // set up for another command nor is taken. A name in given (those this
 // run gave already) is neither.
 func (r *initServers) name(base string, argv []string, given map[string]bool, taken func(string) bool) (name string, again bool) {
-	for i := 1; ; i++ {
-		n := base
-		if i > 1 {
-			n = base + "-" + strconv.Itoa(i)
-		}
+	name = uniqueName(base, func(n string) bool {
 		if given[n] {
-			continue
+			return true
 		}
 		if prev, ok := r.servers[n]; ok {
-			if slices.Equal(prev, argv) {
-				return n, true
-			}
-			continue
+			again = slices.Equal(prev, argv)
+			return !again
 		}
-		if !taken(n) {
-			return n, false
-		}
-	}
+		return taken(n)
+	})
+	return name, again
 }
 
 // add notes that name was set up for argv.
