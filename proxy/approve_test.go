@@ -23,7 +23,7 @@ func TestApproveFromSecondProcess(t *testing.T) {
 	pol := filepath.Join(c.dir, "policy.yaml")
 	os.WriteFile(pol, []byte("version: 1\nrules:\n  - id: gate\n    action: pending_approval\n    tool: deploy\n"), 0o600)
 	log := filepath.Join(c.dir, "server.log")
-	args := append([]string{"wrap", "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state, "--policy", pol, "--approval-ttl", "3s", "--"}, bin(t, "rawserver"), "-log", log)
+	args := append([]string{"wrap", "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state, "--policy", pol, "--approval-ttl", "8s", "--"}, bin(t, "rawserver"), "-log", log)
 	cmd := exec.Command(bin(t, "aegis"), args...)
 	cmd.Env = env
 	in, _ := cmd.StdinPipe()
@@ -115,7 +115,7 @@ func TestApproveFromSecondProcess(t *testing.T) {
 		t.Fatal(a)
 	}
 	id4 := approvalID()
-	time.Sleep(3500 * time.Millisecond)
+	time.Sleep(8500 * time.Millisecond) // past the TTL, long enough for a loaded machine to reach each approve before it
 	if msg, code := aegis("approve", id4); code != 1 || !strings.Contains(msg, "expired") {
 		t.Fatalf("late approval: %d %s", code, msg)
 	}

@@ -219,6 +219,9 @@ func TestStrictAgreesWithTheStandardLibrary(t *testing.T) {
 			if verifyStrict(&cache, other, msg, sig) || verifyStrict(&cache, pub, append(msg, 'x'), sig) {
 				t.Fatalf("signature %d verified for another key or message", i)
 			}
+			if i%4 != 0 {
+				continue // every bit of the shortest and a longer message's signature
+			}
 			for bit := range 512 {
 				bad := append([]byte(nil), sig...)
 				bad[bit/8] ^= 1 << (bit % 8)

@@ -17,23 +17,48 @@ import (
 const MaxLineBytes = 16 << 20
 
 // Verify reads a record (JSON Lines, see package schemas) and returns its
-// verdict. It reads until the first Tampered reason or the end of r, never
+// verdict. It reads until the first Tampered reason or the end of r (with
+// at most a few chunks of read-ahead past that reason), never
 // writes, and uses no network, clock or randomness. A read error is
 // returned in Result.Err.
 //
 // The lines are parsed, hashed and signature-checked in parallel (see
 // parallel.go), ahead of one sequential walk that decides the verdict
-// exactly as [verifySequential] does.
+// exactly as [verifySequential] does. A record of at most smallRecord
+// bytes is walked sequentially: the workers would cost more to start than
+// they save, and the walk checks no line past the first Tampered one.
 func Verify(r io.Reader, opts Options) Result {
-	return verifyParallel(r, opts, defaultConfig())
+	b, err := io.ReadAll(io.LimitReader(r, smallRecord+1))
+	if err == nil && len(b) <= smallRecord {
+		return verifySequential(bytes.NewReader(b), opts)
+	}
+	rest := r
+	if err != nil {
+		rest = failedReader{err}
+	}
+	return verifyParallel(io.MultiReader(bytes.NewReader(b), rest), opts, defaultConfig())
 }
+
+// failedReader returns the read error that ended [Verify]'s first read,
+// after the bytes read before it.
+type failedReader struct{ err error }
+
+func (f failedReader) Read([]byte) (int, error) { return 0, f.err }
+
+// smallRecord is the size up to which [Verify] walks a record without
+// workers.
+const smallRecord = 64 << 10
 
 // verifySequential is the plain walk: one line at a time, each parsed,
 // hashed and verified when the walk reaches it. It is the reference that
 // the tests hold [Verify] to.
 func verifySequential(r io.Reader, opts Options) Result {
 	w := newWalker(opts)
-	lr := lineReader{br: bufio.NewReaderSize(r, 64<<10)}
+	size := 64 << 10
+	if br, ok := r.(*bytes.Reader); ok {
+		size = min(size, int(br.Len())+1) // a small record needs no more
+	}
+	lr := lineReader{br: bufio.NewReaderSize(r, size)}
 	cur, err := lr.next()
 	for cur != nil && err == nil && w.tampered == nil {
 		var nxt *rawLine
