@@ -48,9 +48,21 @@ install:
 # AEGIS_REQUIRE_BROWSER makes the browser test fail rather than skip
 # without a browser.
 TESTFLAGS := -race -count=1 -parallel 8 -timeout 30m
+# The binaries the tests run as processes (aegis, the example server, the
+# test servers, the sandbox's static probe), built once into TESTBIN
+# beside the race build and handed to every package's tests in
+# AEGIS_TEST_BINDIR; without it (go test alone) each package builds its
+# own.
+TESTBIN   := $(CURDIR)/.cache/testbin
+TESTBINS  := ./cmd/aegis ./cmd/aegis-example-server ./cmd/aegis/testdata/openkey \
+	./proxy/testdata/rawserver ./proxy/testdata/growserver ./proxy/testdata/taskserver \
+	./proxy/testdata/spawner ./proxy/testdata/pinserver
 LONG      := ./proxy ./cmd/aegis
 test: vet cross fmt-check interop-deps console-deps python-deps
-	@start=$$(date +%s); $(GO) build -race $$($(GO) list -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' ./...) || exit 1; \
+	@start=$$(date +%s); rm -rf $(TESTBIN) && mkdir -p $(TESTBIN) || exit 1; \
+	{ $(GO) build -o $(TESTBIN)/ $(TESTBINS) && CGO_ENABLED=0 $(GO) build -o $(TESTBIN)/probe ./sandbox/testdata/probe; } & bins=$$!; \
+	$(GO) build -race $$($(GO) list -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' ./...) || exit 1; \
+	wait $$bins || exit 1; export AEGIS_TEST_BINDIR=$(TESTBIN); \
 	rest=$$($(GO) list ./... | grep -v -x $(foreach p,$(LONG),-e $$($(GO) list $(p)))); \
 	export AEGIS_REQUIRE_BROWSER=1; pids=""; \
 	for p in $(LONG); do $(GO) test $(TESTFLAGS) $$p & pids="$$pids $$!"; done; \

@@ -31,16 +31,22 @@ import (
 )
 
 var (
-	binOnce sync.Once
-	binDir  string
-	binErr  error
+	binOnce   sync.Once
+	binDir    string
+	binShared bool // binDir is make test's, not this run's
+	binErr    error
 )
 
 // bin builds the aegis binaries and test fixtures once per test run and
-// returns the path of the named one.
+// returns the path of the named one. Under make test they are the ones it
+// built for every package (AEGIS_TEST_BINDIR), linked once.
 func bin(t testing.TB, name string) string {
 	t.Helper()
 	binOnce.Do(func() {
+		if d := os.Getenv("AEGIS_TEST_BINDIR"); d != "" {
+			binDir, binShared = d, true
+			return
+		}
 		binDir, binErr = os.MkdirTemp("", "aegis-proxy-test-bin")
 		if binErr != nil {
 			return
@@ -77,7 +83,7 @@ func bin(t testing.TB, name string) string {
 
 // removeBins deletes the binaries built by bin; TestMain calls it.
 func removeBins() {
-	if binDir != "" {
+	if binDir != "" && !binShared {
 		os.RemoveAll(binDir)
 	}
 }

@@ -205,8 +205,13 @@ func TestUsageErrors(t *testing.T) {
 }
 
 // buildBinaries builds aegis and the example server of this tree.
+// Under make test they are the ones it built for every package
+// (AEGIS_TEST_BINDIR), linked once.
 func buildBinaries(t *testing.T) (aegis, server string) {
 	t.Helper()
+	if d := os.Getenv("AEGIS_TEST_BINDIR"); d != "" {
+		return filepath.Join(d, "aegis"), filepath.Join(d, "aegis-example-server")
+	}
 	dir := t.TempDir()
 	aegis, server = filepath.Join(dir, "aegis"), filepath.Join(dir, "aegis-example-server")
 	for bin, pkg := range map[string]string{aegis: "../aegis", server: "../aegis-example-server"} {

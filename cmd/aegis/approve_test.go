@@ -304,10 +304,7 @@ func TestApproveBinaryWithoutCredentials(t *testing.T) {
 	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
 	_, dir := runtimeEnv(t)
 	p := startFakeProxy(t, dir, "apr-1")
-	bin := filepath.Join(t.TempDir(), "aegis")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := filepath.Join(bins(t), "aegis")
 	for _, args := range [][]string{{"approve", "apr-1"}, {"deny", "apr-1", "--session", p.session}, {"approvals"}} {
 		cmd := exec.Command(bin, args...)
 		cmd.Env = []string{"XDG_RUNTIME_DIR=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}

@@ -70,10 +70,15 @@ var (
 // bins builds aegis and the example server once per test binary run, into
 // a directory of their own (a confined server is granted read on it),
 // named after this process; the directories of runs that are gone are
-// removed first.
+// removed first. Under make test they are the ones it built for every
+// package (AEGIS_TEST_BINDIR), linked once.
 func bins(t testing.TB) string {
 	t.Helper()
 	binsOnce.Do(func() {
+		if d := os.Getenv("AEGIS_TEST_BINDIR"); d != "" {
+			binsDir = d
+			return
+		}
 		old, _ := filepath.Glob(filepath.Join(os.TempDir(), "aegis-cli-test-bin-*"))
 		for _, d := range old {
 			if pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "aegis-cli-test-bin-")); err == nil && !platform.Alive(pid) {

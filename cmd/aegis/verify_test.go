@@ -355,7 +355,7 @@ func TestVerifyARecordInWritingIsNotTampered(t *testing.T) {
 			w.call(id, "tools/call", fmt.Sprintf(`{"name":"echo","arguments":{"message":"m%d"}}`, id))
 		}
 	}()
-	for i := range 40 {
+	for i := range 16 {
 		out, code := l.aegis("verify", l.audit)
 		if strings.HasPrefix(out, "Tampered") || strings.Contains(out, "\nTampered") || code != 3 && code != 0 {
 			close(stop)
