@@ -318,6 +318,9 @@ type Decision struct {
 	ApprovalID    string          `json:"approval_id"`
 	Verdict       ApprovalVerdict `json:"verdict"`
 	ApproverKeyID string          `json:"approver_key_id,omitempty"`
+	// Principal, when not nil, is who made the call the decision is about
+	// (see [Principal]): an approval names whose call it let through.
+	Principal *Principal `json:"principal,omitempty"`
 }
 
 // Line returns the decision line without header position and signature.
