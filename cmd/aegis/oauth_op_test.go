@@ -36,9 +36,9 @@ type testOP struct {
 }
 
 const (
-	opClient      = "aegis-cli"     // a native client with JWT access tokens: aud is its id
-	opOtherClient = "other-app"     // another client: its tokens are for another audience
-	opWebClient   = "aegis-web"     // a web client with opaque tokens (introspection)
+	opClient      = "aegis-cli" // a native client with JWT access tokens: aud is its id
+	opOtherClient = "other-app" // another client: its tokens are for another audience
+	opWebClient   = "aegis-web" // a web client with opaque tokens (introspection)
 	opWebSecret   = "web-secret-1234567890"
 	opRedirect    = "http://127.0.0.1/callback"
 	opUser1       = "id1" // test-user@127.0.0.1, group eng
