@@ -302,6 +302,13 @@ func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base 
 	cfg.Host = s.Conn
 	cfg.Principal = s.Principal
 	rec.Principal = s.Principal
+	if b, ok := cfg.Policy.(interface {
+		StartProfile(*schemas.Principal) string
+	}); ok && s.Principal != nil {
+		// A profile bound to the caller's groups or scopes.
+		cfg.DefaultProfile = b.StartProfile(s.Principal)
+		rec.Profile = cfg.DefaultProfile
+	}
 	var path string
 	release := func() {}
 	defer func() { release() }()

@@ -14,7 +14,8 @@ import (
 	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
-// oauthConfig: everyone may echo; only group eng may add.
+// oauthConfig: everyone may echo; only group eng may add; eng starts in
+// a profile bound to it, which also runs slow.
 func oauthConfig(bin string) string {
 	return `version: 1
 servers:
@@ -23,6 +24,10 @@ servers:
 profiles:
   developer:
     allow: [example.echo, example.add]
+  eng:
+    extends: developer
+    allow: [example.slow]
+    for_groups: [eng]
 activation:
   default_profile: developer
 rules:
@@ -136,6 +141,17 @@ func TestOAuthGatewayRecordsWhoCalls(t *testing.T) {
 	if text, isErr := callText(t, b, "example__echo", map[string]any{"message": "from bob"}); isErr || !strings.Contains(text, "from bob") {
 		t.Fatalf("bob echo: %v %s", isErr, text)
 	}
+	// alice starts in the profile bound to her group; bob may not switch
+	// to it.
+	if text, isErr := callText(t, a, "example__slow", map[string]any{"ms": 1}); isErr {
+		t.Fatalf("alice's slow in eng: %s", text)
+	}
+	if text, _ := callText(t, b, "aegis__set_profile", map[string]any{"name": "eng"}); !strings.HasPrefix(text, "code=AEGIS_PROFILE_NOT_YOURS active=developer") {
+		t.Fatalf("bob's switch to eng: %s", text)
+	}
+	if text, isErr := callText(t, b, "example__slow", map[string]any{"ms": 1}); !isErr || !strings.Contains(text, "AEGIS_CAP_DENIED") {
+		t.Fatalf("bob ran slow: %v %s", isErr, text)
+	}
 
 	o.st.expireNext.Store(true)
 	expired, expiredCode := o.login(t, opClient, "test-user@127.0.0.1", "openid mcp:tools")
@@ -220,7 +236,8 @@ func TestOAuthGatewayRecordsWhoCalls(t *testing.T) {
 			t.Errorf("aegis verify %s: %d\n%s", f, code, out)
 		}
 	}
-	for _, want := range []string{"open  " + opUser1, "open  " + opUser2, "intent example__add " + opUser1, "intent example__add " + opUser2, "intent example__echo " + opUser2} {
+	for _, want := range []string{"open  " + opUser1, "open  " + opUser2, "intent example__add " + opUser1, "intent example__add " + opUser2,
+		"intent example__echo " + opUser2, "intent example__slow " + opUser1, "intent example__slow " + opUser2} {
 		if subjects[want] == 0 {
 			t.Errorf("no %q in the record: %v", want, subjects)
 		}
