@@ -36,6 +36,10 @@ rules:
     tool: example__add
     when: '!(has(principal.claims.groups) && "eng" in principal.claims.groups)'
     reason: only eng adds
+  - id: bob-asks-first
+    action: pending_approval
+    tool: example__echo
+    when: principal.sub == "id2" && args.message == "ask"
 `
 }
 
@@ -141,6 +145,24 @@ func TestOAuthGatewayRecordsWhoCalls(t *testing.T) {
 	if text, isErr := callText(t, b, "example__echo", map[string]any{"message": "from bob"}); isErr || !strings.Contains(text, "from bob") {
 		t.Fatalf("bob echo: %v %s", isErr, text)
 	}
+	// An approval names whose call it lets through: to the approver, in
+	// aegis approvals, and in the signed decision line.
+	text, _ := callText(t, b, "example__echo", map[string]any{"message": "ask"})
+	var refusal struct {
+		ApprovalID string `json:"approval_id"`
+	}
+	if json.Unmarshal([]byte(text), &refusal); refusal.ApprovalID == "" {
+		t.Fatalf("bob's echo was not held for approval: %s", text)
+	}
+	if out, _ := l.aegis("approvals", "--state-dir", l.state); !strings.Contains(out, "example__echo by "+opUser2) {
+		t.Errorf("aegis approvals does not name bob:\n%s", out)
+	}
+	if out, code := l.aegis("approve", "--state-dir", l.state, refusal.ApprovalID); code != 0 || !strings.Contains(out, "by "+opUser2) {
+		t.Errorf("aegis approve: %d %s", code, out)
+	}
+	if text, isErr := callText(t, b, "example__echo", map[string]any{"message": "ask"}); isErr || !strings.Contains(text, "ask") {
+		t.Fatalf("bob's approved echo: %v %s", isErr, text)
+	}
 	// alice starts in the profile bound to her group; bob may not switch
 	// to it.
 	if text, isErr := callText(t, a, "example__slow", map[string]any{"ms": 1}); isErr {
@@ -223,6 +245,9 @@ func TestOAuthGatewayRecordsWhoCalls(t *testing.T) {
 				} `json:"principal"`
 			}
 			json.Unmarshal([]byte(line), &ln)
+			if ln.Type == "decision" && ln.Principal != nil {
+				subjects["decision "+ln.Principal.Sub]++
+			}
 			if ln.Type != "open" && ln.Type != "intent" {
 				continue
 			}
@@ -237,7 +262,7 @@ func TestOAuthGatewayRecordsWhoCalls(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"open  " + opUser1, "open  " + opUser2, "intent example__add " + opUser1, "intent example__add " + opUser2,
-		"intent example__echo " + opUser2, "intent example__slow " + opUser1, "intent example__slow " + opUser2} {
+		"intent example__echo " + opUser2, "intent example__slow " + opUser1, "intent example__slow " + opUser2, "decision " + opUser2} {
 		if subjects[want] == 0 {
 			t.Errorf("no %q in the record: %v", want, subjects)
 		}
