@@ -33,6 +33,7 @@ import (
 type testOP struct {
 	issuer string
 	st     *opStorage
+	lastID string // the ID token of the last login
 }
 
 const (
@@ -200,11 +201,13 @@ func (o *testOP) login(t *testing.T, client, username, scope string) (token, cod
 	defer resp.Body.Close()
 	var tok struct {
 		AccessToken string `json:"access_token"`
+		IDToken     string `json:"id_token"`
 		Error       string `json:"error_description"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&tok); err != nil || tok.AccessToken == "" {
 		t.Fatalf("token endpoint: %s %v %q", resp.Status, err, tok.Error)
 	}
+	o.lastID = tok.IDToken
 	return tok.AccessToken, code
 }
 

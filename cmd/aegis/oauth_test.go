@@ -115,8 +115,9 @@ func TestOAuthGatewayRecordsWhoCalls(t *testing.T) {
 
 	alice, aliceCode := o.login(t, opClient, "test-user@127.0.0.1", "openid mcp:tools")
 	bob, bobCode := o.login(t, opClient, "test-user2", "openid mcp:tools")
+	bobID := o.lastID
 	secrets := map[string]string{"alice's token": alice, "alice's code": aliceCode, "bob's token": bob, "bob's code": bobCode,
-		"the web client's secret": opWebSecret}
+		"the web client's secret": opWebSecret, "bob's ID token": bobID}
 
 	t.Run("protected resource metadata", func(t *testing.T) {
 		resp, err := http.Get(meta)
@@ -194,6 +195,7 @@ func TestOAuthGatewayRecordsWhoCalls(t *testing.T) {
 		{"an expired token", expired, 401, []string{wantMeta, `error="invalid_token"`}, "expired"},
 		{"a token for another audience", other, 401, []string{wantMeta, `error="invalid_token"`}, `"other-app"`},
 		{"a token without the required scope", noScope, 403, []string{wantMeta, `error="insufficient_scope"`, `scope="mcp:tools"`}, "mcp:tools"},
+		{"an ID token of the gateway's audience", bobID, 401, []string{wantMeta, `error="invalid_token"`}, "ID token"},
 		{"a forged token", strings.Repeat("x", 20) + "." + strings.Repeat("y", 20) + "." + strings.Repeat("z", 20), 401, []string{`error="invalid_token"`}, ""},
 	} {
 		t.Run(tc.attack, func(t *testing.T) {
@@ -343,5 +345,42 @@ func TestOAuthGatewayIntrospects(t *testing.T) {
 	data, _ := os.ReadFile(l.audit)
 	if !strings.Contains(string(data), `"sub":"`+opUser2+`"`) || strings.Contains(string(data), bob) {
 		t.Fatalf("the record does not name bob, or holds his token:\n%s", data)
+	}
+}
+
+// TestOAuthGatewayFailsClosedAtStart: a configuration that cannot work
+// stops aegis before it serves, saying what to change.
+func TestOAuthGatewayFailsClosedAtStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis gateway --listen")
+	}
+	o := sharedOP(t)
+	l := newLive(t, "")
+	path := filepath.Join(l.dir, "aegis.yaml")
+	if err := os.WriteFile(path, []byte(oauthConfig(l.bin)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(l.dir, "token")
+	os.WriteFile(tokenFile, []byte(strings.Repeat("t", 32)), 0o600)
+	for _, tc := range []struct {
+		attack string
+		flags  []string
+		says   string
+	}{
+		{"an issuer over plain HTTP on another host", []string{"--oauth-issuer", "http://id.example.com"}, "not an https URL"},
+		{"OAuth flags without an issuer", []string{"--oauth-scope", "mcp:tools"}, "go with --oauth-issuer"},
+		{"OAuth beside a static token", []string{"--oauth-issuer", o.issuer, "--token-file", tokenFile}, "contradicts --token-file"},
+		{"an issuer that does not answer", []string{"--oauth-issuer", "http://127.0.0.1:1"}, "check --oauth-issuer"},
+		{"an issuer URL that serves no metadata", []string{"--oauth-issuer", o.issuer + "/other"}, "check --oauth-issuer"},
+		{"introspection without its secret", []string{"--oauth-issuer", o.issuer, "--oauth-introspect-client", opWebClient}, "go together"},
+	} {
+		t.Run(tc.attack, func(t *testing.T) {
+			args := append([]string{"gateway", "--config", path, "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
+				"--listen", "127.0.0.1:0"}, tc.flags...)
+			out, code := l.aegis(args...)
+			if code == 0 || !strings.Contains(out, "aegis: error:") || !strings.Contains(out, tc.says) || strings.Contains(out, "serving streamable HTTP") {
+				t.Fatalf("exit %d:\n%s\nwant an error saying %q", code, out, tc.says)
+			}
+		})
 	}
 }
