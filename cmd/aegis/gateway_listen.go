@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -300,13 +301,14 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-c
 func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base gateway.Config, rec projector.SessionConfig, ln *lanes) error {
 	cfg := base
 	cfg.Host = s.Conn
-	cfg.Principal = s.Principal
-	rec.Principal = s.Principal
+	principal := principalOf(s.Principal)
+	cfg.Principal = principal
+	rec.Principal = principal
 	if b, ok := cfg.Policy.(interface {
 		StartProfile(*schemas.Principal) string
-	}); ok && s.Principal != nil {
+	}); ok && principal != nil {
 		// A profile bound to the caller's groups or scopes.
-		cfg.DefaultProfile = b.StartProfile(s.Principal)
+		cfg.DefaultProfile = b.StartProfile(principal)
 		rec.Profile = cfg.DefaultProfile
 	}
 	var path string
@@ -322,8 +324,8 @@ func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base 
 		// a holder of the token act in the session.
 		note := map[string]any{"host_transport": "streamable-http",
 			"http_session_digest": httpfront.Digest(s.ID), "remote": s.Remote, "user_agent": s.UserAgent}
-		if s.Principal != nil {
-			note["principal"] = s.Principal.Name()
+		if principal != nil {
+			note["principal"] = principal.Name()
 		}
 		if _, err := sess.Fact(schemas.KindNote, note); err != nil {
 			sess.Abandon()
@@ -333,8 +335,8 @@ func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base 
 	}
 	id, err := runGatewaySession(ctx, cfg, rec.AuditPath)
 	if id != "" {
-		if s.Principal != nil {
-			base.Logger.Info("HTTP session ended", "session", id, "record", path, "remote", s.Remote, "principal", s.Principal.Name())
+		if principal != nil {
+			base.Logger.Info("HTTP session ended", "session", id, "record", path, "remote", s.Remote, "principal", principal.Name())
 		} else {
 			base.Logger.Info("HTTP session ended", "session", id, "record", path, "remote", s.Remote)
 		}
@@ -528,4 +530,18 @@ func loopbackURLHost(h string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// principalOf is the caller a validated token named, as the record and
+// the policy keep it (nil for none).
+func principalOf(p *httpfront.Principal) *schemas.Principal {
+	if p == nil {
+		return nil
+	}
+	keep := make([]string, 0, len(p.Claims))
+	for k := range p.Claims {
+		keep = append(keep, k)
+	}
+	sort.Strings(keep)
+	return schemas.NewPrincipal(p.Issuer, p.Subject, p.ClientID, p.Scopes, p.Claims, keep)
 }

@@ -26,7 +26,7 @@
 //     a request of the session with another principal's token (issuer and
 //     subject) is refused 403, whatever its session id. A token is never
 //     logged, recorded nor put in an error; only the principal it names
-//     reaches [Config.Serve].
+//     reaches [Config.Serve] ([Principal]; the package still imports nothing of aegis).
 //   - A session begins only with a POST whose body is a single initialize
 //     request and that carries no Mcp-Session-Id. Its id is 32 random
 //     characters; every later request names it, and an unknown id is 404

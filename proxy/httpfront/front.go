@@ -23,8 +23,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/aegis-dev/aegis/schemas"
 )
 
 // Defaults of [Config].
@@ -74,7 +72,7 @@ type Session struct {
 	Conn      mcp.Connection // the session's messages; Serve owns it
 	// Principal is who the session serves, with [Config.OAuth]; nil
 	// otherwise.
-	Principal *schemas.Principal
+	Principal *Principal
 }
 
 // Digest names session id in logs and records: the first 16 hex digits of
@@ -115,7 +113,7 @@ type session struct {
 	winding bool // out of sessions, counted in winding until Serve returns
 	// principal is who the session serves (Config.OAuth); every request
 	// of the session must name the same issuer and subject.
-	principal *schemas.Principal
+	principal *Principal
 }
 
 // New returns a Front; it refuses a configuration without a token unless
@@ -195,7 +193,7 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, status, why)
 		return
 	}
-	var principal *schemas.Principal
+	var principal *Principal
 	if f.cfg.OAuth != nil {
 		p, ok := f.cfg.OAuth.authorize(w, r)
 		if !ok {
@@ -323,7 +321,7 @@ func (f *Front) postHeaders(w http.ResponseWriter, r *http.Request) bool {
 
 // begin starts a session with r, a POST without a session id, which must
 // be one initialize request.
-func (f *Front) begin(w http.ResponseWriter, r *http.Request, principal *schemas.Principal) {
+func (f *Front) begin(w http.ResponseWriter, r *http.Request, principal *Principal) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -572,7 +570,7 @@ func (c *trackConn) fail(err error) {
 
 // samePrincipal reports whether a and b are the same caller: both nil, or
 // the same issuer and subject.
-func samePrincipal(a, b *schemas.Principal) bool {
+func samePrincipal(a, b *Principal) bool {
 	if a == nil || b == nil {
 		return a == b
 	}

@@ -20,8 +20,6 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
-
-	"github.com/aegis-dev/aegis/schemas"
 )
 
 // OAuth makes a [Front] an OAuth 2.1 resource server, as the MCP
@@ -247,7 +245,7 @@ func quotable(s string) string {
 
 // authorize checks r's bearer token: the principal, or false when it
 // wrote the refusal (401 or 403, with WWW-Authenticate).
-func (o *OAuth) authorize(w http.ResponseWriter, r *http.Request) (*schemas.Principal, bool) {
+func (o *OAuth) authorize(w http.ResponseWriter, r *http.Request) (*Principal, bool) {
 	fields := strings.Fields(r.Header.Get("Authorization"))
 	if len(fields) != 2 || !strings.EqualFold(fields[0], "bearer") {
 		w.Header().Set("WWW-Authenticate", o.challenge("", ""))
@@ -275,7 +273,7 @@ func (o *OAuth) authorize(w http.ResponseWriter, r *http.Request) (*schemas.Prin
 // wrap [ErrInvalidToken] or [ErrInsufficientScope], or say that the
 // issuer could not be asked (neither: 503). An error never holds the
 // token.
-func (o *OAuth) Verify(ctx context.Context, token string) (*schemas.Principal, error) {
+func (o *OAuth) Verify(ctx context.Context, token string) (*Principal, error) {
 	var c tokenClaims
 	if o.verifier == nil {
 		var err error
@@ -321,7 +319,26 @@ func (o *OAuth) Verify(ctx context.Context, token string) (*schemas.Principal, e
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: the token lacks scope %s", ErrInsufficientScope, strings.Join(missing, " "))
 	}
-	return schemas.NewPrincipal(c.iss, c.sub, c.clientID, c.scopes, c.raw, o.cfg.Claims), nil
+	p := &Principal{Issuer: c.iss, Subject: c.sub, ClientID: c.clientID, Scopes: c.scopes}
+	for _, k := range o.cfg.Claims {
+		if v, ok := c.raw[k]; ok {
+			if p.Claims == nil {
+				p.Claims = map[string]any{}
+			}
+			p.Claims[k] = v
+		}
+	}
+	return p, nil
+}
+
+// Principal is what a validated token says of its holder: the caller a
+// session serves. It holds nothing from which the token could be rebuilt.
+type Principal struct {
+	Issuer, Subject, ClientID string
+	Scopes                    []string
+	// Claims are the token's claims that [OAuthConfig.Claims] names, as
+	// the token has them (decoded from JSON).
+	Claims map[string]any
 }
 
 // audienceOK reports whether one of aud is one of want, by the SDK's
