@@ -159,6 +159,10 @@ type PendingApproval struct {
 	// PinDigest, for an approval that re-pins a tool whose definition
 	// changed, is the digest of the definition an approve pins.
 	PinDigest string `json:"pin_digest,omitempty"`
+	// Principal names who made the call, when a validated OAuth token of
+	// gateway --listen named them (its subject, and its email or name
+	// when kept; token-chosen text: escape it before printing).
+	Principal string `json:"principal,omitempty"`
 }
 
 // ApprovalConfig is the server side of the approval channel for one store:

@@ -25,6 +25,9 @@ type Request struct {
 	// with a condition (when:) read them.
 	Server string
 	Args   []byte
+	// Principal is who makes the call, when a validated OAuth token named
+	// them (gateway --listen); nil otherwise. Only conditions read it.
+	Principal *schemas.Principal
 }
 
 // Verdict is the outcome of an evaluation. The zero Verdict is [Deny], so a

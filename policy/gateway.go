@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/aegis-dev/aegis/schemas"
 )
 
 // Gateway is a parsed, validated gateway file: the downstream servers, the
@@ -23,6 +25,7 @@ type Gateway struct {
 	serverIndex    map[string]int
 	profiles       map[string]*profile
 	names          []string // profile names, sorted
+	bound          []string // profiles with for_groups or for_scopes, file order
 	defaultProfile string
 	disclosure     Disclosure
 	rules          *Set
@@ -171,6 +174,11 @@ type profile struct {
 	resources   []uriPattern
 	resServers  []string // "<server>.*" entries of resources, as written
 	transitions []string // own only: transitions are not inherited
+	// forGroups and forScopes bind the profile to callers (own only): a
+	// principal whose groups claim holds one of forGroups and who holds
+	// every scope of forScopes.
+	forGroups []string
+	forScopes []string
 }
 
 // toolPattern is one allow entry "<server>.<tool glob>", or one prompts
@@ -710,4 +718,59 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.SortFunc(keys, cmp.Compare)
 	return keys
+}
+
+// Profiles bound to callers. A profile with for_groups or for_scopes is
+// only for a session whose principal (a validated OAuth token of gateway
+// --listen) holds one of the groups (its "groups" claim, which the
+// gateway must keep: --oauth-claim groups) and every one of the scopes.
+// Such a session starts in the first bound profile, in file order, that
+// admits it, else in the default profile (which is never bound); an
+// agent's switch to a bound profile that does not admit the session's
+// principal is refused.
+
+// Admits reports whether profile may be active for a session of p: an
+// unbound profile for anyone, a bound one only for a principal it names.
+func (g *Gateway) Admits(profile string, p *schemas.Principal) bool {
+	pr, ok := g.profiles[profile]
+	if !ok {
+		return false
+	}
+	if len(pr.forGroups) == 0 && len(pr.forScopes) == 0 {
+		return true
+	}
+	if p == nil {
+		return false
+	}
+	if len(pr.forGroups) > 0 && !slices.ContainsFunc(p.ClaimStrings("groups"), func(g string) bool { return slices.Contains(pr.forGroups, g) }) {
+		return false
+	}
+	for _, s := range pr.forScopes {
+		if !p.HasScope(s) {
+			return false
+		}
+	}
+	return true
+}
+
+// StartProfile is the profile a session of p starts in: the first bound
+// profile (file order) that admits p, else the default profile.
+func (g *Gateway) StartProfile(p *schemas.Principal) string {
+	if p != nil {
+		for _, name := range g.bound {
+			if g.Admits(name, p) {
+				return name
+			}
+		}
+	}
+	return g.defaultProfile
+}
+
+// BoundTo returns the groups and scopes profile is bound to (none for an
+// unbound one).
+func (g *Gateway) BoundTo(profile string) (groups, scopes []string) {
+	if pr, ok := g.profiles[profile]; ok {
+		return slices.Clone(pr.forGroups), slices.Clone(pr.forScopes)
+	}
+	return nil, nil
 }

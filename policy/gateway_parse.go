@@ -15,7 +15,7 @@ var (
 	serverKeys     = []string{"command", "args", "env", "env_passthrough", "transport", "confine", "prefix", "alias", "url", "headers", "ca_file"}
 	envFileKeys    = []string{"file"}
 	confineKeys    = []string{"allow_read", "allow_write", "allow_net", "allow_exec_support", "allow_udp", "allow_mptcp", "best_effort"}
-	profileKeys    = []string{"extends", "allow", "prompts", "resources", "allowed_transitions"}
+	profileKeys    = []string{"extends", "allow", "prompts", "resources", "allowed_transitions", "for_groups", "for_scopes"}
 	activationKeys = []string{"default_profile", "explicit", "signals"}
 )
 
@@ -63,6 +63,8 @@ const maxProfileNameLen = 64
 //	  developer:
 //	    extends: observer             # inherit allow, prompts and resources (not transitions)
 //	    allow: [fs.write_file]
+//	    for_groups: [eng]             # only for callers of these groups (OAuth, --listen)
+//	    for_scopes: [mcp:write]       # … holding every one of these scopes
 //	activation:
 //	  default_profile: observer       # required
 //	  explicit: true                  # optional; switching is always explicit
@@ -172,6 +174,9 @@ type rawProfile struct {
 	resources   []uriPattern
 	resServers  []lineStr // "<server>.*" entries of resources
 	transitions []lineStr
+	forGroups   []lineStr
+	forScopes   []lineStr
+	binding     *lineStr // the first for_ key, for messages
 }
 
 func (p *parser) gateway(data []byte) (*Gateway, error) {
@@ -266,6 +271,11 @@ func (p *parser) gateway(data []byte) (*Gateway, error) {
 	}
 	if _, ok := g.profiles[def.s]; !ok {
 		return nil, p.errorf(def.line, def.path, "unknown profile %q", def.s)
+	}
+	for _, r := range raws {
+		if r.binding != nil && r.name == def.s {
+			return nil, p.errorf(r.binding.line, r.binding.path, "the default profile %q is every caller's; bind another profile to groups or scopes, and a caller who has them starts in it", def.s)
+		}
 	}
 	g.defaultProfile = def.s
 	if rulesNode != nil {
@@ -751,6 +761,22 @@ func (p *parser) rawProfiles(n *yaml.Node, ppath string) ([]*rawProfile, error) 
 					}
 					r.resources = append(r.resources, pat)
 				}
+			case "for_groups", "for_scopes":
+				list, err := p.strList(b.val, b.path, true)
+				if err != nil {
+					return nil, err
+				}
+				if len(list) == 0 {
+					return nil, p.errorf(b.val.Line, b.path, "must name at least one %s; omit it for a profile of every caller", strings.TrimPrefix(strings.TrimSuffix(b.name, "s"), "for_"))
+				}
+				if b.name == "for_groups" {
+					r.forGroups = list
+				} else {
+					r.forScopes = list
+				}
+				if r.binding == nil {
+					r.binding = &lineStr{s: b.name, line: b.key.Line, path: b.path}
+				}
 			case "allowed_transitions":
 				if r.transitions, err = p.strList(b.val, b.path, true); err != nil {
 					return nil, err
@@ -922,6 +948,15 @@ func (p *parser) resolveProfiles(g *Gateway, raws []*rawProfile) error {
 		}
 		for _, t := range r.transitions {
 			pr.transitions = append(pr.transitions, t.s)
+		}
+		for _, e := range r.forGroups {
+			pr.forGroups = append(pr.forGroups, e.s)
+		}
+		for _, e := range r.forScopes {
+			pr.forScopes = append(pr.forScopes, e.s)
+		}
+		if r.binding != nil {
+			g.bound = append(g.bound, r.name)
 		}
 		g.profiles[r.name] = pr
 		return pr

@@ -127,7 +127,7 @@ func TestParseGatewayRefuses(t *testing.T) {
 		{"ProfileNameLeadingDash", gw([]string{"-p: {}"}, defaultP), "aegis.yaml:4: profiles.-p: invalid profile name: must start with a letter or digit"},
 		{"ProfileNameEmpty", gw([]string{`"": {}`}, defaultP), `aegis.yaml:4: profiles[""]: invalid profile name: must not be empty`},
 		{"ProfileNameTooLong", gw([]string{strings.Repeat("p", 65) + ": {}"}, defaultP), "aegis.yaml:4: profiles." + strings.Repeat("p", 65) + ": invalid profile name: longer than 64 bytes"},
-		{"ProfileTierKey", gw([]string{"p:", "    tier: 2"}, defaultP), "aegis.yaml:5: profiles.p.tier: unknown key; want one of extends, allow, prompts, resources, allowed_transitions"},
+		{"ProfileTierKey", gw([]string{"p:", "    tier: 2"}, defaultP), "aegis.yaml:5: profiles.p.tier: unknown key; want one of extends, allow, prompts, resources, allowed_transitions, for_groups, for_scopes"},
 		{"ProfileDuplicate", gw([]string{"p: {}", "p: {}"}, defaultP), "aegis.yaml:5: profiles.p: duplicate key (first at line 4)"},
 		{"ExtendsUnknown", gw([]string{"p: {extends: base}"}, defaultP), `aegis.yaml:4: profiles.p.extends: unknown profile "base"`},
 		{"ExtendsList", gw([]string{"p: {extends: [a, b]}"}, defaultP), "aegis.yaml:4: profiles.p.extends: expected a string, got a sequence"},

@@ -14,6 +14,7 @@ import (
 	"cel.dev/cel-go/common/types/ref"
 
 	"github.com/aegis-dev/aegis/proxy/reading"
+	"github.com/aegis-dev/aegis/schemas"
 )
 
 // Conditions. A rule may carry `when:`, a CEL expression (cel.dev/cel-go,
@@ -27,6 +28,15 @@ import (
 //	server   string  the gateway's server name ("" in wrap)
 //	profile  string  the gateway's active profile ("" in wrap)
 //	session  string  the session id
+//	principal map    who makes the call, when 'aegis gateway --listen'
+//	                 validated an OAuth token for the session: iss, sub,
+//	                 client_id (strings), scopes (a list of strings) and
+//	                 claims (the claims the gateway was told to keep,
+//	                 each a string or a list of strings). Without a
+//	                 token (stdio, wrap, a static token) iss, sub and
+//	                 client_id are "", scopes and claims empty, so a rule
+//	                 on principal.sub matches no one, and one that reads
+//	                 a claim that is not there errs, which denies.
 //
 // and two functions of this package:
 //
@@ -76,6 +86,7 @@ func condEnv() (*cel.Env, error) {
 		cel.Variable("server", cel.StringType),
 		cel.Variable("profile", cel.StringType),
 		cel.Variable("session", cel.StringType),
+		cel.Variable("principal", cel.MapType(cel.StringType, cel.DynType)),
 		cel.CrossTypeNumericComparisons(true),
 		cel.Function("within",
 			cel.Overload("within_string_string", []*cel.Type{cel.StringType, cel.StringType}, cel.BoolType,
@@ -147,7 +158,21 @@ func input(req *Request) (condInput, error) {
 		}
 		args = v
 	}
-	return condInput{"tool": req.Tool, "server": req.Server, "args": args, "profile": req.Role, "session": req.Session}, nil
+	return condInput{"tool": req.Tool, "server": req.Server, "args": args, "profile": req.Role, "session": req.Session,
+		"principal": principalInput(req.Principal)}, nil
+}
+
+// principalInput is p as a condition sees it: every member present, empty
+// when there is no principal.
+func principalInput(p *schemas.Principal) map[string]any {
+	m := map[string]any{"iss": "", "sub": "", "client_id": "", "scopes": []any{}, "claims": map[string]any{}}
+	if p == nil {
+		return m
+	}
+	for k, v := range p.Value() {
+		m[k] = v
+	}
+	return m
 }
 
 // readArgs reads a call's arguments by the one reading of frames that

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aegis-dev/aegis/schemas"
 )
 
 const conditionPolicy = `version: 1
@@ -220,5 +222,61 @@ func TestConditionsInTheHash(t *testing.T) {
 	}
 	if got := a.Projection().Rules[0].When; got != "args.x == 1" {
 		t.Errorf("projection's when = %q", got)
+	}
+}
+
+// A condition on the principal lets through only the callers it names:
+// a caller outside the group, one with no token, and one whose token
+// keeps no groups claim are all refused.
+func TestConditionsOnThePrincipal(t *testing.T) {
+	set, err := Parse("p.yaml", []byte(`default: deny
+rules:
+  - id: eng-may-write
+    action: allow
+    tool: write_file
+    when: has(principal.claims.groups) && "eng" in principal.claims.groups
+  - id: admins-by-scope
+    action: allow
+    tool: deploy
+    when: '"mcp:admin" in principal.scopes && principal.iss == "https://id.example"'
+  - id: not-this-client
+    action: deny
+    tool: read_file
+    when: principal.client_id == "untrusted-app"
+  - id: reads
+    action: allow
+    tool: read_file
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	eng := schemas.NewPrincipal("https://id.example", "id1", "cli", []string{"mcp:tools"}, map[string]any{"groups": []any{"eng"}}, []string{"groups"})
+	sales := schemas.NewPrincipal("https://id.example", "id2", "cli", []string{"mcp:tools"}, map[string]any{"groups": []any{"sales"}}, []string{"groups"})
+	admin := schemas.NewPrincipal("https://id.example", "id3", "cli", []string{"mcp:admin"}, nil, nil)
+	forged := schemas.NewPrincipal("https://evil.example", "id3", "cli", []string{"mcp:admin"}, nil, nil)
+	untrusted := schemas.NewPrincipal("https://id.example", "id1", "untrusted-app", nil, nil, nil)
+	for _, tc := range []struct {
+		attack string
+		tool   string
+		p      *schemas.Principal
+		want   Verdict
+	}{
+		{"a caller in the group writes", "write_file", eng, Allow},
+		{"a caller of another group writes", "write_file", sales, Deny},
+		{"a session without a token writes", "write_file", nil, Deny},
+		{"a token that keeps no groups claim writes", "write_file", admin, Deny},
+		{"a caller with the scope deploys", "deploy", admin, Allow},
+		{"the same subject and scope from another issuer deploys", "deploy", forged, Deny},
+		{"a caller without the scope deploys", "deploy", eng, Deny},
+		{"a refused client reads", "read_file", untrusted, Deny},
+		{"another client reads", "read_file", eng, Allow},
+	} {
+		t.Run(tc.attack, func(t *testing.T) {
+			d := NewEngine(set).Evaluate(Request{Tool: tc.tool, Principal: tc.p}, now)
+			if d.Verdict != tc.want {
+				t.Errorf("got %s by %q (%s); want %s", d.Verdict, d.MatchedRule, d.Reason, tc.want)
+			}
+		})
 	}
 }

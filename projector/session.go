@@ -38,6 +38,10 @@ type SessionOpened struct {
 	// runs several sessions at once (a gateway serving HTTP clients): the
 	// sessions of one run share it. Empty otherwise.
 	Run string `json:"run,omitempty"`
+	// Principal is who the session serves, when a validated OAuth token
+	// named them (gateway --listen as a resource server); it is also the
+	// "principal" member of the signed open line.
+	Principal *schemas.Principal `json:"principal,omitempty"`
 }
 
 // LinePayload is the part of any event payload that carries an audit line:
@@ -77,7 +81,10 @@ type SessionConfig struct {
 	// marshal to JSON inside the audit value space (no null, no floats, no
 	// negative numbers).
 	Confinement any
-	Logger      *slog.Logger
+	// Principal, when set, is who the session serves: it becomes the
+	// "principal" member of the signed open line and of session.opened.
+	Principal *schemas.Principal
+	Logger    *slog.Logger
 	// Index is the store's index, folded to the stream's end; nil loads it
 	// ([LoadIndex]). The session takes it over: it keeps it up to date and
 	// saves it (see IndexEvery), so the next start folds little.
@@ -216,11 +223,18 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 		}
 		with = append(with, ev)
 	}
+	if cfg.Principal != nil {
+		if extra == nil {
+			extra = map[string]any{}
+		}
+		extra[schemas.FieldPrincipal] = cfg.Principal.Value()
+	}
 	var rcpt *events.Receipt
 	entry, err := chain.OpenExtraFunc(tail, extra, func(e Entry) error {
 		ev, err := cfg.Store.NewEvent(id, schemas.KindSessionOpened, SessionOpened{
 			Line: string(e.Bytes), AuditPath: path, AuditOffset: offset,
 			KeyID: chain.KeyID(), PID: os.Getpid(), Argv: cfg.Argv, Version: cfg.Version, Profile: cfg.Profile, Run: cfg.Run,
+			Principal: cfg.Principal,
 		})
 		if err != nil {
 			return err

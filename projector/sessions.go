@@ -26,12 +26,15 @@ type SessionSummary struct {
 	Run string `json:"run,omitempty"`
 	// Argv is the wrapped command; Config the gateway configuration of a
 	// gateway session.
-	Argv      []string `json:"argv,omitempty"`
-	Config    string   `json:"config,omitempty"`
-	AuditPath string   `json:"audit_path,omitempty"`
-	KeyID     string   `json:"key_id,omitempty"`
-	Events    int      `json:"events"`
-	Frames    int      `json:"frames"`
+	Argv   []string `json:"argv,omitempty"`
+	Config string   `json:"config,omitempty"`
+	// Principal is who the session serves, when a validated OAuth token
+	// named them (gateway --listen).
+	Principal *schemas.Principal `json:"principal,omitempty"`
+	AuditPath string             `json:"audit_path,omitempty"`
+	KeyID     string             `json:"key_id,omitempty"`
+	Events    int                `json:"events"`
+	Frames    int                `json:"frames"`
 	// Calls counts intents; Refusals the calls aegis kept from the server;
 	// InFlight the calls with an intent and no outcome.
 	Calls     int            `json:"calls"`
@@ -105,7 +108,7 @@ func (ix *SessionIndex) foldLine(rec events.Record, line string, read bool) int 
 		var so openedPayload
 		json.Unmarshal(e.Payload, &so)
 		s := &SessionSummary{ID: e.Session, Started: e.Time, PID: so.PID, Run: so.Run, Argv: so.Argv, Config: so.Config,
-			AuditPath: so.AuditPath, KeyID: so.KeyID, Profile: NoProfile, First: rec.Pos}
+			AuditPath: so.AuditPath, KeyID: so.KeyID, Profile: NoProfile, First: rec.Pos, Principal: so.Principal}
 		if so.Profile != "" {
 			s.Profile = so.Profile
 		}

@@ -77,6 +77,8 @@ type OpenedInfo struct {
 	Version   string   `json:"version,omitempty"`
 	// Profile is the profile a gateway session starts in.
 	Profile string `json:"profile,omitempty"`
+	// Principal is who the session serves (a validated OAuth token).
+	Principal *schemas.Principal `json:"principal,omitempty"`
 }
 
 // CallInfo is one tools/call at its intent, its outcome, or in flight.
@@ -268,7 +270,8 @@ func (t *Timeline) Fold(rec events.Record) (Step, bool) {
 		if so.Profile != "" {
 			s.profile = so.Profile
 		}
-		st.Opened = &OpenedInfo{PID: so.PID, Argv: so.Argv, Config: so.Config, AuditPath: so.AuditPath, KeyID: so.KeyID, Version: so.Version, Profile: so.Profile}
+		st.Opened = &OpenedInfo{PID: so.PID, Argv: so.Argv, Config: so.Config, AuditPath: so.AuditPath, KeyID: so.KeyID, Version: so.Version, Profile: so.Profile,
+			Principal: so.Principal}
 		st.Seq = lineSeq(so.Line)
 	case schemas.KindFrameC2S, schemas.KindFrameS2C, schemas.KindFrameRefusal:
 		f := SummarizeFrame(e.Kind, framePayloadBytes(e.Payload))

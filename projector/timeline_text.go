@@ -128,6 +128,9 @@ func (s Step) text() string {
 		} else if len(o.Argv) > 0 {
 			b.WriteString(" · " + QuoteArgv(o.Argv))
 		}
+		if o.Principal != nil {
+			b.WriteString(" · principal " + Printable(o.Principal.Short()) + " of " + Printable(o.Principal.Issuer))
+		}
 		if o.AuditPath != "" {
 			b.WriteString(" · audit " + o.AuditPath)
 		}

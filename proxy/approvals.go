@@ -17,10 +17,14 @@ func ApprovalPrompt(p PendingApproval) string {
 			"aegis: hint: review the new definition (aegis replay shows the listing), then run: aegis approve %s to pin it   (or: aegis deny %s)\n",
 			projector.Printable(p.ToolID), Short(p.PinDigest), id, p.ExpiresAt.Local().Format(time.Kitchen), id, id)
 	}
-	return fmt.Sprintf("aegis: approval needed: tools/call %q was refused pending approval %s (expires %s)\n"+
+	by := ""
+	if p.Principal != nil {
+		by = " by " + projector.Printable(p.Principal.Short())
+	}
+	return fmt.Sprintf("aegis: approval needed: tools/call %q%s was refused pending approval %s (expires %s)\n"+
 		"aegis:   arguments: %s\n"+
 		"aegis: hint: to let it through once, run: aegis approve %s   (or: aegis deny %s)\n",
-		p.ToolID, id, p.ExpiresAt.Local().Format(time.Kitchen), ShowArgs(p.Args, p.ArgsBytes, p.ArgsDigest), id, id)
+		p.ToolID, by, id, p.ExpiresAt.Local().Format(time.Kitchen), ShowArgs(p.Args, p.ArgsBytes, p.ArgsDigest), id, id)
 }
 
 // DecideApproval acts on an approval request against a gate: list, or
@@ -60,12 +64,16 @@ func DecideApproval(sess *projector.Session, g *Gate, approvers *schemas.Approve
 		}
 		return ApprovalReply{Error: why}
 	}
-	d := schemas.Decision{ApprovalID: p.ApprovalID, ApproverKeyID: approver.KeyID}
+	d := schemas.Decision{ApprovalID: p.ApprovalID, ApproverKeyID: approver.KeyID, Principal: p.Principal}
+	by := ""
+	if p.Principal != nil {
+		by = " by " + projector.Printable(p.Principal.Short())
+	}
 	msg := ""
 	if op.Op == "approve" {
 		d.Verdict = schemas.Approved(schemas.ApprovalScope{ToolID: p.ToolID})
-		msg = fmt.Sprintf("approved %s: the next tools/call %q with the same arguments goes through once, until %s (when the approval expires)",
-			p.ApprovalID, p.ToolID, p.ExpiresAt.Local().Format("15:04:05"))
+		msg = fmt.Sprintf("approved %s: the next tools/call %q%s with the same arguments goes through once, until %s (when the approval expires)",
+			p.ApprovalID, p.ToolID, by, p.ExpiresAt.Local().Format("15:04:05"))
 		if approver.KeyID != "" {
 			msg += "; signed by " + approver.Label()
 		}
@@ -75,7 +83,7 @@ func DecideApproval(sess *projector.Session, g *Gate, approvers *schemas.Approve
 			reason = "denied by operator"
 		}
 		d.Verdict = schemas.Rejected(reason)
-		msg = fmt.Sprintf("denied %s (%s)", p.ApprovalID, reason)
+		msg = fmt.Sprintf("denied %s%s (%s)", p.ApprovalID, by, reason)
 	}
 	rc, err := sess.Decision(d, ResolvedFact(op, p.ApprovalID, approver))
 	if err == nil {

@@ -144,6 +144,10 @@ type PendingApproval struct {
 	// PinDigest, for an approval that re-pins a changed tool, is the
 	// digest of the definition an approve pins (pins.go).
 	PinDigest string `json:"pin_digest,omitempty"`
+	// Principal is who made the call, when a validated OAuth token named
+	// them (gateway --listen): shown to the approver, and named in the
+	// signed decision line.
+	Principal *schemas.Principal `json:"principal,omitempty"`
 }
 
 // Gate holds the policy engine and the approval state of one session.

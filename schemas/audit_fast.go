@@ -15,13 +15,17 @@ func (i Intent) fastLine() (Line, bool) {
 	if !allUTF8(i.CallID, i.ToolID, i.RequestDigest) {
 		return Line{}, false
 	}
-	return Line{m: map[string]any{
+	m := map[string]any{
 		FieldSchemaVersion: uint64(AuditSchemaVersion),
 		FieldLineType:      LineIntent,
 		"call_id":          i.CallID,
 		"tool_id":          i.ToolID,
 		"request_digest":   i.RequestDigest,
-	}}, true
+	}
+	if i.Principal != nil {
+		m[FieldPrincipal] = i.Principal.Value()
+	}
+	return Line{m: m}, true
 }
 
 func (o Outcome) fastLine() (Line, bool, error) {

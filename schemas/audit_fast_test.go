@@ -39,12 +39,17 @@ func TestFastLinesEqualPayloadLines(t *testing.T) {
 		})
 	}
 	in := wc.Intent()
-	fast, _ := in.fastLine()
-	slow, _ := payloadLine(LineIntent, in)
-	a, _ := fast.Canonical()
-	b, _ := slow.Canonical()
-	if !bytes.Equal(a, b) {
-		t.Fatalf("intent fast %s slow %s", a, b)
+	withPrincipal := in
+	withPrincipal.Principal = NewPrincipal("https://id.example", "id1", "cli", []string{"mcp", "a b"},
+		map[string]any{"groups": []any{"eng", 3.0, map[string]any{}}, "email": "a@example.com", "n": 7.5}, []string{"groups", "email", "n", "absent"})
+	for _, in := range []Intent{in, withPrincipal} {
+		fast, _ := in.fastLine()
+		slow, err := payloadLine(LineIntent, in)
+		a, _ := fast.Canonical()
+		b, _ := slow.Canonical()
+		if err != nil || !bytes.Equal(a, b) {
+			t.Fatalf("intent fast %s slow %s (%v)", a, b, err)
+		}
 	}
 	// Unusual outcomes take the slow path.
 	o := wc.Answered(d, wall)

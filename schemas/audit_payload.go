@@ -33,6 +33,10 @@ type Open struct {
 	PrevSessionTail string `json:"prev_session_tail,omitempty"`
 }
 
+// FieldPrincipal is the member of an open and an intent line that names
+// the session's principal (see [Principal]).
+const FieldPrincipal = "principal"
+
 // Line returns the open line without header position and signature.
 func (o Open) Line() (Line, error) { return payloadLine(LineOpen, o) }
 
@@ -42,6 +46,9 @@ type Intent struct {
 	CallID        string `json:"call_id"`
 	ToolID        string `json:"tool_id"`
 	RequestDigest string `json:"request_digest"`
+	// Principal, when not nil, is who made the call (a member schema v2
+	// does not define, which its verifiers hash and chain like any other).
+	Principal *Principal `json:"principal,omitempty"`
 }
 
 // Line returns the intent line without header position.
@@ -311,6 +318,9 @@ type Decision struct {
 	ApprovalID    string          `json:"approval_id"`
 	Verdict       ApprovalVerdict `json:"verdict"`
 	ApproverKeyID string          `json:"approver_key_id,omitempty"`
+	// Principal, when not nil, is who made the call the decision is about
+	// (see [Principal]): an approval names whose call it let through.
+	Principal *Principal `json:"principal,omitempty"`
 }
 
 // Line returns the decision line without header position and signature.

@@ -298,7 +298,11 @@ func (m *Main) printApprovals(rows []approvalRow, asJSON, fleet bool) error {
 			// A re-pin: what is approved is the tool's new definition.
 			args = "re-pin to its new definition sha256:" + projector.Printable(d[:min(12, len(d))]) + "… (see aegis replay); call " + args
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%d\t%s\t%s\t%s\n", projector.Printable(r.ApprovalID), projector.Printable(r.ToolID), host(r), projector.Printable(r.Session), r.PID,
+		tool := projector.Printable(r.ToolID)
+		if r.Principal != "" {
+			tool += " by " + projector.Printable(r.Principal)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%d\t%s\t%s\t%s\n", projector.Printable(r.ApprovalID), tool, host(r), projector.Printable(r.Session), r.PID,
 			r.RequestedAt.Local().Format("2006-01-02 15:04:05"), expiresIn(r.ExpiresAt, now), args)
 	}
 	return tw.Flush()
@@ -505,6 +509,9 @@ func decidedLines(rep events.ApprovalReply, session string) string {
 		return b.String()
 	}
 	fmt.Fprintf(&b, "  tool:        %s\n", projector.Printable(d.ToolID))
+	if d.Principal != "" {
+		fmt.Fprintf(&b, "  caller:      %s\n", projector.Printable(d.Principal))
+	}
 	if d.ArgsDigest != "" {
 		fmt.Fprintf(&b, "  args_digest: sha256:%s\n", projector.Printable(d.ArgsDigest))
 		if d.ArgumentsBytes > 0 {

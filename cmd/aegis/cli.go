@@ -293,7 +293,7 @@ const helpHelp = `Usage:
 Prints the list of commands, or COMMAND's help: what it does, its flags,
 and an example. aegis help TOPIC prints a reference page (the same as
 the docs folder of the source): confine, confinement, record, errors,
-files, resources, threat-model, gateway-parity, benchmarks; and with
+files, resources, threat-model, gateway-parity, oauth, benchmarks; and with
 --full, the whole reference of a command that has one (wrap, policy,
 gateway, verify, replay, events, approvals). Help goes to stdout and
 exits 0.

@@ -285,7 +285,8 @@ func sessionRows(list []projector.SessionSummary) []console.SessionRow {
 	for _, s := range list {
 		ended, exit := endCells(s)
 		rows = append(rows, console.SessionRow{ID: s.ID, Started: s.Started.UTC().Format(time.RFC3339), Ended: ended, State: s.State, Exit: exit,
-			Calls: s.Calls, Refused: s.Refusals, Approvals: approvalCell(s.Approvals), Command: commandOf(s)})
+			Calls: s.Calls, Refused: s.Refusals, Approvals: approvalCell(s.Approvals), Command: commandOf(s),
+			Principal: projector.Printable(s.Principal.Short())})
 	}
 	return rows
 }

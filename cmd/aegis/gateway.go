@@ -27,7 +27,10 @@ const gatewayUsage = `Usage:
                 [--listen ADDR [--token-file FILE] [--allow-origin ORIGIN]… [--stdio]
                  [--idle-timeout D] [--max-sessions N] [--listen-without-token]
                  [--max-conns N] [--max-conns-per-client N] [--header-timeout D]
-                 [--body-timeout D] [--conn-idle-timeout D]]
+                 [--body-timeout D] [--conn-idle-timeout D]
+                 [--oauth-issuer URL [--oauth-resource URL] [--oauth-audience AUD]…
+                  [--oauth-scope SCOPE]… [--oauth-claim NAME]…
+                  [--oauth-introspect-client ID --oauth-introspect-secret-file FILE]]]
   aegis            (with AEGIS_CONFIG, default ./aegis.yaml, AEGIS_AUDIT and AEGIS_SIGNING_KEY;
                     AEGIS_STATE_DIR, AEGIS_MAX_STATE_SIZE and AEGIS_APPROVERS are optional)
 
@@ -132,6 +135,20 @@ sessions' servers and records. --max-sessions (32) sessions at once: at
 the cap the one idle longest (--idle-timeout, 1h, ends one idle that
 long) makes room, and when none is idle a new one is refused with 503.
 See docs/http.md.
+
+--oauth-issuer URL makes --listen an OAuth 2.1 resource server instead of
+taking one static token: each client sends an access token of that
+authorization server, checked as a JWT against its keys (or by
+introspection, with --oauth-introspect-client), for --oauth-audience
+(default --oauth-resource, default http://ADDR/mcp), holding every
+--oauth-scope (else 403 insufficient_scope). A refusal is 401 with
+WWW-Authenticate naming the protected resource metadata, served at
+/.well-known/oauth-protected-resource/mcp. Each session serves the caller
+its token names (issuer, subject, client, scopes, the --oauth-claim
+claims): recorded in its open line and each call's intent, shown by
+sessions, replay, approvals and the console, and the principal of rules'
+when: conditions and of profiles' for_groups and for_scopes. No token is
+ever logged or recorded. See aegis help oauth.
 
 --hub, --host, --hub-nkey, --hub-creds and --hub-ca link the event store to a fleet's
 NATS hub, as for aegis wrap (aegis help hub). --checkpoint-lines and

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +41,14 @@ type listenFlags struct {
 	headerTimeout     *time.Duration
 	bodyTimeout       *time.Duration
 	connIdle          *time.Duration
+	oauth             oauthFlags
+}
+
+// oauthFlags are the flags of the OAuth resource server (--oauth-*).
+type oauthFlags struct {
+	issuer, resource                 *string
+	audiences, scopes, claims        multiFlag
+	introspectClient, introspectFile *string
 }
 
 func addListenFlags(fs *flag.FlagSet) *listenFlags {
@@ -57,6 +67,13 @@ func addListenFlags(fs *flag.FlagSet) *listenFlags {
 		connIdle:    fs.Duration("conn-idle-timeout", httpfront.DefaultConnIdleTimeout, "close a kept-alive HTTP connection without a request this long"),
 	}
 	fs.Var(&l.origins, "allow-origin", "an Origin allowed besides the listener's own (repeatable)")
+	l.oauth.issuer = fs.String("oauth-issuer", "", "accept OAuth access tokens from this authorization server (its issuer URL) instead of one static token")
+	l.oauth.resource = fs.String("oauth-resource", "", "this gateway's resource identifier, the URL clients connect to (default http://ADDR/mcp)")
+	fs.Var(&l.oauth.audiences, "oauth-audience", "an aud value a token may carry (repeatable; default the resource)")
+	fs.Var(&l.oauth.scopes, "oauth-scope", "a scope every token must hold (repeatable)")
+	fs.Var(&l.oauth.claims, "oauth-claim", "a token claim to keep in the principal, for rules and the record, such as groups (repeatable)")
+	l.oauth.introspectClient = fs.String("oauth-introspect-client", "", "check tokens by introspection (RFC 7662), as this client of the issuer")
+	l.oauth.introspectFile = fs.String("oauth-introspect-secret-file", "", "the introspection client's secret, read from this file")
 	return l
 }
 
@@ -71,14 +88,15 @@ type listenOpts struct {
 	idle        time.Duration
 	maxSessions int
 	limits      httpfront.Limits
+	oauth       *httpfront.OAuthConfig // nil: the static token
 }
 
 // opts checks the listen flags: nil without --listen (and then none of
 // the others may be given).
 func (l *listenFlags) opts() (*listenOpts, error) {
 	if *l.listen == "" {
-		if *l.tokenFile != "" || *l.noToken || *l.stdio || len(l.origins) > 0 {
-			return nil, usagef("aegis gateway ... --listen 127.0.0.1:8787", "--token-file, --listen-without-token, --stdio and --allow-origin go with --listen")
+		if *l.tokenFile != "" || *l.noToken || *l.stdio || len(l.origins) > 0 || l.oauth.given() {
+			return nil, usagef("aegis gateway ... --listen 127.0.0.1:8787", "--token-file, --listen-without-token, --stdio, --allow-origin and --oauth-* go with --listen")
 		}
 		return nil, nil
 	}
@@ -112,6 +130,11 @@ func (l *listenFlags) opts() (*listenOpts, error) {
 	case o.limits.HeaderTimeout <= 0 || o.limits.BodyTimeout <= 0 || o.limits.ConnIdleTimeout <= 0:
 		return nil, usagef("--header-timeout 10s --body-timeout 30s --conn-idle-timeout 2m", "--header-timeout, --body-timeout and --conn-idle-timeout must be positive")
 	}
+	oc, err := l.oauth.config(o)
+	if err != nil {
+		return nil, err
+	}
+	o.oauth = oc
 	for _, origin := range o.origins {
 		if !strings.HasPrefix(origin, "http://") && !strings.HasPrefix(origin, "https://") {
 			return nil, usagef("--allow-origin https://app.example.com", "--allow-origin %q is not an http(s) origin", origin)
@@ -140,7 +163,7 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-c
 	rec.Shared = shared
 	token := ""
 	switch {
-	case lo.noToken:
+	case lo.noToken, lo.oauth != nil:
 	case lo.tokenFile != "":
 		t, err := readTokenFile(lo.tokenFile)
 		if err != nil {
@@ -162,8 +185,22 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-c
 	if err != nil {
 		return start.err(withHint(fmt.Errorf("listen on %s: %w", lo.addr, err), "raise the open file limit (ulimit -n; LimitNOFILE= in a systemd unit) or lower --max-sessions"))
 	}
+	var oauth *httpfront.OAuth
+	if lo.oauth != nil {
+		oc := *lo.oauth
+		if oc.Resource == "" {
+			oc.Resource = "http://" + ln.Addr().String() + mcpPath
+		}
+		oc.Logger = base.Logger
+		dctx, cancel := context.WithTimeout(start.ctx, 30*time.Second)
+		oauth, err = httpfront.NewOAuth(dctx, oc)
+		cancel()
+		if err != nil {
+			return start.err(withHint(err, "check --oauth-issuer: aegis reads the issuer's metadata (/.well-known/oauth-authorization-server or /.well-known/openid-configuration) and its keys when it starts; nothing was started"))
+		}
+	}
 	lanes := newLanes()
-	front, err := httpfront.New(httpfront.Config{Token: token, NoToken: lo.noToken, Loopback: lo.loopback, Origins: lo.origins,
+	front, err := httpfront.New(httpfront.Config{Token: token, OAuth: oauth, NoToken: lo.noToken, Loopback: lo.loopback, Origins: lo.origins,
 		MaxSessions: lo.maxSessions, IdleTimeout: lo.idle, Logger: base.Logger,
 		Serve: func(ctx context.Context, s *httpfront.Session) error {
 			return m.serveHTTPSession(ctx, s, base, rec, lanes)
@@ -182,6 +219,13 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-c
 	// waits for the address has read them.
 	url := "http://" + ln.Addr().String() + mcpPath
 	switch {
+	case oauth != nil:
+		how := "signed JWTs, checked against the issuer's keys"
+		if oauth.Introspects() {
+			how = "checked by introspection at the issuer"
+		}
+		fmt.Fprintf(m.Stderr, "aegis: clients send Authorization: Bearer TOKEN with an OAuth access token from %s (%s); protected resource metadata at %s\n",
+			oauth.Issuer(), how, oauth.MetadataURL())
 	case lo.noToken:
 		fmt.Fprintf(m.Stderr, "aegis: warning: --listen-without-token: any process of any user on this machine can use the gateway at %s; use it only for a test suite\n", url)
 	case lo.tokenFile != "":
@@ -199,6 +243,14 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-c
 	fmt.Fprintf(m.Stderr, "aegis: gateway serving streamable HTTP at %s\n", url)
 	mux := http.NewServeMux()
 	mux.Handle(mcpPath, front)
+	if oauth != nil {
+		// RFC 9728: at the resource's own well-known path, and at the
+		// root for clients that look there.
+		mux.Handle(oauth.MetadataPath(), oauth.Metadata())
+		if oauth.MetadataPath() != "/.well-known/oauth-protected-resource" {
+			mux.Handle("/.well-known/oauth-protected-resource", oauth.Metadata())
+		}
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "aegis: the gateway serves MCP at "+mcpPath, http.StatusNotFound)
 	})
@@ -249,6 +301,16 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-c
 func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base gateway.Config, rec projector.SessionConfig, ln *lanes) error {
 	cfg := base
 	cfg.Host = s.Conn
+	principal := principalOf(s.Principal)
+	cfg.Principal = principal
+	rec.Principal = principal
+	if b, ok := cfg.Policy.(interface {
+		StartProfile(*schemas.Principal) string
+	}); ok && principal != nil {
+		// A profile bound to the caller's groups or scopes.
+		cfg.DefaultProfile = b.StartProfile(principal)
+		rec.Profile = cfg.DefaultProfile
+	}
 	var path string
 	release := func() {}
 	defer func() { release() }()
@@ -260,8 +322,12 @@ func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base 
 		path, release = p, free
 		// Who the session serves; never the session id itself, which lets
 		// a holder of the token act in the session.
-		if _, err := sess.Fact(schemas.KindNote, map[string]any{"host_transport": "streamable-http",
-			"http_session_digest": httpfront.Digest(s.ID), "remote": s.Remote, "user_agent": s.UserAgent}); err != nil {
+		note := map[string]any{"host_transport": "streamable-http",
+			"http_session_digest": httpfront.Digest(s.ID), "remote": s.Remote, "user_agent": s.UserAgent}
+		if principal != nil {
+			note["principal"] = principal.Name()
+		}
+		if _, err := sess.Fact(schemas.KindNote, note); err != nil {
 			sess.Abandon()
 			return nil, err
 		}
@@ -269,7 +335,11 @@ func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base 
 	}
 	id, err := runGatewaySession(ctx, cfg, rec.AuditPath)
 	if id != "" {
-		base.Logger.Info("HTTP session ended", "session", id, "record", path, "remote", s.Remote)
+		if principal != nil {
+			base.Logger.Info("HTTP session ended", "session", id, "record", path, "remote", s.Remote, "principal", principal.Name())
+		} else {
+			base.Logger.Info("HTTP session ended", "session", id, "record", path, "remote", s.Remote)
+		}
 	}
 	return err
 }
@@ -396,4 +466,82 @@ func readTokenFile(path string) (string, error) {
 		return "", fmt.Errorf("%w: %s holds a token of %d bytes; use at least 16 random characters", errTokenFile, path, len(t))
 	}
 	return t, nil
+}
+
+// given reports whether any --oauth-* flag was given.
+func (f *oauthFlags) given() bool {
+	return *f.issuer != "" || *f.resource != "" || len(f.audiences)+len(f.scopes)+len(f.claims) > 0 ||
+		*f.introspectClient != "" || *f.introspectFile != ""
+}
+
+// config checks the --oauth-* flags: nil without --oauth-issuer. The
+// introspection secret is read here; the issuer is asked at start.
+func (f *oauthFlags) config(o *listenOpts) (*httpfront.OAuthConfig, error) {
+	if !f.given() {
+		return nil, nil
+	}
+	const ex = "--oauth-issuer https://id.example.com --oauth-scope mcp:tools --oauth-claim groups"
+	switch {
+	case *f.issuer == "":
+		return nil, usagef(ex, "--oauth-resource, --oauth-audience, --oauth-scope, --oauth-claim and --oauth-introspect-* go with --oauth-issuer")
+	case o.noToken || o.tokenFile != "":
+		return nil, usagef("give --oauth-issuer alone", "--oauth-issuer replaces the static token; it contradicts --token-file and --listen-without-token")
+	case (*f.introspectClient == "") != (*f.introspectFile == ""):
+		return nil, usagef("--oauth-introspect-client aegis --oauth-introspect-secret-file /etc/aegis/introspect.secret", "--oauth-introspect-client and --oauth-introspect-secret-file go together")
+	}
+	u, err := url.Parse(*f.issuer)
+	if err != nil || (u.Scheme != "https" && !(u.Scheme == "http" && loopbackURLHost(u.Hostname()))) || u.Host == "" {
+		return nil, usagef(ex, "--oauth-issuer %q is not an https URL (http only on a loopback address)", *f.issuer)
+	}
+	if *f.resource != "" {
+		r, err := url.Parse(*f.resource)
+		if err != nil || (r.Scheme != "https" && r.Scheme != "http") || r.Host == "" || r.Fragment != "" {
+			return nil, usagef("--oauth-resource https://mcp.example.com/mcp", "--oauth-resource %q is not an http(s) URL without a fragment", *f.resource)
+		}
+	}
+	for _, a := range f.audiences {
+		if strings.TrimSpace(a) == "" {
+			return nil, usagef("--oauth-audience https://mcp.example.com/mcp", "--oauth-audience must not be empty")
+		}
+	}
+	for _, s := range f.scopes {
+		if s == "" || strings.ContainsAny(s, " \t\"\\") {
+			return nil, usagef("--oauth-scope mcp:tools", "--oauth-scope %q is not one scope", s)
+		}
+	}
+	cfg := &httpfront.OAuthConfig{Issuer: *f.issuer, Resource: *f.resource, Audiences: f.audiences, Scopes: f.scopes, Claims: f.claims,
+		IntrospectClientID: *f.introspectClient}
+	if *f.introspectFile != "" {
+		s, err := gateway.ReadSecretFile(*f.introspectFile, errTokenFile, "which no secret holds")
+		if err != nil {
+			return nil, withHint(err, "write the introspection client's secret alone in a file only you can read (chmod 600)")
+		}
+		if s == "" {
+			return nil, withHint(fmt.Errorf("%w: %s is empty", errTokenFile, *f.introspectFile), "write the introspection client's secret in it")
+		}
+		cfg.IntrospectSecret = s
+	}
+	return cfg, nil
+}
+
+func loopbackURLHost(h string) bool {
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// principalOf is the caller a validated token named, as the record and
+// the policy keep it (nil for none).
+func principalOf(p *httpfront.Principal) *schemas.Principal {
+	if p == nil {
+		return nil
+	}
+	keep := make([]string, 0, len(p.Claims))
+	for k := range p.Claims {
+		keep = append(keep, k)
+	}
+	sort.Strings(keep)
+	return schemas.NewPrincipal(p.Issuer, p.Subject, p.ClientID, p.Scopes, p.Claims, keep)
 }

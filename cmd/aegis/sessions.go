@@ -253,6 +253,9 @@ func commandOf(s projector.SessionSummary) string {
 	if s.Config != "" {
 		c = "gateway " + projector.Printable(s.Config)
 	}
+	if s.Principal != nil {
+		c += " · for " + projector.Printable(s.Principal.Short())
+	}
 	for i, k := range s.Skipped {
 		if i == 0 {
 			c += " · skipped: "

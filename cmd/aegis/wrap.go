@@ -400,7 +400,8 @@ func (m *Main) approvalServer(store *events.Store) func(string, func(proxy.Appro
 			conv := func(p proxy.PendingApproval) events.PendingApproval {
 				return events.PendingApproval{ApprovalID: p.ApprovalID, ToolID: p.ToolID,
 					RequestDigest: p.RequestDigest, ArgsDigest: p.ArgsDigest, RequestedAt: p.RequestedAt, ExpiresAt: p.ExpiresAt,
-					Arguments: p.Args, ArgumentsBytes: p.ArgsBytes, MatchedRule: p.MatchedRule, Profile: p.Profile, PinDigest: p.PinDigest}
+					Arguments: p.Args, ArgumentsBytes: p.ArgsBytes, MatchedRule: p.MatchedRule, Profile: p.Profile, PinDigest: p.PinDigest,
+					Principal: p.Principal.Short()}
 			}
 			for _, p := range r.Pending {
 				out.Pending = append(out.Pending, conv(p))

@@ -97,7 +97,9 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 	}
 	wc := schemas.WrapCall{CallID: g.sess.NextCallID(), ToolID: name, RequestDigest: dg, PolicySetHash: policyHash}
 	axes := schemas.DecisionAxes{Role: profile}
-	rc, err := g.sess.Intent(wc.Intent())
+	in := wc.Intent()
+	in.Principal = g.cfg.Principal
+	rc, err := g.sess.Intent(in)
 	if err == nil {
 		_, err = rc.Wait(ctx)
 	}
@@ -153,7 +155,9 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 	if g.cfg.Rules != nil {
 		// Decided and, when an approval lets it through, that approval
 		// spent, in one step: concurrent calls never share one.
-		gd := g.gate.DecideRequest(g.cfg.Policy.RuleRequest(profile, e.server, e.name, g.sess.ID()), args, start)
+		req := g.cfg.Policy.RuleRequest(profile, e.server, e.name, g.sess.ID())
+		req.Principal = g.cfg.Principal
+		gd := g.gate.DecideRequest(req, args, start)
 		if err := proxy.RecordLapsed(g.sess, gd.Lapsed); err != nil {
 			g.log.Error("record approval expiry", "err", err)
 		}
@@ -164,7 +168,7 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 			if gd.Decision.Verdict == policy.PendingApproval {
 				p := proxy.PendingApproval{ApprovalID: gd.Decision.ApprovalID, ToolID: name, RequestDigest: dg, ArgsDigest: gd.ArgsDigest,
 					Session: g.sess.ID(), RequestedAt: start.UTC(), ExpiresAt: start.Add(g.gate.TTL).UTC(),
-					MatchedRule: gd.Decision.MatchedRule, Profile: profile}
+					MatchedRule: gd.Decision.MatchedRule, Profile: profile, Principal: g.cfg.Principal}
 				p.Args, p.ArgsBytes = proxy.ArgsPreview(proxy.CanonicalArgs(args))
 				g.sess.Fact(schemas.KindApprovalRequested, p)
 				g.gate.Request(p)

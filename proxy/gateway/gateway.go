@@ -96,6 +96,10 @@ type Config struct {
 	ApprovalTTL time.Duration
 	Now         func() time.Time
 	Logger      *slog.Logger
+	// Principal, when not nil, is who the session serves (a validated
+	// OAuth token of an HTTP session): it is recorded in each call's
+	// intent, rules' conditions see it, and approvals name it.
+	Principal *schemas.Principal
 
 	// Grace is the shutdown grace (default [DefaultGrace]): for the
 	// calls in flight when the host leaves, and between the steps that

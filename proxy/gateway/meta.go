@@ -88,6 +88,8 @@ func (g *gateway) meta(name string, args json.RawMessage) *mcp.CallToolResult {
 			return textResult(fmt.Sprintf("code=AEGIS_PROFILE_UNKNOWN active=%s approval=", from), false)
 		case a.Name == from:
 			return textResult(fmt.Sprintf("code=OK active=%s approval=", from), false)
+		case !g.admits(a.Name):
+			return textResult(fmt.Sprintf("code=AEGIS_PROFILE_NOT_YOURS active=%s approval=", from), false)
 		case g.cfg.Policy.Transition(from, a.Name):
 			ev := policy.ProfileEvent{Kind: policy.EventSwitched, From: from, To: a.Name, Source: policy.SourceAgent, At: now}
 			if err := g.profileEvent(ev, schemas.KindProfileSwitched, nil); err != nil {
@@ -234,3 +236,15 @@ func (g *gateway) handleApproval(op proxy.ApprovalOp) proxy.ApprovalReply {
 // EscalationTarget is what an escalation from one profile to another is
 // listed as, and what an approver signs as its target.
 func EscalationTarget(from, to string) string { return "aegis.set_profile " + from + " -> " + to }
+
+// admits reports whether profile may be active for the session's
+// principal: a profile bound to groups or scopes (for_groups,
+// for_scopes) only for a principal that has them.
+func (g *gateway) admits(profile string) bool {
+	if b, ok := g.cfg.Policy.(interface {
+		Admits(string, *schemas.Principal) bool
+	}); ok {
+		return b.Admits(profile, g.cfg.Principal)
+	}
+	return true
+}

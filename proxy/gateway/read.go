@@ -343,7 +343,9 @@ func (g *gateway) refuseAmbiguous(r rpcRead, text []byte) {
 		o := wc.Malformed()
 		o.Policy = schemas.PolicyDenied(reason)
 		o.Capability = schemas.CapabilityDenied(reason)
-		if _, err := g.sess.Intent(wc.Intent()); err != nil {
+		in := wc.Intent()
+		in.Principal = g.cfg.Principal
+		if _, err := g.sess.Intent(in); err != nil {
 			g.log.Warn("record a refused call", "err", err)
 		} else if _, err := g.sess.Outcome(o); err != nil {
 			g.log.Warn("record a refused call", "err", err)

@@ -12,11 +12,21 @@
 //     this order: the Host header (on a loopback listener it must name a
 //     loopback host: DNS rebinding), the Origin header (absent, or the
 //     listener's own origin, or one the configuration allows), then the
-//     bearer token (constant-time comparison). A refusal is a 4xx with a
+//     bearer token (constant-time comparison, or OAuth). A refusal is a 4xx with a
 //     body that says what was refused and what to do; no session is made
 //     or touched.
 //   - Without a token, a Front serves only a loopback listener, and only
 //     when the configuration says so explicitly ([Config.NoToken]).
+//   - With [Config.OAuth] the token is an OAuth 2.1 access token (oauth.go),
+//     checked on every request, after Host and Origin: 401 with
+//     WWW-Authenticate naming the protected resource metadata (and
+//     error="invalid_token" for a token that is bad, expired, another
+//     issuer's or for another audience), 403 insufficient_scope naming
+//     the scopes. A session serves the principal of its initialize;
+//     a request of the session with another principal's token (issuer and
+//     subject) is refused 403, whatever its session id. A token is never
+//     logged, recorded nor put in an error; only the principal it names
+//     reaches [Config.Serve] ([Principal]; the package still imports nothing of aegis).
 //   - A session begins only with a POST whose body is a single initialize
 //     request and that carries no Mcp-Session-Id. Its id is 32 random
 //     characters; every later request names it, and an unknown id is 404

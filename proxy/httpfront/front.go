@@ -38,6 +38,12 @@ type Config struct {
 	// Token is the bearer token every request must carry in
 	// "Authorization: Bearer TOKEN". It may be empty only with NoToken.
 	Token string
+	// OAuth, when not nil, checks each request's bearer token as an OAuth
+	// 2.1 resource server instead of comparing it with Token (which must
+	// then be empty): each session serves the principal that its
+	// initialize's token named, and every later request of the session
+	// must carry a token of that same principal (issuer and subject).
+	OAuth *OAuth
 	// NoToken serves without a token: only on a loopback listener, for a
 	// client that cannot send one (a conformance suite).
 	NoToken bool
@@ -64,6 +70,9 @@ type Session struct {
 	Remote    string         // the client's address
 	UserAgent string         // its User-Agent, as sent
 	Conn      mcp.Connection // the session's messages; Serve owns it
+	// Principal is who the session serves, with [Config.OAuth]; nil
+	// otherwise.
+	Principal *Principal
 }
 
 // Digest names session id in logs and records: the first 16 hex digits of
@@ -102,6 +111,9 @@ type session struct {
 	last    time.Time // when the last request ended
 	closed  bool
 	winding bool // out of sessions, counted in winding until Serve returns
+	// principal is who the session serves (Config.OAuth); every request
+	// of the session must name the same issuer and subject.
+	principal *Principal
 }
 
 // New returns a Front; it refuses a configuration without a token unless
@@ -110,7 +122,10 @@ func New(cfg Config) (*Front, error) {
 	if cfg.Serve == nil {
 		return nil, errors.New("httpfront: no Serve")
 	}
-	if cfg.Token == "" && !(cfg.NoToken && cfg.Loopback) {
+	if cfg.OAuth != nil && (cfg.Token != "" || cfg.NoToken) {
+		return nil, errors.New("httpfront: OAuth replaces the static token; give one or the other")
+	}
+	if cfg.Token == "" && cfg.OAuth == nil && !(cfg.NoToken && cfg.Loopback) {
 		return nil, errors.New("httpfront: a bearer token is required; only a loopback listener may serve without one, when asked to explicitly")
 	}
 	if cfg.MaxSessions <= 0 {
@@ -178,6 +193,14 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, status, why)
 		return
 	}
+	var principal *Principal
+	if f.cfg.OAuth != nil {
+		p, ok := f.cfg.OAuth.authorize(w, r)
+		if !ok {
+			return
+		}
+		principal = p
+	}
 	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(mcp.SupportedProtocolVersions(), v) {
 		refuse(w, http.StatusBadRequest, fmt.Sprintf("unsupported MCP-Protocol-Version %q", v))
 		return
@@ -192,7 +215,7 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if id == "" {
-			f.begin(w, r)
+			f.begin(w, r, principal)
 			return
 		}
 	case http.MethodGet, http.MethodDelete:
@@ -214,6 +237,12 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.leave(s)
+	if !samePrincipal(s.principal, principal) {
+		// Another caller's token: the session id alone does not let
+		// anyone act in a session.
+		refuse(w, http.StatusForbidden, "this session serves another principal; a token of the principal that began it must be sent")
+		return
+	}
 	if r.Method == http.MethodDelete {
 		f.end(s)
 		w.WriteHeader(http.StatusNoContent)
@@ -234,7 +263,7 @@ func (f *Front) check(r *http.Request) string {
 	if o := r.Header.Get("Origin"); o != "" && !f.originAllowed(o, r.Host) {
 		return fmt.Sprintf("Origin %q is not allowed; only the listener's own origin is, and those given with --allow-origin", o)
 	}
-	if f.cfg.Token == "" {
+	if f.cfg.Token == "" { // no token, or OAuth (checked after)
 		return ""
 	}
 	const prefix = "Bearer "
@@ -292,7 +321,7 @@ func (f *Front) postHeaders(w http.ResponseWriter, r *http.Request) bool {
 
 // begin starts a session with r, a POST without a session id, which must
 // be one initialize request.
-func (f *Front) begin(w http.ResponseWriter, r *http.Request) {
+func (f *Front) begin(w http.ResponseWriter, r *http.Request, principal *Principal) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -316,7 +345,7 @@ func (f *Front) begin(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusInternalServerError, "could not start the session: "+err.Error())
 		return
 	}
-	s := &session{id: id, tr: tr, conn: &trackConn{Connection: conn, initID: req.ID}, open: 1}
+	s := &session{id: id, tr: tr, conn: &trackConn{Connection: conn, initID: req.ID}, open: 1, principal: principal}
 	f.mu.Lock()
 	if !f.roomToWind(r.Context()) {
 		f.mu.Unlock()
@@ -353,7 +382,7 @@ func (f *Front) begin(w http.ResponseWriter, r *http.Request) {
 	f.sessions[id] = s
 	f.wg.Add(1)
 	f.mu.Unlock()
-	sess := &Session{ID: id, Remote: r.RemoteAddr, UserAgent: r.UserAgent(), Conn: s.conn}
+	sess := &Session{ID: id, Remote: r.RemoteAddr, UserAgent: r.UserAgent(), Conn: s.conn, Principal: principal}
 	go f.serve(s, sess)
 	defer f.leave(s)
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -537,4 +566,13 @@ func (c *trackConn) fail(err error) {
 	data, _ := json.Marshal(map[string]string{"aegis": err.Error()})
 	c.Connection.Write(ctx, &jsonrpc.Response{ID: c.initID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
 		Message: "aegis could not serve this session: " + err.Error(), Data: data}})
+}
+
+// samePrincipal reports whether a and b are the same caller: both nil, or
+// the same issuer and subject.
+func samePrincipal(a, b *Principal) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Issuer == b.Issuer && a.Subject == b.Subject
 }

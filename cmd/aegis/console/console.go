@@ -45,6 +45,9 @@ type SessionRow struct {
 	Refused   int    `json:"refused"`
 	Approvals string `json:"approvals"`
 	Command   string `json:"command"`
+	// Principal is who the session serves (a validated OAuth token of
+	// gateway --listen): its subject, and its email or name when kept.
+	Principal string `json:"principal,omitempty"`
 }
 
 // Pending is one approval that a running aegis process holds, as aegis

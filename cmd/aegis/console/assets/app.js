@@ -85,7 +85,7 @@ function card(p) {
   const c = $("#approval-tpl").content.firstElementChild.cloneNode(true);
   c.dataset.key = key(p);
   c.dataset.expires = p.expires_at || "";
-  text($(".tool", c), p.tool_id);
+  text($(".tool", c), p.tool_id + (p.principal ? "  by " + p.principal : ""));
   if (p.host) {
     $(".host-dt", c).hidden = false;
     $(".host", c).hidden = false;
