@@ -48,6 +48,7 @@ func (g *gateway) hostConnOf(ctx context.Context, c mcp.Connection) *hostConn {
 	g.fw.guard.g = g
 	g.tk.out = &hostOut{w: hostSink{h}, t: g.tk}
 	g.tk.hostRaw = newDownRaw("", g.tk.out)
+	g.tk.rawDown = true
 	go func() {
 		defer close(h.done)
 		h.first, h.firstErr = h.next(ctx)

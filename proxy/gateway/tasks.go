@@ -84,9 +84,13 @@ type tasker struct {
 	// plainCalls: the host is the stdio host, whose plain tools/calls
 	// the layer may take too (see plainCall).
 	plainCalls bool
-	wg         sync.WaitGroup
-	closed     bool        // no more requests are taken (wg is waited for)
-	ready      atomic.Bool // the servers are connected
+	// rawDown: the host is a message connection (an HTTP session), whose
+	// tools/calls the SDK reads; a call to a local server then goes to it
+	// on the gateway's own channel (see gateway.rawToolCall).
+	rawDown bool
+	wg      sync.WaitGroup
+	closed  bool        // no more requests are taken (wg is waited for)
+	ready   atomic.Bool // the servers are connected
 
 	// A server's task-augmented requests to the host (see hosttasks.go).
 	hostCaps  json.RawMessage                    // the host's capabilities.tasks; nil: none
