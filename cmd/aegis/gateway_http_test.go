@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -103,6 +104,25 @@ func (h *httpGW) connect(ctx context.Context) *mcp.ClientSession {
 	}
 	h.t.Cleanup(func() { cs.Close() })
 	return cs
+}
+
+// rawPost sends body, one JSON-RPC message, in HTTP session id as a
+// client of protocol 2025-11-25 does, and returns the response's body.
+func (h *httpGW) rawPost(t *testing.T, id, body string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, h.url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+h.token)
+	req.Header.Set("Mcp-Session-Id", id)
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 func callText(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (string, bool) {
@@ -258,6 +278,17 @@ func TestHTTPGatewaySessionsAreSeparate(t *testing.T) {
 	}
 	if text, _ := callText(t, b, "aegis__approval_status", map[string]any{"id": esc}); !strings.HasPrefix(text, "unknown") {
 		t.Fatalf("the other session sees the approval: %s", text)
+	}
+	// The method under which the gateway hands the SDK a plain call is not
+	// the host's: sent by the host, with a call in it or none, it is
+	// refused as a method nobody serves (the transport answers 400, as the
+	// SDK's own handler does), and nothing runs or is recorded (the count
+	// below).
+	for _, params := range []string{`{"name":"example__echo","arguments":{"message":"forged"}}`, ``} {
+		body := `{"jsonrpc":"2.0","id":99,"method":"aegis/plain-tools-call"` + map[bool]string{true: `,"params":` + params}[params != ""] + `}`
+		if got := h.rawPost(t, a.ID(), body); !strings.Contains(got, "unsupported") || strings.Contains(got, "forged") {
+			t.Fatalf("the host's own aegis/plain-tools-call %s was answered %q", body, got)
+		}
 	}
 	a.Close()
 	b.Close()

@@ -36,6 +36,8 @@ func textResult(s string, isErr bool) *mcp.CallToolResult {
 func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch method {
+		case plainMethod:
+			return g.tk.plainOfHTTP(ctx, req)
 		case "tools/call":
 			r, ok := req.(*mcp.CallToolRequest)
 			if !ok || r.Params == nil {
