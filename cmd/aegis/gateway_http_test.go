@@ -272,6 +272,21 @@ func TestHTTPGatewaySessionsAreSeparate(t *testing.T) {
 	if text, isErr := callText(t, a, "example__slow", map[string]any{"ms": 1}); isErr || !strings.Contains(text, "slept") {
 		t.Fatalf("slow as deploy: %v %s", isErr, text)
 	}
+	// A call the client cancels (its context: the go-sdk sends
+	// notifications/cancelled) is cancelled at once at the server, and
+	// recorded as cancelled by the host; the session goes on.
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	start := time.Now()
+	if _, err := a.CallTool(cctx, &mcp.CallToolParams{Name: "example__slow", Arguments: map[string]any{"ms": 20000}}); err == nil {
+		t.Fatal("a cancelled call was answered")
+	}
+	cancel()
+	if text, _ := callText(t, a, "example__echo", map[string]any{"message": "after the cancel"}); !strings.Contains(text, "after the cancel") {
+		t.Fatalf("echo after the cancellation: %s", text)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the cancelled call held the session for %v", took)
+	}
 	// The other client is still developer, and has nothing approved.
 	if text, isErr := callText(t, b, "example__slow", map[string]any{"ms": 1}); !isErr || !strings.Contains(text, "AEGIS_CAP_DENIED") {
 		t.Fatalf("the other session ran a tool of the approved profile: %v %s", isErr, text)
@@ -312,8 +327,24 @@ func TestHTTPGatewaySessionsAreSeparate(t *testing.T) {
 		}
 		paths[s.AuditPath] = true
 	}
-	if ss[0].Calls+ss[1].Calls != 7 {
-		t.Errorf("calls recorded: %d and %d, want 7 in all", ss[0].Calls, ss[1].Calls)
+	if ss[0].Calls+ss[1].Calls != 9 {
+		t.Errorf("calls recorded: %d and %d, want 9 in all", ss[0].Calls, ss[1].Calls)
+	}
+	// The one cancellation is the host's (no "by": not aegis's at its
+	// stop), and the server was told.
+	events, _ := l.aegis("events", "list", "--state-dir", l.state, "--json")
+	var cancels []map[string]any
+	for line := range strings.SplitSeq(strings.TrimSpace(events), "\n") {
+		var e struct {
+			Kind    string         `json:"kind"`
+			Payload map[string]any `json:"payload"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && e.Kind == "call.cancelled" {
+			cancels = append(cancels, e.Payload)
+		}
+	}
+	if len(cancels) != 1 || cancels[0]["by"] != nil || cancels[0]["notified"] != true {
+		t.Errorf("call.cancelled events %v, want one of the host's, the server notified", cancels)
 	}
 	if len(paths) != 2 {
 		t.Errorf("two sessions at once wrote %d record files, want 2: %v", len(paths), paths)
