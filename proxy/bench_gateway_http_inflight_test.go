@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -81,6 +82,16 @@ func BenchmarkGatewayHTTPInflight(b *testing.B) {
 	gwArgv := g.cmd("stdio").Args
 	gw := startRPC(b, "aegis gateway", gwArgv, g.env)
 	lg := g.listen(b, "http")
+	// AEGIS_BENCH_BASE_AEGIS=BINARY adds a fifth series: aegis gateway
+	// --listen of another aegis binary (a baseline build), its sessions
+	// and phase as those of the first, for an A/B of the HTTP front in one
+	// run.
+	var lgBase *listenGateway
+	if base := os.Getenv("AEGIS_BENCH_BASE_AEGIS"); base != "" {
+		gb := *g
+		gb.aegis = base
+		lgBase = gb.listen(b, "httpbase")
+	}
 	wrapSDKCmd := exec.Command(aegis, wrapArgv(b, aegis, server, b.TempDir())[1:]...)
 	wrapSDKCmd.Stderr = &syncBuffer{}
 	wrapSDK, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: wrapSDKCmd}, nil)
@@ -90,17 +101,21 @@ func BenchmarkGatewayHTTPInflight(b *testing.B) {
 	defer wrapSDK.Close()
 	// One HTTP client per session, each keeping a connection per call in
 	// flight, as a host with its own pool does.
-	var sessions []*mcp.ClientSession
-	for range httpSessions {
-		hc := &http.Client{Transport: &bearerTransport{token: benchToken, rt: &http.Transport{MaxIdleConnsPerHost: 2 * httpPerSession}}}
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx,
-			&mcp.StreamableClientTransport{Endpoint: lg.url, HTTPClient: hc}, nil)
-		if err != nil {
-			b.Fatalf("connect over HTTP: %v\n%s", err, lg.stderr.String())
+	connect := func(l *listenGateway) []*mcp.ClientSession {
+		var sessions []*mcp.ClientSession
+		for range httpSessions {
+			hc := &http.Client{Transport: &bearerTransport{token: benchToken, rt: &http.Transport{MaxIdleConnsPerHost: 2 * httpPerSession}}}
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx,
+				&mcp.StreamableClientTransport{Endpoint: l.url, HTTPClient: hc}, nil)
+			if err != nil {
+				b.Fatalf("connect over HTTP: %v\n%s", err, l.stderr.String())
+			}
+			b.Cleanup(func() { cs.Close() })
+			sessions = append(sessions, cs)
 		}
-		defer cs.Close()
-		sessions = append(sessions, cs)
+		return sessions
 	}
+	sessions := connect(lg)
 
 	type phase struct {
 		name  string
@@ -124,6 +139,12 @@ func BenchmarkGatewayHTTPInflight(b *testing.B) {
 		{name: "wrap-sdk", run: func(n int) (time.Duration, []time.Duration, error) {
 			return sdkInflight(ctx, []*mcp.ClientSession{wrapSDK}, "echo", conc64, n)
 		}, cpu: &cpuMeter{pid: wrapSDKCmd.Process.Pid}},
+	}
+	if lgBase != nil {
+		baseSessions := connect(lgBase)
+		phases = append(phases, &phase{name: "http-base", run: func(n int) (time.Duration, []time.Duration, error) {
+			return sdkInflight(ctx, baseSessions, "example__echo", httpPerSession, n)
+		}, cpu: &cpuMeter{pid: lgBase.pid}})
 	}
 	for _, ph := range phases {
 		if _, _, err := ph.run(httpWarmupCalls); err != nil {

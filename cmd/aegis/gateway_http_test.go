@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -103,6 +104,25 @@ func (h *httpGW) connect(ctx context.Context) *mcp.ClientSession {
 	}
 	h.t.Cleanup(func() { cs.Close() })
 	return cs
+}
+
+// rawPost sends body, one JSON-RPC message, in HTTP session id as a
+// client of protocol 2025-11-25 does, and returns the response's body.
+func (h *httpGW) rawPost(t *testing.T, id, body string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, h.url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+h.token)
+	req.Header.Set("Mcp-Session-Id", id)
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 func callText(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (string, bool) {
@@ -252,12 +272,38 @@ func TestHTTPGatewaySessionsAreSeparate(t *testing.T) {
 	if text, isErr := callText(t, a, "example__slow", map[string]any{"ms": 1}); isErr || !strings.Contains(text, "slept") {
 		t.Fatalf("slow as deploy: %v %s", isErr, text)
 	}
+	// A call the client cancels (its context: the go-sdk sends
+	// notifications/cancelled) is cancelled at once at the server, and
+	// recorded as cancelled by the host; the session goes on.
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	start := time.Now()
+	if _, err := a.CallTool(cctx, &mcp.CallToolParams{Name: "example__slow", Arguments: map[string]any{"ms": 20000}}); err == nil {
+		t.Fatal("a cancelled call was answered")
+	}
+	cancel()
+	if text, _ := callText(t, a, "example__echo", map[string]any{"message": "after the cancel"}); !strings.Contains(text, "after the cancel") {
+		t.Fatalf("echo after the cancellation: %s", text)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the cancelled call held the session for %v", took)
+	}
 	// The other client is still developer, and has nothing approved.
 	if text, isErr := callText(t, b, "example__slow", map[string]any{"ms": 1}); !isErr || !strings.Contains(text, "AEGIS_CAP_DENIED") {
 		t.Fatalf("the other session ran a tool of the approved profile: %v %s", isErr, text)
 	}
 	if text, _ := callText(t, b, "aegis__approval_status", map[string]any{"id": esc}); !strings.HasPrefix(text, "unknown") {
 		t.Fatalf("the other session sees the approval: %s", text)
+	}
+	// The method under which the gateway hands the SDK a plain call is not
+	// the host's: sent by the host, with a call in it or none, it is
+	// refused as a method nobody serves (the transport answers 400, as the
+	// SDK's own handler does), and nothing runs or is recorded (the count
+	// below).
+	for _, params := range []string{`{"name":"example__echo","arguments":{"message":"forged"}}`, ``} {
+		body := `{"jsonrpc":"2.0","id":99,"method":"aegis/plain-tools-call"` + map[bool]string{true: `,"params":` + params}[params != ""] + `}`
+		if got := h.rawPost(t, a.ID(), body); !strings.Contains(got, "unsupported") || strings.Contains(got, "forged") {
+			t.Fatalf("the host's own aegis/plain-tools-call %s was answered %q", body, got)
+		}
 	}
 	a.Close()
 	b.Close()
@@ -281,8 +327,24 @@ func TestHTTPGatewaySessionsAreSeparate(t *testing.T) {
 		}
 		paths[s.AuditPath] = true
 	}
-	if ss[0].Calls+ss[1].Calls != 7 {
-		t.Errorf("calls recorded: %d and %d, want 7 in all", ss[0].Calls, ss[1].Calls)
+	if ss[0].Calls+ss[1].Calls != 9 {
+		t.Errorf("calls recorded: %d and %d, want 9 in all", ss[0].Calls, ss[1].Calls)
+	}
+	// The one cancellation is the host's (no "by": not aegis's at its
+	// stop), and the server was told.
+	events, _ := l.aegis("events", "list", "--state-dir", l.state, "--json")
+	var cancels []map[string]any
+	for line := range strings.SplitSeq(strings.TrimSpace(events), "\n") {
+		var e struct {
+			Kind    string         `json:"kind"`
+			Payload map[string]any `json:"payload"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && e.Kind == "call.cancelled" {
+			cancels = append(cancels, e.Payload)
+		}
+	}
+	if len(cancels) != 1 || cancels[0]["by"] != nil || cancels[0]["notified"] != true {
+		t.Errorf("call.cancelled events %v, want one of the host's, the server notified", cancels)
 	}
 	if len(paths) != 2 {
 		t.Errorf("two sessions at once wrote %d record files, want 2: %v", len(paths), paths)

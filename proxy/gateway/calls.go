@@ -36,6 +36,8 @@ func textResult(s string, isErr bool) *mcp.CallToolResult {
 func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch method {
+		case plainMethod:
+			return g.tk.plainOfHTTP(ctx, req)
 		case "tools/call":
 			r, ok := req.(*mcp.CallToolRequest)
 			if !ok || r.Params == nil {
@@ -62,7 +64,10 @@ func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 // toolsCall records one tools/call: intent before anything runs, outcome
 // before the answer goes back.
 func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolRequest, next mcp.MethodHandler) (mcp.Result, error) {
-	res, err := g.decideCall(ctx, method, r.Params.Name, r.Params.Arguments, func(cctx context.Context, _ schemas.WrapCall, _ toolEntry) (any, error) {
+	res, err := g.decideCall(ctx, method, r.Params.Name, r.Params.Arguments, func(cctx context.Context, _ schemas.WrapCall, e toolEntry) (any, error) {
+		if d := g.downs[e.server]; g.tk.rawDown && d != nil && d.raw != nil {
+			return g.rawToolCall(cctx, r, e, d.raw)
+		}
 		return next(cctx, method, r)
 	})
 	if err != nil {
@@ -73,6 +78,44 @@ func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolR
 	}
 	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: no answer to tools/call (%T)", res)}
 }
+
+// rawToolCall sends tools/call r, as the SDK read it from the host and
+// decideCall let it through, to tool e of a local server on the gateway's
+// own JSON-RPC channel (the one that carries tasks and a stdio host's
+// plain calls) rather than through the gateway's SDK client of the server:
+// the same name, arguments and _meta that forwardTool sends, under the
+// SDK's context of the host's request, so that whatever the server sends
+// during the call (progress, its requests) reaches the host as it does
+// through the SDK client, on that request's stream. The answer is the
+// server's result as it sent it (but for a related task, as on the plain
+// path), which the SDK encodes unchanged ([rawResult]); an error is the
+// server's JSON-RPC error as it sent it.
+func (g *gateway) rawToolCall(ctx context.Context, r *mcp.CallToolRequest, e toolEntry, d *downRaw) (any, error) {
+	defer g.fw.begin(ctx, e.server, r.Session, r.Params.GetProgressToken())()
+	params := map[string]any{"name": e.tool}
+	if len(r.Params.Arguments) > 0 {
+		params["arguments"] = r.Params.Arguments
+	}
+	if r.Params.Meta != nil {
+		params["_meta"] = g.tk.metaToServer(e.server, r.Params.Meta)
+	}
+	raw, err := d.call(ctx, "tools/call", params)
+	if err != nil {
+		return nil, err
+	}
+	return rawResult{CallToolResult: &mcp.CallToolResult{}, raw: g.tk.relatedToHost(e.server, raw)}, nil
+}
+
+// rawResult is a server's tools/call result, encoded as the server sent it:
+// the SDK hands the host the bytes rather than a CallToolResult decoded and
+// encoded again. The embedded CallToolResult, always empty, only makes it
+// an mcp.Result.
+type rawResult struct {
+	*mcp.CallToolResult
+	raw json.RawMessage
+}
+
+func (r rawResult) MarshalJSON() ([]byte, error) { return r.raw, nil }
 
 // callRunner runs a tools/call that decideCall let through, as call wc
 // of tool e, under cctx.

@@ -47,6 +47,12 @@
 // (hostconn.go): the record of every frame, the one reading of it
 // (refusing an ambiguous frame), the cancel guard and the task layer; over HTTP, what a server sends during a call goes out
 // with that call's context, so it reaches the client on the call's stream.
+// A plain tools/call is answered by the task layer on both: from stdio
+// taken out of the SDK's stream, from HTTP handed to the SDK's server as a
+// request of the gateway's own method, without params, that the task
+// layer answers under the SDK's context of the request (so the SDK keeps
+// its stream and cancellation, and decodes nothing of it); a method the
+// host itself cannot invoke.
 //
 // The servers start at once but are initialized only after the host's
 // initialize has been read, and are told the host's capabilities

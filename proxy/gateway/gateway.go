@@ -294,6 +294,9 @@ func Run(ctx context.Context, cfg Config) (*projector.Session, error) {
 	g.addTemplates(ctx)
 	g.applyProfile()
 	g.srv.AddReceivingMiddleware(g.middleware)
+	if g.cfg.Host != nil {
+		g.tk.addPlainMethod(g.srv)
+	}
 
 	if cfg.Approvals != nil {
 		stop, err := cfg.Approvals(sess.ID(), g.handleApproval)

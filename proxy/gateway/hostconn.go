@@ -28,6 +28,11 @@ import (
 //   - The host's first message (its initialize) is read ahead, so that the
 //     servers are told the host's capabilities, then given to the SDK
 //     first.
+//   - A tools/call in the plain shape to a local server (see
+//     tasker.plainOverHTTP) reaches the SDK as a request of its own method
+//     under the host's id, which the task layer answers: the SDK keeps the
+//     call's stream, its cancellation and what the server sends during it,
+//     without decoding the call.
 //   - Write passes the SDK's context on to the connection unchanged: an
 //     HTTP session sends a message on the stream of the request it belongs
 //     to by that context.
@@ -48,6 +53,7 @@ func (g *gateway) hostConnOf(ctx context.Context, c mcp.Connection) *hostConn {
 	g.fw.guard.g = g
 	g.tk.out = &hostOut{w: hostSink{h}, t: g.tk}
 	g.tk.hostRaw = newDownRaw("", g.tk.out)
+	g.tk.rawDown = true
 	go func() {
 		defer close(h.done)
 		h.first, h.firstErr = h.next(ctx)
@@ -85,8 +91,12 @@ func (h *hostConn) next(ctx context.Context) (jsonrpc.Message, error) {
 			return msg, nil
 		}
 		h.g.recordFrame(schemas.KindFrameC2S, b)
-		if h.g.hostTake(b, reading.Read(b)) {
+		r := readRPCOf(reading.Read(b))
+		if h.g.hostTakeRead(b, r) {
 			continue
+		}
+		if sub := h.g.tk.plainOverHTTP(msg, r); sub != nil {
+			return sub, nil
 		}
 		return msg, nil
 	}

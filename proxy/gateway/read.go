@@ -305,7 +305,11 @@ func present(raw json.RawMessage, path ...string) bool {
 // the cancel guard follow the frame, and hands it to the task layer. It
 // returns true when the frame is taken out of the SDK's stream.
 func (g *gateway) hostTake(text []byte, rd reading.Reading) bool {
-	r := readRPCOf(rd)
+	return g.hostTakeRead(text, readRPCOf(rd))
+}
+
+// hostTakeRead is hostTake of the frame text, whose reading is r.
+func (g *gateway) hostTakeRead(text []byte, r rpcRead) bool {
 	if r.notJSON {
 		return false
 	}

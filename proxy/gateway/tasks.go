@@ -84,9 +84,16 @@ type tasker struct {
 	// plainCalls: the host is the stdio host, whose plain tools/calls
 	// the layer may take too (see plainCall).
 	plainCalls bool
-	wg         sync.WaitGroup
-	closed     bool        // no more requests are taken (wg is waited for)
-	ready      atomic.Bool // the servers are connected
+	// rawDown: the host is a message connection (an HTTP session), whose
+	// tools/calls the SDK reads; a call to a local server then goes to it
+	// on the gateway's own channel (see gateway.rawToolCall).
+	rawDown bool
+	// plainHTTP: an HTTP host's plain calls on their way through the SDK
+	// (plainOverHTTP), by the extra of their request; guarded by mu.
+	plainHTTP map[*mcp.RequestExtra]rpcFrame
+	wg        sync.WaitGroup
+	closed    bool        // no more requests are taken (wg is waited for)
+	ready     atomic.Bool // the servers are connected
 
 	// A server's task-augmented requests to the host (see hosttasks.go).
 	hostCaps  json.RawMessage                    // the host's capabilities.tasks; nil: none
@@ -258,7 +265,13 @@ func (t *tasker) close() {
 // without the SDK decoding and encoding it and its answer once more on
 // each side. Any other call goes to the SDK as before.
 func (t *tasker) plainCall(r rpcRead) bool {
-	if !t.plainCalls || !t.ready.Load() || t.host() == nil {
+	return t.plainCalls && t.plainTarget(r)
+}
+
+// plainTarget reports whether r is a tools/call in the plain shape (see
+// plainCall) to a tool of a local server, once the servers are ready.
+func (t *tasker) plainTarget(r rpcRead) bool {
+	if !t.ready.Load() || t.host() == nil {
 		return false
 	}
 	name, ok := plainCallName(r)
@@ -304,6 +317,83 @@ func plainCallName(r rpcRead) (string, bool) {
 		}
 	}
 	return name, named
+}
+
+// plainMethod is the method under which an HTTP host's plain tools/call
+// reaches the SDK (see plainOverHTTP). A host that sends it itself is
+// answered as for any method the gateway does not serve.
+const plainMethod = "aegis/plain-tools-call"
+
+// addPlainMethod lets srv take plainMethod; the gateway's middleware
+// answers it (plainOfHTTP), never the handler.
+func (t *tasker) addPlainMethod(srv *mcp.Server) {
+	mcp.AddReceivingCustomMethod(srv, plainMethod, func(context.Context, *mcp.ServerSession, *mcp.CallToolParamsRaw) (*rawResult, error) {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found"}
+	})
+}
+
+// plainOverHTTP is what an HTTP host's message msg, read as r, reaches the
+// SDK as: nil (msg itself) unless it is a tools/call in the plain shape to
+// a tool of a local server (plainTarget). Such a call the SDK's server
+// would decode again, and its client to the server once more with the
+// answer, each decoding costing a fresh 32 KiB buffer; it reaches the SDK
+// instead as a request of plainMethod under the host's id, without params,
+// that the task layer answers as it answers a stdio host's plain call
+// (plainOfHTTP): decided and recorded by decideCall, sent to the server on
+// the gateway's own channel, the answer the server's as it sent it. The
+// SDK still owns the request: its answer goes on the request's stream,
+// what the server sends during the call follows it there (the call runs
+// under the SDK's context of the request), and the host's cancellation
+// cancels it. The call is kept under the request's extra (made here, so
+// no host can name it) until the middleware takes it.
+func (t *tasker) plainOverHTTP(msg jsonrpc.Message, r rpcRead) jsonrpc.Message {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || !t.rawDown || !req.IsCall() || !t.plainTarget(r) {
+		return nil
+	}
+	ex := &mcp.RequestExtra{}
+	if orig, ok := req.Extra.(*mcp.RequestExtra); ok && orig != nil {
+		*ex = *orig
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.plainHTTP) >= maxPlainHTTP {
+		return nil // the SDK reads it as any call
+	}
+	if t.plainHTTP == nil {
+		t.plainHTTP = map[*mcp.RequestExtra]rpcFrame{}
+	}
+	t.plainHTTP[ex] = r.frame()
+	return &jsonrpc.Request{ID: req.ID, Method: plainMethod, Extra: ex}
+}
+
+// maxPlainHTTP bounds the plain calls of an HTTP host that the SDK has not
+// handed the middleware yet.
+const maxPlainHTTP = 4096
+
+// plainOfHTTP answers a request of plainMethod: the host's plain call kept
+// by plainOverHTTP under its extra, run under ctx, the SDK's context of
+// the request.
+func (t *tasker) plainOfHTTP(ctx context.Context, req mcp.Request) (mcp.Result, error) {
+	ex := req.GetExtra()
+	t.mu.Lock()
+	h, ok := t.plainHTTP[ex]
+	delete(t.plainHTTP, ex)
+	t.mu.Unlock()
+	if ex == nil || !ok {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("method %q not found", plainMethod)}
+	}
+	res, err := t.handle(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	switch v := res.(type) {
+	case json.RawMessage:
+		return &rawResult{CallToolResult: &mcp.CallToolResult{}, raw: v}, nil
+	case mcp.Result:
+		return v, nil
+	}
+	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: no answer to tools/call (%T)", res)}
 }
 
 // maxWatched bounds the host requests whose answers wait to be amended.
