@@ -250,6 +250,17 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 			if err != nil {
 				return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file, the header file's mode or aegis's environment; nothing was started")
 			}
+			if s.OAuth != nil {
+				// Its token is the one aegis auth login stored, encrypted,
+				// in the state directory; none yet skips the server.
+				dir, err := m.stateDir(stateDirFlag)
+				if err != nil {
+					return err
+				}
+				if rs.OAuth, err = gateway.OAuthOf(s, gateway.NewTokenStore(dir), m.Getenv, nil); err != nil {
+					return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file, the secret file's mode or aegis's environment; nothing was started")
+				}
+			}
 			servers = append(servers, gateway.Server{Name: s.Name, Remote: rs, Unprefixed: s.Unprefixed, Alias: s.Alias})
 			continue
 		}

@@ -254,7 +254,7 @@ func (g *gateway) dial(ctx context.Context, r *remoteDown, client *mcp.Client) (
 	probe := &statusProbe{}
 	if r.srv.Transport == policy.TransportSSE {
 		cs, release, err := g.dialSSE(actx, r, client, probe)
-		return cs, policy.TransportSSE, release, finalFailure(err, probe), g.credentials(r, err, probe)
+		return cs, policy.TransportSSE, release, finalFailure(err, probe) || r.http.oauth.refusal() != "", g.credentials(r, err, probe)
 	}
 	cs, err := client.Connect(actx, &mcp.StreamableClientTransport{Endpoint: r.srv.URL, HTTPClient: r.http.client(probe)}, downstreamSession)
 	if err == nil {
@@ -262,7 +262,7 @@ func (g *gateway) dial(ctx context.Context, r *remoteDown, client *mcp.Client) (
 	}
 	status := probe.legacy()
 	if status == 0 {
-		return nil, policy.TransportStreamable, nil, finalFailure(err, probe), g.credentials(r, err, probe)
+		return nil, policy.TransportStreamable, nil, finalFailure(err, probe) || r.http.oauth.refusal() != "", g.credentials(r, err, probe)
 	}
 	sse := &statusProbe{}
 	cs, release, err := g.dialSSE(actx, r, client, sse)
