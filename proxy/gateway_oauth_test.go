@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,7 @@ import (
 	"github.com/zitadel/oidc/v3/example/server/storage"
 
 	"github.com/aegis-dev/aegis/proxy/gateway"
+	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
 // oidcWorld is a real OpenID provider (the one github.com/zitadel/oidc/v3
@@ -376,4 +378,75 @@ activation:
 			t.Errorf("a token or code appears in: %s", strings.Join(where, ", "))
 		}
 	})
+}
+
+var scenarioRE = regexp.MustCompile(`(?m)^([✓✗]) (auth/[a-z0-9-]+): (\d+) passed, (\d+) failed`)
+
+// authSuite runs the conformance suite's client authorization scenarios
+// (suite auth) with client, and returns each scenario's passed and failed
+// checks, and the output.
+func authSuite(t *testing.T, suite []string, client string) (map[string][2]int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, suite[0], append(suite[1:], "client", "--command", client, "--suite", "auth")...)
+	c.Dir = t.TempDir() // it writes results/ there
+	out, _ := c.CombinedOutput()
+	res := map[string][2]int{}
+	for _, m := range scenarioRE.FindAllStringSubmatch(string(out), -1) {
+		var p, f int
+		fmt.Sscan(m[3], &p)
+		fmt.Sscan(m[4], &f)
+		res[m[2]] = [2]int{p, f}
+	}
+	if len(res) == 0 {
+		t.Fatalf("the conformance suite printed no scenario:\n%s", out)
+	}
+	return res, string(out)
+}
+
+// TestConformanceAuthScenariosThroughTheGateway runs the official MCP
+// conformance suite's client authorization scenarios twice: with the
+// go-sdk's conformance client, and through aegis (aegis auth login, then
+// aegis gateway, driven as a host: proxy/testdata/authclient). Every
+// scenario that the go-sdk's client passes passes through aegis, except
+// step-up authorization (403 insufficient_scope mid-run), which needs a
+// new login: the gateway runs no interactive flow.
+func TestConformanceAuthScenariosThroughTheGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the conformance suite")
+	}
+	t.Parallel() // it mostly waits on node and on the processes it starts
+	suite := mcptest.ConformanceSuite(t)
+	direct, dout := authSuite(t, suite, mcptest.GoConformanceClient(t))
+	through, tout := authSuite(t, suite, bin(t, "authclient"))
+	var dp, df, tp, tf, dPass, tPass int
+	for _, r := range direct {
+		dp, df = dp+r[0], df+r[1]
+		if r[1] == 0 {
+			dPass++
+		}
+	}
+	for _, r := range through {
+		tp, tf = tp+r[0], tf+r[1]
+		if r[1] == 0 {
+			tPass++
+		}
+	}
+	t.Logf("conformance auth scenarios: go-sdk client %d/%d scenarios (%d checks passed, %d failed); through aegis %d/%d scenarios (%d passed, %d failed)",
+		dPass, len(direct), dp, df, tPass, len(through), tp, tf)
+	if dPass < 10 {
+		t.Fatalf("the go-sdk's client passed only %d scenarios; is the suite working?\n%s", dPass, dout)
+	}
+	for s, r := range direct {
+		if r[1] != 0 || s == "auth/scope-step-up" {
+			continue
+		}
+		if got, ok := through[s]; !ok || got[1] != 0 {
+			t.Errorf("%s: the go-sdk's client passes it; through aegis %v", s, got)
+		}
+	}
+	if t.Failed() {
+		t.Logf("through aegis:\n%s", tout)
+	}
 }
