@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,8 +36,10 @@ import (
 //     used: a refresh token that rotates is not lost when aegis stops.
 //   - A refresh that the authorization server refuses (or a server that
 //     refuses a fresh token) makes the server's calls refused, each with
-//     an error that says to run aegis auth login SERVER, until aegis is
-//     restarted after a login; the other servers are not affected. A
+//     an error that says to run aegis auth login SERVER, until the token
+//     file changes: a login while the gateway runs is taken at the next
+//     call (the file is read again when its modification time is not the
+//     one it had at the failure). The other servers are not affected. A
 //     refresh that fails for another reason (the authorization server is
 //     unreachable) fails only the request it was for.
 //   - No interactive flow ever runs in the gateway: it has no browser
@@ -48,6 +51,7 @@ const refreshSkew = 30 * time.Second
 // OAuthClient is the OAuth state of one url server in the gateway.
 type OAuthClient struct {
 	server string
+	url    string // the server's url, as the file gives it
 	store  *TokenStore
 	http   *http.Client // to the authorization server's token endpoint
 	secret string       // the configured client secret, if any
@@ -56,6 +60,9 @@ type OAuthClient struct {
 	mu     sync.Mutex
 	tok    StoredToken
 	failed string // why the server needs a login; "" while the token is usable
+	// seen is the token file's modification time when it was last read
+	// or written: a failed client reads it again only once it differs.
+	seen time.Time
 }
 
 // ErrOAuthConfig is wrapped by every error of [OAuthOf] about the file.
@@ -73,7 +80,7 @@ func OAuthOf(s policy.Server, store *TokenStore, getenv func(string) string, now
 	if now == nil {
 		now = time.Now
 	}
-	o := &OAuthClient{server: s.Name, store: store, now: now, http: &http.Client{Timeout: 30 * time.Second,
+	o := &OAuthClient{server: s.Name, url: s.URL, store: store, now: now, http: &http.Client{Timeout: 30 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect }}}
 	secret, err := ClientSecret(s)
 	if err != nil {
@@ -97,7 +104,36 @@ func OAuthOf(s policy.Server, store *TokenStore, getenv func(string) string, now
 	default:
 		o.tok = tok
 	}
+	o.seen = o.modTime()
 	return o, nil
+}
+
+// modTime is the token file's modification time (zero without one).
+func (o *OAuthClient) modTime() time.Time {
+	fi, err := os.Stat(o.store.Path(o.server))
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
+}
+
+// retry reads the token file again when the client failed and the file
+// changed since (a new aegis auth login): a usable token for the
+// server's url ends the failure. o.mu is held.
+func (o *OAuthClient) retry() {
+	if o.failed == "" {
+		return
+	}
+	mt := o.modTime()
+	if mt.IsZero() || mt.Equal(o.seen) {
+		return
+	}
+	o.seen = mt
+	tok, err := o.store.Load(o.server)
+	if err != nil || tok.URL != o.url {
+		return
+	}
+	o.tok, o.failed = tok, ""
 }
 
 // ClientSecret reads the client secret of s's oauth: from its file ("" for
@@ -126,6 +162,7 @@ func (o *OAuthClient) refusal() string {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.retry()
 	if o.failed == "" {
 		return ""
 	}
@@ -147,6 +184,7 @@ func (o *OAuthClient) config() *oauth2.Config {
 func (o *OAuthClient) token(ctx context.Context, force bool) (string, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.retry()
 	if o.failed != "" {
 		return "", errors.New("server " + o.server + " needs a new login (" + o.failed + ")")
 	}
@@ -194,7 +232,7 @@ func (o *OAuthClient) refresh(ctx context.Context) error {
 	if err := o.store.Save(t); err != nil {
 		return fmt.Errorf("server %s: save its refreshed token: %w", o.server, err)
 	}
-	o.tok = t
+	o.tok, o.seen = t, o.modTime()
 	return nil
 }
 
