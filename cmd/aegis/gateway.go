@@ -60,6 +60,7 @@ FILE is strict YAML; docs/gateway.md describes every key. In short:
       transport: streamable     # falls back to legacy SSE; or sse
       headers: {Authorization: {file: /abs/path}}   # or {env: VAR}; never recorded
       ca_file: /abs/ca.pem      # TLS is always verified; then only these CAs
+      oauth: {}                 # or {client_id: ID}: log in once with aegis auth login REMOTE
   profiles:
     NAME:
       allow: ["SERVER.TOOL_GLOB"]          # what the profile shows and runs
