@@ -405,6 +405,14 @@ type loginTripper struct {
 }
 
 func (t *loginTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	if prob := endpointProblem(req.URL.String()); prob != "" {
+		// Metadata, registration and the code's exchange: nothing of
+		// the login goes over the network in clear.
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, fmt.Errorf("aegis refused a request of the login to %s://%s: it %s", req.URL.Scheme, req.URL.Host, prob)
+	}
 	if req.Method == http.MethodPost && req.GetBody != nil {
 		if body, err := req.GetBody(); err == nil {
 			b, _ := io.ReadAll(io.LimitReader(body, 64<<10))

@@ -73,7 +73,7 @@ type remoteDown struct {
 	srv    *RemoteServer
 	http   *remoteHTTP
 	shown  string           // the url as recorded
-	used   policy.Transport // the transport that carries the session
+	used   policy.Transport // the transport that carries the session (under mu once connected)
 	client *mcp.Client      // the client every session of the server is made with
 	// life ends when the gateway closes the session: it bounds the
 	// reconnections.
@@ -390,9 +390,10 @@ func (g *gateway) watchRemote(d *downstream) {
 		}
 		r.lost = why
 		r.back = make(chan struct{})
+		used := r.used
 		r.mu.Unlock()
 		fmt.Fprintf(g.cfg.Stderr, "aegis: warning: server %s: %s; reconnecting\n", r.name, why)
-		g.connEvent(r, r.used, schemas.ConnFailed, 0, why)
+		g.connEvent(r, used, schemas.ConnFailed, 0, why)
 		if !g.reconnect(r) {
 			return
 		}
@@ -458,7 +459,7 @@ func (g *gateway) closeRemote(d *downstream) {
 	r.mu.Lock()
 	r.closing = true
 	lost := r.lost != ""
-	cs, release := r.cs, r.release
+	cs, release, used := r.cs, r.release, r.used
 	r.mu.Unlock()
 	r.stop()
 	if err := cs.Close(); err != nil {
@@ -471,7 +472,7 @@ func (g *gateway) closeRemote(d *downstream) {
 	if lost {
 		return
 	}
-	if rc := g.connEvent(r, r.used, schemas.ConnClosed, 0, ""); rc != nil {
+	if rc := g.connEvent(r, used, schemas.ConnClosed, 0, ""); rc != nil {
 		rc.Wait(context.Background())
 	}
 }
