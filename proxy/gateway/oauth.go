@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"golang.org/x/oauth2"
 
 	"github.com/aegis-dev/aegis/policy"
@@ -60,6 +61,7 @@ type OAuthClient struct {
 	mu     sync.Mutex
 	tok    StoredToken
 	failed string // why the server needs a login; "" while the token is usable
+	scope  string // the scopes of the server's last 403 insufficient_scope
 	// seen is the token file's modification time when it was last read
 	// or written: a failed client reads it again only once it differs.
 	seen time.Time
@@ -254,6 +256,42 @@ func (o *OAuthClient) secrets() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return []string{o.tok.AccessToken, o.tok.RefreshToken, o.tok.ClientSecret, o.secret}
+}
+
+// forbidden notes a 403 of the server: with error="insufficient_scope"
+// (step-up), the scopes it asks for, which the next error of a call
+// names (stepUp); the gateway runs no interactive flow to get them.
+func (o *OAuthClient) forbidden(challenges []string) {
+	chs, err := oauthex.ParseWWWAuthenticate(challenges)
+	if err != nil {
+		return
+	}
+	for _, c := range chs {
+		if c.Scheme == "bearer" && c.Params["error"] == "insufficient_scope" {
+			o.mu.Lock()
+			o.scope = c.Params["scope"]
+			if o.scope == "" {
+				o.scope = "(not named)"
+			}
+			o.mu.Unlock()
+			return
+		}
+	}
+}
+
+// stepUp says, once, which scopes the server last asked for, or "".
+func (o *OAuthClient) stepUp() string {
+	if o == nil {
+		return ""
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s := o.scope
+	o.scope = ""
+	if s == "" {
+		return ""
+	}
+	return fmt.Sprintf("the server refused the call for want of scopes %q (403 insufficient_scope), which its token lacks: add them to oauth: scopes: in the gateway file and run aegis auth login %s", s, o.server)
 }
 
 // refused notes that the server refused a fresh token: it needs a login.

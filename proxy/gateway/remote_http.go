@@ -126,6 +126,9 @@ func (t *remoteTripper) withToken(r *http.Request, o *OAuthClient) (*http.Respon
 	}
 	r.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := t.h.base.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusForbidden {
+		o.forbidden(resp.Header.Values("WWW-Authenticate"))
+	}
 	if err != nil || resp.StatusCode != http.StatusUnauthorized || (r.Body != nil && r.GetBody == nil) {
 		return resp, err
 	}
