@@ -59,6 +59,7 @@ type remoteMCP struct {
 	inner     atomic.Pointer[http.Handler]
 	gate      http.Handler
 	restarted *http.Server
+	quit      chan struct{} // closed when the test ends
 }
 
 // newRemoteMCP serves tools echo and wipe, over streamable HTTP (sse:
@@ -79,7 +80,10 @@ func newRemoteMCP(t *testing.T, sse, tls bool, bearer string) *remoteMCP {
 	})
 	mcp.AddTool(r.srv, &mcp.Tool{Name: "slow", Description: "works until cancelled"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 		r.note("slow")
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-r.quit: // the test ends: a call whose connection dropped runs on otherwise
+		}
 		r.note("slow cancelled")
 		return nil, nil, ctx.Err()
 	})
@@ -110,6 +114,8 @@ func newRemoteMCP(t *testing.T, sse, tls bool, bearer string) *remoteMCP {
 		r.ts.Start()
 	}
 	t.Cleanup(r.ts.Close)
+	r.quit = make(chan struct{})
+	t.Cleanup(func() { close(r.quit) }) // before ts.Close, which waits for the handlers
 	return r
 }
 
@@ -644,6 +650,43 @@ activation:
 	if s := h.stderr.String(); !strings.Contains(s, "server r: reconnected") {
 		t.Errorf("stderr does not say the server was reconnected:\n%s", s)
 	}
+}
+
+// TestGatewayRemoteConnectionDroppedMidCall: the connections to a remote
+// server drop while a call is in flight (the server stays up, with its
+// session): the call fails with an error that names the server and says
+// it may or may not have reached it; later calls work.
+func TestGatewayRemoteConnectionDroppedMidCall(t *testing.T) {
+	remote := newRemoteMCP(t, false, false, "")
+	c := newCLI(t)
+	h := c.runGateway(`version: 1
+servers:
+  r: {url: "` + remote.ts.URL + `/mcp"}
+profiles:
+  p: {allow: [r.echo, r.slow]}
+activation:
+  default_profile: p
+`)
+	inflight := make(chan error, 1)
+	go func() {
+		_, _, err := h.call("r__slow", nil)
+		inflight <- err
+	}()
+	waitFor(t, 10*time.Second, "the slow call to reach the server", func() bool { return slices.Contains(remote.tools(), "slow") })
+	remote.ts.CloseClientConnections()
+	select {
+	case err := <-inflight:
+		if err == nil || !strings.Contains(err.Error(), "server r: the connection failed during the call") {
+			t.Errorf("the call in flight when the connection dropped: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call in flight when the connection dropped never ended")
+	}
+	waitFor(t, 20*time.Second, "a call after the drop to succeed", func() bool {
+		text, _, err := h.call("r__echo", map[string]any{"message": "after"})
+		return err == nil && text == "after"
+	})
+	h.cs.Close()
 }
 
 // TestGatewayRemoteCancelReachesServerInProcess runs the gateway in this
