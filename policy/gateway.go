@@ -90,6 +90,9 @@ type Server struct {
 	// and the system's roots are then not used. Read when the server
 	// starts.
 	CAFile string
+	// OAuth, when not nil, makes aegis an OAuth client of the server
+	// (oauth:, gateway_oauth.go): its token comes from aegis auth login.
+	OAuth *OAuth
 }
 
 // EnvFile is an environment variable whose value is a file's contents.
@@ -248,6 +251,11 @@ func (s *Server) clone() Server {
 	c.EnvFiles = slices.Clone(s.EnvFiles)
 	c.EnvPassthrough = slices.Clone(s.EnvPassthrough)
 	c.Headers = slices.Clone(s.Headers)
+	if s.OAuth != nil {
+		o := *s.OAuth
+		o.Scopes = slices.Clone(o.Scopes)
+		c.OAuth = &o
+	}
 	c.Alias = maps.Clone(s.Alias)
 	if s.Confine != nil {
 		cc := *s.Confine

@@ -19,7 +19,7 @@ func TestGatewayDocNamesEveryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(b)
-	for _, keys := range [][]string{gatewayKeys, serverKeys, envFileKeys, headerSourceKeys, confineKeys, profileKeys, activationKeys, ruleKeys, rateKeys, limitsKeys} {
+	for _, keys := range [][]string{gatewayKeys, serverKeys, envFileKeys, headerSourceKeys, confineKeys, profileKeys, activationKeys, ruleKeys, rateKeys, limitsKeys, oauthKeys} {
 		for _, k := range keys {
 			if !strings.Contains(doc, "`"+k+"`") && !strings.Contains(doc, "`"+k+":") {
 				t.Errorf("%s does not describe the key %q", gatewayDoc, k)

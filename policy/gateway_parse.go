@@ -12,7 +12,7 @@ import (
 
 var (
 	gatewayKeys    = []string{"version", "servers", "profiles", "activation", "error_disclosure", "rules", "on_tool_change", "meta_tool_names"}
-	serverKeys     = []string{"command", "args", "env", "env_passthrough", "transport", "confine", "prefix", "alias", "url", "headers", "ca_file"}
+	serverKeys     = []string{"command", "args", "env", "env_passthrough", "transport", "confine", "prefix", "alias", "url", "headers", "ca_file", "oauth"}
 	envFileKeys    = []string{"file"}
 	confineKeys    = []string{"allow_read", "allow_write", "allow_net", "allow_exec_support", "allow_udp", "allow_mptcp", "best_effort"}
 	profileKeys    = []string{"extends", "allow", "prompts", "resources", "allowed_transitions", "for_groups", "for_scopes"}
@@ -54,6 +54,14 @@ const maxProfileNameLen = 64
 //	    headers:                      # sent with every request; values are secrets
 //	      Authorization: {file: /etc/aegis/docs.token}  # or {env: VAR}, or a literal
 //	    ca_file: /etc/aegis/docs-ca.pem  # optional; only these CAs are trusted
+//	  wiki:                           # a remote server that aegis logs in to (OAuth)
+//	    url: https://wiki.example.com/mcp
+//	    oauth:                        # aegis auth login wiki, once; no Authorization header then
+//	      client_id: aegis            # optional; else client_metadata_url, else registration
+//	      client_secret: {file: /etc/aegis/wiki.secret}  # optional, {file:} or {env:}
+//	      client_metadata_url: https://aegis.example.com/client.json  # optional
+//	      scopes: [wiki.read]         # optional; else those the server names
+//	      redirect_uri: http://127.0.0.1:8765/callback  # optional loopback; else a free port
 //	profiles:                         # required, at least one
 //	  observer:                       # a profile name: [a-z0-9][a-z0-9_-]*
 //	    allow: [fs.read_text_file, "fs.list_*"]  # "<server>.<tool glob>"
@@ -414,6 +422,10 @@ func (p *parser) server(n *yaml.Node, path string) (Server, error) {
 			s.Transport = Transport(v) // checked by serverKind
 		case "url", "headers", "ca_file":
 			if err := p.remoteKey(&s, f); err != nil {
+				return s, err
+			}
+		case "oauth":
+			if err := p.oauthKey(&s, f); err != nil {
 				return s, err
 			}
 		case "confine":

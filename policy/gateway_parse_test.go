@@ -70,7 +70,7 @@ func TestParseGatewayRefuses(t *testing.T) {
 		{"ServerNameEmpty", y("servers:", `  "": {command: a}`), `aegis.yaml:2: servers[""]: invalid server name: must not be empty`},
 		{"ServerNameTooLong", y("servers:", "  "+strings.Repeat("a", 65)+": {command: a}"), "aegis.yaml:2: servers." + strings.Repeat("a", 65) + ": invalid server name: longer than 64 bytes"},
 		{"ServerDuplicate", y("servers:", "  fs: {command: a}", "  fs: {command: b}"), "aegis.yaml:3: servers.fs: duplicate key (first at line 2)"},
-		{"ServerUnknownKey", y("servers:", "  fs:", "    cmd: a"), "aegis.yaml:3: servers.fs.cmd: unknown key; want one of command, args, env, env_passthrough, transport, confine, prefix, alias, url, headers, ca_file"},
+		{"ServerUnknownKey", y("servers:", "  fs:", "    cmd: a"), "aegis.yaml:3: servers.fs.cmd: unknown key; want one of command, args, env, env_passthrough, transport, confine, prefix, alias, url, headers, ca_file, oauth"},
 		{"MissingCommand", y("servers:", "  fs:", "    args: [a]"), `aegis.yaml:3: servers.fs: missing required key "command" (a local server) or "url" (a remote server)`},
 		{"EmptyCommand", y("servers:", `  fs: {command: ""}`), "aegis.yaml:2: servers.fs.command: must not be empty"},
 		{"CommandNUL", y("servers:", `  fs: {command: "a\0b"}`), "aegis.yaml:2: servers.fs.command: contains a NUL byte"},

@@ -69,7 +69,7 @@ var (
 	// processKeys shape a process and make no sense for a url server;
 	// connectionKeys shape a connection and make no sense for a command.
 	processKeys    = []string{"args", "env", "env_passthrough", "confine"}
-	connectionKeys = []string{"headers", "ca_file"}
+	connectionKeys = []string{"headers", "ca_file", "oauth"}
 )
 
 // skipVerifyKeys are keys that a user may reach for to turn TLS
@@ -216,7 +216,7 @@ func (p *parser) serverKind(s *Server, n *yaml.Node, spath string, fields []fiel
 		if f, ok := byName["ca_file"]; ok && !strings.HasPrefix(strings.ToLower(s.URL), "https:") {
 			return p.errorf(f.key.Line, f.path, "ca_file is for an https:// url; this url is http://")
 		}
-		return nil
+		return p.oauthWithHeaders(s, byName)
 	}
 	for _, k := range connectionKeys {
 		if f, ok := byName[k]; ok {

@@ -58,7 +58,7 @@ func bin(t testing.TB, name string) string {
 		builds := []*exec.Cmd{
 			exec.Command("go", "build", "-o", binDir+string(filepath.Separator), "./cmd/aegis", "./cmd/aegis-example-server",
 				"./proxy/testdata/rawserver", "./proxy/testdata/growserver", "./proxy/testdata/taskserver",
-				"./proxy/testdata/spawner", "./proxy/testdata/pinserver"),
+				"./proxy/testdata/spawner", "./proxy/testdata/pinserver", "./proxy/testdata/authclient"),
 			exec.Command("go", "build", "-o", filepath.Join(binDir, "probe"), "./sandbox/testdata/probe"),
 		}
 		builds[1].Env = append(os.Environ(), "CGO_ENABLED=0")

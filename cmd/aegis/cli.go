@@ -43,6 +43,7 @@ Commands:
   pins       list the tool pins, or reset them (aegis pins reset --server S)
   rotate     seal the record files and roll the event stream over (bounds the disk)
   hub        enroll a host or an approver in a fleet's NATS hub
+  auth       log in to a remote server that requires OAuth (aegis auth login SERVER)
   approvals  list the tool calls that wait for a human decision
   approve    approve a pending tool call (aegis approve APPROVAL_ID)
   deny       deny a pending tool call (aegis deny APPROVAL_ID --reason TEXT)
@@ -113,6 +114,7 @@ func (m *Main) commands() []command {
 		{"policy", "try a policy on a table of calls before deploying it", (*Main).runPolicy, policyUsage},
 		{"rotate", "seal the record files and roll the event stream over", (*Main).runRotate, rotateUsage},
 		{"hub", "enroll a host or an approver in a fleet's NATS hub", (*Main).runHub, hubUsage},
+		{"auth", "log in to a remote server that requires OAuth", (*Main).runAuth, authUsage},
 		{"approvals", "list the tool calls that wait for approval", (*Main).runApprovals, approvalsUsage},
 		{"approve", "approve a pending tool call", (*Main).runApprove, approveUsage},
 		{"deny", "deny a pending tool call", (*Main).runDeny, denyUsage},

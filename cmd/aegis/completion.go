@@ -40,6 +40,9 @@ func (m *Main) completionWords() (names []string, words map[string][]string, sho
 		if c.name == "events" {
 			ws = append([]string{"list", "append"}, ws...)
 		}
+		if c.name == "auth" {
+			ws = append([]string{"login", "logout"}, ws...)
+		}
 		if c.name == "hub" {
 			ws = append([]string{"enroll", "approver"}, ws...)
 		}

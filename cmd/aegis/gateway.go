@@ -63,6 +63,7 @@ FILE is strict YAML; docs/gateway.md describes every key. In short:
       transport: streamable     # falls back to legacy SSE; or sse
       headers: {Authorization: {file: /abs/path}}   # or {env: VAR}; never recorded
       ca_file: /abs/ca.pem      # TLS is always verified; then only these CAs
+      oauth: {}                 # or {client_id: ID}: log in once with aegis auth login REMOTE
   profiles:
     NAME:
       allow: ["SERVER.TOOL_GLOB"]          # what the profile shows and runs
@@ -266,6 +267,17 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 			rs, err := gateway.RemoteServerOf(s, m.Getenv)
 			if err != nil {
 				return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file, the header file's mode or aegis's environment; nothing was started")
+			}
+			if s.OAuth != nil {
+				// Its token is the one aegis auth login stored, encrypted,
+				// in the state directory; none yet skips the server.
+				dir, err := m.stateDir(stateDirFlag)
+				if err != nil {
+					return err
+				}
+				if rs.OAuth, err = gateway.OAuthOf(s, gateway.NewTokenStore(dir), m.Getenv, nil); err != nil {
+					return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file, the secret file's mode or aegis's environment; nothing was started")
+				}
 			}
 			servers = append(servers, gateway.Server{Name: s.Name, Remote: rs, Unprefixed: s.Unprefixed, Alias: s.Alias})
 			continue

@@ -104,8 +104,13 @@
 // remote_http.go). It is namespaced, profiled, pinned, recorded and
 // refused as a local server is; its connection states are server.connection
 // events, never with a header value or the url's query; a session that ends
-// mid-run is recorded and its calls are refused; tasks are not carried to
-// it (remote_conn.go states the invariants).
+// mid-run is recorded, connected again and listed again, and the calls made
+// meanwhile wait for it or are refused; tasks are not carried to it
+// (remote_conn.go states the invariants). With oauth: the gateway is an
+// OAuth client of it: it sends, refreshes (with the RFC 8707 resource) and
+// saves the token aegis auth login stored, age-encrypted, in the state
+// directory, and a refused refresh refuses only that server's calls
+// (oauth.go, oauth_store.go).
 //
 // # Where things are
 //
@@ -116,7 +121,7 @@
 // servers), cancel.go, resources.go, prompts.go, pins.go and relist.go,
 // tasks.go, tasklist.go, taskids.go, downraw.go (the task layer and its
 // raw server requests), frames.go (the frame filter), hello.go,
-// hostconn.go, hosttasks.go, lifecycle.go, remote*.go, env.go,
+// hostconn.go, hosttasks.go, lifecycle.go, remote*.go, oauth*.go, env.go,
 // refusal.go, taps.go. The gate, approvals and pin books are package
 // proxy's; the reading of frames is package rpc's.
 package gateway

@@ -354,7 +354,7 @@ func unsupported(what string) error {
 func (g *gateway) newServer() *mcp.Server {
 	var logging, completions, subscribe bool
 	for _, n := range sortedDowns(g.downs) {
-		r := g.downs[n].cs.InitializeResult()
+		r := g.downs[n].session().InitializeResult()
 		if r == nil || r.Capabilities == nil {
 			continue
 		}
@@ -648,10 +648,10 @@ func (g *gateway) forwardMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		var errs []error
 		for _, n := range sortedDowns(g.downs) {
 			d := g.downs[n]
-			if ir := d.cs.InitializeResult(); ir == nil || ir.Capabilities == nil || ir.Capabilities.Logging == nil {
+			if ir := d.session().InitializeResult(); ir == nil || ir.Capabilities == nil || ir.Capabilities.Logging == nil {
 				continue
 			}
-			if err := d.cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: r.Params.Level}); err != nil {
+			if err := d.session().SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: r.Params.Level}); err != nil {
 				errs = append(errs, fmt.Errorf("set the log level of server %s: %w", n, err))
 			}
 		}
@@ -664,14 +664,14 @@ func (g *gateway) forwardMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 
 // forwardTool is the handler of a namespaced tool: the host's call reaches
 // the server with the server's tool name and everything else as sent.
-func (g *gateway) forwardTool(e toolEntry, cs *mcp.ClientSession) mcp.ToolHandler {
+func (g *gateway) forwardTool(e toolEntry, d *downstream) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		defer g.fw.begin(ctx, e.server, req.Session, req.Params.GetProgressToken())()
 		p := &mcp.CallToolParams{Meta: req.Params.Meta, Name: e.tool}
 		if len(req.Params.Arguments) > 0 {
 			p.Arguments = req.Params.Arguments
 		}
-		res, err := cs.CallTool(ctx, p)
+		res, err := d.session().CallTool(ctx, p)
 		return res, asSent(err)
 	}
 }

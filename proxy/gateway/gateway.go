@@ -115,7 +115,7 @@ func Instructions(setProfile, approvalStatus string) string {
 
 type downstream struct {
 	name string
-	cs   *mcp.ClientSession
+	cs   *mcp.ClientSession // a local server's session; a remote one's is remote.session()
 	cmd  *exec.Cmd
 	tree *sandbox.Tree // the server's process group and every process it starts
 	proc *serverProc   // its stdin, its PID, its exit
@@ -123,6 +123,15 @@ type downstream struct {
 	// remote is a remote server's session; cmd, tree, proc and raw are
 	// then nil (remote_conn.go).
 	remote *remoteDown
+}
+
+// session is d's session with its server: for a remote server, the one
+// that runs now (it is replaced when the server is reconnected).
+func (d *downstream) session() *mcp.ClientSession {
+	if d.remote != nil {
+		return d.remote.session()
+	}
+	return d.cs
 }
 
 type toolEntry struct {
@@ -347,7 +356,7 @@ func (g *gateway) aggregate(ctx context.Context) error {
 		d := g.downs[n]
 		var listed []*mcp.Tool
 		complete := true
-		for t, err := range d.cs.Tools(ctx, nil) {
+		for t, err := range d.session().Tools(ctx, nil) {
 			if err != nil {
 				g.skip(n, "tools/list", err)
 				complete = false
@@ -372,8 +381,8 @@ func (g *gateway) aggregate(ctx context.Context) error {
 		if complete {
 			g.pins.observe(n, listed) // a listing cut short says nothing of what was removed
 		}
-		g.noteOwners(ctx, n, d.cs)
-		for r, err := range d.cs.Resources(ctx, nil) {
+		g.noteOwners(ctx, n, d.session())
+		for r, err := range d.session().Resources(ctx, nil) {
 			if err != nil {
 				break // a server without resources
 			}
@@ -398,7 +407,7 @@ func (g *gateway) addTemplates(ctx context.Context) {
 		d := g.downs[n]
 		var listed []any
 		complete := true
-		for rt, err := range d.cs.ResourceTemplates(ctx, nil) {
+		for rt, err := range d.session().ResourceTemplates(ctx, nil) {
 			if err != nil {
 				complete = false
 				break
@@ -409,7 +418,7 @@ func (g *gateway) addTemplates(ctx context.Context) {
 			}
 			seen[rt.URITemplate] = true
 			def := *rt
-			g.pt.templates = append(g.pt.templates, &templateEntry{server: n, def: &def, cs: d.cs})
+			g.pt.templates = append(g.pt.templates, &templateEntry{server: n, def: &def, down: d})
 		}
 		if complete && len(listed) > 0 {
 			g.pins.observeKind(schemas.PinKindResourceTemplate, n, listed)
@@ -437,7 +446,7 @@ func (g *gateway) addPrompts(ctx context.Context) {
 		d := g.downs[n]
 		var listed []any
 		complete := true
-		for p, err := range d.cs.Prompts(ctx, nil) {
+		for p, err := range d.session().Prompts(ctx, nil) {
 			if err != nil {
 				complete = false
 				break
@@ -451,7 +460,7 @@ func (g *gateway) addPrompts(ctx context.Context) {
 			}
 			def := *p
 			def.Name = wire
-			g.pt.prompts[wire] = promptEntry{server: n, prompt: p.Name, def: &def, cs: d.cs}
+			g.pt.prompts[wire] = promptEntry{server: n, prompt: p.Name, def: &def, down: d}
 		}
 		if complete && len(listed) > 0 {
 			g.pins.observeKind(schemas.PinKindPrompt, n, listed)
@@ -482,7 +491,7 @@ func (g *gateway) applyProfile() {
 	}
 	for _, t := range add {
 		e := g.tools[t.Name]
-		g.srv.AddTool(t, g.forwardTool(e, g.downs[e.server].cs))
+		g.srv.AddTool(t, g.forwardTool(e, g.downs[e.server]))
 	}
 	var rremove []string
 	for uri, server := range g.res {
@@ -491,10 +500,7 @@ func (g *gateway) applyProfile() {
 			ok, _ = g.cfg.Policy.ServerResourcesAllowed(profile, server)
 		}
 		if ok && !g.visRes[uri] {
-			cs := g.downs[server].cs
-			g.srv.AddResource(g.resDefs[uri], func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-				return cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI})
-			})
+			g.srv.AddResource(g.resDefs[uri], readFrom(g.downs[server]))
 			g.visRes[uri] = true
 		} else if !ok && g.visRes[uri] {
 			rremove = append(rremove, uri)

@@ -125,7 +125,7 @@ func (t *tasker) askHost(ctx context.Context, server string, h rpcFrame) (json.R
 		}
 		json.Unmarshal(h.Params, &p)
 		if token := p.Meta["progressToken"]; token != nil && d != nil {
-			defer t.g.fw.upstream(token, d.cs)()
+			defer t.g.fw.upstream(token, d.session())()
 		}
 	}
 	raw, err := t.hostRaw.call(ctx, h.Method, json.RawMessage(orEmptyObject(h.Params)))

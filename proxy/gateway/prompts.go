@@ -48,13 +48,13 @@ type promptTable struct {
 type promptEntry struct {
 	server, prompt string
 	def            *mcp.Prompt // named with the wire name
-	cs             *mcp.ClientSession
+	down           *downstream
 }
 
 type templateEntry struct {
 	server  string
 	def     *mcp.ResourceTemplate
-	cs      *mcp.ClientSession
+	down    *downstream
 	refused bool // the SDK refused its URI template
 }
 
@@ -87,7 +87,7 @@ func (g *gateway) applyPrompts(profile string) {
 		switch {
 		case ok && !t.visPrompts[wire]:
 			g.srv.AddPrompt(e.def, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-				return e.cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: e.prompt, Arguments: req.Params.Arguments})
+				return e.down.session().GetPrompt(ctx, &mcp.GetPromptParams{Name: e.prompt, Arguments: req.Params.Arguments})
 			})
 			t.visPrompts[wire] = true
 		case !ok && t.visPrompts[wire]:
@@ -136,9 +136,9 @@ func (g *gateway) showTemplate(te *templateEntry) (err error) {
 			err = fmt.Errorf("%v", r)
 		}
 	}()
-	cs := te.cs
+	d := te.down
 	g.srv.AddResourceTemplate(te.def, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		return cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI})
+		return d.session().ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI})
 	})
 	return nil
 }

@@ -147,7 +147,7 @@ func (g *gateway) relist(server string, k listKind) {
 	ctx, cancel := context.WithTimeout(context.Background(), relistTimeout)
 	defer cancel()
 	if k&listTools != 0 {
-		tools, err := collect(d.cs.Tools(ctx, nil))
+		tools, err := collect(d.session().Tools(ctx, nil))
 		if err != nil {
 			g.log.Warn("list tools again", "server", server, "err", err)
 		} else {
@@ -155,11 +155,11 @@ func (g *gateway) relist(server string, k listKind) {
 		}
 	}
 	if k&listResources != 0 {
-		res, err := collect(d.cs.Resources(ctx, nil))
+		res, err := collect(d.session().Resources(ctx, nil))
 		if err != nil {
 			g.log.Warn("list resources again", "server", server, "err", err)
 		} else {
-			tmpls, terr := collect(d.cs.ResourceTemplates(ctx, nil)) // none, for a server without templates
+			tmpls, terr := collect(d.session().ResourceTemplates(ctx, nil)) // none, for a server without templates
 			if terr == nil {
 				g.pins.observeKind(schemas.PinKindResourceTemplate, server, anys(tmpls))
 			}
@@ -167,7 +167,7 @@ func (g *gateway) relist(server string, k listKind) {
 		}
 	}
 	if k&listPrompts != 0 {
-		prompts, err := collect(d.cs.Prompts(ctx, nil))
+		prompts, err := collect(d.session().Prompts(ctx, nil))
 		if err != nil {
 			g.log.Warn("list prompts again", "server", server, "err", err)
 		} else {
@@ -251,7 +251,7 @@ func (g *gateway) applyTools(server string, listed []*mcp.Tool) {
 	if len(removed) > 0 {
 		g.srv.RemoveTools(removed...)
 	}
-	cs := g.downs[server].cs
+	cs := g.downs[server]
 	for _, wire := range changed {
 		e := next[wire]
 		if g.pins.hidden(e.server, e.tool) {
@@ -329,7 +329,7 @@ func (g *gateway) applyResources(ctx context.Context, server string, listed []*m
 	if len(removed) > 0 {
 		g.srv.RemoveResources(removed...)
 	}
-	cs := g.downs[server].cs
+	cs := g.downs[server]
 	for _, uri := range changed {
 		g.srv.AddResource(g.resDefs[uri], readFrom(cs))
 	}
@@ -369,13 +369,13 @@ func (g *gateway) relistTemplates(server string, tmpls []*mcp.ResourceTemplate) 
 	for _, te := range t.templates {
 		have[te.def.URITemplate] = true
 	}
-	cs := g.downs[server].cs
+	d := g.downs[server]
 	for _, rt := range tmpls {
 		if have[rt.URITemplate] {
 			continue
 		}
 		def := *rt
-		t.templates = append(t.templates, &templateEntry{server: server, def: &def, cs: cs})
+		t.templates = append(t.templates, &templateEntry{server: server, def: &def, down: d})
 	}
 }
 
@@ -428,7 +428,7 @@ func (g *gateway) relistPrompts(server string, listed []*mcp.Prompt) {
 	if len(removed) > 0 {
 		g.srv.RemovePrompts(removed...)
 	}
-	cs := g.downs[server].cs
+	d := g.downs[server]
 	for _, wire := range sortedKeys(now) {
 		p := now[wire]
 		if prev, dup := t.prompts[wire]; dup {
@@ -440,7 +440,7 @@ func (g *gateway) relistPrompts(server string, listed []*mcp.Prompt) {
 		}
 		def := *p
 		def.Name = wire
-		t.prompts[wire] = promptEntry{server: server, prompt: p.Name, def: &def, cs: cs}
+		t.prompts[wire] = promptEntry{server: server, prompt: p.Name, def: &def, down: d}
 	}
 	g.applyPrompts(g.active())
 }

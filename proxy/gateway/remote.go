@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -43,6 +44,17 @@ type RemoteServer struct {
 	// RootCAs, when not nil, are the only CAs the server's certificate may
 	// chain to; nil: the system's roots.
 	RootCAs *x509.CertPool
+	// OAuth, when not nil, gives the Authorization header: the token aegis
+	// auth login stored, refreshed as it expires (oauth.go).
+	OAuth *OAuthClient
+}
+
+// HTTPTransport is an HTTP transport to the server: TLS verified against
+// RootCAs, or the system's roots, at TLS 1.2 or later.
+func (rs *RemoteServer) HTTPTransport() *http.Transport {
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.TLSClientConfig = &tls.Config{RootCAs: rs.RootCAs, MinVersion: tls.VersionTLS12}
+	return base
 }
 
 // ErrHeaderFile is wrapped by every error of [RemoteServerOf] about a

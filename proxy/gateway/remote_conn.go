@@ -37,12 +37,22 @@ import (
 //     on stderr or in a call's outcome holds a header value or the url's
 //     query (remoteDown.scrub).
 //   - A session that ends before the gateway closes it (the server ended
-//     it, or its connection failed for good) is recorded as failed, said
-//     on stderr, and every later call of one of its tools is refused with
+//     it or restarted, so that it answers 404 to its session id, or its
+//     connection failed for good) is recorded as failed (without attempt)
+//     and said on stderr, and the gateway connects the server again at
+//     once, then reconnectBackoff apart for as long as it runs, recording
+//     each failed attempt as retrying and the new session as connected.
+//     The new session replaces the old one everywhere at once (every
+//     table routes by the server's downstream, whose session() is the
+//     one that runs), and the server's tools, resources and prompts are
+//     listed again through the relisting path (relist.go), checked and
+//     pinned as after a list_changed.
+//   - A call of a server whose session is lost waits up to
+//     remoteAttemptTimeout for it to come back, and is then refused with
 //     an error that says so, after its intent and with its outcome, and
-//     never sent. The gateway does not reconnect during a run: a new
-//     session would have to replace the old one in every table that
-//     routes to it (docs/GATEWAY-PARITY.md).
+//     never sent. A call whose connection failed while it was in flight
+//     fails with an error that says whether it may have reached the
+//     server; no call is sent twice.
 //   - At the end the gateway closes each session (streamable HTTP sends
 //     its DELETE) once the notifications/cancelled owed to the server are
 //     delivered, and records it closed.
@@ -59,18 +69,32 @@ var remoteBackoff = []time.Duration{500 * time.Millisecond, 1500 * time.Millisec
 
 // remoteDown is the gateway's side of one remote server's session.
 type remoteDown struct {
-	name  string
-	srv   *RemoteServer
-	http  *remoteHTTP
-	shown string           // the url as recorded
-	used  policy.Transport // the transport that carries the session
+	name   string
+	srv    *RemoteServer
+	http   *remoteHTTP
+	shown  string           // the url as recorded
+	used   policy.Transport // the transport that carries the session (under mu once connected)
+	client *mcp.Client      // the client every session of the server is made with
+	// life ends when the gateway closes the session: it bounds the
+	// reconnections.
+	life context.Context
+	stop context.CancelFunc
+
+	mu sync.Mutex
+	cs *mcp.ClientSession // the session that runs, or the last one
 	// release ends what the session's connection holds (the legacy
 	// transport's stream); nil when there is nothing.
 	release func()
+	closing bool          // the gateway is closing the session
+	lost    string        // why the session ended before that; "" while one runs
+	back    chan struct{} // closed when a lost session is replaced
+}
 
-	mu      sync.Mutex
-	closing bool   // the gateway is closing the session
-	lost    string // why the session ended before that; "" while it runs
+// session is the server's session that runs now (or the last one).
+func (r *remoteDown) session() *mcp.ClientSession {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cs
 }
 
 // shownURL is raw without userinfo, query and fragment: what the record
@@ -98,6 +122,11 @@ func (r *remoteDown) scrub(s string) string {
 			if len(v) >= 4 {
 				s = strings.ReplaceAll(s, v, "[redacted]")
 			}
+		}
+	}
+	for _, v := range r.srv.OAuth.secrets() {
+		if len(v) >= 4 {
+			s = strings.ReplaceAll(s, v, "[redacted]")
 		}
 	}
 	return s
@@ -165,7 +194,15 @@ func (g *gateway) connectRemote(ctx context.Context, s Server, caps *mcp.ClientC
 		return nil, err
 	}
 	r.http = h
-	client := g.newClient(s.Name, caps)
+	r.client = g.newClient(s.Name, caps)
+	client := r.client
+	if need := r.http.oauth.refusal(); need != "" {
+		// Not tried: the server would refuse aegis without a token.
+		err := errors.New(need)
+		g.connEvent(r, "", schemas.ConnFailed, 1, err.Error())
+		h.close()
+		return nil, err
+	}
 	attempt := 0
 	var tried policy.Transport
 	var last error
@@ -185,11 +222,14 @@ attempts:
 		attempt++
 		var cs *mcp.ClientSession
 		var final bool
-		cs, tried, final, err = g.dial(ctx, r, client)
+		var release func()
+		cs, tried, release, final, err = g.dial(ctx, r, client)
 		if err == nil {
 			r.used = tried
+			r.cs, r.release = cs, release
+			r.life, r.stop = context.WithCancel(context.WithoutCancel(ctx))
 			g.connEvent(r, tried, schemas.ConnConnected, attempt, "")
-			d := &downstream{name: s.Name, cs: cs, remote: r}
+			d := &downstream{name: s.Name, remote: r}
 			go g.watchRemote(d)
 			return d, nil
 		}
@@ -206,45 +246,45 @@ attempts:
 // dial makes one connection attempt: streamable HTTP, falling back to the
 // legacy SSE transport when the server answers the initialize POST with
 // 400, 404 or 405; or SSE alone. It returns the session, the transport it
-// tried last, and whether the failure is final (another attempt cannot
-// help).
-func (g *gateway) dial(ctx context.Context, r *remoteDown, client *mcp.Client) (*mcp.ClientSession, policy.Transport, bool, error) {
+// tried last, what ends the session's stream (nil when nothing must),
+// and whether the failure is final (another attempt cannot help).
+func (g *gateway) dial(ctx context.Context, r *remoteDown, client *mcp.Client) (*mcp.ClientSession, policy.Transport, func(), bool, error) {
 	actx, cancel := context.WithTimeout(ctx, remoteAttemptTimeout)
 	defer cancel()
 	probe := &statusProbe{}
 	if r.srv.Transport == policy.TransportSSE {
-		cs, err := g.dialSSE(actx, r, client, probe)
-		return cs, policy.TransportSSE, finalFailure(err, probe), credentials(err, probe)
+		cs, release, err := g.dialSSE(actx, r, client, probe)
+		return cs, policy.TransportSSE, release, finalFailure(err, probe) || r.http.oauth.refusal() != "", g.credentials(r, err, probe)
 	}
 	cs, err := client.Connect(actx, &mcp.StreamableClientTransport{Endpoint: r.srv.URL, HTTPClient: r.http.client(probe)}, downstreamSession)
 	if err == nil {
-		return cs, policy.TransportStreamable, false, nil
+		return cs, policy.TransportStreamable, nil, false, nil
 	}
 	status := probe.legacy()
 	if status == 0 {
-		return nil, policy.TransportStreamable, finalFailure(err, probe), credentials(err, probe)
+		return nil, policy.TransportStreamable, nil, finalFailure(err, probe) || r.http.oauth.refusal() != "", g.credentials(r, err, probe)
 	}
 	sse := &statusProbe{}
-	cs, err = g.dialSSE(actx, r, client, sse)
+	cs, release, err := g.dialSSE(actx, r, client, sse)
 	if err != nil {
-		err = fmt.Errorf("the initialize POST got %d %s, so aegis tried the legacy SSE transport: %w", status, http.StatusText(status), credentials(err, sse))
-		return nil, policy.TransportSSE, finalFailure(err, sse), err
+		err = fmt.Errorf("the initialize POST got %d %s, so aegis tried the legacy SSE transport: %w", status, http.StatusText(status), g.credentials(r, err, sse))
+		return nil, policy.TransportSSE, nil, finalFailure(err, sse), err
 	}
-	return cs, policy.TransportSSE, false, nil
+	return cs, policy.TransportSSE, release, false, nil
 }
 
 // dialSSE connects over the legacy SSE transport. Its stream lives as long
 // as the session (the SDK ties it to the context it connects with), not
-// as long as the attempt: only the handshake is bounded by ctx.
-func (g *gateway) dialSSE(ctx context.Context, r *remoteDown, client *mcp.Client, probe *statusProbe) (*mcp.ClientSession, error) {
+// as long as the attempt: only the handshake is bounded by ctx. It
+// returns what ends the stream.
+func (g *gateway) dialSSE(ctx context.Context, r *remoteDown, client *mcp.Client, probe *statusProbe) (*mcp.ClientSession, func(), error) {
 	t := &sseDial{inner: &mcp.SSEClientTransport{Endpoint: r.srv.URL, HTTPClient: r.http.client(probe)}}
 	cs, err := client.Connect(ctx, t, downstreamSession)
 	if err != nil {
 		t.end()
-		return nil, err
+		return nil, nil, err
 	}
-	r.release = t.end
-	return cs, nil
+	return cs, t.end, nil
 }
 
 // sseDial is the SDK's SSE client transport, connected under a context
@@ -279,9 +319,13 @@ func (t *sseDial) end() {
 }
 
 // credentials says, of an attempt that failed with err, that the server
-// refused the credentials, when it did.
-func credentials(err error, probe *statusProbe) error {
+// refused the credentials, when it did: for a server that aegis logs in
+// to (oauth:), that it needs aegis auth login again.
+func (g *gateway) credentials(r *remoteDown, err error, probe *statusProbe) error {
 	if st := probe.refused(); err != nil && st != 0 {
+		if r.http.oauth != nil {
+			return fmt.Errorf("the server answered %d %s: %s: %w", st, http.StatusText(st), r.http.oauth.loginHint(), err)
+		}
 		return fmt.Errorf("the server answered %d %s: check the server's headers (its token may be wrong or expired): %w", st, http.StatusText(st), err)
 	}
 	return err
@@ -323,25 +367,87 @@ func (g *gateway) connEvent(r *remoteDown, transport policy.Transport, state str
 	return rc
 }
 
+// reconnectBackoff is the wait before each reconnection attempt after
+// the first, which is made at once; the last is repeated.
+var reconnectBackoff = []time.Duration{250 * time.Millisecond, time.Second, 3 * time.Second, 10 * time.Second, 30 * time.Second}
+
 // watchRemote waits for d's session to end, and when it ends before the
-// gateway closes it, records and says so; from then on its calls are
-// refused (runCall).
+// gateway closes it, records and says so and connects the server again
+// until it is back or the gateway closes it; the new session replaces the
+// old one and the server is listed again.
 func (g *gateway) watchRemote(d *downstream) {
 	r := d.remote
-	err := d.cs.Wait()
-	why := "the session ended"
-	if err != nil {
-		why += ": " + r.scrub(err.Error())
-	}
-	r.mu.Lock()
-	if r.closing {
+	for {
+		err := r.session().Wait()
+		why := "the session ended"
+		if err != nil {
+			why += ": " + r.scrub(err.Error())
+		}
+		r.mu.Lock()
+		if r.closing {
+			r.mu.Unlock()
+			return
+		}
+		r.lost = why
+		r.back = make(chan struct{})
+		used := r.used
 		r.mu.Unlock()
-		return
+		fmt.Fprintf(g.cfg.Stderr, "aegis: warning: server %s: %s; reconnecting\n", r.name, why)
+		g.connEvent(r, used, schemas.ConnFailed, 0, why)
+		if !g.reconnect(r) {
+			return
+		}
+		// The new session's lists may differ from the old one's: the
+		// relisting path checks, pins and shows them as after a
+		// list_changed.
+		g.listChanged(r.name, listTools|listResources|listPrompts)
 	}
-	r.lost = why
-	r.mu.Unlock()
-	fmt.Fprintf(g.cfg.Stderr, "aegis: warning: server %s: %s; its calls are refused until aegis is restarted\n", r.name, why)
-	g.connEvent(r, r.used, schemas.ConnFailed, 0, why)
+}
+
+// reconnect connects r's server again, attempt after attempt, until a
+// session runs (it replaces the lost one: true) or the gateway closes r
+// (false).
+func (g *gateway) reconnect(r *remoteDown) bool {
+	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			select {
+			case <-r.life.Done():
+				return false
+			case <-time.After(reconnectBackoff[min(attempt-2, len(reconnectBackoff)-1)]):
+			}
+		}
+		cs, tried, release, _, err := g.dial(r.life, r, r.client)
+		if err != nil {
+			if r.life.Err() != nil {
+				return false
+			}
+			why := r.scrub(err.Error())
+			g.connEvent(r, tried, schemas.ConnRetrying, attempt, why)
+			if attempt == 1 || attempt%10 == 0 {
+				fmt.Fprintf(g.cfg.Stderr, "aegis: warning: server %s: reconnection attempt %d failed: %s; trying again\n", r.name, attempt, why)
+			}
+			continue
+		}
+		r.mu.Lock()
+		if r.closing {
+			r.mu.Unlock()
+			cs.Close()
+			if release != nil {
+				release()
+			}
+			return false
+		}
+		old := r.release
+		r.cs, r.release, r.used, r.lost = cs, release, tried, ""
+		close(r.back)
+		r.mu.Unlock()
+		if old != nil {
+			old()
+		}
+		g.connEvent(r, tried, schemas.ConnConnected, attempt, "")
+		fmt.Fprintf(g.cfg.Stderr, "aegis: server %s: reconnected (attempt %d); its lists are read again\n", r.name, attempt)
+		return true
+	}
 }
 
 // closeRemote closes d's session once the cancellations owed to the
@@ -353,37 +459,93 @@ func (g *gateway) closeRemote(d *downstream) {
 	r.mu.Lock()
 	r.closing = true
 	lost := r.lost != ""
+	cs, release, used := r.cs, r.release, r.used
 	r.mu.Unlock()
-	if err := d.cs.Close(); err != nil {
+	r.stop()
+	if err := cs.Close(); err != nil {
 		g.log.Debug("close a remote session", "server", r.name, "err", r.scrub(err.Error()))
 	}
-	if r.release != nil {
-		r.release()
+	if release != nil {
+		release()
 	}
 	r.http.close()
 	if lost {
 		return
 	}
-	if rc := g.connEvent(r, r.used, schemas.ConnClosed, 0, ""); rc != nil {
+	if rc := g.connEvent(r, used, schemas.ConnClosed, 0, ""); rc != nil {
 		rc.Wait(context.Background())
 	}
 }
 
+// await waits at most d for a lost session to come back, and returns why
+// it is still lost ("" when a session runs).
+func (r *remoteDown) await(d time.Duration) string {
+	r.mu.Lock()
+	why, back := r.lost, r.back
+	r.mu.Unlock()
+	if why == "" {
+		return ""
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-back:
+	case <-t.C:
+	case <-r.life.Done():
+	}
+	return r.lostReason()
+}
+
 // runCall runs a tools/call that decideCall let through. A remote server
-// whose session ended is not called: the call fails, saying why. A remote
-// server's errors are scrubbed of its secrets before they are recorded or
-// reach the host.
+// whose session is lost is waited for (remoteAttemptTimeout), then not
+// called: the call fails, saying why. A remote server's errors are
+// scrubbed of its secrets before they are recorded or reach the host; one
+// of the connection (not the server's JSON-RPC error) says that the call
+// may or may not have reached the server.
 func (g *gateway) runCall(cctx context.Context, wc schemas.WrapCall, e toolEntry, run callRunner) (any, error) {
 	d := g.downs[e.server]
 	if d == nil || d.remote == nil {
 		return run(cctx, wc, e)
 	}
-	if why := d.remote.lostReason(); why != "" {
+	r := d.remote
+	if why := r.await(remoteAttemptTimeout); why != "" {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf(
-			"aegis: server %s is disconnected (%s); the call was not sent. aegis does not reconnect during a run: restart the gateway", e.server, why)}
+			"aegis: server %s is disconnected (%s); the call was not sent. aegis is connecting it again: try the call later", e.server, why)}
+	}
+	if need := r.http.oauth.refusal(); need != "" {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: server %s: %s; the call was not sent", e.server, need)}
 	}
 	res, err := run(cctx, wc, e)
-	return res, d.remote.scrubErr(err)
+	if err == nil {
+		return res, nil
+	}
+	if !connectionFailed(err) || cctx.Err() != nil {
+		return res, r.scrubErr(err)
+	}
+	if need := r.http.oauth.refusal(); need != "" {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: server %s: %s", e.server, need)}
+	}
+	if more := r.http.oauth.stepUp(); more != "" {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: server %s: %s", e.server, more)}
+	}
+	return res, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf(
+		"aegis: server %s: the connection failed during the call, which may or may not have reached the server (%s); aegis reconnects the server if its session is lost: later calls go to the new session", e.server, r.scrub(err.Error()))}
+}
+
+// connectionFailed says whether err is the connection's, not the
+// server's: the SDK's own codes for a request its transport could not
+// carry (rejected, client or server closing), a closed connection, or
+// any error that is not a JSON-RPC error.
+func connectionFailed(err error) bool {
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) {
+		return true
+	}
+	switch we.Code {
+	case -32003, -32004, -32005:
+		return true
+	}
+	return errors.Is(err, mcp.ErrConnectionClosed)
 }
 
 // awaitCancelSent takes a ticket for a cancellation aegis makes and waits

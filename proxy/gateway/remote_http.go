@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +23,7 @@ import (
 type remoteHTTP struct {
 	origin  string // scheme://host:port of the url, lowercase
 	header  http.Header
+	oauth   *OAuthClient // nil without oauth:
 	base    *http.Transport
 	cancels *cancelTally
 }
@@ -37,9 +37,8 @@ func newRemoteHTTP(rs *RemoteServer) (*remoteHTTP, error) {
 	if err != nil {
 		return nil, errors.New("bad url") // not quoted: its query may hold a secret
 	}
-	base := http.DefaultTransport.(*http.Transport).Clone()
-	base.TLSClientConfig = &tls.Config{RootCAs: rs.RootCAs, MinVersion: tls.VersionTLS12}
-	return &remoteHTTP{origin: originOf(u), header: rs.Header.Clone(), base: base, cancels: newCancelTally()}, nil
+	base := rs.HTTPTransport()
+	return &remoteHTTP{origin: originOf(u), header: rs.Header.Clone(), oauth: rs.OAuth, base: base, cancels: newCancelTally()}, nil
 }
 
 // originOf is u's scheme, host and port, lowercase, with the scheme's
@@ -100,12 +99,54 @@ func (t *remoteTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 	}
-	resp, err := t.h.base.RoundTrip(r)
+	var resp *http.Response
+	var err error
+	if o := t.h.oauth; o != nil {
+		resp, err = t.withToken(r, o)
+	} else {
+		resp, err = t.h.base.RoundTrip(r)
+	}
 	if t.probe != nil {
 		t.probe.saw(req.Method, resp)
 	}
 	if err == nil && cancels > 0 && resp.StatusCode/100 == 2 {
 		t.h.cancels.add(cancels)
+	}
+	return resp, err
+}
+
+// withToken sends r with the server's access token, refreshed first when
+// it has expired; a 401 refreshes it and sends r again, once, when its
+// body can be sent again. A second 401 means the server refuses even a
+// fresh token: the server needs a login.
+func (t *remoteTripper) withToken(r *http.Request, o *OAuthClient) (*http.Response, error) {
+	tok, err := o.token(r.Context(), false)
+	if err != nil {
+		return nil, err
+	}
+	r.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := t.h.base.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusForbidden {
+		o.forbidden(resp.Header.Values("WWW-Authenticate"))
+	}
+	if err != nil || resp.StatusCode != http.StatusUnauthorized || (r.Body != nil && r.GetBody == nil) {
+		return resp, err
+	}
+	again := r.Clone(r.Context())
+	if r.GetBody != nil {
+		if again.Body, err = r.GetBody(); err != nil {
+			return resp, nil
+		}
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if tok, err = o.token(r.Context(), true); err != nil {
+		return nil, err
+	}
+	again.Header.Set("Authorization", "Bearer "+tok)
+	resp, err = t.h.base.RoundTrip(again)
+	if err == nil && resp.StatusCode == http.StatusUnauthorized {
+		o.refused(resp.StatusCode)
 	}
 	return resp, err
 }

@@ -102,7 +102,7 @@ func (g *gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "no such server " + server}
 	}
 	p.Ref = &ref
-	res, err := d.cs.Complete(ctx, &p)
+	res, err := d.session().Complete(ctx, &p)
 	return res, asSent(err)
 }
 
@@ -125,7 +125,7 @@ func (g *gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	if !ok {
 		return mcp.ResourceNotFoundError(uri)
 	}
-	return asSent(g.downs[server].cs.Subscribe(ctx, &mcp.SubscribeParams{Meta: req.Params.Meta, URI: uri}))
+	return asSent(g.downs[server].session().Subscribe(ctx, &mcp.SubscribeParams{Meta: req.Params.Meta, URI: uri}))
 }
 
 func (g *gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
@@ -133,12 +133,12 @@ func (g *gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) 
 	if !ok {
 		return mcp.ResourceNotFoundError(req.Params.URI)
 	}
-	return asSent(g.downs[server].cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{Meta: req.Params.Meta, URI: req.Params.URI}))
+	return asSent(g.downs[server].session().Unsubscribe(ctx, &mcp.UnsubscribeParams{Meta: req.Params.Meta, URI: req.Params.URI}))
 }
 
 // readFrom is the handler of a resource that server cs lists.
-func readFrom(cs *mcp.ClientSession) mcp.ResourceHandler {
+func readFrom(d *downstream) mcp.ResourceHandler {
 	return func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		return cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI})
+		return d.session().ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI})
 	}
 }

@@ -108,6 +108,28 @@ func GoConformanceServer(t testing.TB) string {
 	return bin
 }
 
+// goConformanceClientPkg is the go-sdk's client for the conformance suite.
+const goConformanceClientPkg = "github.com/modelcontextprotocol/go-sdk/conformance/everything-client"
+
+// GoConformanceClient builds the go-sdk's conformance everything-client
+// (the module's go-sdk version) into a directory from t.TempDir and
+// returns its path: the suite's client mode runs it with the scenario's
+// server url.
+func GoConformanceClient(t testing.TB) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("mcptest: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "conformance-everything-client")
+	cmd := exec.Command("go", "build", "-o", bin, goConformanceClientPkg)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mcptest: go build %s: %v\n%s", goConformanceClientPkg, err, out)
+	}
+	return bin
+}
+
 // FilesystemServer returns the argv that runs the Node reference server
 // @modelcontextprotocol/server-filesystem from .cache/node at the module root,
 // allowed to access the directories roots. Missing dependencies are handled
