@@ -56,7 +56,7 @@ TESTFLAGS := -race -count=1 -parallel 8 -timeout 30m
 TESTBIN   := $(CURDIR)/.cache/testbin
 TESTBINS  := ./cmd/aegis ./cmd/aegis-example-server ./cmd/aegis/testdata/openkey \
 	./proxy/testdata/rawserver ./proxy/testdata/growserver ./proxy/testdata/taskserver \
-	./proxy/testdata/spawner ./proxy/testdata/pinserver
+	./proxy/testdata/spawner ./proxy/testdata/pinserver ./proxy/testdata/authclient
 LONG      := ./proxy ./cmd/aegis
 test: vet cross fmt-check interop-deps console-deps python-deps
 	@start=$$(date +%s); rm -rf $(TESTBIN) && mkdir -p $(TESTBIN) || exit 1; \

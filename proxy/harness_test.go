@@ -78,7 +78,11 @@ func bin(t testing.TB, name string) string {
 	if binErr != nil {
 		t.Fatal(binErr)
 	}
-	return filepath.Join(binDir, name)
+	p := filepath.Join(binDir, name)
+	if _, err := os.Stat(p); binShared && err != nil {
+		t.Fatalf("%s is not among the binaries of AEGIS_TEST_BINDIR: add its package to TESTBINS in the Makefile (%v)", name, err)
+	}
+	return p
 }
 
 // removeBins deletes the binaries built by bin; TestMain calls it.
