@@ -12,16 +12,20 @@ import (
 // value space), so both paths give the same line. A test holds them equal.
 
 func (i Intent) fastLine() (Line, bool) {
-	if !allUTF8(i.CallID, i.ToolID, i.RequestDigest) {
+	if !allUTF8(i.CallID, i.ToolID, i.RequestDigest, i.TraceParent) {
 		return Line{}, false
 	}
-	return Line{m: map[string]any{
+	m := map[string]any{
 		FieldSchemaVersion: uint64(AuditSchemaVersion),
 		FieldLineType:      LineIntent,
 		"call_id":          i.CallID,
 		"tool_id":          i.ToolID,
 		"request_digest":   i.RequestDigest,
-	}}, true
+	}
+	if i.TraceParent != "" {
+		m[FieldTraceParent] = i.TraceParent
+	}
+	return Line{m: m}, true
 }
 
 func (o Outcome) fastLine() (Line, bool, error) {

@@ -46,6 +46,14 @@ func TestFastLinesEqualPayloadLines(t *testing.T) {
 	if !bytes.Equal(a, b) {
 		t.Fatalf("intent fast %s slow %s", a, b)
 	}
+	in.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	fast, _ = in.fastLine()
+	slow, _ = payloadLine(LineIntent, in)
+	a, _ = fast.Canonical()
+	b, _ = slow.Canonical()
+	if !bytes.Equal(a, b) || !bytes.Contains(a, []byte(`"traceparent":"00-4bf9`)) {
+		t.Fatalf("intent with traceparent: fast %s slow %s", a, b)
+	}
 	// Unusual outcomes take the slow path.
 	o := wc.Answered(d, wall)
 	o.DecisionAxes.FS = &FSAxis{PathRaw: "a", PathCanonical: "b"}

@@ -38,10 +38,15 @@ func (o Open) Line() (Line, error) { return payloadLine(LineOpen, o) }
 
 // Intent is the payload of an intent line: what a call is about to do,
 // recorded before it runs. Intent lines are never signed.
+//
+// TraceParent, when set, is the host's W3C trace context for the call
+// ([FieldTraceParent]); it is omitted otherwise, and the line is exactly
+// as before.
 type Intent struct {
 	CallID        string `json:"call_id"`
 	ToolID        string `json:"tool_id"`
 	RequestDigest string `json:"request_digest"`
+	TraceParent   string `json:"traceparent,omitempty"`
 }
 
 // Line returns the intent line without header position.

@@ -62,7 +62,7 @@ func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 // toolsCall records one tools/call: intent before anything runs, outcome
 // before the answer goes back.
 func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolRequest, next mcp.MethodHandler) (mcp.Result, error) {
-	res, err := g.decideCall(ctx, method, r.Params.Name, r.Params.Arguments, func(cctx context.Context, _ schemas.WrapCall, _ toolEntry) (any, error) {
+	res, err := g.decideCall(withTraceParent(ctx, r.Params.Meta), method, r.Params.Name, r.Params.Arguments, func(cctx context.Context, _ schemas.WrapCall, _ toolEntry) (any, error) {
 		return next(cctx, method, r)
 	})
 	if err != nil {
@@ -97,7 +97,7 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 	}
 	wc := schemas.WrapCall{CallID: g.sess.NextCallID(), ToolID: name, RequestDigest: dg, PolicySetHash: policyHash}
 	axes := schemas.DecisionAxes{Role: profile}
-	rc, err := g.sess.Intent(wc.Intent())
+	rc, err := g.sess.Intent(proxy.IntentOf(wc, traceParentOf(ctx)))
 	if err == nil {
 		_, err = rc.Wait(ctx)
 	}
