@@ -17,7 +17,7 @@ PREFIX  ?= $(HOME)/.local
 # git can tell it, whatever GOFLAGS says.
 BUILDFLAGS := -buildvcs=auto
 
-.PHONY: all build install test vet cross release fmt-check unit bench fuzz demo interop-deps console-deps python-deps clean
+.PHONY: all build install test vet cross release fmt-check unit bench fuzz demo interop-deps console-deps python-deps telemetry-deps clean
 
 all: build
 
@@ -49,7 +49,7 @@ install:
 # without a browser.
 TESTFLAGS := -race -count=1 -parallel 8 -timeout 30m
 LONG      := ./proxy ./cmd/aegis
-test: vet cross fmt-check interop-deps console-deps python-deps
+test: vet cross fmt-check interop-deps console-deps python-deps telemetry-deps
 	@start=$$(date +%s); $(GO) build -race $$($(GO) list -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' ./...) || exit 1; \
 	rest=$$($(GO) list ./... | grep -v -x $(foreach p,$(LONG),-e $$($(GO) list $(p)))); \
 	export AEGIS_REQUIRE_BROWSER=1; pids=""; \
@@ -107,6 +107,20 @@ console-deps:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get install -y chromium || { apt-get update && apt-get install -y chromium; }; \
 	  else echo "console-deps: chromium is missing; run: sudo apt-get install -y chromium" >&2; exit 1; fi; }
+
+# telemetry-deps installs Debian's prometheus package when promtool is
+# missing: the telemetry tests check the metrics page with promtool and
+# start a Prometheus server of their own that scrapes it. The package's
+# own service is not started (a policy-rc.d that says no, for the
+# install's time, where none is there).
+telemetry-deps:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    rc=/usr/sbin/policy-rc.d; made=; \
+	    if [ ! -e $$rc ]; then printf '#!/bin/sh\nexit 101\n' > $$rc && chmod 755 $$rc && made=1; fi; \
+	    apt-get install -y --no-install-recommends prometheus || { apt-get update && apt-get install -y --no-install-recommends prometheus; }; s=$$?; \
+	    [ -z "$$made" ] || rm -f $$rc; exit $$s; \
+	  else echo "telemetry-deps: promtool is missing; run: sudo apt-get install -y prometheus" >&2; exit 1; fi; }
 
 # python-deps installs Python 3 when it is missing: proxy/reading holds
 # its reading of frames to Python's json, as to Node's JSON.parse.

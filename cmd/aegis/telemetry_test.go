@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// telemetryPolicy denies add, so that a session has refused calls to count.
+const telemetryPolicy = `version: 1
+default: allow
+rules:
+  - id: no-add
+    tool: add
+    action: deny
+`
+
+// hostTrace is the trace context a host sends with a call (SEP-414).
+const (
+	hostTraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	hostSpanID  = "00f067aa0ba902b7"
+	hostTrace   = "00-" + hostTraceID + "-" + hostSpanID + "-01"
+)
+
+// requireTool finds a program the telemetry tests start: make test
+// installs it (telemetry-deps) and sets AEGIS_REQUIRE_TELEMETRY, so that
+// there the test never skips.
+func requireTool(t *testing.T, name string, paths ...string) string {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if os.Getenv("AEGIS_REQUIRE_TELEMETRY") != "" {
+		t.Fatalf("no %s: run make telemetry-deps", name)
+	}
+	t.Skipf("%s is not installed (make telemetry-deps installs it)", name)
+	return ""
+}
+
+// freeAddr is a loopback address with a port free a moment ago, for a
+// program that takes no port 0.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// metricsAddr waits for the address wrap prints for --metrics-listen.
+func (w *wrapProc) metricsAddr() string {
+	w.l.t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case p, ok := <-w.prompts:
+			if !ok {
+				w.l.t.Fatal("aegis wrap exited without serving metrics")
+			}
+			if a, ok := strings.CutPrefix(p, "aegis: metrics at http://"); ok {
+				return strings.TrimSuffix(a, "/metrics")
+			}
+		case <-timeout:
+			w.l.t.Fatal("aegis wrap printed no metrics address")
+		}
+	}
+}
+
+func httpGet(t *testing.T, u, host string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// eventually polls check every 100 ms for up to d.
+func eventually(t *testing.T, d time.Duration, what string, check func() (bool, string)) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for {
+		ok, got := check()
+		if ok {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %v; last: %s", what, d, got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// telemetryCalls makes one allowed call with the host's trace context and
+// two refused ones.
+func telemetryCalls(w *wrapProc) {
+	w.initialize()
+	if a := w.call(1, "tools/call", `{"name":"echo","arguments":{"message":"hi"},"_meta":{"traceparent":"`+hostTrace+`"}}`); !strings.Contains(a, `"hi"`) {
+		w.l.t.Fatalf("echo: %s", a)
+	}
+	for id := 2; id <= 3; id++ {
+		if a := w.call(id, "tools/call", `{"name":"add","arguments":{"a":1,"b":2}}`); !strings.Contains(a, "-32042") {
+			w.l.t.Fatalf("add was not refused: %s", a)
+		}
+	}
+}
+
+// TestTelemetryPrometheus: wrap --metrics-listen serves a page that
+// promtool accepts, only to requests for its own address (a page of
+// another site that a DNS rebinding points at it gets 403), and a real
+// Prometheus server that scrapes it answers a query for the refused calls
+// with their count. The host's trace id is in the record's intent line,
+// and the record still verifies.
+func TestTelemetryPrometheus(t *testing.T) {
+	if testing.Short() || runtime.GOOS != "linux" {
+		t.Skip("runs aegis wrap and Prometheus")
+	}
+	promtool := requireTool(t, "promtool")
+	prom := requireTool(t, "prometheus")
+	t.Parallel()
+	l := newLive(t, telemetryPolicy)
+	w := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
+		"--policy", l.policy, "--metrics-listen", "127.0.0.1:0", "--", filepath.Join(l.bin, "aegis-example-server")))
+	addr := w.metricsAddr()
+	telemetryCalls(w)
+
+	var page string
+	eventually(t, 10*time.Second, "the page counts two refusals", func() (bool, string) {
+		_, page = httpGet(t, "http://"+addr+"/metrics", "")
+		return strings.Contains(page, `aegis_refusals_total{aegis_refusal_reason="policy_denied",aegis_server="aegis-example-server"} 2`), page
+	})
+	for _, want := range []string{
+		`aegis_calls_total{aegis_server="aegis-example-server",aegis_verdict="allowed",gen_ai_tool_name="echo"} 1`,
+		`mcp_server_operation_duration_seconds_count{aegis_server="aegis-example-server",gen_ai_tool_name="echo",mcp_method_name="tools/call"} 1`,
+		`mcp_client_operation_duration_seconds_count{`,
+		`aegis_store_commits_total `, `aegis_store_size_bytes `, `process_memory_usage_bytes `, `process_open_fds `,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %s:\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, `"a":1`) || strings.Contains(page, hostTraceID) {
+		t.Errorf("the page holds a call's arguments or trace id:\n%s", page)
+	}
+	check := exec.Command(promtool, "check", "metrics")
+	check.Stdin = strings.NewReader(page)
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	if code, body := httpGet(t, "http://"+addr+"/metrics", "rebound.example:"+port); code != http.StatusForbidden {
+		t.Errorf("a request for another Host: %d, want 403\n%s", code, body)
+	}
+
+	// A Prometheus server of the test's own scrapes the page every second.
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "prometheus.yml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: aegis\n    static_configs:\n      - targets: [%q]\n", addr)), 0o600)
+	web := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := exec.CommandContext(ctx, prom, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web, "--log.level=warn")
+	var plog strings.Builder
+	p.Stdout, p.Stderr = &plog, &plog
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); p.Wait() }()
+	q := "http://" + web + "/api/v1/query?query=" + url.QueryEscape(`sum(aegis_refusals_total{aegis_refusal_reason="policy_denied"})`)
+	eventually(t, 60*time.Second, "Prometheus answers the refused calls' count", func() (bool, string) {
+		_, body := httpGet(t, q, "")
+		var r struct {
+			Data struct {
+				Result []struct {
+					Value []any `json:"value"`
+				} `json:"result"`
+			} `json:"data"`
+		}
+		json.Unmarshal([]byte(body), &r)
+		return len(r.Data.Result) == 1 && len(r.Data.Result[0].Value) == 2 && r.Data.Result[0].Value[1] == "2", body + "\n" + plog.String()
+	})
+	w.finish()
+
+	rec, err := os.ReadFile(l.audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intents := 0
+	for _, line := range strings.Split(string(rec), "\n") {
+		if strings.Contains(line, `"line_type":"intent"`) && strings.Contains(line, `"tool_id":"echo"`) {
+			intents++
+			if !strings.Contains(line, `"traceparent":"`+hostTrace+`"`) {
+				t.Errorf("the intent line lacks the host's trace context: %s", line)
+			}
+		}
+	}
+	if intents != 1 {
+		t.Errorf("%d intent lines of echo, want 1", intents)
+	}
+	if out, code := l.aegis("verify", l.audit); code != 0 {
+		t.Errorf("verify: exit %d\n%s", code, out)
+	}
+}
