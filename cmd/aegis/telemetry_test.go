@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -169,6 +170,7 @@ func TestTelemetryPrometheus(t *testing.T) {
 	if strings.Contains(page, `"a":1`) || strings.Contains(page, hostTraceID) {
 		t.Errorf("the page holds a call's arguments or trace id:\n%s", page)
 	}
+	checkDocumented(t, page)
 	check := exec.Command(promtool, "check", "metrics")
 	check.Stdin = strings.NewReader(page)
 	if out, err := check.CombinedOutput(); err != nil {
@@ -226,5 +228,72 @@ func TestTelemetryPrometheus(t *testing.T) {
 	}
 	if out, code := l.aegis("verify", l.audit); code != 0 {
 		t.Errorf("verify: exit %d\n%s", code, out)
+	}
+}
+
+// documentedMetrics returns the Prometheus names of docs/telemetry.md's
+// table, and the metric names that its Grafana dashboard queries.
+func documentedMetrics(t *testing.T) (table, queried map[string]bool) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "docs", "telemetry.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	table = map[string]bool{}
+	for _, line := range strings.Split(doc, "\n") {
+		if m := regexp.MustCompile("^\\| `([a-z_]+)` \\|").FindStringSubmatch(line); m != nil {
+			table[m[1]] = true
+		}
+	}
+	_, rest, ok := strings.Cut(doc, "```json\n{\n  \"title\": \"aegis\"")
+	if !ok {
+		t.Fatal("docs/telemetry.md has no dashboard")
+	}
+	body, _, _ := strings.Cut(rest, "\n```")
+	var dash struct {
+		Panels []struct {
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal([]byte("{\n  \"title\": \"aegis\""+body), &dash); err != nil {
+		t.Fatalf("the dashboard is not JSON: %v", err)
+	}
+	queried = map[string]bool{}
+	name := regexp.MustCompile(`\b(?:aegis|mcp|process)_[a-z_]+`)
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, n := range name.FindAllString(tg.Expr, -1) {
+				queried[strings.TrimSuffix(n, "_bucket")] = true
+			}
+		}
+	}
+	if len(queried) < 10 {
+		t.Fatalf("the dashboard queries %d metrics: %v", len(queried), queried)
+	}
+	return table, queried
+}
+
+// checkDocumented holds the page and the dashboard to the table of
+// docs/telemetry.md: every metric the page serves is documented, and the
+// dashboard queries no metric that aegis does not export.
+func checkDocumented(t *testing.T, page string) {
+	t.Helper()
+	table, queried := documentedMetrics(t)
+	for n := range queried {
+		if !table[n] {
+			t.Errorf("the dashboard queries %s, which the table does not list", n)
+		}
+	}
+	for _, line := range strings.Split(page, "\n") {
+		if strings.HasPrefix(line, "# TYPE ") {
+			n := strings.Fields(line)[2]
+			if _, ok := table[n]; !ok && !table[n+"_total"] && n != "target_info" {
+				t.Errorf("the page serves %s, which docs/telemetry.md does not list", n)
+			}
+		}
 	}
 }
