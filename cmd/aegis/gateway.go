@@ -146,7 +146,7 @@ lists, as for aegis wrap: see 'aegis help approve'. An escalation's signed
 target is "aegis.set_profile FROM -> TO", as 'aegis approvals' lists it.
 Without it, any process of this user can approve.
 
-`+telemetryHelp+`For a gateway, a call's server is the <server> of its tool's name, and
+` + telemetryHelp + `For a gateway, a call's server is the <server> of its tool's name, and
 with --listen the sessions open are counted by front (stdio or http).
 A bare aegis exports when the OTEL_EXPORTER_OTLP_* variables say so.
 

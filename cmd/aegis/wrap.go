@@ -116,7 +116,7 @@ first line none covers yet (default 10s), and at every close: an event in
 the stream, and a line of the RECORD.checkpoints file beside it. See
 'aegis help verify'.
 
-`+telemetryHelp+`
+` + telemetryHelp + `
 Not covered by --confine: file metadata outside the grants (stat, and
 chmod/chown/utimes/xattrs: a root server can chmod the signing key, though
 not read it); system calls the filter does not name, System V IPC and POSIX
