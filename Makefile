@@ -17,7 +17,7 @@ PREFIX  ?= $(HOME)/.local
 # git can tell it, whatever GOFLAGS says.
 BUILDFLAGS := -buildvcs=auto
 
-.PHONY: all build install test vet cross release fmt-check unit bench fuzz demo interop-deps console-deps python-deps telemetry-deps clean
+.PHONY: all build install test vet cross release fmt-check unit bench fuzz demo interop-deps console-deps python-deps telemetry-deps jaeger-deps clean
 
 all: build
 
@@ -44,15 +44,16 @@ install:
 # mostly wait (on processes, a fleet hub's retries) run side by side
 # (t.Parallel, -parallel 8). The interop suite needs the Node reference
 # servers, the console's browser test Debian's chromium, and the reading's
-# differential test Python 3 (beside Node), installed here first;
-# AEGIS_REQUIRE_BROWSER makes the browser test fail rather than skip
-# without a browser.
+# differential test Python 3 (beside Node), the telemetry tests Debian's
+# prometheus and a Jaeger built from source, installed here first;
+# AEGIS_REQUIRE_BROWSER and AEGIS_REQUIRE_TELEMETRY make those tests fail
+# rather than skip without them.
 TESTFLAGS := -race -count=1 -parallel 8 -timeout 30m
 LONG      := ./proxy ./cmd/aegis
-test: vet cross fmt-check interop-deps console-deps python-deps telemetry-deps
+test: vet cross fmt-check interop-deps console-deps python-deps telemetry-deps jaeger-deps
 	@start=$$(date +%s); $(GO) build -race $$($(GO) list -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' ./...) || exit 1; \
 	rest=$$($(GO) list ./... | grep -v -x $(foreach p,$(LONG),-e $$($(GO) list $(p)))); \
-	export AEGIS_REQUIRE_BROWSER=1; pids=""; \
+	export AEGIS_REQUIRE_BROWSER=1 AEGIS_REQUIRE_TELEMETRY=1; pids=""; \
 	for p in $(LONG); do $(GO) test $(TESTFLAGS) $$p & pids="$$pids $$!"; done; \
 	$(GO) test $(TESTFLAGS) -p 2 $$rest & pids="$$pids $$!"; \
 	status=0; for p in $$pids; do wait $$p || status=1; done; \
@@ -121,6 +122,20 @@ telemetry-deps:
 	    apt-get install -y --no-install-recommends prometheus || { apt-get update && apt-get install -y --no-install-recommends prometheus; }; s=$$?; \
 	    [ -z "$$made" ] || rm -f $$rc; exit $$s; \
 	  else echo "telemetry-deps: promtool is missing; run: sudo apt-get install -y prometheus" >&2; exit 1; fi; }
+
+# jaeger-deps builds Jaeger v1.75.0 (its cmd/jaeger, an OpenTelemetry
+# Collector with Jaeger's storage and query API), the OTLP receiver of the
+# telemetry test, once into .cache/bin/jaeger, from the Go tool module
+# cmd/aegis/testdata/jaeger. From a cold module and build cache it
+# downloads about 1.3 GB of modules and compiles for many minutes (see
+# docs/telemetry.md); after that it is up to date until that module
+# changes.
+JAEGER := .cache/bin/jaeger
+jaeger-deps: $(JAEGER)
+
+$(JAEGER): cmd/aegis/testdata/jaeger/go.mod cmd/aegis/testdata/jaeger/go.sum
+	mkdir -p $(dir $@)
+	cd cmd/aegis/testdata/jaeger && $(GO) build -o $(abspath $@) github.com/jaegertracing/jaeger/cmd/jaeger
 
 # python-deps installs Python 3 when it is missing: proxy/reading holds
 # its reading of frames to Python's json, as to Node's JSON.parse.

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -295,5 +296,192 @@ func checkDocumented(t *testing.T, page string) {
 				t.Errorf("the page serves %s, which docs/telemetry.md does not list", n)
 			}
 		}
+	}
+}
+
+// jaegerConfig is a Jaeger (v2, an OpenTelemetry Collector) that takes
+// OTLP over gRPC and HTTP, keeps the spans in memory behind its query API,
+// and serves the metrics it receives for Prometheus.
+const jaegerConfig = `service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [jaeger_storage_exporter]
+    metrics:
+      receivers: [otlp]
+      exporters: [prometheus]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: warn
+extensions:
+  jaeger_query:
+    storage:
+      traces: mem
+    http:
+      endpoint: %s
+    grpc:
+      endpoint: %s
+  jaeger_storage:
+    backends:
+      mem:
+        memory:
+          max_traces: 1000
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: %s
+      http:
+        endpoint: %s
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: mem
+  prometheus:
+    endpoint: %s
+`
+
+// jaegerSpan is a span as Jaeger's query API returns it.
+type jaegerSpan struct {
+	SpanID        string `json:"spanID"`
+	OperationName string `json:"operationName"`
+	References    []struct {
+		RefType string `json:"refType"`
+		SpanID  string `json:"spanID"`
+	} `json:"references"`
+	Tags []struct {
+		Key   string `json:"key"`
+		Value any    `json:"value"`
+	} `json:"tags"`
+}
+
+func (s jaegerSpan) tag(k string) any {
+	for _, t := range s.Tags {
+		if t.Key == k {
+			return t.Value
+		}
+	}
+	return nil
+}
+
+// jaegerTrace waits until Jaeger's query API at query holds trace id with
+// a span named op, and returns the trace's spans.
+func jaegerTrace(t *testing.T, query, id, op string) []jaegerSpan {
+	t.Helper()
+	var spans []jaegerSpan
+	eventually(t, 30*time.Second, "Jaeger holds the trace "+id, func() (bool, string) {
+		_, body := httpGet(t, "http://"+query+"/api/traces/"+id, "")
+		var r struct {
+			Data []struct {
+				Spans []jaegerSpan `json:"spans"`
+			} `json:"data"`
+		}
+		json.Unmarshal([]byte(body), &r)
+		if len(r.Data) != 1 {
+			return false, body
+		}
+		spans = r.Data[0].Spans
+		for _, s := range spans {
+			if s.OperationName == op {
+				return true, body
+			}
+		}
+		return false, body
+	})
+	return spans
+}
+
+// TestTelemetryOTLP: a real OTLP receiver (Jaeger) gets the spans and the
+// metrics of a recorded session, and the test reads them back from it:
+// the call's span continues the host's trace (a child of the host's span)
+// and names the record line it joins, with its commits as children; the
+// receiver's metrics count the refused calls. aegis replay --otlp (over
+// gRPC) re-emits the spans of a session that exported nothing while it
+// ran, under the trace the host sent.
+func TestTelemetryOTLP(t *testing.T) {
+	if testing.Short() || runtime.GOOS != "linux" {
+		t.Skip("runs aegis wrap and Jaeger")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	jaeger := requireTool(t, "jaeger", filepath.Join(filepath.Dir(file), "..", "..", ".cache", "bin", "jaeger"))
+	t.Parallel()
+	query, queryGRPC, otlpGRPC, otlpHTTP, prom := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "jaeger.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(jaegerConfig, query, queryGRPC, otlpGRPC, otlpHTTP, prom)), 0o600)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	j := exec.CommandContext(ctx, jaeger, "--config", cfg)
+	var jlog strings.Builder
+	j.Stdout, j.Stderr = &jlog, &jlog
+	if err := j.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); j.Wait() }()
+	eventually(t, 30*time.Second, "Jaeger answers", func() (bool, string) {
+		code, body := httpGet(t, "http://"+query+"/api/services", "")
+		return code == http.StatusOK, body + "\n" + jlog.String()
+	})
+
+	l := newLive(t, telemetryPolicy)
+	w := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
+		"--policy", l.policy, "--otlp-endpoint", "http://"+otlpHTTP, "--", filepath.Join(l.bin, "aegis-example-server")))
+	telemetryCalls(w)
+	w.finish() // the exporters flush as aegis exits
+
+	spans := jaegerTrace(t, query, hostTraceID, "tools/call echo")
+	var call jaegerSpan
+	names := map[string]string{}
+	for _, s := range spans {
+		names[s.OperationName] = s.SpanID
+		if s.OperationName == "tools/call echo" {
+			call = s
+		}
+	}
+	if len(call.References) != 1 || call.References[0].SpanID != hostSpanID || call.References[0].RefType != "CHILD_OF" {
+		t.Errorf("the call's span is not a child of the host's span %s: %+v", hostSpanID, call.References)
+	}
+	if seq, ok := call.tag("aegis.record.intent_seq").(float64); !ok || seq != 1 {
+		t.Errorf("aegis.record.intent_seq = %v, want 1 (the intent line's seq)", call.tag("aegis.record.intent_seq"))
+	}
+	if call.tag("aegis.verdict") != "allowed" || call.tag("gen_ai.tool.name") != "echo" {
+		t.Errorf("the call's span: %+v", call.Tags)
+	}
+	for _, child := range []string{"aegis.commit intent", "aegis.commit outcome"} {
+		if names[child] == "" {
+			t.Errorf("no %q span under the call: %v", child, names)
+		}
+	}
+	for _, s := range spans {
+		for _, tg := range s.Tags {
+			if v, _ := tg.Value.(string); strings.Contains(v, `"a":1`) || strings.Contains(v, "hi") && tg.Key != "aegis.host.traceparent" {
+				t.Errorf("span %s holds content: %s=%v", s.OperationName, tg.Key, tg.Value)
+			}
+		}
+	}
+	refused := regexp.MustCompile(`aegis_refusals_total\{[^}]*aegis_refusal_reason="policy_denied"[^}]*\} 2\b`)
+	eventually(t, 30*time.Second, "the receiver's metrics count two refusals", func() (bool, string) {
+		_, page := httpGet(t, "http://"+prom+"/metrics", "")
+		return refused.MatchString(page), page
+	})
+
+	// A session that exported nothing, re-emitted from the stream over gRPC.
+	const trace2 = "5bf92f3577b34da6a3ce929d0e0e4737"
+	w = l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
+		"--policy", l.policy, "--", filepath.Join(l.bin, "aegis-example-server")))
+	w.initialize()
+	w.call(1, "tools/call", `{"name":"echo","arguments":{"message":"later"},"_meta":{"traceparent":"00-`+trace2+`-10f067aa0ba902b7-01"}}`)
+	w.finish()
+	rc := exec.Command(filepath.Join(l.bin, "aegis"), "replay", "--state-dir", l.state, "--otlp", "http://"+otlpGRPC, "last")
+	rc.Env = append(slices.Clip(l.env), "OTEL_EXPORTER_OTLP_PROTOCOL=grpc")
+	out, err := rc.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "exported 1 spans of 1 calls") {
+		t.Fatalf("replay --otlp: %v\n%s", err, out)
+	}
+	spans = jaegerTrace(t, query, trace2, "tools/call echo")
+	if len(spans) != 1 || len(spans[0].References) != 1 || spans[0].References[0].SpanID != "10f067aa0ba902b7" {
+		t.Errorf("the replayed trace: %+v", spans)
 	}
 }
