@@ -144,7 +144,8 @@ type Exporter struct {
 	addr   net.Addr
 	stop   chan struct{}
 	done   chan struct{}
-	mu     sync.Mutex // the fold and pos
+	sink   *sink
+	mu     sync.Mutex // the fold, the sink and pos
 	pos    events.Position
 	closed bool
 }
@@ -340,35 +341,61 @@ func (x *Exporter) shutdown(ctx context.Context) error {
 
 // out is the fold's sink: the instruments and the span processor.
 func (x *Exporter) out() projector.TelemetryOut {
-	return &sink{inst: x.inst, spans: x.spans, res: x.res}
+	if x.sink == nil {
+		x.sink = &sink{inst: x.inst, spans: x.spans, res: x.res, sets: map[callLabels]*callSets{}}
+	}
+	return x.sink
 }
 
 type sink struct {
 	inst  *instruments
 	spans sdktrace.SpanProcessor
 	res   *resource.Resource
+	// sets caches the attribute sets of each label combination: the
+	// labels are bounded, and building a set sorts and allocates.
+	sets map[callLabels]*callSets
 }
 
-func (s *sink) Call(c projector.CallSpan) {
-	ctx := context.Background()
-	i := s.inst
-	attrs := metric.WithAttributeSet(attribute.NewSet(
-		attribute.String("aegis.server", c.Server), attribute.String("gen_ai.tool.name", c.Tool),
-		attribute.String("aegis.verdict", c.Verdict)))
-	i.calls.Add(ctx, 1, attrs)
-	if c.Reason != "" {
-		i.refusals.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("aegis.server", c.Server), attribute.String("aegis.refusal.reason", c.Reason))))
+type callLabels struct{ server, tool, verdict, reason string }
+
+type callSets struct {
+	calls, refusals, op metric.MeasurementOption
+}
+
+func (s *sink) setsOf(c projector.CallSpan) *callSets {
+	k := callLabels{c.Server, c.Tool, c.Verdict, c.Reason}
+	if cs := s.sets[k]; cs != nil {
+		return cs
+	}
+	cs := &callSets{
+		calls: metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("aegis.server", c.Server), attribute.String("gen_ai.tool.name", c.Tool),
+			attribute.String("aegis.verdict", c.Verdict))),
+		refusals: metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("aegis.server", c.Server), attribute.String("aegis.refusal.reason", c.Reason))),
 	}
 	op := []attribute.KeyValue{attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", c.Tool), attribute.String("aegis.server", c.Server)}
 	if et := errorType(c); et != "" {
 		op = append(op, attribute.String("error.type", et))
 	}
+	cs.op = metric.WithAttributeSet(attribute.NewSet(op...))
+	s.sets[k] = cs
+	return cs
+}
+
+func (s *sink) Call(c projector.CallSpan) {
+	ctx := context.Background()
+	i := s.inst
+	cs := s.setsOf(c)
+	i.calls.Add(ctx, 1, cs.calls)
+	if c.Reason != "" {
+		i.refusals.Add(ctx, 1, cs.refusals)
+	}
 	if !c.Unfinished {
-		i.through.Record(ctx, c.End.Sub(c.Start).Seconds(), metric.WithAttributes(op...))
+		i.through.Record(ctx, c.End.Sub(c.Start).Seconds(), cs.op)
 	}
 	if c.AtServer != nil {
-		i.atServer.Record(ctx, c.AtServer.Seconds(), metric.WithAttributes(op...))
+		i.atServer.Record(ctx, c.AtServer.Seconds(), cs.op)
 	}
 	if s.spans != nil {
 		for _, ro := range CallSpans(c, s.res) {
