@@ -36,8 +36,8 @@ const (
 )
 
 // requireTool finds a program the telemetry tests start: make test
-// installs it (telemetry-deps) and sets AEGIS_REQUIRE_TELEMETRY, so that
-// there the test never skips.
+// installs it (telemetry-deps, jaeger-deps) and sets
+// AEGIS_REQUIRE_TELEMETRY, so that there the test never skips.
 func requireTool(t *testing.T, name string, paths ...string) string {
 	t.Helper()
 	for _, p := range paths {
@@ -48,10 +48,14 @@ func requireTool(t *testing.T, name string, paths ...string) string {
 	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
-	if os.Getenv("AEGIS_REQUIRE_TELEMETRY") != "" {
-		t.Fatalf("no %s: run make telemetry-deps", name)
+	deps := "telemetry-deps"
+	if name == "jaeger" {
+		deps = "jaeger-deps"
 	}
-	t.Skipf("%s is not installed (make telemetry-deps installs it)", name)
+	if os.Getenv("AEGIS_REQUIRE_TELEMETRY") != "" {
+		t.Fatalf("no %s: run make %s", name, deps)
+	}
+	t.Skipf("%s is not installed (make %s installs it)", name, deps)
 	return ""
 }
 
