@@ -269,9 +269,10 @@ func documentedMetrics(t *testing.T) (table, queried map[string]bool) {
 	}
 	queried = map[string]bool{}
 	name := regexp.MustCompile(`\b(?:aegis|mcp|process)_[a-z_]+`)
+	labels := regexp.MustCompile(`by \([^)]*\)|\{[^}]*\}`) // grouping and selectors name labels
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
-			for _, n := range name.FindAllString(tg.Expr, -1) {
+			for _, n := range name.FindAllString(labels.ReplaceAllString(tg.Expr, ""), -1) {
 				queried[strings.TrimSuffix(n, "_bucket")] = true
 			}
 		}
