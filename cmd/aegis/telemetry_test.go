@@ -194,7 +194,7 @@ func TestTelemetryPrometheus(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := exec.CommandContext(ctx, prom, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web, "--log.level=warn")
-	var plog strings.Builder
+	var plog syncBuffer
 	p.Stdout, p.Stderr = &plog, &plog
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
@@ -419,7 +419,7 @@ func TestTelemetryOTLP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	j := exec.CommandContext(ctx, jaeger, "--config", cfg)
-	var jlog strings.Builder
+	var jlog syncBuffer
 	j.Stdout, j.Stderr = &jlog, &jlog
 	if err := j.Start(); err != nil {
 		t.Fatal(err)
