@@ -17,7 +17,7 @@ PREFIX  ?= $(HOME)/.local
 # git can tell it, whatever GOFLAGS says.
 BUILDFLAGS := -buildvcs=auto
 
-.PHONY: all build install test vet cross release fmt-check unit bench fuzz demo interop-deps console-deps python-deps clean
+.PHONY: all build install test vet cross release fmt-check unit bench fuzz demo interop-deps console-deps python-deps telemetry-deps jaeger-deps test-telemetry clean
 
 all: build
 
@@ -44,9 +44,12 @@ install:
 # mostly wait (on processes, a fleet hub's retries) run side by side
 # (t.Parallel, -parallel 8). The interop suite needs the Node reference
 # servers, the console's browser test Debian's chromium, and the reading's
-# differential test Python 3 (beside Node), installed here first;
-# AEGIS_REQUIRE_BROWSER makes the browser test fail rather than skip
-# without a browser.
+# differential test Python 3 (beside Node), the telemetry tests Debian's
+# prometheus, installed here first; AEGIS_REQUIRE_BROWSER and
+# AEGIS_REQUIRE_TELEMETRY make those tests fail rather than skip without
+# them. The OTLP test's Jaeger is built from source (jaeger-deps, many
+# minutes of compiling once): make test runs that test where it was built,
+# and make test-telemetry builds it and runs the telemetry tests with it.
 TESTFLAGS := -race -count=1 -parallel 8 -timeout 30m
 # The binaries the tests run as processes (aegis, the example server, the
 # test servers, the sandbox's static probe), built once into TESTBIN
@@ -58,13 +61,13 @@ TESTBINS  := ./cmd/aegis ./cmd/aegis-example-server ./cmd/aegis/testdata/openkey
 	./proxy/testdata/rawserver ./proxy/testdata/growserver ./proxy/testdata/taskserver \
 	./proxy/testdata/spawner ./proxy/testdata/pinserver ./proxy/testdata/authclient
 LONG      := ./proxy ./cmd/aegis
-test: vet cross fmt-check interop-deps console-deps python-deps
+test: vet cross fmt-check interop-deps console-deps python-deps telemetry-deps
 	@start=$$(date +%s); rm -rf $(TESTBIN) && mkdir -p $(TESTBIN) || exit 1; \
 	{ $(GO) build -o $(TESTBIN)/ $(TESTBINS) && CGO_ENABLED=0 $(GO) build -o $(TESTBIN)/probe ./sandbox/testdata/probe; } & bins=$$!; \
 	$(GO) build -race $$($(GO) list -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' ./...) || exit 1; \
 	wait $$bins || exit 1; export AEGIS_TEST_BINDIR=$(TESTBIN); \
 	rest=$$($(GO) list ./... | grep -v -x $(foreach p,$(LONG),-e $$($(GO) list $(p)))); \
-	export AEGIS_REQUIRE_BROWSER=1; pids=""; \
+	export AEGIS_REQUIRE_BROWSER=1 AEGIS_REQUIRE_TELEMETRY=1; pids=""; \
 	for p in $(LONG); do $(GO) test $(TESTFLAGS) $$p & pids="$$pids $$!"; done; \
 	$(GO) test $(TESTFLAGS) -p 2 $$rest & pids="$$pids $$!"; \
 	status=0; for p in $$pids; do wait $$p || status=1; done; \
@@ -119,6 +122,39 @@ console-deps:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get install -y chromium || { apt-get update && apt-get install -y chromium; }; \
 	  else echo "console-deps: chromium is missing; run: sudo apt-get install -y chromium" >&2; exit 1; fi; }
+
+# telemetry-deps installs Debian's prometheus package when promtool is
+# missing: the telemetry tests check the metrics page with promtool and
+# start a Prometheus server of their own that scrapes it. The package's
+# own service is not started (a policy-rc.d that says no, for the
+# install's time, where none is there).
+telemetry-deps:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    rc=/usr/sbin/policy-rc.d; made=; \
+	    if [ ! -e $$rc ]; then printf '#!/bin/sh\nexit 101\n' > $$rc && chmod 755 $$rc && made=1; fi; \
+	    apt-get install -y --no-install-recommends prometheus || { apt-get update && apt-get install -y --no-install-recommends prometheus; }; s=$$?; \
+	    [ -z "$$made" ] || rm -f $$rc; exit $$s; \
+	  else echo "telemetry-deps: promtool is missing; run: sudo apt-get install -y prometheus" >&2; exit 1; fi; }
+
+# jaeger-deps builds Jaeger v1.75.0 (its cmd/jaeger, an OpenTelemetry
+# Collector with Jaeger's storage and query API), the OTLP receiver of the
+# telemetry test, once into .cache/bin/jaeger, from the Go tool module
+# cmd/aegis/testdata/jaeger. From a cold module and build cache it
+# downloads about 1.3 GB of modules and compiles for many minutes (see
+# docs/telemetry.md); after that it is up to date until that module
+# changes.
+JAEGER := .cache/bin/jaeger
+jaeger-deps: $(JAEGER)
+
+$(JAEGER): cmd/aegis/testdata/jaeger/go.mod cmd/aegis/testdata/jaeger/go.sum
+	mkdir -p $(dir $@)
+	cd cmd/aegis/testdata/jaeger && $(GO) build -o $(abspath $@) github.com/jaegertracing/jaeger/cmd/jaeger
+
+# test-telemetry: the telemetry tests with every receiver they start,
+# Jaeger included (built first by jaeger-deps when missing).
+test-telemetry: telemetry-deps jaeger-deps
+	AEGIS_REQUIRE_TELEMETRY=1 AEGIS_REQUIRE_JAEGER=1 $(GO) test -race -count=1 -run 'Telemetry|TraceContext' ./cmd/aegis/ ./proxy/ ./projector/ ./cmd/aegis/telemetry/
 
 # python-deps installs Python 3 when it is missing: proxy/reading holds
 # its reading of frames to Python's json, as to Node's JSON.parse.

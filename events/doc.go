@@ -128,7 +128,10 @@
 //     their sequences (a frame by its envelope alone); its reader folds
 //     them instead of reading them back, and reads the stream for
 //     anything the tap does not hold without a gap ([CommitTap.Rest]).
-//     Nothing on the commit's path waits for a tap.
+//     Each record it hands out says when its commit was acknowledged
+//     (Record.Acked: one clock read per commit, only while a tap is
+//     open), which the telemetry export times commits by. Nothing on the
+//     commit's path waits for a tap.
 //   - The disk is the limit. Without Config.MaxBytes the store may fill
 //     its filesystem, and a commit that fails on a (nearly) full disk
 //     fails with a [*DiskFullError] that says how much space is left.

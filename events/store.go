@@ -186,6 +186,10 @@ func (p Position) String() string { return fmt.Sprintf("%d.%d", p.Seq, p.Index) 
 type Record struct {
 	Pos   Position
 	Event schemas.Event
+	// Acked is when this store had the durable acknowledgement of the
+	// event's commit, where the reader knows it (a [CommitTap]); zero
+	// otherwise.
+	Acked time.Time
 }
 
 // Store is the event stream of one state directory: an embedded NATS server

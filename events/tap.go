@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -56,6 +57,7 @@ const tapWholeLimit = 64 << 10
 type tapMsg struct {
 	seq    uint64
 	events [][]byte
+	acked  time.Time // when the store had its acknowledgement
 }
 
 // tapLimit bounds the bytes one tap holds between two reads: about a
@@ -145,13 +147,14 @@ func (s *Store) tapped(seq uint64, subject string, c *tapCommit) {
 			last.header = nats.Header{batchHeader: []string{strconv.Itoa(len(c.whole))}}
 		}
 	}
+	acked := time.Now()
 	for _, t := range s.taps.Load().list() {
 		t.mu.Lock()
 		if t.bytes+n > tapLimit {
 			// The reader reads these back from the stream instead.
 			t.msgs, t.bytes = nil, 0
 		}
-		t.msgs = append(t.msgs, tapMsg{seq: seq, events: c.events})
+		t.msgs = append(t.msgs, tapMsg{seq: seq, events: c.events, acked: acked})
 		t.bytes += n
 		t.last = last
 		t.mu.Unlock()
@@ -162,7 +165,8 @@ func (s *Store) tapped(seq uint64, subject string, c *tapCommit) {
 // the tap holds, as long as they follow from without a gap: the message at
 // from.Seq, then the one after it, and so on, as [Store.Replay] would hand
 // them out, except that a frame event comes without its frame (its payload
-// is {"bytes":""}). It returns the position after the last message it
+// is {"bytes":""}), and each record says when its commit was
+// acknowledged (Record.Acked). It returns the position after the last message it
 // handed out (from, if none): the caller reads on from there with
 // [Store.Replay], which finds whatever the tap did not have. The tap lets
 // go of everything it held. An error from fn is returned as it is.
@@ -206,7 +210,7 @@ func (t *CommitTap) Replay(ctx context.Context, from Position, fn func(Record) e
 			if m.seq == from.Seq && i < from.Index {
 				continue
 			}
-			if err := fn(Record{Pos: Position{Seq: m.seq, Index: i}, Event: e}); err != nil {
+			if err := fn(Record{Pos: Position{Seq: m.seq, Index: i}, Event: e, Acked: m.acked}); err != nil {
 				return next, err
 			}
 		}

@@ -66,10 +66,27 @@ func TestCommitTapStopsAtAMessageItDidNotCommit(t *testing.T) {
 		}
 	}
 	var got []Record
-	collect := func(r Record) error { got = append(got, r); return nil }
+	// A tapped record says when its commit was acknowledged: after the
+	// event was made, never before the commit before it. The stream's
+	// own reading does not know it.
+	var lastAcked time.Time
+	collect := func(r Record) error {
+		if !r.Acked.IsZero() {
+			if r.Acked.Before(r.Event.Time) || r.Acked.Before(lastAcked) {
+				t.Errorf("%v acknowledged at %v, made at %v, after a commit acknowledged at %v", r.Pos, r.Acked, r.Event.Time, lastAcked)
+			}
+			lastAcked = r.Acked
+			r.Acked = time.Time{}
+		}
+		got = append(got, r)
+		return nil
+	}
 	next, err := tap.Replay(ctx, start, collect)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if lastAcked.IsZero() {
+		t.Error("no tapped record said when its commit was acknowledged")
 	}
 	if next.Seq != all[len(all)-1].Pos.Seq+1 || !reflect.DeepEqual(got, want) {
 		t.Fatalf("the tap handed out %d events up to %v, want the %d the stream holds:\n got %+v\nwant %+v", len(got), next, len(want), got, want)

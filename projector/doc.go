@@ -82,6 +82,18 @@
 //     session; for a gateway session the wire name, the capability and the
 //     active profile as role, and nothing for its meta-tools.
 //
+// # Telemetry
+//
+// [Telemetry] (telemetry.go) folds events into what aegis exports as
+// metrics and traces: calls by server, tool and verdict, refusals by a
+// closed set of reasons, approvals and their wait, commits, pins and
+// sessions, and one [CallSpan] per call with its commits and approval
+// wait. No label is unbounded (at most [MaxToolLabels] tool names, then
+// [OtherLabel]); spans carry no arguments or results; span ids are derived
+// from the session and the call, or taken from the host's trace context
+// recorded in the intent line, so folding the same events again (aegis
+// replay --otlp) gives the same spans. It keeps only open sessions.
+//
 // # Index
 //
 // [Index] is the fold that start-up, aegis sessions and aegis export read

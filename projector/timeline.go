@@ -396,6 +396,7 @@ type auditLine struct {
 	CallID        string  `json:"call_id"`
 	ToolID        string  `json:"tool_id"`
 	RequestDigest string  `json:"request_digest"`
+	TraceParent   string  `json:"traceparent"`
 	Policy        struct {
 		Status     string `json:"status"`
 		Reason     string `json:"reason"`

@@ -239,6 +239,8 @@ func parseAuditLine(line string) auditLine {
 			l.ToolID = str(v)
 		case "request_digest":
 			l.RequestDigest = str(v)
+		case "traceparent":
+			l.TraceParent = str(v)
 		case "response_digest":
 			l.ResponseDigest = str(v)
 		case "approval_id":

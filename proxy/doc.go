@@ -81,6 +81,17 @@
 // the same way, by kind: the gateway hides and refuses what changed; wrap
 // records it, and holds every call while the instructions changed.
 //
+// # Trace context
+//
+// A tools/call's params._meta.traceparent (MCP SEP-414) is read by the
+// one reading of the frame (rpc.Call.TraceParent; the gateway from the
+// request's _meta) and, when it is a well-formed version-00 context, kept
+// in the call's intent line ([IntentOf]); a malformed one is not recorded.
+// It is never taken out of the frame: wrap relays the frame byte for
+// byte and the gateway passes the _meta on, so the server sees it as the
+// host sent it. Exporting spans is not the relay's work: a fold of the
+// stream does it, after the fact (cmd/aegis/telemetry).
+//
 // # State, and what is folded from events
 //
 // What outlives a process is a fold of the event stream, never state kept

@@ -12,7 +12,7 @@ import (
 // value space), so both paths give the same line. A test holds them equal.
 
 func (i Intent) fastLine() (Line, bool) {
-	if !allUTF8(i.CallID, i.ToolID, i.RequestDigest) {
+	if !allUTF8(i.CallID, i.ToolID, i.RequestDigest, i.TraceParent) {
 		return Line{}, false
 	}
 	m := map[string]any{
@@ -24,6 +24,9 @@ func (i Intent) fastLine() (Line, bool) {
 	}
 	if i.Principal != nil {
 		m[FieldPrincipal] = i.Principal.Value()
+	}
+	if i.TraceParent != "" {
+		m[FieldTraceParent] = i.TraceParent
 	}
 	return Line{m: m}, true
 }

@@ -51,6 +51,15 @@ func TestFastLinesEqualPayloadLines(t *testing.T) {
 			t.Fatalf("intent fast %s slow %s (%v)", a, b, err)
 		}
 	}
+	withTrace := withPrincipal
+	withTrace.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	fast, _ := withTrace.fastLine()
+	slow, _ := payloadLine(LineIntent, withTrace)
+	a, _ := fast.Canonical()
+	b, _ := slow.Canonical()
+	if !bytes.Equal(a, b) || !bytes.Contains(a, []byte(`"traceparent":"00-4bf9`)) || !bytes.Contains(a, []byte(`"principal":`)) {
+		t.Fatalf("intent with principal and traceparent: fast %s slow %s", a, b)
+	}
 	// Unusual outcomes take the slow path.
 	o := wc.Answered(d, wall)
 	o.DecisionAxes.FS = &FSAxis{PathRaw: "a", PathCanonical: "b"}

@@ -42,6 +42,10 @@ func (o Open) Line() (Line, error) { return payloadLine(LineOpen, o) }
 
 // Intent is the payload of an intent line: what a call is about to do,
 // recorded before it runs. Intent lines are never signed.
+//
+// TraceParent, when set, is the host's W3C trace context for the call
+// ([FieldTraceParent]); it is omitted otherwise, and the line is exactly
+// as before.
 type Intent struct {
 	CallID        string `json:"call_id"`
 	ToolID        string `json:"tool_id"`
@@ -49,6 +53,9 @@ type Intent struct {
 	// Principal, when not nil, is who made the call (a member schema v2
 	// does not define, which its verifiers hash and chain like any other).
 	Principal *Principal `json:"principal,omitempty"`
+	// TraceParent, when not empty, is the host's W3C trace context of the
+	// call (params._meta.traceparent), as it was sent.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // Line returns the intent line without header position.

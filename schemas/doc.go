@@ -44,6 +44,13 @@
 // present. [WrapCall] builds the outcome of each path a relayed tools/call
 // can take, with the reasons the record format fixes.
 //
+// An intent line may carry traceparent ([FieldTraceParent]): the host's
+// W3C trace context for the call, exactly as sent, when it is a
+// well-formed version-00 one ([ParseTraceParent]). Schema v2 does not name
+// it; verifiers ignore unknown members and hash the whole line, so the
+// line verifies under any implementation, and a line without it is
+// exactly as before.
+//
 // Beside the record: [Checkpoint] is the C2SP tlog-checkpoint body of a
 // record file's first lines, [ReadNote] splits a file of signed notes (the
 // RECORD.checkpoints sidecar) one note at a time, and [Proof] is the

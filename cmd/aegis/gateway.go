@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aegis-dev/aegis/cmd/aegis/telemetry"
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/projector"
@@ -31,6 +32,7 @@ const gatewayUsage = `Usage:
                  [--oauth-issuer URL [--oauth-resource URL] [--oauth-audience AUD]…
                   [--oauth-scope SCOPE]… [--oauth-claim NAME]…
                   [--oauth-introspect-client ID --oauth-introspect-secret-file FILE]]]
+                 [--metrics-listen ADDR [--metrics-allow-remote]] [--otlp-endpoint URL]
   aegis            (with AEGIS_CONFIG, default ./aegis.yaml, AEGIS_AUDIT and AEGIS_SIGNING_KEY;
                     AEGIS_STATE_DIR, AEGIS_MAX_STATE_SIZE and AEGIS_APPROVERS are optional)
 
@@ -162,6 +164,10 @@ lists, as for aegis wrap: see 'aegis help approve'. An escalation's signed
 target is "aegis.set_profile FROM -> TO", as 'aegis approvals' lists it.
 Without it, any process of this user can approve.
 
+` + telemetryHelp + `For a gateway, a call's server is the <server> of its tool's name, and
+with --listen the sessions open are counted by front (stdio or http).
+A bare aegis exports when the OTEL_EXPORTER_OTLP_* variables say so.
+
 Example (Claude Desktop / Cursor "mcpServers" entry):
   "aegis": {"command": "aegis", "args": ["gateway", "--config", "/etc/aegis/aegis.yaml",
             "--audit", "/var/log/aegis/calls.aarl", "--signing-key", "/etc/aegis/signing.key"]}
@@ -180,7 +186,12 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	hubf := addHubFlags(fs)
 	cpf := addCheckpointFlags(fs)
 	lf := addListenFlags(fs)
+	tf := addTelemetryFlags(fs)
 	if err := m.parseFlags(fs, gatewayUsage, args); err != nil {
+		return err
+	}
+	tcfg, err := tf.config(m)
+	if err != nil {
 		return err
 	}
 	lo, err := lf.opts()
@@ -209,7 +220,7 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints, approvers, lo)
+	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints, approvers, lo, tcfg)
 }
 
 // runBareGateway is the seed's bare 'aegis': the gateway from AEGIS_CONFIG
@@ -241,12 +252,12 @@ func (m *Main) runBareGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, approvers, nil)
+	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, approvers, nil, telemetry.Config{Getenv: m.Getenv, Version: Version, Log: m.logger()})
 }
 
 var errNoGateway = errors.New("no gateway configured")
 
-func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig, checkpoints projector.CheckpointPolicy, approvers *schemas.Approvers, lo *listenOpts) error {
+func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig, checkpoints projector.CheckpointPolicy, approvers *schemas.Approvers, lo *listenOpts, tcfg telemetry.Config) error {
 	data, err := os.ReadFile(config)
 	if err != nil {
 		return withHint(fmt.Errorf("could not read gateway file: %w", err), "--config (or AEGIS_CONFIG) names the YAML file")
@@ -325,6 +336,11 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		return start.err(err)
 	}
 	defer store.Close(context.Background())
+	tx, err := m.startTelemetry(start.ctx, store, tcfg)
+	if err != nil {
+		return start.err(err)
+	}
+	defer m.closeTelemetry(tx)
 	log := m.logger()
 	abs, _ := filepath.Abs(config)
 	if lo != nil {

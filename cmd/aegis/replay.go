@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/aegis-dev/aegis/cmd/aegis/telemetry"
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
@@ -22,6 +23,7 @@ const replayUsage = `Usage:
   aegis replay [--state-dir DIR | --name NAME] [--frames] [--json] [--follow] SESSION
   aegis replay [--state-dir DIR | --name NAME] [--frames] [--json] --follow
   aegis replay --hub URL --host HOST [--hub-creds FILE] [--hub-ca FILE] [--frames] [--json] SESSION|last
+  aegis replay [--state-dir DIR | --name NAME] --otlp URL SESSION
 
 Prints a session as a transcript, one line per event in stream order (the
 order aegis made them durable):
@@ -74,6 +76,16 @@ never keeps an aegis wrap from starting, and without SESSION it goes on
 following when one process ends and the next begins. Long replays show
 progress on stderr when it is a terminal.
 
+--otlp URL exports the session's spans over OTLP to a collector instead
+of printing it (http/protobuf, such as http://127.0.0.1:4318, or gRPC with
+OTEL_EXPORTER_OTLP_PROTOCOL=grpc): one span per tools/call, with the
+approval wait that let it through, under the same trace and span ids that
+the recording process exported with --otlp-endpoint (a call that carried
+the host's traceparent joins the host's trace), so that an incident can
+be looked at in a trace viewer after the fact. Only the running process
+knew when each commit was acknowledged: the commits' spans are not
+re-emitted. See docs/telemetry.md.
+
 --hub (a fleet hub's client URLs) with --host prints the session from
 that host's mirror on the hub, reading only the session's own messages.
 SESSION is then a whole id, as 'aegis sessions' prints it on the host, or
@@ -106,6 +118,7 @@ func (m *Main) runReplay(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.frames, "frames", false, "print each frame's exact bytes")
 	fs.BoolVar(&o.asJSON, "json", false, "one JSON object per step")
 	fs.BoolVar(&o.follow, "follow", false, "keep printing as the stream grows")
+	otlp := fs.String("otlp", "", "export the session's spans over OTLP to this collector URL instead of printing it")
 	hub := addReaderFlags(fs)
 	pos, err := m.parseInterspersed(fs, replayUsage, args)
 	if err != nil {
@@ -128,6 +141,14 @@ func (m *Main) runReplay(ctx context.Context, args []string) error {
 		return usagef("replay one session at a time", "replay: want one SESSION, got %d", len(pos))
 	case !o.follow:
 		return usagef("list sessions with 'aegis sessions', then: aegis replay SESSION (or aegis replay --follow)", "replay: which session? give SESSION")
+	}
+	if *otlp != "" {
+		if o.follow || hub.set() || o.frames || o.asJSON || arg == "" {
+			return usagef("aegis replay --otlp http://HOST:4318 SESSION", "replay --otlp exports one recorded session of a state directory: no --follow, --hub, --frames or --json")
+		}
+		if err := (telemetry.Config{OTLPEndpoint: *otlp}).Check(); err != nil {
+			return usagef("aegis replay --otlp http://HOST:4318 SESSION (OTEL_EXPORTER_OTLP_PROTOCOL=grpc for a gRPC collector, such as http://HOST:4317)", "replay: %v", err)
+		}
 	}
 	if hub.set() {
 		if o.follow || sc.set() {
@@ -162,6 +183,9 @@ func (m *Main) runReplay(ctx context.Context, args []string) error {
 	ix, err := sessionIndex(ctx, rd.store, m.newProgress("sessions"), m.logger())
 	if err != nil {
 		return err
+	}
+	if *otlp != "" {
+		return m.replayOTLP(ctx, rd.store, ix, rd.holder, arg, *otlp)
 	}
 	return m.replaySession(ctx, rd.store, ix, rd.holder, arg, o)
 }

@@ -27,6 +27,7 @@ const wrapUsage = `Usage:
   aegis wrap --audit PATH --signing-key PATH [--state-dir DIR] [--max-state-size SIZE]
              [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
              [--checkpoint-lines N] [--checkpoint-interval D]
+             [--metrics-listen ADDR [--metrics-allow-remote]] [--otlp-endpoint URL]
              [--policy FILE [--approval-ttl D] [--approvers FILE]]
              [--confine [--allow-read P]… [--allow-write P]… [--allow-net HOST:PORT]…
                         [--allow-exec-support] [--allow-udp] [--allow-mptcp] [--best-effort]]
@@ -115,6 +116,7 @@ first line none covers yet (default 10s), and at every close: an event in
 the stream, and a line of the RECORD.checkpoints file beside it. See
 'aegis help verify'.
 
+` + telemetryHelp + `
 Not covered by --confine: file metadata outside the grants (stat, and
 chmod/chown/utimes/xattrs: a root server can chmod the signing key, though
 not read it); system calls the filter does not name, System V IPC and POSIX
@@ -163,6 +165,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	fs.Var(&maxState, "max-state-size", "cap on the state directory's event stream, such as 10GiB")
 	hubf := addHubFlags(fs)
 	cpf := addCheckpointFlags(fs)
+	tf := addTelemetryFlags(fs)
 	grace := fs.Duration("grace", relay.DefaultGrace, "how long the server may answer after the host closed stdin")
 	policyPath := fs.String("policy", "", "policy file deciding every tools/call")
 	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
@@ -199,6 +202,10 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		return err
 	}
 	checkpoints, err := cpf.policy()
+	if err != nil {
+		return err
+	}
+	tcfg, err := tf.config(m)
 	if err != nil {
 		return err
 	}
@@ -255,6 +262,11 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		return start.err(err)
 	}
 	defer store.Close(context.Background())
+	tx, err := m.startTelemetry(start.ctx, store, tcfg)
+	if err != nil {
+		return start.err(err)
+	}
+	defer m.closeTelemetry(tx)
 	log := m.logger()
 
 	open := func(fact *sandbox.Fact) (*projector.Session, error) {
@@ -307,6 +319,8 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	if err := sess.Close(cctx); err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("close audit session: %w", err)}
 	}
+	m.closeTelemetry(tx)
+	tx = nil
 	if err := store.Close(cctx); err != nil {
 		return &exitError{code: 1, err: err}
 	}

@@ -64,7 +64,7 @@ func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 // toolsCall records one tools/call: intent before anything runs, outcome
 // before the answer goes back.
 func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolRequest, next mcp.MethodHandler) (mcp.Result, error) {
-	res, err := g.decideCall(ctx, method, r.Params.Name, r.Params.Arguments, func(cctx context.Context, _ schemas.WrapCall, e toolEntry) (any, error) {
+	res, err := g.decideCall(withTraceParent(ctx, r.Params.Meta), method, r.Params.Name, r.Params.Arguments, func(cctx context.Context, _ schemas.WrapCall, e toolEntry) (any, error) {
 		if d := g.downs[e.server]; g.tk.rawDown && d != nil && d.raw != nil {
 			return g.rawToolCall(cctx, r, e, d.raw)
 		}
@@ -140,7 +140,7 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 	}
 	wc := schemas.WrapCall{CallID: g.sess.NextCallID(), ToolID: name, RequestDigest: dg, PolicySetHash: policyHash}
 	axes := schemas.DecisionAxes{Role: profile}
-	in := wc.Intent()
+	in := proxy.IntentOf(wc, traceParentOf(ctx))
 	in.Principal = g.cfg.Principal
 	rc, err := g.sess.Intent(in)
 	if err == nil {

@@ -413,7 +413,7 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "aegis: invalid tools/call params: " + err.Error()}
 		}
 		task := len(p.Task) > 0 && string(p.Task) != "null"
-		return g.decideCall(ctx, h.Method, p.Name, p.Arguments, func(cctx context.Context, wc schemas.WrapCall, e toolEntry) (any, error) {
+		return g.decideCall(withTraceParent(ctx, p.Meta), h.Method, p.Name, p.Arguments, func(cctx context.Context, wc schemas.WrapCall, e toolEntry) (any, error) {
 			d := g.downs[e.server]
 			if d == nil || d.raw == nil {
 				return nil, g.taskless(e.server)

@@ -140,7 +140,7 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 		if c.Named {
 			axes.ToolPin = r.pins.PinOf(c.Tool)
 		}
-		if last, err = r.sess.Intent(wc.Intent(), with...); err != nil {
+		if last, err = r.sess.Intent(proxy.IntentOf(wc, c.TraceParent), with...); err != nil {
 			r.fail(err)
 			return nil, false, false
 		}
@@ -447,7 +447,7 @@ func (r *relay) refuseFrame(cls rpc.Classification, frame []byte, fev schemas.Ev
 			o = wc.Refused(d.Record(), d.MatchedRule)
 			o.DecisionAxes.ToolPin = r.pins.PinOf(c.Tool)
 		}
-		if last, err = r.sess.Intent(wc.Intent(), with...); err != nil {
+		if last, err = r.sess.Intent(proxy.IntentOf(wc, c.TraceParent), with...); err != nil {
 			r.fail(err)
 			return nil, false, false
 		}

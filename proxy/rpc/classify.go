@@ -65,6 +65,10 @@ type Call struct {
 	// run it; under a policy the relay refuses it, since no rule can
 	// decide it.
 	Unreadable bool
+	// TraceParent is params._meta.traceparent (MCP SEP-414) when it is one
+	// unambiguous string of a traceparent's length; the relay checks its
+	// form (schemas.ParseTraceParent) before it records it.
+	TraceParent string
 	// Reused is set by the relay, with Malformed, when the call's id is
 	// already in flight (or given twice in its frame) under the exact or
 	// the loose reading: its answer could not be told from the other's,
@@ -285,7 +289,28 @@ func classifyObject(obj *reading.Value, c *Classification) {
 	if named {
 		call.Tool, call.Named = tool, true
 	}
+	call.TraceParent = traceParent(params)
 	c.Calls = append(c.Calls, call)
+}
+
+// traceParentLen is the length of a version-00 W3C traceparent.
+const traceParentLen = 55
+
+// traceParent returns params._meta.traceparent when every reader reads it
+// as the same string of a traceparent's length, else "".
+func traceParent(params *reading.Value) string {
+	meta, why := params.Get("_meta")
+	if why != "" {
+		return ""
+	}
+	tp, why := meta.Get("traceparent")
+	if why != "" {
+		return ""
+	}
+	if s, ok := tp.String(); ok && len(s) == traceParentLen {
+		return s
+	}
+	return ""
 }
 
 // SelfRefusalHint is what to do about a call the relay refuses for itself

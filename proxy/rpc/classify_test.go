@@ -445,3 +445,24 @@ func FuzzHostStream(f *testing.F) {
 		}
 	})
 }
+
+// TestClassifyTraceParent: the host's trace context is read from
+// params._meta.traceparent only where every reader reads the same string.
+func TestClassifyTraceParent(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for name, tc := range map[string]struct{ frame, want string }{
+		"sent":                 {`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"traceparent":"` + tp + `"}}}`, tp},
+		"none":                 {`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}`, ""},
+		"given twice":          {`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"traceparent":"` + tp + `","traceparent":"` + tp + `"}}}`, ""},
+		"_meta given twice":    {`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"traceparent":"` + tp + `"},"_meta":{}}}`, ""},
+		"another case":         {`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"traceparent":"` + tp + `","TraceParent":"x"}}}`, ""},
+		"not a string":         {`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"traceparent":1}}}`, ""},
+		"of another length":    {`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"traceparent":"00-1-2-01"}}}`, ""},
+		"beside the arguments": {`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"_meta":{"traceparent":"` + tp + `"}}}}`, ""},
+	} {
+		c := Classify([]byte(tc.frame))
+		if len(c.Calls) != 1 || c.Calls[0].TraceParent != tc.want {
+			t.Errorf("%s: calls %+v, want traceparent %q", name, c.Calls, tc.want)
+		}
+	}
+}

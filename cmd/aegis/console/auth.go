@@ -87,8 +87,14 @@ func (a *auth) check(r *http.Request) error {
 	return nil
 }
 
-func (a *auth) hostOK(host string) bool {
-	for _, h := range a.hosts {
+func (a *auth) hostOK(host string) bool { return HostAllowed(a.hosts, host) }
+
+// HostAllowed reports whether a request's Host is one of hosts (see
+// [ListenHosts]): the check that keeps a page on loopback from answering
+// a page of another site that a DNS rebinding points at it. The metrics
+// page of aegis wrap and gateway (--metrics-listen) makes it too.
+func HostAllowed(hosts []string, host string) bool {
+	for _, h := range hosts {
 		if strings.EqualFold(host, h) {
 			return true
 		}
