@@ -205,16 +205,17 @@ func TestCatchUpRefusesARecordItCannotAccountFor(t *testing.T) {
 	st, dir := tempStore(t)
 	audit := filepath.Join(dir, "calls.aarl")
 	// Session 1 is short; session 2 holds more than two marks of lines
-	// (a mark every 4 MiB), in long lines: fewer of them to sign.
+	// (a mark every 4 MiB), in lines of 30 KB: few of them to sign and
+	// commit.
 	var ends []int64
-	for _, calls := range []int{3, 1500} {
+	for _, calls := range []int{3, 150} {
 		sess, err := projector.OpenSession(ctx, projector.SessionConfig{Store: st, Key: projector.InsecureDevKey(), AuditPath: audit})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var last *events.Receipt
 		for i := 0; i < calls; i++ {
-			tool := "echo-" + strconv.Itoa(i) + string(bytes.Repeat([]byte("x"), 3000))
+			tool := "echo-" + strconv.Itoa(i) + string(bytes.Repeat([]byte("x"), 30000))
 			if calls > 100 && i == calls/2 {
 				tool = "long-" + string(bytes.Repeat([]byte("y"), 150<<10)) // longer than a compare piece
 			}

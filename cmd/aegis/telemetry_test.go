@@ -374,8 +374,9 @@ func (s jaegerSpan) tag(k string) any {
 }
 
 // jaegerTrace waits until Jaeger's query API at query holds trace id with
-// a span named op, and returns the trace's spans.
-func jaegerTrace(t *testing.T, query, id, op string) []jaegerSpan {
+// a span named each of ops (Jaeger stores the spans of one export
+// asynchronously, not all at once), and returns the trace's spans.
+func jaegerTrace(t *testing.T, query, id string, ops ...string) []jaegerSpan {
 	t.Helper()
 	var spans []jaegerSpan
 	eventually(t, 30*time.Second, "Jaeger holds the trace "+id, func() (bool, string) {
@@ -390,12 +391,12 @@ func jaegerTrace(t *testing.T, query, id, op string) []jaegerSpan {
 			return false, body
 		}
 		spans = r.Data[0].Spans
-		for _, s := range spans {
-			if s.OperationName == op {
-				return true, body
+		for _, op := range ops {
+			if !slices.ContainsFunc(spans, func(s jaegerSpan) bool { return s.OperationName == op }) {
+				return false, body
 			}
 		}
-		return false, body
+		return true, body
 	})
 	return spans
 }
@@ -438,7 +439,7 @@ func TestTelemetryOTLP(t *testing.T) {
 	telemetryCalls(w)
 	w.finish() // the exporters flush as aegis exits
 
-	spans := jaegerTrace(t, query, hostTraceID, "tools/call echo")
+	spans := jaegerTrace(t, query, hostTraceID, "tools/call echo", "aegis.commit intent", "aegis.commit outcome")
 	var call jaegerSpan
 	names := map[string]string{}
 	for _, s := range spans {
