@@ -37,8 +37,9 @@ install:
 
 # test: vet (for Linux, macOS and Windows), gofmt, then every test with
 # the race detector, each package printed as it finishes, and a summary.
-# The two longest packages, proxy and cmd/aegis, start at once, each in a
-# go test of its own, beside a third that runs the others two at a time
+# The two longest packages, proxy (in two parts, PROXY_ALONE below) and
+# cmd/aegis, start at once, each in a go test of its own, beside one more
+# that runs the others two at a time
 # (every package is compiled once before, so that the three do not
 # compile the same ones side by side). Within a package, the tests that
 # mostly wait (on processes, a fleet hub's retries) run side by side
@@ -61,14 +62,20 @@ TESTBINS  := ./cmd/aegis ./cmd/aegis-example-server ./cmd/aegis/testdata/openkey
 	./proxy/testdata/rawserver ./proxy/testdata/growserver ./proxy/testdata/taskserver \
 	./proxy/testdata/spawner ./proxy/testdata/pinserver ./proxy/testdata/authclient
 LONG      := ./proxy ./cmd/aegis
+# proxy's three 16 MiB frame tests run one at a time, before any of the
+# package's parallel tests may start (see their comments): in a go test of
+# their own they run beside the rest of the package instead of ahead of it.
+PROXY_ALONE := ^(TestWrapServerFloodOfLargeFramesKeepsMemoryBounded|TestWrapSlowHostOfLargeAnswersKeepsMemoryBounded|TestWrapRelaysAFrameJustUnderTheLimitExactly)$$
 test: vet cross fmt-check interop-deps console-deps python-deps telemetry-deps
 	@start=$$(date +%s); rm -rf $(TESTBIN) && mkdir -p $(TESTBIN) || exit 1; \
 	{ $(GO) build -o $(TESTBIN)/ $(TESTBINS) && CGO_ENABLED=0 $(GO) build -o $(TESTBIN)/probe ./sandbox/testdata/probe; } & bins=$$!; \
 	$(GO) build -race $$($(GO) list -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' ./...) || exit 1; \
 	wait $$bins || exit 1; export AEGIS_TEST_BINDIR=$(TESTBIN); \
 	rest=$$($(GO) list ./... | grep -v -x $(foreach p,$(LONG),-e $$($(GO) list $(p)))); \
-	export AEGIS_REQUIRE_BROWSER=1 AEGIS_REQUIRE_TELEMETRY=1; pids=""; \
-	for p in $(LONG); do $(GO) test $(TESTFLAGS) $$p & pids="$$pids $$!"; done; \
+	export AEGIS_REQUIRE_BROWSER=1 AEGIS_REQUIRE_TELEMETRY=1; \
+	$(GO) test $(TESTFLAGS) -run '$(PROXY_ALONE)' ./proxy & pids="$$!"; \
+	$(GO) test $(TESTFLAGS) -skip '$(PROXY_ALONE)' ./proxy & pids="$$pids $$!"; \
+	$(GO) test $(TESTFLAGS) ./cmd/aegis & pids="$$pids $$!"; \
 	$(GO) test $(TESTFLAGS) -p 2 $$rest & pids="$$pids $$!"; \
 	status=0; for p in $$pids; do wait $$p || status=1; done; \
 	if [ $$status = 0 ]; then verdict="every package passed"; else verdict="FAILED: see the FAIL lines above"; fi; \
