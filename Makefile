@@ -40,7 +40,7 @@ install:
 # The two longest packages, proxy (in two parts, PROXY_ALONE below) and
 # cmd/aegis, start at once, each in a go test of its own, beside one more
 # that runs the others two at a time
-# (every package is compiled once before, so that the three do not
+# (every package is compiled once before, so that they do not
 # compile the same ones side by side). Within a package, the tests that
 # mostly wait (on processes, a fleet hub's retries) run side by side
 # (t.Parallel, -parallel 8). The interop suite needs the Node reference

@@ -511,30 +511,37 @@ func TestWrapRecordsACallAfterSittingIdle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("idles for 13 s")
 	}
-	// The session must start within 2 s of the store, as in aegis wrap: a
-	// first commit after that answered the server's early PING, and the
-	// idle connection was safe from then on.
-	server := bin(t, "rawserver")
-	h := newHarness(t)
+	// aegis wrap itself, in a process of its own: it mostly sleeps, so it
+	// runs beside the other parallel tests.
+	parallel(t)
+	c := newCLI(t)
+	cmd := exec.Command(c.wrapArgv(bin(t, "rawserver"))[0], c.wrapArgv(bin(t, "rawserver"))[1:]...)
 	pr, pw := io.Pipe()
+	cmd.Stdin = pr
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
 	go func() {
 		pw.Write([]byte(joinLines(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`)))
 		time.Sleep(13 * time.Second)
 		pw.Write([]byte(joinLines(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}}`)))
 		pw.Close()
 	}()
-	run := h.run([]string{server}, pr, 2*time.Second, nil)
-	if run.err != nil || run.res.ExitCode != 0 {
-		t.Fatalf("Wrap = %+v, %v", run.res, run.err)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("aegis wrap: %v\n%s", err, stderr.String())
 	}
-	if answers := strings.Count(string(run.out), "\n"); answers != 2 {
-		t.Fatalf("host got %d answers, want 2: %q", answers, run.out)
+	if answers := strings.Count(string(out), "\n"); answers != 2 {
+		t.Fatalf("host got %d answers, want 2: %q", answers, out)
 	}
-	if o := ofType(h.lines(), "outcome"); len(o) != 2 {
-		t.Fatalf("%d outcomes, want 2", len(o))
+	record, err := os.ReadFile(c.audit)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if r := h.verify(); r.Verdict != verifier.Verified {
-		t.Fatalf("verify: %s", verifier.Render(r))
+	if n := strings.Count(string(record), `"line_type":"outcome"`); n != 2 {
+		t.Fatalf("%d outcomes, want 2:\n%s", n, record)
+	}
+	if _, errOut, code := c.aegis("verify", "--key", c.pub, c.audit); code != 0 {
+		t.Fatalf("verify: exit %d: %s", code, errOut)
 	}
 }
 
