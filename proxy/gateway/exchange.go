@@ -83,7 +83,7 @@ func TokenExchangeOf(s policy.Server, getenv func(string) string, now func() tim
 // onBehalf is one session's exchanged token for one server.
 type onBehalf struct {
 	x      *TokenExchange
-	caller func() string          // the session's caller token, "" for none
+	caller func() string           // the session's caller token, "" for none
 	note   func(map[string]string) // records a note of the session (no token)
 	who    string                  // the principal's name, for the record
 
