@@ -212,12 +212,12 @@ func (x *TokenExchange) exchange(ctx context.Context, caller string) (tok string
 	}
 	defer resp.Body.Close()
 	var body struct {
-		AccessToken string `json:"access_token"`
-		TokenType   string `json:"token_type"`
-		IssuedType  string `json:"issued_token_type"`
-		ExpiresIn   int64  `json:"expires_in"`
-		Error       string `json:"error"`
-		Description string `json:"error_description"`
+		AccessToken string  `json:"access_token"`
+		TokenType   string  `json:"token_type"`
+		IssuedType  string  `json:"issued_token_type"`
+		ExpiresIn   float64 `json:"expires_in"`
+		Error       string  `json:"error"`
+		Description string  `json:"error_description"`
 	}
 	derr := json.NewDecoder(io.LimitReader(resp.Body, 256<<10)).Decode(&body)
 	if resp.StatusCode != http.StatusOK {
@@ -244,8 +244,8 @@ func (x *TokenExchange) exchange(ctx context.Context, caller string) (tok string
 	case body.IssuedType != "" && body.IssuedType != "urn:ietf:params:oauth:token-type:access_token":
 		return "", time.Time{}, fmt.Sprintf("it issued a %q, not an access token", x.scrub(body.IssuedType, caller)), nil
 	}
-	if body.ExpiresIn > 0 {
-		exp = start.Add(time.Duration(body.ExpiresIn) * time.Second)
+	if body.ExpiresIn > 0 && body.ExpiresIn < 1e9 {
+		exp = start.Add(time.Duration(body.ExpiresIn * float64(time.Second)))
 	}
 	return body.AccessToken, exp, "", nil
 }

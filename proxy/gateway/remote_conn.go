@@ -245,6 +245,10 @@ attempts:
 			return d, nil
 		}
 		last = errors.New(r.scrub(err.Error()))
+		if need := r.http.behalf.refusal(); need != "" {
+			// The exchange was refused: that, not the SDK's wrapping, is why.
+			last = errors.New(r.scrub(need))
+		}
 		if final || ctx.Err() != nil {
 			break
 		}
