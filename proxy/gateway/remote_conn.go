@@ -523,12 +523,13 @@ func (g *gateway) runCall(cctx context.Context, wc schemas.WrapCall, e toolEntry
 		return run(cctx, wc, e)
 	}
 	r := d.remote
+	if need := r.http.refusal(); need != "" {
+		// Before waiting for a reconnection that the same refusal stops.
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: server %s: %s; the call was not sent", e.server, need)}
+	}
 	if why := r.await(remoteAttemptTimeout); why != "" {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf(
 			"aegis: server %s is disconnected (%s); the call was not sent. aegis is connecting it again: try the call later", e.server, why)}
-	}
-	if need := r.http.refusal(); need != "" {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: server %s: %s; the call was not sent", e.server, need)}
 	}
 	res, err := run(cctx, wc, e)
 	if err == nil {
