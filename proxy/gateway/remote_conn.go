@@ -124,7 +124,11 @@ func (r *remoteDown) scrub(s string) string {
 			}
 		}
 	}
-	for _, v := range append(r.srv.OAuth.secrets(), r.http.behalf.secrets()...) {
+	secrets := r.srv.OAuth.secrets()
+	if r.http != nil {
+		secrets = append(secrets, r.http.behalf.secrets()...)
+	}
+	for _, v := range secrets {
 		if len(v) >= 4 {
 			s = strings.ReplaceAll(s, v, "[redacted]")
 		}
