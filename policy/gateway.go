@@ -254,6 +254,11 @@ func (s *Server) clone() Server {
 	if s.OAuth != nil {
 		o := *s.OAuth
 		o.Scopes = slices.Clone(o.Scopes)
+		if o.Exchange != nil {
+			x := *o.Exchange
+			x.Scopes = slices.Clone(x.Scopes)
+			o.Exchange = &x
+		}
 		c.OAuth = &o
 	}
 	c.Alias = maps.Clone(s.Alias)

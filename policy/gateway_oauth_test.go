@@ -31,7 +31,19 @@ func TestParseGatewayRefusesOAuth(t *testing.T) {
 		{"ScopeWithSpace", remote(u, "oauth: {scopes: [\"a b\"]}"),
 			"aegis.yaml:4: servers.r.oauth.scopes[0]: a scope is one word without quotes or backslashes"},
 		{"UnknownKey", remote(u, "oauth: {grant: password}"),
-			"aegis.yaml:4: servers.r.oauth.grant: unknown key; want one of client_id, client_secret, client_metadata_url, scopes, redirect_uri"},
+			"aegis.yaml:4: servers.r.oauth.grant: unknown key; want one of client_id, client_secret, client_metadata_url, scopes, redirect_uri, token_exchange"},
+		{"LoginBesideExchange", remote(u, "oauth: {redirect_uri: \"http://127.0.0.1/cb\", token_exchange: {token_endpoint: \"https://a.example.com/token\", client_id: gw, client_secret: {env: S}}}"),
+			"aegis.yaml:4: servers.r.oauth.redirect_uri: token_exchange: reaches the server with each caller's exchanged token, never with a login: remove redirect_uri, or token_exchange"},
+		{"ExchangeSecretWrittenInTheFile", remote(u, "oauth: {token_exchange: {token_endpoint: \"https://a.example.com/token\", client_id: gw, client_secret: s3cr3t-9f2a}}"),
+			"aegis.yaml:4: servers.r.oauth.token_exchange.client_secret: a client secret is read from {file: PATH} or {env: VAR}, never written in the file"},
+		{"ExchangeAsNoClient", remote(u, "oauth: {token_exchange: {token_endpoint: \"https://a.example.com/token\", client_id: gw}}"),
+			"aegis.yaml:4: servers.r.oauth.token_exchange: token_exchange needs client_secret: the gateway exchanges each caller's token as its own client"},
+		{"CallerTokenSentInClear", remote(u, "oauth: {token_exchange: {token_endpoint: \"http://auth.example.com/token\", client_id: gw, client_secret: {env: S}}}"),
+			"aegis.yaml:4: servers.r.oauth.token_exchange.token_endpoint: want the authorization server's token endpoint: an https:// url, or http:// to a loopback host"},
+		{"ExchangeWithoutEndpoint", remote(u, "oauth: {token_exchange: {client_id: gw, client_secret: {env: S}}}"),
+			"aegis.yaml:4: servers.r.oauth.token_exchange: token_exchange needs token_endpoint: the gateway exchanges each caller's token as its own client"},
+		{"AudienceWithSpace", remote(u, "oauth: {token_exchange: {token_endpoint: \"https://a.example.com/token\", client_id: gw, client_secret: {env: S}, audience: \"a b\"}}"),
+			"aegis.yaml:4: servers.r.oauth.token_exchange.audience: want the server's name at the authorization server: one printable word"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseGateway("aegis.yaml", []byte(tc.src))
@@ -62,6 +74,15 @@ func TestParseGatewayAcceptsOAuth(t *testing.T) {
 		"      scopes: [wiki.read, offline_access]",
 		"      redirect_uri: http://127.0.0.1:8765/callback",
 		"  open: {url: \"http://127.0.0.1:9000/mcp\", oauth: {}}",
+		"  notes:",
+		"    url: https://notes.example.com/mcp",
+		"    oauth:",
+		"      token_exchange:",
+		"        token_endpoint: https://auth.example.com/oauth/token",
+		"        client_id: aegis-gateway",
+		"        client_secret: {env: AEGIS_EXCHANGE_SECRET}",
+		"        audience: notes",
+		"        scopes: [notes.read]",
 		"profiles: {p: {allow: [wiki.search]}}",
 		defaultP,
 	))
@@ -74,7 +95,16 @@ func TestParseGatewayAcceptsOAuth(t *testing.T) {
 	if s[1].OAuth == nil || !reflect.DeepEqual(*s[1].OAuth, OAuth{}) {
 		t.Errorf("open's oauth = %#v, want an empty one", s[1].OAuth)
 	}
+	wantX := &TokenExchange{TokenEndpoint: "https://auth.example.com/oauth/token", ClientID: "aegis-gateway",
+		ClientSecret: Header{Env: "AEGIS_EXCHANGE_SECRET"}, Audience: "notes", Scopes: []string{"notes.read"}}
+	if s[2].OAuth == nil || !reflect.DeepEqual(s[2].OAuth.Exchange, wantX) {
+		t.Errorf("notes's oauth = %#v, want token_exchange %#v", s[2].OAuth, wantX)
+	}
+	s[2].OAuth.Exchange.Scopes[0] = "changed"
 	s[0].OAuth.Scopes[0] = "changed"
+	if again, _ := g.Server("notes"); again.OAuth.Exchange.Scopes[0] != "notes.read" {
+		t.Error("changing the result of Servers changed the Gateway's token_exchange")
+	}
 	if again, _ := g.Server("wiki"); again.OAuth.Scopes[0] != "wiki.read" {
 		t.Error("changing the result of Servers changed the Gateway")
 	}

@@ -62,6 +62,15 @@ const maxProfileNameLen = 64
 //	      client_metadata_url: https://aegis.example.com/client.json  # optional
 //	      scopes: [wiki.read]         # optional; else those the server names
 //	      redirect_uri: http://127.0.0.1:8765/callback  # optional loopback; else a free port
+//	  notes:                          # a remote server reached as each --listen caller
+//	    url: https://notes.example.com/mcp
+//	    oauth:
+//	      token_exchange:             # RFC 8693; alone in oauth:, no login
+//	        token_endpoint: https://id.example.com/oauth/token
+//	        client_id: aegis-gateway  # the gateway's own client
+//	        client_secret: {env: AEGIS_EXCHANGE_SECRET}  # required, {file:} or {env:}
+//	        audience: notes           # optional; resource: defaults to the url
+//	        scopes: [notes.read]      # optional
 //	profiles:                         # required, at least one
 //	  observer:                       # a profile name: [a-z0-9][a-z0-9_-]*
 //	    allow: [fs.read_text_file, "fs.list_*"]  # "<server>.<tool glob>"

@@ -158,6 +158,10 @@ func (m *Main) authLogin(ctx context.Context, args []string) error {
 	if s.URL == "" || s.OAuth == nil {
 		return withHint(fmt.Errorf("auth login: server %s has no oauth:", name), "give the server url: and oauth: {} in the gateway file (docs/remote-servers-oauth.md)")
 	}
+	if s.OAuth.Exchange != nil {
+		return withHint(fmt.Errorf("auth login: server %s is reached on behalf of each caller (oauth: token_exchange): no one logs in to it", name),
+			"the gateway exchanges each --listen caller's token for one for the server (docs/remote-servers-oauth.md)")
+	}
 	dir, err := m.stateDir(*stateDir)
 	if err != nil {
 		return err

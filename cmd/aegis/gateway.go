@@ -279,7 +279,13 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 			if err != nil {
 				return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file, the header file's mode or aegis's environment; nothing was started")
 			}
-			if s.OAuth != nil {
+			if s.OAuth != nil && s.OAuth.Exchange != nil {
+				// Reached on behalf of each --listen caller: its token is the
+				// caller's, exchanged in each session.
+				if rs.Exchange, err = gateway.TokenExchangeOf(s, m.Getenv, nil); err != nil {
+					return withHint(fmt.Errorf("gateway %s: %w", config, err), "fix the file, the secret file's mode or aegis's environment; nothing was started")
+				}
+			} else if s.OAuth != nil {
 				// Its token is the one aegis auth login stored, encrypted,
 				// in the state directory; none yet skips the server.
 				dir, err := m.stateDir(stateDirFlag)

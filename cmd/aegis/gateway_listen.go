@@ -304,6 +304,11 @@ func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base 
 	principal := principalOf(s.Principal)
 	cfg.Principal = principal
 	rec.Principal = principal
+	if s.Token != nil {
+		// In memory only: a url server with oauth: token_exchange: is
+		// reached with it exchanged.
+		cfg.CallerToken = s.Token.Get
+	}
 	if b, ok := cfg.Policy.(interface {
 		StartProfile(*schemas.Principal) string
 	}); ok && principal != nil {

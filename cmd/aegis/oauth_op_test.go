@@ -41,10 +41,14 @@ const (
 	opOtherClient = "other-app" // another client: its tokens are for another audience
 	opWebClient   = "aegis-web" // a web client with opaque tokens (introspection)
 	opWebSecret   = "web-secret-1234567890"
-	opRedirect    = "http://127.0.0.1/callback"
-	opUser1       = "id1" // test-user@127.0.0.1, group eng
-	opUser2       = "id2" // test-user2, group sales
-	opPassword    = "verysecure"
+	// opGatewayClient is the gateway's own client, which exchanges its
+	// callers' tokens (RFC 8693) and gets JWT access tokens.
+	opGatewayClient = "aegis-gateway"
+	opGatewaySecret = "gateway-secret-0987654321"
+	opRedirect      = "http://127.0.0.1/callback"
+	opUser1         = "id1" // test-user@127.0.0.1, group eng
+	opUser2         = "id2" // test-user2, group sales
+	opPassword      = "verysecure"
 )
 
 var (
@@ -67,6 +71,7 @@ func sharedOP(t *testing.T) *testOP {
 			storage.NativeClient(opClient, opRedirect),
 			storage.NativeClient(opOtherClient, opRedirect),
 			storage.WebClient(opWebClient, opWebSecret, opRedirect),
+			storage.WebClient(opGatewayClient, opGatewaySecret, opRedirect),
 		)
 		st := &opStorage{Storage: storage.NewStorage(storage.NewUserStore(issuer))}
 		router := exampleop.SetupServer(issuer, st, nil, false)
@@ -80,10 +85,27 @@ func sharedOP(t *testing.T) *testOP {
 }
 
 // opStorage is the example storage with a deployment's settings: the
-// groups claim, the scope claim in JWT access tokens, and expireNext.
+// groups claim, the scope claim in JWT access tokens, expireNext, and
+// whom it exchanges tokens for.
 type opStorage struct {
 	*storage.Storage
 	expireNext atomic.Bool
+	exchanges  atomic.Int64 // token exchange requests validated
+}
+
+// ValidateTokenExchangeRequest: the provider trusts the gateway's client
+// to exchange any of its users' tokens (the example storage lets only an
+// admin be exchanged without an actor token), except for an audience
+// whose path ends in /vault/mcp, which it refuses (invalid_target).
+func (s *opStorage) ValidateTokenExchangeRequest(ctx context.Context, r op.TokenExchangeRequest) error {
+	s.exchanges.Add(1)
+	for _, a := range append(r.GetAudience(), r.GetResourses()...) {
+		if strings.HasSuffix(a, "/vault/mcp") {
+			return zoidc.ErrInvalidTarget().WithDescription("no tokens are exchanged for the vault")
+		}
+	}
+	r.SetCurrentScopes(r.GetScopes())
+	return nil
 }
 
 var opGroups = map[string][]any{opUser1: {"eng"}, opUser2: {"sales"}}

@@ -175,6 +175,10 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 	if !known {
 		o := wc.Refused(schemas.PolicyDenied("unknown tool"), "")
 		o.DecisionAxes = axes
+		if server, why := g.skippedFor(name); why != "" {
+			// The tool of a server this session could not use: say why.
+			return finish(o, textResult(fmt.Sprintf("unknown tool %q: aegis: server %s is not available in this session (%s)", name, server, why), true))
+		}
 		return finish(o, textResult(fmt.Sprintf("unknown tool %q", name), true))
 	}
 	axes.Capability = e.server + "." + e.name

@@ -110,7 +110,12 @@
 // OAuth client of it: it sends, refreshes (with the RFC 8707 resource) and
 // saves the token aegis auth login stored, age-encrypted, in the state
 // directory, and a refused refresh refuses only that server's calls
-// (oauth.go, oauth_store.go).
+// (oauth.go, oauth_store.go). With oauth: token_exchange: it reaches the
+// server in each session with the session's caller token (held in memory
+// only) exchanged for one for the server (RFC 8693), cached until shortly
+// before it expires; a refused exchange refuses only that server in that
+// session, and a session without a caller token never reaches it
+// (exchange.go).
 //
 // # Where things are
 //

@@ -100,6 +100,11 @@ type Config struct {
 	// OAuth token of an HTTP session): it is recorded in each call's
 	// intent, rules' conditions see it, and approvals name it.
 	Principal *schemas.Principal
+	// CallerToken, when not nil, is the access token of the session's
+	// caller (with Principal), as it sends it now: a url server with
+	// oauth: token_exchange: is reached with it exchanged (exchange.go).
+	// Without it such a server is refused. It is never recorded.
+	CallerToken func() string
 
 	// Grace is the shutdown grace (default [DefaultGrace]): for the
 	// calls in flight when the host leaves, and between the steps that
@@ -156,6 +161,9 @@ type gateway struct {
 	// pmu serializes profile changes: check against a clone of the state,
 	// record the event durably, then fold it into the state.
 	pmu sync.Mutex
+
+	smu     sync.Mutex
+	skipped map[string]string // server -> why it was skipped (scrubbed)
 
 	life lifecycle // the host leaving, and the calls in flight then
 
@@ -336,9 +344,27 @@ func Run(ctx context.Context, cfg Config) (*projector.Session, error) {
 func (g *gateway) skip(name, stage string, err error) {
 	err = g.scrubbed(name, err)
 	fmt.Fprintf(g.cfg.Stderr, "aegis: warning: server %s skipped: %s: %v\n", name, stage, err)
+	g.smu.Lock()
+	if g.skipped == nil {
+		g.skipped = map[string]string{}
+	}
+	g.skipped[name] = err.Error()
+	g.smu.Unlock()
 	if _, rerr := g.sess.Fact(schemas.KindNote, map[string]string{"server": name, "skipped": stage, "error": err.Error()}); rerr != nil {
 		g.log.Warn("record skipped server", "err", rerr)
 	}
+}
+
+// skippedFor is the skipped server whose prefix tool (a wire name) has,
+// and why it was skipped; "" when it has none.
+func (g *gateway) skippedFor(tool string) (string, string) {
+	server, _, ok := strings.Cut(tool, "__")
+	if !ok {
+		return "", ""
+	}
+	g.smu.Lock()
+	defer g.smu.Unlock()
+	return server, g.skipped[server]
 }
 
 // aggregate lists every downstream's tools and resources, namespacing

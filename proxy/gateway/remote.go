@@ -47,6 +47,10 @@ type RemoteServer struct {
 	// OAuth, when not nil, gives the Authorization header: the token aegis
 	// auth login stored, refreshed as it expires (oauth.go).
 	OAuth *OAuthClient
+	// Exchange, when not nil, gives the Authorization header in each
+	// session: the session's caller's token exchanged for one for the
+	// server (exchange.go). OAuth is then nil.
+	Exchange *TokenExchange
 }
 
 // HTTPTransport is an HTTP transport to the server: TLS verified against

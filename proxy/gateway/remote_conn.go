@@ -124,7 +124,11 @@ func (r *remoteDown) scrub(s string) string {
 			}
 		}
 	}
-	for _, v := range r.srv.OAuth.secrets() {
+	secrets := r.srv.OAuth.secrets()
+	if r.http != nil {
+		secrets = append(secrets, r.http.behalf.secrets()...)
+	}
+	for _, v := range secrets {
 		if len(v) >= 4 {
 			s = strings.ReplaceAll(s, v, "[redacted]")
 		}
@@ -193,10 +197,21 @@ func (g *gateway) connectRemote(ctx context.Context, s Server, caps *mcp.ClientC
 	if err != nil {
 		return nil, err
 	}
+	if x := s.Remote.Exchange; x != nil {
+		caller := g.cfg.CallerToken
+		if caller == nil {
+			caller = func() string { return "" }
+		}
+		h.behalf = &onBehalf{x: x, caller: caller, who: g.cfg.Principal.Name(), note: func(n map[string]string) {
+			if _, err := g.sess.Fact(schemas.KindNote, n); err != nil {
+				g.log.Warn("record a token exchange", "server", s.Name, "err", err)
+			}
+		}}
+	}
 	r.http = h
 	r.client = g.newClient(s.Name, caps)
 	client := r.client
-	if need := r.http.oauth.refusal(); need != "" {
+	if need := r.http.refusal(); need != "" {
 		// Not tried: the server would refuse aegis without a token.
 		err := errors.New(need)
 		g.connEvent(r, "", schemas.ConnFailed, 1, err.Error())
@@ -234,6 +249,10 @@ attempts:
 			return d, nil
 		}
 		last = errors.New(r.scrub(err.Error()))
+		if need := r.http.behalf.refusal(); need != "" {
+			// The exchange was refused: that, not the SDK's wrapping, is why.
+			last = errors.New(r.scrub(need))
+		}
 		if final || ctx.Err() != nil {
 			break
 		}
@@ -254,7 +273,7 @@ func (g *gateway) dial(ctx context.Context, r *remoteDown, client *mcp.Client) (
 	probe := &statusProbe{}
 	if r.srv.Transport == policy.TransportSSE {
 		cs, release, err := g.dialSSE(actx, r, client, probe)
-		return cs, policy.TransportSSE, release, finalFailure(err, probe) || r.http.oauth.refusal() != "", g.credentials(r, err, probe)
+		return cs, policy.TransportSSE, release, finalFailure(err, probe) || r.http.refusal() != "", g.credentials(r, err, probe)
 	}
 	cs, err := client.Connect(actx, &mcp.StreamableClientTransport{Endpoint: r.srv.URL, HTTPClient: r.http.client(probe)}, downstreamSession)
 	if err == nil {
@@ -262,7 +281,7 @@ func (g *gateway) dial(ctx context.Context, r *remoteDown, client *mcp.Client) (
 	}
 	status := probe.legacy()
 	if status == 0 {
-		return nil, policy.TransportStreamable, nil, finalFailure(err, probe) || r.http.oauth.refusal() != "", g.credentials(r, err, probe)
+		return nil, policy.TransportStreamable, nil, finalFailure(err, probe) || r.http.refusal() != "", g.credentials(r, err, probe)
 	}
 	sse := &statusProbe{}
 	cs, release, err := g.dialSSE(actx, r, client, sse)
@@ -508,12 +527,13 @@ func (g *gateway) runCall(cctx context.Context, wc schemas.WrapCall, e toolEntry
 		return run(cctx, wc, e)
 	}
 	r := d.remote
+	if need := r.http.refusal(); need != "" {
+		// Before waiting for a reconnection that the same refusal stops.
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: server %s: %s; the call was not sent", e.server, need)}
+	}
 	if why := r.await(remoteAttemptTimeout); why != "" {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf(
 			"aegis: server %s is disconnected (%s); the call was not sent. aegis is connecting it again: try the call later", e.server, why)}
-	}
-	if need := r.http.oauth.refusal(); need != "" {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: server %s: %s; the call was not sent", e.server, need)}
 	}
 	res, err := run(cctx, wc, e)
 	if err == nil {
@@ -522,7 +542,7 @@ func (g *gateway) runCall(cctx context.Context, wc schemas.WrapCall, e toolEntry
 	if !connectionFailed(err) || cctx.Err() != nil {
 		return res, r.scrubErr(err)
 	}
-	if need := r.http.oauth.refusal(); need != "" {
+	if need := r.http.refusal(); need != "" {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: server %s: %s", e.server, need)}
 	}
 	if more := r.http.oauth.stepUp(); more != "" {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -23,7 +24,8 @@ import (
 type remoteHTTP struct {
 	origin  string // scheme://host:port of the url, lowercase
 	header  http.Header
-	oauth   *OAuthClient // nil without oauth:
+	oauth   *OAuthClient // nil without oauth: (or with token_exchange:)
+	behalf  *onBehalf    // nil without oauth: token_exchange:
 	base    *http.Transport
 	cancels *cancelTally
 }
@@ -39,6 +41,22 @@ func newRemoteHTTP(rs *RemoteServer) (*remoteHTTP, error) {
 	}
 	base := rs.HTTPTransport()
 	return &remoteHTTP{origin: originOf(u), header: rs.Header.Clone(), oauth: rs.OAuth, base: base, cancels: newCancelTally()}, nil
+}
+
+// refusal says why the server's calls are refused (it needs a login, or
+// this session cannot reach it on behalf of its caller), or "".
+func (h *remoteHTTP) refusal() string {
+	if need := h.oauth.refusal(); need != "" {
+		return need
+	}
+	return h.behalf.refusal()
+}
+
+// tokenSource gives the Authorization header of a server's requests.
+type tokenSource interface {
+	token(ctx context.Context, force bool) (string, error)
+	forbidden(challenges []string)
+	refused(status int)
 }
 
 // originOf is u's scheme, host and port, lowercase, with the scheme's
@@ -103,6 +121,8 @@ func (t *remoteTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	var err error
 	if o := t.h.oauth; o != nil {
 		resp, err = t.withToken(r, o)
+	} else if b := t.h.behalf; b != nil {
+		resp, err = t.withToken(r, b)
 	} else {
 		resp, err = t.h.base.RoundTrip(r)
 	}
@@ -119,7 +139,7 @@ func (t *remoteTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 // it has expired; a 401 refreshes it and sends r again, once, when its
 // body can be sent again. A second 401 means the server refuses even a
 // fresh token: the server needs a login.
-func (t *remoteTripper) withToken(r *http.Request, o *OAuthClient) (*http.Response, error) {
+func (t *remoteTripper) withToken(r *http.Request, o tokenSource) (*http.Response, error) {
 	tok, err := o.token(r.Context(), false)
 	if err != nil {
 		return nil, err

@@ -25,8 +25,11 @@
 //     the scopes. A session serves the principal of its initialize;
 //     a request of the session with another principal's token (issuer and
 //     subject) is refused 403, whatever its session id. A token is never
-//     logged, recorded nor put in an error; only the principal it names
-//     reaches [Config.Serve] ([Principal]; the package still imports nothing of aegis).
+//     logged, recorded nor put in an error; the principal it names
+//     reaches [Config.Serve] ([Principal]; the package still imports nothing of aegis),
+//     and so does the token itself, in memory only ([Session.Token]: the
+//     newest one of the session's requests, "" once Serve returned), for
+//     a gateway that exchanges it for a remote server's (RFC 8693).
 //   - A session begins only with a POST whose body is a single initialize
 //     request and that carries no Mcp-Session-Id. Its id is 32 random
 //     characters; every later request names it, and an unknown id is 404

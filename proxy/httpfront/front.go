@@ -73,6 +73,45 @@ type Session struct {
 	// Principal is who the session serves, with [Config.OAuth]; nil
 	// otherwise.
 	Principal *Principal
+	// Token is the caller's access token, with [Config.OAuth] (nil
+	// otherwise): the one its last request sent, validated. It is held in
+	// memory for the session's life only, for a gateway that exchanges it
+	// for a remote server's (RFC 8693), and never logged or recorded.
+	Token *CallerToken
+}
+
+// CallerToken is the validated access token a session's caller sent last.
+type CallerToken struct {
+	mu  sync.Mutex
+	tok string
+}
+
+// Get is the token; "" once the session ended.
+func (c *CallerToken) Get() string {
+	if c == nil {
+		return ""
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tok
+}
+
+func (c *CallerToken) set(tok string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.tok = tok
+	c.mu.Unlock()
+}
+
+// bearer is r's bearer token ("" for none).
+func bearer(r *http.Request) string {
+	fields := strings.Fields(r.Header.Get("Authorization"))
+	if len(fields) != 2 || !strings.EqualFold(fields[0], "bearer") {
+		return ""
+	}
+	return fields[1]
 }
 
 // Digest names session id in logs and records: the first 16 hex digits of
@@ -114,6 +153,7 @@ type session struct {
 	// principal is who the session serves (Config.OAuth); every request
 	// of the session must name the same issuer and subject.
 	principal *Principal
+	token     *CallerToken // its caller's token, with principal
 }
 
 // New returns a Front; it refuses a configuration without a token unless
@@ -243,6 +283,10 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusForbidden, "this session serves another principal; a token of the principal that began it must be sent")
 		return
 	}
+	if principal != nil {
+		// The caller's newest token (it refreshes its own as they expire).
+		s.token.set(bearer(r))
+	}
 	if r.Method == http.MethodDelete {
 		f.end(s)
 		w.WriteHeader(http.StatusNoContent)
@@ -346,6 +390,9 @@ func (f *Front) begin(w http.ResponseWriter, r *http.Request, principal *Princip
 		return
 	}
 	s := &session{id: id, tr: tr, conn: &trackConn{Connection: conn, initID: req.ID}, open: 1, principal: principal}
+	if principal != nil {
+		s.token = &CallerToken{tok: bearer(r)}
+	}
 	f.mu.Lock()
 	if !f.roomToWind(r.Context()) {
 		f.mu.Unlock()
@@ -382,7 +429,7 @@ func (f *Front) begin(w http.ResponseWriter, r *http.Request, principal *Princip
 	f.sessions[id] = s
 	f.wg.Add(1)
 	f.mu.Unlock()
-	sess := &Session{ID: id, Remote: r.RemoteAddr, UserAgent: r.UserAgent(), Conn: s.conn, Principal: principal}
+	sess := &Session{ID: id, Remote: r.RemoteAddr, UserAgent: r.UserAgent(), Conn: s.conn, Principal: principal, Token: s.token}
 	go f.serve(s, sess)
 	defer f.leave(s)
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -393,6 +440,7 @@ func (f *Front) begin(w http.ResponseWriter, r *http.Request, principal *Princip
 func (f *Front) serve(s *session, sess *Session) {
 	defer f.wg.Done()
 	err := f.cfg.Serve(f.ctx, sess)
+	s.token.set("") // the session is over: its caller's token is forgotten
 	if err != nil {
 		f.log.Warn("an HTTP session failed", "http_session_digest", Digest(s.id), "err", err)
 		s.conn.fail(err)
