@@ -196,30 +196,41 @@ type subjectReader interface {
 	ReplaySubjectFrom(ctx context.Context, subject string, from events.Position, fn func(events.Record) error) error
 }
 
-// replaySession prints the session that arg names. The index says which
-// session that is, where it begins and how it ended; the transcript reads
-// only that session's messages, from its first on: a replay costs what
-// the session holds, not what the stream does.
-func (m *Main) replaySession(ctx context.Context, src subjectReader, ix *projector.Index, holder int, arg string, o replayOpts) error {
+// sessionNamed finds the session arg names, by its id or as
+// resolveSession reads a name ("last", a prefix), in ix.
+func sessionNamed(ix *projector.Index, holder int, arg string) (projector.SessionSummary, error) {
 	id := arg
 	if !schemas.ValidID(arg) {
 		s, err := resolveSession(ix.Sessions(0), arg)
 		if err != nil {
-			return err
+			return projector.SessionSummary{}, err
 		}
 		id = s.ID
 	}
 	sum, ok := ix.Session(id, holder)
 	if !ok {
-		return withHint(fmt.Errorf("no session %s in the stream", id), "list them with: aegis sessions")
+		return projector.SessionSummary{}, withHint(fmt.Errorf("no session %s in the stream", id), "list them with: aegis sessions")
 	}
+	return sum, nil
+}
+
+// replaySession prints the session that arg names. The index says which
+// session that is, where it begins and how it ended; the transcript reads
+// only that session's messages, from its first on: a replay costs what
+// the session holds, not what the stream does.
+func (m *Main) replaySession(ctx context.Context, src subjectReader, ix *projector.Index, holder int, arg string, o replayOpts) error {
+	sum, err := sessionNamed(ix, holder, arg)
+	if err != nil {
+		return err
+	}
+	id := sum.ID
 	prog := m.newProgress("replay")
 	w := bufio.NewWriterSize(prog.clearing(m.Stdout), 64<<10)
 	defer w.Flush()
 	tl := projector.NewTimeline(id)
 	var last events.Record
 	read := 0
-	err := src.ReplaySubjectFrom(ctx, "aegis."+id+".>", events.Position{Seq: sum.First.Seq}, func(r events.Record) error {
+	err = src.ReplaySubjectFrom(ctx, "aegis."+id+".>", events.Position{Seq: sum.First.Seq}, func(r events.Record) error {
 		read++
 		prog.add()
 		if r.Event.Session != id {

@@ -11,7 +11,6 @@ import (
 	"github.com/aegis-dev/aegis/cmd/aegis/telemetry"
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/projector"
-	"github.com/aegis-dev/aegis/schemas"
 )
 
 // telemetryHelp is the part of wrap's and gateway's help on the export
@@ -102,18 +101,11 @@ func (m *Main) closeTelemetry(x *telemetry.Exporter) {
 // recorded it exported (or would have) while it ran, less the commits'
 // spans, whose acknowledgement times only the running process knew.
 func (m *Main) replayOTLP(ctx context.Context, src subjectReader, ix *projector.Index, holder int, arg, endpoint string) error {
-	id := arg
-	if !schemas.ValidID(arg) {
-		s, err := resolveSession(ix.Sessions(0), arg)
-		if err != nil {
-			return err
-		}
-		id = s.ID
+	sum, err := sessionNamed(ix, holder, arg)
+	if err != nil {
+		return err
 	}
-	sum, ok := ix.Session(id, holder)
-	if !ok {
-		return withHint(fmt.Errorf("no session %s in the stream", id), "list them with: aegis sessions")
-	}
+	id := sum.ID
 	cfg := telemetry.Config{OTLPEndpoint: endpoint, Getenv: m.Getenv, Version: Version}
 	res, err := telemetry.Resource(ctx, cfg)
 	if err != nil {

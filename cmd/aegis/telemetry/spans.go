@@ -135,18 +135,26 @@ func endpoint(raw string) (host, path string, insecure bool, err error) {
 	return u.Host, strings.TrimSuffix(u.Path, "/"), u.Scheme == "http", nil
 }
 
-// SpanExporter is the OTLP exporter of spans that cfg names.
-func SpanExporter(ctx context.Context, cfg *Config) (sdktrace.SpanExporter, error) {
-	proto, err := cfg.protocol("TRACES")
-	if err != nil {
-		return nil, err
+// target is where cfg's exporter of signal (TRACES, METRICS) sends: its
+// protocol, and the host and path of --otlp-endpoint (empty when the
+// OTEL_EXPORTER_OTLP_* variables decide).
+func (cfg *Config) target(signal string) (proto, host, path string, insecure bool, err error) {
+	if proto, err = cfg.protocol(signal); err != nil {
+		return "", "", "", false, err
 	}
-	var host, path string
-	var insecure bool
 	if cfg.OTLPEndpoint != "" {
 		if host, path, insecure, err = endpoint(cfg.OTLPEndpoint); err != nil {
-			return nil, err
+			return "", "", "", false, err
 		}
+	}
+	return proto, host, path, insecure, nil
+}
+
+// SpanExporter is the OTLP exporter of spans that cfg names.
+func SpanExporter(ctx context.Context, cfg *Config) (sdktrace.SpanExporter, error) {
+	proto, host, path, insecure, err := cfg.target("TRACES")
+	if err != nil {
+		return nil, err
 	}
 	if proto == "grpc" {
 		var opts []otlptracegrpc.Option
@@ -178,16 +186,9 @@ func SpanExporter(ctx context.Context, cfg *Config) (sdktrace.SpanExporter, erro
 
 // metricExporter is the OTLP exporter of metrics that cfg names.
 func metricExporter(ctx context.Context, cfg *Config) (sdkmetric.Exporter, error) {
-	proto, err := cfg.protocol("METRICS")
+	proto, host, path, insecure, err := cfg.target("METRICS")
 	if err != nil {
 		return nil, err
-	}
-	var host, path string
-	var insecure bool
-	if cfg.OTLPEndpoint != "" {
-		if host, path, insecure, err = endpoint(cfg.OTLPEndpoint); err != nil {
-			return nil, err
-		}
 	}
 	if proto == "grpc" {
 		var opts []otlpmetricgrpc.Option
