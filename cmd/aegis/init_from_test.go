@@ -79,7 +79,7 @@ func argAfter(args []string, flag string) string {
 // would, each record verifies against the printed key, a second --from
 // changes nothing, and --undo restores the original byte for byte.
 func TestInitFromClaudeDesktopFile(t *testing.T) {
-	t.Parallel() // it mostly waits on processes (node, npx, python): beside the others
+	t.Parallel()                // it mostly waits on processes (node, npx, python): beside the others
 	mcptest.EverythingServer(t) // npx finds it in .cache/node, where the host starts it
 	filesystem := mcptest.FilesystemServer(t)
 	node, sdk := mcptest.TypeScriptSDK(t)
