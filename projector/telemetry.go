@@ -211,7 +211,7 @@ func (t *Telemetry) Apply(te TelemetryEvent, out TelemetryOut) {
 			s.servers = append(s.servers, name)
 		}
 	case schemas.KindCallIntent:
-		p := callPayloadOf(e.Payload)
+		p := callPayload(e.Payload)
 		l := parseAuditLine(p.Line)
 		s := t.session(e.Session)
 		c := &CallSpan{Session: e.Session, CallID: p.CallID, ToolID: p.ToolID, Start: e.Time, IntentSeq: l.Seq}
@@ -228,7 +228,7 @@ func (t *Telemetry) Apply(te TelemetryEvent, out TelemetryOut) {
 		}
 		s.calls[p.CallID] = c
 	case schemas.KindCallOutcome:
-		p := callPayloadOf(e.Payload)
+		p := callPayload(e.Payload)
 		l := parseAuditLine(p.Line)
 		s := t.session(e.Session)
 		c := s.calls[p.CallID]
@@ -281,24 +281,6 @@ func (t *Telemetry) Apply(te TelemetryEvent, out TelemetryOut) {
 	case schemas.KindToolChanged:
 		out.PinChanged()
 	}
-}
-
-// callPayloadOf reads a call.intent or call.outcome payload as
-// json.Unmarshal into CallPayload would, without its reflection: the
-// fold reads two of them per call.
-func callPayloadOf(p []byte) CallPayload {
-	var c CallPayload
-	members(p, func(k, v []byte) {
-		switch {
-		case keyIs(k, "line"):
-			c.Line = str(v)
-		case keyIs(k, "call_id"):
-			c.CallID = str(v)
-		case keyIs(k, "tool_id"):
-			c.ToolID = str(v)
-		}
-	})
-	return c
 }
 
 // commit reports a commit when te begins a new message; the message's
