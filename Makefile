@@ -17,7 +17,7 @@ PREFIX  ?= $(HOME)/.local
 # git can tell it, whatever GOFLAGS says.
 BUILDFLAGS := -buildvcs=auto
 
-.PHONY: all build install test vet cross release fmt-check unit bench fuzz demo interop-deps console-deps python-deps telemetry-deps jaeger-deps test-telemetry clean
+.PHONY: all build install test test-prep test-build test-deps apt-deps vet cross release fmt-check unit bench fuzz demo interop-deps console-deps python-deps telemetry-deps jaeger-deps test-telemetry clean
 
 all: build
 
@@ -66,11 +66,14 @@ LONG      := ./proxy ./cmd/aegis
 # package's parallel tests may start (see their comments): in a go test of
 # their own they run beside the rest of the package instead of ahead of it.
 PROXY_ALONE := ^(TestWrapServerFloodOfLargeFramesKeepsMemoryBounded|TestWrapSlowHostOfLargeAnswersKeepsMemoryBounded|TestWrapRelaysAFrameJustUnderTheLimitExactly)$$
-test: vet cross fmt-check interop-deps console-deps python-deps telemetry-deps
-	@start=$$(date +%s); rm -rf $(TESTBIN) && mkdir -p $(TESTBIN) || exit 1; \
-	{ $(GO) build -o $(TESTBIN)/ $(TESTBINS) && CGO_ENABLED=0 $(GO) build -o $(TESTBIN)/probe ./sandbox/testdata/probe; } & bins=$$!; \
-	$(GO) build -race $$($(GO) list -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' ./...) || exit 1; \
-	wait $$bins || exit 1; export AEGIS_TEST_BINDIR=$(TESTBIN); \
+# test-prep runs the CPU-bound builds (vet, cross, the race build, the
+# test binaries) beside the network-bound installs (npm, apt-get), which on
+# a fresh machine wait about a minute on downloads; each one's output is
+# printed whole when it ends.
+test:
+	@start=$$(date +%s); echo "== make test: vet, builds and installs, side by side"; \
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-prep || exit 1; \
+	prep=$$(( $$(date +%s) - start )); tests=$$(date +%s); export AEGIS_TEST_BINDIR=$(TESTBIN); \
 	rest=$$($(GO) list ./... | grep -v -x $(foreach p,$(LONG),-e $$($(GO) list $(p)))); \
 	export AEGIS_REQUIRE_BROWSER=1 AEGIS_REQUIRE_TELEMETRY=1; \
 	$(GO) test $(TESTFLAGS) -run '$(PROXY_ALONE)' ./proxy & pids="$$!"; \
@@ -79,7 +82,24 @@ test: vet cross fmt-check interop-deps console-deps python-deps telemetry-deps
 	$(GO) test $(TESTFLAGS) -p 2 $$rest & pids="$$pids $$!"; \
 	status=0; for p in $$pids; do wait $$p || status=1; done; \
 	if [ $$status = 0 ]; then verdict="every package passed"; else verdict="FAILED: see the FAIL lines above"; fi; \
-	echo "== make test: $$verdict, the tests in $$(( $$(date +%s) - start )) s"; exit $$status
+	echo "== make test: $$verdict in $$(( $$(date +%s) - start )) s: builds and installs $$prep s, the tests $$(( $$(date +%s) - tests )) s"; exit $$status
+
+test-prep: test-build test-deps
+
+# test-build: vet and gofmt, then every package compiled with the race
+# detector (so that the go tests below do not compile the same ones side
+# by side) beside the binaries the tests run as processes.
+test-build: vet cross fmt-check
+	@rm -rf $(TESTBIN) && mkdir -p $(TESTBIN) || exit 1; \
+	{ $(GO) build -o $(TESTBIN)/ $(TESTBINS) && CGO_ENABLED=0 $(GO) build -o $(TESTBIN)/probe ./sandbox/testdata/probe; } & bins=$$!; \
+	$(GO) build -race $$($(GO) list -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' ./...) || exit 1; \
+	wait $$bins
+
+# test-deps: npm beside apt-get; the apt-get installs one after another
+# (they take the same lock).
+test-deps: interop-deps apt-deps
+apt-deps:
+	@MAKEFLAGS= $(MAKE) --no-print-directory console-deps python-deps telemetry-deps
 
 vet:
 	$(GO) vet ./...
