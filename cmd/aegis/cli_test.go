@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -128,38 +127,6 @@ func TestVersionLineNamesModuleAndRevision(t *testing.T) {
 				t.Errorf("versionLine = %q, want it to start %q", got, tc.want)
 			}
 		})
-	}
-}
-
-// make install puts a working aegis in PREFIX/bin and says where; built
-// from this checkout, it names the checkout's revision.
-func TestMakeInstall(t *testing.T) {
-	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
-	if _, err := exec.LookPath("make"); err != nil {
-		t.Skip("make is not installed")
-	}
-	prefix := t.TempDir()
-	cmd := exec.Command("make", "-s", "install", "PREFIX="+prefix)
-	cmd.Dir = filepath.Join("..", "..")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("make install: %v\n%s", err, out)
-	}
-	bin := filepath.Join(prefix, "bin", "aegis")
-	if !strings.Contains(string(out), "installed "+bin) || !strings.Contains(string(out), "not on your PATH") {
-		t.Errorf("make install said %q", out)
-	}
-	v, err := exec.Command(bin, "version").Output()
-	if err != nil {
-		t.Fatalf("%s version: %v", bin, err)
-	}
-	if !strings.HasPrefix(string(v), "aegis "+Version+" · module ") {
-		t.Errorf("version %q", v)
-	}
-	if _, err := os.Stat(filepath.Join("..", "..", ".git")); err == nil {
-		if _, err := exec.LookPath("git"); err == nil && !strings.Contains(string(v), " · revision ") {
-			t.Errorf("a build from a git checkout names no revision: %q", v)
-		}
 	}
 }
 

@@ -61,9 +61,11 @@ func readmeCommands(t *testing.T, readme, section string) []string {
 	return cmds
 }
 
-// The README's Install section works as written, in a fresh HOME: make
-// install, aegis version, and aegis init each succeed, and init's entry
-// names the files it made.
+// The README's Install section works as written, in a fresh HOME whose
+// bin folder is not on PATH yet: make install builds aegis there and says
+// so, and how to put the folder on PATH; with that done, aegis version
+// names the checkout's revision and aegis init succeeds, its entry naming
+// the files it made.
 func TestReadmeInstallWorksAsWritten(t *testing.T) {
 	t.Parallel() // it mostly waits on processes, or on CPU in a child: beside the others
 	if _, err := exec.LookPath("make"); err != nil {
@@ -74,9 +76,9 @@ func TestReadmeInstallWorksAsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
-	// The user's PATH after make install's note; Go's caches are the
-	// machine's, so that the build is not a cold one.
-	env := []string{"HOME=" + home, "PATH=" + filepath.Join(home, ".local", "bin") + ":" + os.Getenv("PATH")}
+	bin := filepath.Join(home, ".local", "bin")
+	// Go's caches are the machine's, so that the build is not a cold one.
+	env := []string{"HOME=" + home}
 	for _, k := range []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOFLAGS", "GOPROXY", "GOTOOLCHAIN"} {
 		if v := os.Getenv(k); v != "" {
 			env = append(env, k+"="+v)
@@ -88,26 +90,39 @@ func TestReadmeInstallWorksAsWritten(t *testing.T) {
 			env = append(env, k+"="+strings.TrimSpace(string(out)))
 		}
 	}
+	path := os.Getenv("PATH")
 	var outputs strings.Builder
-	for _, c := range readmeCommands(t, filepath.Join(root, "README.md"), "Install") {
+	for i, c := range readmeCommands(t, filepath.Join(root, "README.md"), "Install") {
 		cmd := exec.Command("bash", "-c", c)
-		cmd.Dir, cmd.Env = root, env
+		cmd.Dir, cmd.Env = root, append(env, "PATH="+path)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("the README's %q: %v\n%s", c, err, out)
 		}
 		outputs.Write(out)
+		if i == 0 {
+			// What make install's note says to do.
+			if note := `add it: export PATH="` + bin + `:$PATH"`; !strings.Contains(string(out), note) {
+				t.Errorf("make install, with %s not on PATH, did not say %q:\n%s", bin, note, out)
+			}
+			path = bin + ":" + path
+		}
 	}
 	got := outputs.String()
 	for _, want := range []string{
-		"installed " + filepath.Join(home, ".local", "bin", "aegis"),
+		"installed " + filepath.Join(bin, "aegis"),
 		"aegis " + Version + " · module ",
-		`"command": "` + filepath.Join(home, ".local", "bin", "aegis") + `"`,
+		`"command": "` + filepath.Join(bin, "aegis") + `"`,
 		filepath.Join(home, ".config", "aegis", "signing.key") + " (new)",
 		"verify --key ",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the README's commands did not print %q:\n%s", want, got)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, ".git")); err == nil {
+		if _, err := exec.LookPath("git"); err == nil && !strings.Contains(got, " · revision ") {
+			t.Errorf("a build from a git checkout names no revision:\n%s", got)
 		}
 	}
 }
