@@ -39,7 +39,7 @@ install:
 # the race detector, each package printed as it finishes, and a summary.
 # The two longest packages, proxy (in two parts, PROXY_ALONE below) and
 # cmd/aegis, start at once, each in a go test of its own, beside one more
-# that runs the others two at a time
+# that runs the others three at a time
 # (every package is compiled once before, so that they do not
 # compile the same ones side by side). Within a package, the tests that
 # mostly wait (on processes, a fleet hub's retries) run side by side
@@ -79,7 +79,7 @@ test:
 	$(GO) test $(TESTFLAGS) -run '$(PROXY_ALONE)' ./proxy & pids="$$!"; \
 	$(GO) test $(TESTFLAGS) -skip '$(PROXY_ALONE)' ./proxy & pids="$$pids $$!"; \
 	$(GO) test $(TESTFLAGS) ./cmd/aegis & pids="$$pids $$!"; \
-	$(GO) test $(TESTFLAGS) -p 2 $$rest & pids="$$pids $$!"; \
+	$(GO) test $(TESTFLAGS) -p 3 $$rest & pids="$$pids $$!"; \
 	status=0; for p in $$pids; do wait $$p || status=1; done; \
 	if [ $$status = 0 ]; then verdict="every package passed"; else verdict="FAILED: see the FAIL lines above"; fi; \
 	echo "== make test: $$verdict in $$(( $$(date +%s) - start )) s: builds and installs $$prep s, the tests $$(( $$(date +%s) - tests )) s"; exit $$status

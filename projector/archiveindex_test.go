@@ -17,6 +17,7 @@ import (
 // it answers is the whole fold of the archive. The new stream starts an
 // index of its own.
 func TestRotatedArchiveAnswersFromTheIndexThatWentWithIt(t *testing.T) {
+	t.Parallel() // it mostly waits on the store's commits: beside the others
 	ctx := context.Background()
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")

@@ -171,6 +171,7 @@ func TestCheckpointFileSignsWhatTheFileHolds(t *testing.T) {
 // sealed, so a checkpoint never vouches for a torn write or for bytes the
 // verifier would not read as lines.
 func TestCheckpointFileRefuses(t *testing.T) {
+	t.Parallel() // it mostly waits on the store's commits: beside the others
 	key := InsecureDevKey()
 	for _, tc := range []struct {
 		name    string

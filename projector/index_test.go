@@ -100,6 +100,7 @@ func samePicture(t *testing.T, st *events.Store, got *projector.Index) {
 // every step the index loaded from its snapshot equals the whole fold of
 // the stream, and after a session that closed, loading it folds nothing.
 func TestIndexFromItsSnapshotEqualsTheWholeFold(t *testing.T) {
+	t.Parallel() // it mostly waits on the store's commits: beside the others
 	ctx := context.Background()
 	st, dir := tempStore(t)
 	key, err := projector.GenerateKey(rand.Reader)
@@ -138,6 +139,7 @@ func TestIndexFromItsSnapshotEqualsTheWholeFold(t *testing.T) {
 // The index is a cache: a snapshot that does not match the stream is
 // thrown away and the stream folded whole, whatever is wrong with it.
 func TestIndexSnapshotIsNeverTrustedOverTheStream(t *testing.T) {
+	t.Parallel() // it mostly waits on the store's commits: beside the others
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
@@ -201,6 +203,7 @@ func put(t *testing.T, st *events.Store, key string, val []byte) {
 // completes one that a crash left short, wherever it was cut, without
 // reading the whole session when the cut is past a mark.
 func TestCatchUpRefusesARecordItCannotAccountFor(t *testing.T) {
+	t.Parallel() // it mostly waits on the store's commits: beside the others
 	ctx := context.Background()
 	st, dir := tempStore(t)
 	audit := filepath.Join(dir, "calls.aarl")

@@ -30,6 +30,7 @@ import (
 // projected is a prefix of the rebuilt export, and that the next writer
 // completes it exactly.
 func TestProjectionsRebuildAfterKill(t *testing.T) {
+	t.Parallel() // it mostly waits on the store's commits: beside the others
 	if dir := os.Getenv("AEGIS_PROJECTOR_CHILD"); dir != "" {
 		seed, _ := strconv.ParseInt(os.Getenv("AEGIS_PROJECTOR_SEED"), 10, 64)
 		os.Exit(crashChild(dir, os.Getenv("AEGIS_PROJECTOR_LIVE"), seed))

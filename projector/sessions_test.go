@@ -146,6 +146,7 @@ func TestProfilesFold(t *testing.T) {
 // Folding the same events twice gives the same projections, whatever the
 // split between an incremental fold and a fresh one.
 func TestProjectionsAreDeterministic(t *testing.T) {
+	t.Parallel() // it mostly waits on the store's commits: beside the others
 	s, _ := scripted(t)
 	var whole projector.Projections
 	for _, r := range s.recs {

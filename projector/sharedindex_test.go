@@ -21,6 +21,7 @@ import (
 // unaffected; and the shared index is saved for the next start with
 // every session in it.
 func TestSessionsOnASharedIndexContinueEachOthersFiles(t *testing.T) {
+	t.Parallel() // it mostly waits on the store's commits: beside the others
 	dir := t.TempDir()
 	ctx := context.Background()
 	st := openStore(t, filepath.Join(dir, "state"))
