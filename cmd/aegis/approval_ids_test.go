@@ -131,6 +131,7 @@ func TestApprovalIDFromEndedSessionDoesNotApproveAnother(t *testing.T) {
 // the name, and the hint's command, run by a shell exactly as printed,
 // approves the call.
 func TestApprovalIDOfHostileToolNameIsShellSafe(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}

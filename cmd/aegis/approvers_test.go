@@ -107,6 +107,7 @@ func (l *live) noTTY(args ...string) (string, int) {
 // approval's own by a listed key; the human's signed approve lets the
 // call through once, and the decision line names the human's key id.
 func TestAgentSelfApprovalRefusedWithApprovers(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
@@ -395,6 +396,7 @@ func TestWrapRefusesABadApproversFile(t *testing.T) {
 // the agent stays where it was, and only the approver's signed approve
 // promotes it; the decision line names the approver's key id.
 func TestAgentSelfEscalationRefusedWithApprovers(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway")
 	}

@@ -131,6 +131,7 @@ func browserPath(t *testing.T) string {
 // without reloading, approves it with the button, and the host's retried
 // call then runs. The page loads nothing but the console's own URLs.
 func TestConsoleBrowserApprovesPendingCall(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	chromium := browserPath(t)
 	start := time.Now()
 	l := newLive(t, consolePolicy)
@@ -590,6 +591,7 @@ func TestConsoleListenOffLoopback(t *testing.T) {
 // user who asked, and a second decision on the same id is refused by that
 // process, its reason shown.
 func TestConsoleDenyIsRecordedAsDeny(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	l := newLive(t, consolePolicy)
 	w := l.wrap(false)
 	w.initialize()

@@ -124,6 +124,7 @@ func TestDamagedStateDirectoryIsNeverReadAsAShorterHistory(t *testing.T) {
 // reading it blocks in the kernel; a record file that is a FIFO is
 // refused before it is opened), and no server is started.
 func TestWrapEndsOnASignalWhileStarting(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap and gateway")
 	}

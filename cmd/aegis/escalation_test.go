@@ -52,6 +52,7 @@ func toolText(t *testing.T, line string) string {
 // from reviewer is refused and does not spend it; back in developer it
 // applies, once; and a second approve is refused.
 func TestApprovalAfterTheAgentMovedOn(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway")
 	}

@@ -157,6 +157,7 @@ func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
 // rebinding) is refused before anything of it is served, and no session
 // is made for it.
 func TestHTTPGatewayRefusesStrangers(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway --listen")
 	}
@@ -238,6 +239,7 @@ func (l *live) sessionsText() string {
 // to the session that asked, and only to it; each session's record file
 // verifies.
 func TestHTTPGatewaySessionsAreSeparate(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway --listen")
 	}
@@ -466,6 +468,7 @@ func waitHTTP(t *testing.T, url string) {
 // and an HTTP client are served at once, as two sessions; when the stdio
 // host leaves, aegis ends, and both sessions are closed.
 func TestHTTPGatewayWithStdioToo(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway --listen --stdio")
 	}
@@ -541,6 +544,7 @@ activation:
 // keep their own names and share a tool name would make one name mean two
 // tools; the gateway refuses to start and says which.
 func TestGatewayUnprefixedNamesThatCollideRefuseTheStart(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway")
 	}

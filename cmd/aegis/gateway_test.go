@@ -188,6 +188,7 @@ func (l *live) sessionsJSON() []struct {
 // decision; a denial after the approval, which revokes it, is a decision
 // of its own and shown as the revocation it is.
 func TestGatewayRecordsOneResolutionPerApproval(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway")
 	}
@@ -263,6 +264,7 @@ func transcriptSteps(out string) string {
 // (developer -> deploy), where replay printed "for  ·", and the tool of a
 // call's approval. The golden transcript is the gateway session's story.
 func TestReplayApprovalRequestNamesItsTarget(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway")
 	}
@@ -281,6 +283,7 @@ func TestReplayApprovalRequestNamesItsTarget(t *testing.T) {
 // default profile in session.opened, so replay shows it before the first
 // switch and sessions shows it for a session that never switches.
 func TestGatewayDefaultProfileShownFromTheStart(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway")
 	}
@@ -317,6 +320,7 @@ func TestGatewayDefaultProfileShownFromTheStart(t *testing.T) {
 // its capability and the active profile, as the gateway asked, so it is
 // pending_approval as it was, not newly allowed.
 func TestRecheckApprovedGatewayCallNotNewlyAllowed(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway")
 	}
@@ -339,6 +343,7 @@ func TestRecheckApprovedGatewayCallNotNewlyAllowed(t *testing.T) {
 // --json) and aegis replay (a skipped line with the reason). The servers
 // that did start are named in their started and exited lines.
 func TestGatewaySkippedServerShown(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway")
 	}

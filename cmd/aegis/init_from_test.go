@@ -286,6 +286,7 @@ func served(t *testing.T, ctx context.Context, cs *mcp.ClientSession) (tools, pr
 // user's comments, and refuses a name the file has for another command;
 // a second --from finds nothing to do.
 func TestInitFromCursorIntoOneGateway(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	bin := bins(t)
 	example := filepath.Join(bin, "aegis-example-server")
 	home := t.TempDir()

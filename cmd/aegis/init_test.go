@@ -38,6 +38,7 @@ func hostJSON(t *testing.T, out []byte, heading string) map[string]map[string]ho
 // tools through it; the verify line it prints then pins the record to the
 // key it made.
 func TestInitEntryRunsAsAHostRunsIt(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	bin := bins(t)
 	for _, tc := range []struct{ mode, tool string }{
 		{"wrap", "echo"},

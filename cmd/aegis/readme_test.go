@@ -193,6 +193,7 @@ func (q *quickstart) connect(ctx context.Context, entry hostEntry) *mcp.ClientSe
 // sessions, replay and verify lines, with the public key init printed in
 // place of PUBLIC_KEY.
 func TestReadmeQuickstartWorksAsWritten(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	q := newQuickstart(t, "Quickstart: one server", "aegis init ")
 	cmds, sh := q.cmds, q.sh
 	entry, pub := q.init()
@@ -222,6 +223,7 @@ func TestReadmeQuickstartWorksAsWritten(t *testing.T) {
 // aegis approvals and granted with its aegis approve; then its verify
 // line.
 func TestReadmeGatewayQuickstartWorksAsWritten(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	const section = "Quickstart: several servers"
 	q := newQuickstart(t, section, "aegis init --mode gateway ")
 	cmds, sh, readme, home := q.cmds, q.sh, q.readme, q.home

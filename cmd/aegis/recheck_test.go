@@ -21,6 +21,7 @@ func writePolicy(t *testing.T, dir, name, body string) string {
 // pending approval, approved once), rechecked under the same policy, a
 // stricter one and a looser one.
 func TestRecheckStricterAndLooser(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
@@ -139,6 +140,7 @@ func TestRecheckUnreadable(t *testing.T) {
 // one whose condition reads the arguments otherwise exactly the calls it
 // names change.
 func TestRecheckEvaluatesConditionsOnTheArguments(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}

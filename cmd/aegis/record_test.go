@@ -15,6 +15,7 @@ import (
 // records anything, naming the file and the first wrap's PID; the first
 // runs on and its record verifies.
 func TestTwoWrapsOneRecordFile(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
@@ -68,6 +69,7 @@ func TestTwoWrapsOneRecordFile(t *testing.T) {
 // phantom session listed as killed whose open line a later wrap on the
 // same path wrote into the record. It now refuses before any event.
 func TestWrapIntoMissingDirectory(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}

@@ -465,6 +465,7 @@ func (l *live) normalizer() *normalizer {
 // Golden transcripts of a scripted session through real processes: the
 // example server confined, a refused call, an approval, the child's exit.
 func TestReplayGoldenScriptedSession(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
@@ -544,6 +545,7 @@ func sortBytes(b [][]byte) {
 // session as killed; while it still ran, it replayed (from a snapshot) as
 // running.
 func TestReplayKilledMidCall(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
@@ -605,6 +607,7 @@ func TestReplayKilledMidCall(t *testing.T) {
 // --follow prints a running session as it grows and stops by itself when
 // it closes; without SESSION it follows across aegis processes.
 func TestReplayFollow(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}

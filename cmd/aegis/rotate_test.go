@@ -51,6 +51,7 @@ func readFile(t *testing.T, path string) []byte {
 // and nothing of the history is lost: the archive still reads and exports
 // the segment byte for byte.
 func TestRotateSealsTheRecordAndTheChainGoesOn(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
@@ -143,6 +144,7 @@ func TestRotateSealsTheRecordAndTheChainGoesOn(t *testing.T) {
 // an edited record, a foreign key, or a busy directory stop it with the
 // state directory and the record as they were.
 func TestRotateRefusesWhatItCannotSealAndChangesNothing(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
@@ -215,6 +217,7 @@ func TestSegmentPutBackOverTheLiveRecordIsRefused(t *testing.T) {
 // loss): every command refuses the directory and says how to finish, and
 // aegis rotate finishes it from the plan.
 func TestInterruptedRotationIsFinishedByRotate(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
@@ -265,6 +268,7 @@ func TestInterruptedRotationIsFinishedByRotate(t *testing.T) {
 // --if-larger and --if-older rotate by size or by time: a store within
 // both is left alone, and a record file over the size is rotated.
 func TestRotateBySizeOrByTime(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
@@ -320,6 +324,7 @@ func (l *live) sessionIDs() []string {
 // (no event of the archive folded, on the first call or any later one),
 // and replay reads the session's own events, not the whole archive.
 func TestArchiveAnswersFromTheIndexThatWentWithIt(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}

@@ -289,6 +289,7 @@ func TestSessionsReadsASnapshotWhileLocked(t *testing.T) {
 // lists from the index the wrap keeps instead of copying the whole stream:
 // the running session is there, with its calls, within about a second.
 func TestSessionsListsARunningWrapFromItsIndex(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}

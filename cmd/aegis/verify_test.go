@@ -378,6 +378,7 @@ func TestVerifyARecordInWritingIsNotTampered(t *testing.T) {
 // record is caught by them, and by a copy of the last one kept elsewhere
 // when the sidecar is cut too.
 func TestVerifyLiveCheckpoints(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
@@ -506,6 +507,7 @@ func TestVerifyLiveCheckpoints(t *testing.T) {
 // a proof bent in transit is Tampered, and a record cut after a
 // checkpoint gets no proof.
 func TestProveAndVerifyProof(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis wrap")
 	}
