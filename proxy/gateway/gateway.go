@@ -112,12 +112,6 @@ type Config struct {
 	Grace time.Duration
 }
 
-// Instructions tell the agent how names work behind the gateway, naming
-// the meta-tools as listed (see [policy.MetaToolNames]).
-func Instructions(setProfile, approvalStatus string) string {
-	return "You are operating behind aegis. Every tool is prefixed with its server origin via a double underscore (e.g. filesystem__read_file). Use the prefixed names exactly as listed. Some profile switches require human approval: call " + setProfile + ", then " + approvalStatus + "."
-}
-
 type downstream struct {
 	name string
 	cs   *mcp.ClientSession // a local server's session; a remote one's is remote.session()
@@ -408,6 +402,9 @@ func (g *gateway) aggregate(ctx context.Context) error {
 			g.pins.observe(n, listed) // a listing cut short says nothing of what was removed
 		}
 		g.noteOwners(ctx, n, d.session())
+		if r := d.session().InitializeResult(); r != nil {
+			g.pins.observeInstructions(n, r.Instructions)
+		}
 		for r, err := range d.session().Resources(ctx, nil) {
 			if err != nil {
 				break // a server without resources
