@@ -188,7 +188,20 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 		go local.feed(bg, changed)
 		src = local
 	}
-	srv, err := console.New(console.Config{Source: src, Logger: m.logger(), Hosts: hosts, Random: rand.Reader, Signer: signer, Changed: changed})
+	var linkKey []byte
+	if !hub.set() {
+		// Approval links: a gateway of this state directory links its
+		// pending approvals here (console_links.go). Without them the
+		// console still serves; the gateway's hosts get the hint instead.
+		path, key, err := m.offerLinks(stateDir, "http://"+hosts[0])
+		if err != nil {
+			m.warnf("approval links are off: %v", err)
+		} else {
+			linkKey = key
+			defer os.Remove(path)
+		}
+	}
+	srv, err := console.New(console.Config{Source: src, Logger: m.logger(), Hosts: hosts, Random: rand.Reader, Signer: signer, Changed: changed, LinkKey: linkKey})
 	if err != nil {
 		return err
 	}
@@ -343,6 +356,9 @@ func (s *consoleSource) Decide(ctx context.Context, d console.Decision) (string,
 		return "", fmt.Errorf("no running aegis process serves session %s", d.Session)
 	}
 	req := events.ApprovalRequest{Op: d.Op, ApprovalID: d.ApprovalID, By: s.m.requester()}
+	if d.Link {
+		req.By += ", through the approval link of aegis console"
+	}
 	if d.Op == events.OpDeny {
 		req.Reason = d.Reason
 	}

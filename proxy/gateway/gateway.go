@@ -94,6 +94,13 @@ type Config struct {
 	// [EscalationTarget].
 	Approvers   *schemas.Approvers
 	ApprovalTTL time.Duration
+	// ApprovalLink, when not nil, makes the link that opens pending
+	// approval p for a human (aegis console's approval link), or says why
+	// it cannot ("" and why: no console runs). Toward a host that
+	// declared URL elicitation, a call that waits for approval is then
+	// refused with MCP's URLElicitationRequired error carrying the link,
+	// and the host is told when the approval is decided (elicit.go).
+	ApprovalLink func(p proxy.PendingApproval) (link, why string)
 	Now         func() time.Time
 	Logger      *slog.Logger
 	// Principal, when not nil, is who the session serves (a validated
@@ -171,6 +178,8 @@ type gateway struct {
 	tk *tasker     // tasks, which the SDK does not carry
 
 	pins *gatewayPins // the servers' tool pins (pins.go)
+
+	el elicits // approvals shown to the host through URL elicitation (elicit.go)
 }
 
 // active returns the active profile.
@@ -277,6 +286,7 @@ func Run(ctx context.Context, cfg Config) (*projector.Session, error) {
 	host, caps, hostTasks := g.readHost(ctx)
 	g.tk.hostCaps = hostTasks
 	g.pins.setCaps(caps)
+	g.el.hostURL = caps != nil && caps.Elicitation != nil && caps.Elicitation.URL != nil
 	failed = g.connectServers(ctx, running, caps, hostTasks, failed)
 	failed = g.connectRemotes(ctx, remotes, caps, failed)
 	if len(g.downs) == 0 {
