@@ -101,8 +101,8 @@ type Config struct {
 	// refused with MCP's URLElicitationRequired error carrying the link,
 	// and the host is told when the approval is decided (elicit.go).
 	ApprovalLink func(p proxy.PendingApproval) (link, why string)
-	Now         func() time.Time
-	Logger      *slog.Logger
+	Now          func() time.Time
+	Logger       *slog.Logger
 	// Principal, when not nil, is who the session serves (a validated
 	// OAuth token of an HTTP session): it is recorded in each call's
 	// intent, rules' conditions see it, and approvals name it.
