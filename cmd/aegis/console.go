@@ -110,6 +110,15 @@ read once. The approvals come live from the running processes over
 their approval channel. The console never takes the state directory's
 lock, so it never keeps an aegis wrap from starting.
 
+Approval links: an aegis gateway of the same state directory gives a
+host that shows URL elicitations a link to the one approval its call
+waits for, on this console: the link works once, for that approval only,
+until it expires, and opens a page that says what was asked, with
+Approve and Deny (signed with --approver-key's passphrase). The console
+writes console-<pid>.json (0600) into the runtime directory for the
+gateway to find it, with the key that links are made with; a restart
+ends every earlier link.
+
 Stop it with Ctrl-C.
 
 Example:
