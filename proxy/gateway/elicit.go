@@ -43,10 +43,14 @@ import (
 //     reason, until the denied approval would have expired, instead of
 //     asking the human again; that refusal is recorded as every refusal.
 //   - Hosts of 2026-07-28 (per-request capabilities, input_required
-//     results) are a matter of the protocol layer: [gateway.urlElicits]
-//     says whether the host takes URL elicitations, and
-//     [gateway.approvalElicitation] builds the url-mode request that a
-//     result of theirs would carry, bound to the approval by its id.
+//     results) are a matter of the protocol layer, which has three hooks
+//     here: urlElicits says whether the host takes URL elicitations,
+//     approvalElicitation builds the url-mode input request that an
+//     input_required result would carry (its elicitationId, the approval
+//     id, is what the requestState binds), and elicited registers it, so
+//     that a denial refuses the retry as it does here. The retry itself
+//     goes through decideCall like every call: the approval lets through
+//     only the same tool with the same arguments, once.
 
 // elicits are the approvals shown to the host through URL elicitation,
 // and the denials of them.
@@ -103,7 +107,17 @@ func (g *gateway) elicitRefusal(p proxy.PendingApproval, refusal map[string]stri
 	if err != nil {
 		data = nil // strings only: cannot happen
 	}
+	g.elicited(p)
+	return &jsonrpc.Error{Code: mcp.CodeURLElicitationRequired, Data: data,
+		Message: "aegis gateway: this tools/call waits for a human's approval (PENDING_APPROVAL): open the link of the elicitation to approve or deny it, then call again"}
+}
+
+// elicited registers pending approval p as shown to the host through an
+// elicitation: its decision is told to the host (elicitDecided), and a
+// denial of it refuses the same call again (deniedCall).
+func (g *gateway) elicited(p proxy.PendingApproval) {
 	g.el.mu.Lock()
+	defer g.el.mu.Unlock()
 	if g.el.open == nil {
 		g.el.open = map[string]time.Time{}
 	}
@@ -114,9 +128,6 @@ func (g *gateway) elicitRefusal(p proxy.PendingApproval, refusal map[string]stri
 		}
 	}
 	g.el.open[p.ApprovalID] = p.ExpiresAt
-	g.el.mu.Unlock()
-	return &jsonrpc.Error{Code: mcp.CodeURLElicitationRequired, Data: data,
-		Message: "aegis gateway: this tools/call waits for a human's approval (PENDING_APPROVAL): open the link of the elicitation to approve or deny it, then call again"}
 }
 
 // deniedCall is the denial that answers a call of tool with args of
