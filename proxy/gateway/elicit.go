@@ -83,7 +83,7 @@ func (g *gateway) approvalElicitation(p proxy.PendingApproval, reason string) (*
 	}
 	args := projector.Printable(p.Args)
 	if len(args) > 200 {
-		args = args[:200] + "…"
+		args = strings.ToValidUTF8(args[:200], "") + "…" // a rune cut in two is dropped
 	}
 	why := "rule " + projector.Printable(p.MatchedRule) + " says a human must approve it first"
 	if reason != "" {
