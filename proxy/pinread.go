@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"strconv"
 
 	"github.com/aegis-dev/aegis/proxy/reading"
@@ -114,6 +115,26 @@ func readInstructions(result *reading.Value) ([]listedTool, string) {
 		return []listedTool{{name: schemas.PinKindInstructions, seen: toolSeen{bad: "instructions that cannot be read", change: schemas.ToolChangeUnreadable}}}, ""
 	}
 	return []listedTool{{name: schemas.PinKindInstructions, seen: seeTool(obj)}}, ""
+}
+
+// ListedTool is one entry of a listing, as [ReadObjects] and
+// [InstructionsOf] read it for a [PinBook].
+type ListedTool = listedTool
+
+// InstructionsOf reads a server's instructions, as the gateway's SDK
+// client decoded them from its initialize result, into the one entry
+// named "instructions" that wrap's reading of the result gives (the same
+// digest: of {"instructions": text}); none when it gave none.
+func InstructionsOf(text string) []listedTool {
+	if text == "" {
+		return nil
+	}
+	b, err := json.Marshal(map[string]string{"instructions": text})
+	obj, ok := reading.Read(b).One()
+	if err != nil || !ok {
+		return []listedTool{{name: schemas.PinKindInstructions, seen: toolSeen{bad: "instructions that cannot be read", change: schemas.ToolChangeUnreadable}}}
+	}
+	return []listedTool{{name: schemas.PinKindInstructions, seen: seeTool(obj)}}
 }
 
 // ReadObjects reads objects the gateway shows its host, each named by its

@@ -110,6 +110,15 @@ read once. The approvals come live from the running processes over
 their approval channel. The console never takes the state directory's
 lock, so it never keeps an aegis wrap from starting.
 
+Approval links: an aegis gateway of the same state directory gives a
+host that shows URL elicitations a link to the one approval its call
+waits for, on this console: the link works once, for that approval only,
+until it expires, and opens a page that says what was asked, with
+Approve and Deny (signed with --approver-key's passphrase). The console
+writes console-<pid>.json (0600) into the runtime directory for the
+gateway to find it, with the key that links are made with; a restart
+ends every earlier link.
+
 Stop it with Ctrl-C.
 
 Example:
@@ -188,7 +197,20 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 		go local.feed(bg, changed)
 		src = local
 	}
-	srv, err := console.New(console.Config{Source: src, Logger: m.logger(), Hosts: hosts, Random: rand.Reader, Signer: signer, Changed: changed})
+	var linkKey []byte
+	if !hub.set() {
+		// Approval links: a gateway of this state directory links its
+		// pending approvals here (console_links.go). Without them the
+		// console still serves; the gateway's hosts get the hint instead.
+		path, key, err := m.offerLinks(stateDir, "http://"+hosts[0])
+		if err != nil {
+			m.warnf("approval links are off: %v", err)
+		} else {
+			linkKey = key
+			defer os.Remove(path)
+		}
+	}
+	srv, err := console.New(console.Config{Source: src, Logger: m.logger(), Hosts: hosts, Random: rand.Reader, Signer: signer, Changed: changed, LinkKey: linkKey})
 	if err != nil {
 		return err
 	}
@@ -343,6 +365,9 @@ func (s *consoleSource) Decide(ctx context.Context, d console.Decision) (string,
 		return "", fmt.Errorf("no running aegis process serves session %s", d.Session)
 	}
 	req := events.ApprovalRequest{Op: d.Op, ApprovalID: d.ApprovalID, By: s.m.requester()}
+	if d.Link {
+		req.By += ", through the approval link of aegis console"
+	}
 	if d.Op == events.OpDeny {
 		req.Reason = d.Reason
 	}

@@ -355,6 +355,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 			Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
 			Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), DottedMetaTools: gw.DottedMetaTools(), Self: self, Stderr: m.Stderr,
 			Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
+			ApprovalLink: m.approvalLinker(store.Dir()),
 		}
 		rec := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
 			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints}
@@ -380,6 +381,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
 		Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), DottedMetaTools: gw.DottedMetaTools(), Open: open, Self: self, Stdin: os.Stdin, Stdout: stdout, Stderr: m.Stderr,
 		Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
+		ApprovalLink: m.approvalLinker(store.Dir()),
 	})
 	var oe *proxy.OpenError
 	if errors.As(err, &oe) {

@@ -208,7 +208,15 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 		if err := proxy.RecordLapsed(g.sess, gd.Lapsed); err != nil {
 			g.log.Error("record approval expiry", "err", err)
 		}
+		if gd.Decision.Verdict == policy.PendingApproval {
+			// The retry of a call whose elicited approval a human
+			// denied: refused as denied, not asked again (elicit.go).
+			if dn, ok := g.deniedCall(name, gd.ArgsDigest, start); ok {
+				gd.Decision = deniedDecision(dn, gd.Decision.MatchedRule)
+			}
+		}
 		if gd.Decision.Verdict != policy.Allow {
+			var pending *proxy.PendingApproval
 			o := wc.Refused(gd.Decision.Record(), gd.Decision.MatchedRule)
 			axes.MatchedRule = gd.Decision.MatchedRule
 			o.DecisionAxes = axes
@@ -220,6 +228,7 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 				g.sess.Fact(schemas.KindApprovalRequested, p)
 				g.gate.Request(p)
 				fmt.Fprint(g.cfg.Stderr, proxy.ApprovalPrompt(p))
+				pending = &p
 			}
 			refusal := map[string]string{"code": policy.RefusalCode(gd.Decision), "capability": axes.Capability, "active_profile": profile, "reason": gd.Decision.Reason}
 			if id := gd.Decision.ApprovalID; id != "" {
@@ -227,6 +236,20 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 				// limit names none.
 				refusal["approval_id"] = id
 				refusal["hint"] = "run: aegis approve " + proxy.QuoteArg(id) + " (or: aegis deny " + proxy.QuoteArg(id) + "), then call the tool again with the same arguments: the approval lets it through once"
+			}
+			if pending != nil && g.urlElicits() {
+				// A host that shows URL elicitations: the human opens
+				// the approval from the host itself (elicit.go).
+				el, why := g.approvalElicitation(*pending, gd.Decision.Reason)
+				if el == nil {
+					refusal["hint"] += "; to approve from the host instead: " + why
+				} else {
+					refusal["hint"] = "open the link the host shows (or run: aegis approve " + proxy.QuoteArg(pending.ApprovalID) + "), then call the tool again with the same arguments: the approval lets it through once"
+					if _, err := finish(o, nil); err != nil {
+						return nil, err
+					}
+					return nil, g.elicitRefusal(*pending, refusal, el)
+				}
 			}
 			b, _ := json.Marshal(refusal)
 			return finish(o, textResult(string(b), true))

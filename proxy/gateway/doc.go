@@ -97,6 +97,16 @@
 // stdout is closed one grace after it left: nothing it no longer reads (a
 // server's progress into a full pipe) can hold the gateway's end.
 //
+// A call that waits for a human is, toward a host that declared URL
+// elicitation and while [Config.ApprovalLink] makes a link (an aegis
+// console runs for the state directory), MCP's URLElicitationRequired
+// error (-32042, data.elicitations with the link, data.aegis as always);
+// the host is told notifications/elicitation/complete when the approval is
+// decided, and a denied call's retry is refused as denied (elicit.go).
+// Every other host gets the refusal result unchanged. The host's
+// instructions are the servers' own, each under its server's name and
+// pinned (instructions.go).
+//
 // A remote server ([RemoteServer], a url: server) runs no process: it is a
 // go-sdk client session over streamable HTTP or legacy SSE, behind an HTTP
 // client that verifies TLS, adds the file's headers to requests to the
@@ -119,7 +129,8 @@
 //
 // # Where things are
 //
-// gateway.go ([Run], [Config]), start.go (start-up), read.go (the one
+// gateway.go ([Run], [Config]), start.go (start-up), elicit.go,
+// instructions.go, read.go (the one
 // reading of every host and server frame, and the refusal of ambiguous
 // ones), calls.go (a call decided, recorded and forwarded), meta.go (the
 // meta-tools and approvals), forward.go (requests between hosts and

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aegis-dev/aegis/policy"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -369,7 +368,7 @@ func (g *gateway) newServer() *mcp.Server {
 		Resources: &mcp.ResourceCapabilities{ListChanged: true, Subscribe: subscribe},
 	}
 	opts := &mcp.ServerOptions{
-		Instructions:                Instructions(policy.MetaToolNames(g.cfg.DottedMetaTools)),
+		Instructions:                g.instructions(),
 		Capabilities:                caps,
 		SupportedProtocolVersions:   sessionProtocolVersions(),
 		InitializedHandler:          g.hostInitialized,

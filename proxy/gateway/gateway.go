@@ -94,8 +94,15 @@ type Config struct {
 	// [EscalationTarget].
 	Approvers   *schemas.Approvers
 	ApprovalTTL time.Duration
-	Now         func() time.Time
-	Logger      *slog.Logger
+	// ApprovalLink, when not nil, makes the link that opens pending
+	// approval p for a human (aegis console's approval link), or says why
+	// it cannot ("" and why: no console runs). Toward a host that
+	// declared URL elicitation, a call that waits for approval is then
+	// refused with MCP's URLElicitationRequired error carrying the link,
+	// and the host is told when the approval is decided (elicit.go).
+	ApprovalLink func(p proxy.PendingApproval) (link, why string)
+	Now          func() time.Time
+	Logger       *slog.Logger
 	// Principal, when not nil, is who the session serves (a validated
 	// OAuth token of an HTTP session): it is recorded in each call's
 	// intent, rules' conditions see it, and approvals name it.
@@ -110,12 +117,6 @@ type Config struct {
 	// calls in flight when the host leaves, and between the steps that
 	// stop a server.
 	Grace time.Duration
-}
-
-// Instructions tell the agent how names work behind the gateway, naming
-// the meta-tools as listed (see [policy.MetaToolNames]).
-func Instructions(setProfile, approvalStatus string) string {
-	return "You are operating behind aegis. Every tool is prefixed with its server origin via a double underscore (e.g. filesystem__read_file). Use the prefixed names exactly as listed. Some profile switches require human approval: call " + setProfile + ", then " + approvalStatus + "."
 }
 
 type downstream struct {
@@ -177,6 +178,8 @@ type gateway struct {
 	tk *tasker     // tasks, which the SDK does not carry
 
 	pins *gatewayPins // the servers' tool pins (pins.go)
+
+	el elicits // approvals shown to the host through URL elicitation (elicit.go)
 }
 
 // active returns the active profile.
@@ -283,6 +286,7 @@ func Run(ctx context.Context, cfg Config) (*projector.Session, error) {
 	host, caps, hostTasks := g.readHost(ctx)
 	g.tk.hostCaps = hostTasks
 	g.pins.setCaps(caps)
+	g.el.hostURL = caps != nil && caps.Elicitation != nil && caps.Elicitation.URL != nil
 	failed = g.connectServers(ctx, running, caps, hostTasks, failed)
 	failed = g.connectRemotes(ctx, remotes, caps, failed)
 	if len(g.downs) == 0 {
@@ -408,6 +412,9 @@ func (g *gateway) aggregate(ctx context.Context) error {
 			g.pins.observe(n, listed) // a listing cut short says nothing of what was removed
 		}
 		g.noteOwners(ctx, n, d.session())
+		if r := d.session().InitializeResult(); r != nil {
+			g.pins.observeInstructions(n, r.Instructions)
+		}
 		for r, err := range d.session().Resources(ctx, nil) {
 			if err != nil {
 				break // a server without resources

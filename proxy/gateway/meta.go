@@ -163,7 +163,9 @@ func (g *gateway) handleApproval(op proxy.ApprovalOp) proxy.ApprovalReply {
 		return proxy.ApprovalReply{OK: true, Pending: out}
 	}
 	if !strings.HasPrefix(op.ApprovalID, "esc-") {
-		return proxy.DecideApproval(g.sess, g.gate, g.cfg.Approvers, op, now, func(err error) { g.log.Error("approval", "err", err) })
+		rep := proxy.DecideApproval(g.sess, g.gate, g.cfg.Approvers, op, now, func(err error) { g.log.Error("approval", "err", err) })
+		g.elicitDecided(op, rep)
+		return rep
 	}
 	if op.Op != "approve" && op.Op != "deny" {
 		return proxy.ApprovalReply{Error: fmt.Sprintf("unknown request %q", op.Op)}

@@ -26,8 +26,11 @@ import (
 // Prompts and resource templates are pinned the same way (kinds), each by
 // its name or uriTemplate: a changed one is hidden from the host's lists
 // and a prompts/get of it refused, until its approval pins it (or, under
-// deny, a pins reset). The servers' instructions are not pinned here: the
-// gateway gives the host its own.
+// deny, a pins reset). Each server's instructions (which the gateway
+// forwards to the host, marked with the server) are one pin of kind
+// instructions: changed ones are withheld from the host, whose
+// instructions are fixed at its initialize, and asked for approval, which
+// pins them for the next session (instructions.go).
 type gatewayPins struct {
 	g     *gateway
 	books map[string]*proxy.PinBook            // by server name
@@ -40,7 +43,7 @@ func newGatewayPins(g *gateway) *gatewayPins {
 		b := proxy.NewPinBookMode(g.sess, g.gate.IDs, s.Name, true, g.cfg.OnToolChange)
 		b.Names = []string{s.Name}
 		gp.books[s.Name] = b
-		for _, kind := range []string{schemas.PinKindPrompt, schemas.PinKindResourceTemplate} {
+		for _, kind := range []string{schemas.PinKindPrompt, schemas.PinKindResourceTemplate, schemas.PinKindInstructions} {
 			if gp.kinds[kind] == nil {
 				gp.kinds[kind] = map[string]*proxy.PinBook{}
 			}
@@ -81,7 +84,21 @@ func (gp *gatewayPins) observeKind(kind, server string, objs []any) {
 			raws = append(raws, raw)
 		}
 	}
-	fresh, rc, err := b.ObserveChanges(proxy.ReadObjects(raws, key), false, false)
+	gp.observed(b, kind, server, proxy.ReadObjects(raws, key))
+}
+
+// observeInstructions reads server's instructions (text, "" when it gave
+// none) into its pin of them, as observeKind reads a listing.
+func (gp *gatewayPins) observeInstructions(server, text string) {
+	if b := gp.book(schemas.PinKindInstructions, server); b != nil {
+		gp.observed(b, schemas.PinKindInstructions, server, proxy.InstructionsOf(text))
+	}
+}
+
+// observed reads what server listed of kind into b, warns of each it
+// newly found changed, and asks for their approval.
+func (gp *gatewayPins) observed(b *proxy.PinBook, kind, server string, listed []proxy.ListedTool) {
+	fresh, rc, err := b.ObserveChanges(listed, false, false)
 	if err == nil && rc != nil {
 		_, err = rc.Wait(context.Background())
 	}

@@ -68,9 +68,14 @@ func (a *auth) check(r *http.Request) error {
 	if r.URL.Path == "/login" {
 		return nil
 	}
-	c, err := r.Cookie(cookieName)
-	if err != nil || !a.live(c.Value) {
-		return &refusal{http.StatusUnauthorized, "not logged in: open the login link that aegis console printed when it started (it works once; restart aegis console for a new one)"}
+	// An approval link and the page it opens take a cookie of their own
+	// (links.go); what changes state still needs this console's Origin.
+	link := strings.HasPrefix(r.URL.Path, "/approval/")
+	if !link {
+		c, err := r.Cookie(cookieName)
+		if err != nil || !a.live(c.Value) {
+			return &refusal{http.StatusUnauthorized, "not logged in: open the login link that aegis console printed when it started (it works once; restart aegis console for a new one)"}
+		}
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		origin := r.Header.Get("Origin")

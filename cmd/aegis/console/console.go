@@ -74,6 +74,9 @@ type Decision struct {
 	// ([Config.Signer]); it is used for that one request and never
 	// stored or logged.
 	Passphrase string `json:"passphrase,omitempty"`
+	// Link is set for a decision made on the page of an approval link
+	// (links.go), never by a page's body.
+	Link bool `json:"-"`
 }
 
 // Source is where the console reads and what it decides through. Notes
@@ -112,6 +115,9 @@ type Config struct {
 	// ("" for none): the page then asks its passphrase with each
 	// Approve, and the Source signs.
 	Signer string
+	// LinkKey is the key of the approval links this console takes
+	// ([ApprovalLink], [LinkKeyBytes]); nil takes none.
+	LinkKey []byte
 }
 
 // Server is the console's HTTP handler and its poller.
@@ -123,6 +129,9 @@ type Server struct {
 	mu    sync.Mutex
 	state []byte // the last state, JSON
 	subs  map[chan []byte]struct{}
+
+	usedLinks map[string]time.Time // nonce -> expiry of each approval link used
+	grants    map[string]*grant    // handle -> what an approval link opened
 }
 
 // New makes a server and draws its login token.
@@ -143,7 +152,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, auth: a, kick: make(chan struct{}, 1), subs: map[chan []byte]struct{}{}}
+	s := &Server{cfg: cfg, auth: a, kick: make(chan struct{}, 1), subs: map[chan []byte]struct{}{},
+		usedLinks: map[string]time.Time{}, grants: map[string]*grant{}}
 	s.mux = http.NewServeMux()
 	static, _ := fs.Sub(assets, "assets")
 	s.mux.HandleFunc("GET /login", s.login)
@@ -153,6 +163,16 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /api/events", s.stateEvents)
 	s.mux.HandleFunc("GET /api/transcript", s.transcript)
 	s.mux.HandleFunc("POST /api/decide", s.decide)
+	s.mux.HandleFunc("GET /approval/{session}/{id}", s.openLink)
+	s.mux.HandleFunc("GET /approval/g/{handle}/{rest...}", s.approvalPage)
+	s.mux.HandleFunc("POST /approval/g/{handle}/decide", s.decideLink)
+	s.mux.HandleFunc("GET /approval/assets/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if n := r.PathValue("name"); n == "approval.js" || n == "app.css" {
+			serveAsset(w, r, static, n)
+			return
+		}
+		http.NotFound(w, r)
+	})
 	return s, nil
 }
 

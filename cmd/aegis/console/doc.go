@@ -24,6 +24,13 @@
 //   - Every state-changing request (POST) also needs an Origin header equal
 //     to the console's own origin and a JSON body (else 403), so that a
 //     page of another site cannot post a form or a simple request to it.
+//   - Approval links (links.go) are the one way in besides the login: a
+//     link names one approval of one session under an HMAC of the
+//     console's link key (drawn at start, never the login token), works
+//     once and until the approval's expiry, and opens only that
+//     approval's page, whose cookie is scoped to it and whose decision
+//     names no approval of its own. Host, Origin and JSON are checked as
+//     for every request.
 //   - Host-chosen text (approval ids, tool names, arguments, transcript
 //     lines) reaches the page as JSON strings already passed through
 //     [projector.Printable], and the page sets it as text, never as HTML.

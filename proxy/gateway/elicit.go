@@ -1,0 +1,187 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/policy"
+	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/proxy"
+)
+
+// In-band approvals: a tools/call that waits for a human, toward a host
+// that shows URL elicitations. Invariants:
+//
+//   - Only a host whose initialize declared the elicitation capability
+//     with url mode (capabilities.elicitation.url), and only when
+//     [Config.ApprovalLink] makes a link (an aegis console runs for the
+//     state directory), gets MCP's URLElicitationRequired error: code
+//     -32042 (the refusal code aegis has always used), data.elicitations
+//     holding one url-mode elicitation whose elicitationId is the approval
+//     id and whose url opens that approval, and data.aegis the refusal's
+//     members as every host gets them (code PENDING_APPROVAL, approval_id,
+//     hint, ...) with layer "gateway". Every other host gets the refusal
+//     of calls.go unchanged, byte for byte; a url-mode host without a
+//     link gets it with why there is none (and how to start the console)
+//     added to its hint. The decision, the approval and the record are
+//     the same either way: the elicitation only shows the human the
+//     approval that the gate already holds.
+//   - When that approval is decided (approve or deny, by any of aegis
+//     approve, deny, the console or the link), the host is sent
+//     notifications/elicitation/complete with the elicitationId, after
+//     the decision is durable. A retry after an approve runs on the
+//     approval, once, as every approved call does. After a deny, a
+//     retry of the same tool with the same arguments (the same
+//     args_digest) is refused as denied, naming the approval and its
+//     reason, until the denied approval would have expired, instead of
+//     asking the human again; that refusal is recorded as every refusal.
+//   - Hosts of 2026-07-28 (per-request capabilities, input_required
+//     results) are a matter of the protocol layer, which has three hooks
+//     here: urlElicits says whether the host takes URL elicitations,
+//     approvalElicitation builds the url-mode input request that an
+//     input_required result would carry (its elicitationId, the approval
+//     id, is what the requestState binds), and elicited registers it, so
+//     that a denial refuses the retry as it does here. The retry itself
+//     goes through decideCall like every call: the approval lets through
+//     only the same tool with the same arguments, once.
+
+// elicits are the approvals shown to the host through URL elicitation,
+// and the denials of them.
+type elicits struct {
+	hostURL bool // the host declared capabilities.elicitation.url
+
+	mu     sync.Mutex
+	open   map[string]time.Time // approval id -> its expiry
+	denied map[string]denial    // tool + "\x00" + args_digest -> its denial
+}
+
+// denial is an elicited approval that a human denied.
+type denial struct {
+	approvalID, reason string
+	expires            time.Time
+}
+
+func denialKey(tool, argsDigest string) string { return tool + "\x00" + argsDigest }
+
+// urlElicits reports whether the host takes URL elicitations.
+func (g *gateway) urlElicits() bool { return g.el.hostURL && g.cfg.ApprovalLink != nil }
+
+// approvalElicitation is the url-mode elicitation that shows pending
+// approval p to the human, reason being why it waits; "" and why not when
+// no link can be made.
+func (g *gateway) approvalElicitation(p proxy.PendingApproval, reason string) (*mcp.ElicitParams, string) {
+	link, none := g.cfg.ApprovalLink(p)
+	if link == "" {
+		return nil, none
+	}
+	args := projector.Printable(p.Args)
+	if len(args) > 200 {
+		args = strings.ToValidUTF8(args[:200], "") + "…" // a rune cut in two is dropped
+	}
+	why := "rule " + projector.Printable(p.MatchedRule) + " says a human must approve it first"
+	if reason != "" {
+		why += " (" + strings.TrimSuffix(projector.Printable(reason), ".") + ")"
+	}
+	msg := fmt.Sprintf("aegis: the agent asks to call %s with %s; %s. Open the link to see the call and approve or deny it in aegis console (approval %s, until %s UTC); the agent calls again once you have decided.",
+		projector.Printable(p.ToolID), args, why, p.ApprovalID, p.ExpiresAt.UTC().Format("15:04:05"))
+	return &mcp.ElicitParams{Mode: "url", ElicitationID: p.ApprovalID, URL: link, Message: msg}, ""
+}
+
+// elicitRefusal is the URLElicitationRequired error of a pending call:
+// the refusal's members (refusal) in data.aegis, el in data.elicitations.
+// It registers el's approval, so that its decision is told to the host.
+func (g *gateway) elicitRefusal(p proxy.PendingApproval, refusal map[string]string, el *mcp.ElicitParams) *jsonrpc.Error {
+	aegis := make(map[string]string, len(refusal)+1)
+	for k, v := range refusal {
+		aegis[k] = strings.ToValidUTF8(v, "\uFFFD")
+	}
+	aegis["layer"] = "gateway"
+	data, err := json.Marshal(map[string]any{"aegis": aegis, "elicitations": []*mcp.ElicitParams{el}})
+	if err != nil {
+		data = nil // strings only: cannot happen
+	}
+	g.elicited(p)
+	return &jsonrpc.Error{Code: mcp.CodeURLElicitationRequired, Data: data,
+		Message: "aegis gateway: this tools/call waits for a human's approval (PENDING_APPROVAL): open the link of the elicitation to approve or deny it, then call again"}
+}
+
+// elicited registers pending approval p as shown to the host through an
+// elicitation: its decision is told to the host (elicitDecided), and a
+// denial of it refuses the same call again (deniedCall).
+func (g *gateway) elicited(p proxy.PendingApproval) {
+	g.el.mu.Lock()
+	defer g.el.mu.Unlock()
+	if g.el.open == nil {
+		g.el.open = map[string]time.Time{}
+	}
+	now := g.cfg.Now()
+	for id, exp := range g.el.open {
+		if now.After(exp) {
+			delete(g.el.open, id)
+		}
+	}
+	g.el.open[p.ApprovalID] = p.ExpiresAt
+}
+
+// deniedCall is the denial that answers a call of tool with args of
+// args_digest, if a human denied its elicited approval.
+func (g *gateway) deniedCall(tool, argsDigest string, now time.Time) (denial, bool) {
+	g.el.mu.Lock()
+	defer g.el.mu.Unlock()
+	d, ok := g.el.denied[denialKey(tool, argsDigest)]
+	if ok && !now.Before(d.expires) {
+		delete(g.el.denied, denialKey(tool, argsDigest))
+		return denial{}, false
+	}
+	return d, ok
+}
+
+// deniedDecision is the decision that refuses a call a human denied.
+func deniedDecision(d denial, rule string) policy.Decision {
+	return policy.Decision{Verdict: policy.Deny, MatchedRule: rule,
+		Reason: fmt.Sprintf("a human denied this call (approval %s: %s)", d.approvalID, d.reason)}
+}
+
+// elicitDecided tells the host that an elicited approval was decided
+// (rep answered op, and the decision is durable), and keeps a denial.
+func (g *gateway) elicitDecided(op proxy.ApprovalOp, rep proxy.ApprovalReply) {
+	if !rep.OK || rep.Decided == nil {
+		return
+	}
+	p := rep.Decided
+	g.el.mu.Lock()
+	_, ok := g.el.open[p.ApprovalID]
+	delete(g.el.open, p.ApprovalID)
+	if ok && op.Op == "deny" {
+		if g.el.denied == nil {
+			g.el.denied = map[string]denial{}
+		}
+		reason := op.Reason
+		if reason == "" {
+			reason = "denied by operator"
+		}
+		g.el.denied[denialKey(p.ToolID, p.ArgsDigest)] = denial{approvalID: p.ApprovalID, reason: reason, expires: p.ExpiresAt}
+	}
+	g.el.mu.Unlock()
+	if !ok || g.srv == nil {
+		return
+	}
+	// Not on the approval channel's answer: a host that reads slowly
+	// holds only this.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for ss := range g.srv.Sessions() {
+			if err := ss.NotifyElicitationComplete(ctx, &mcp.ElicitationCompleteParams{ElicitationID: p.ApprovalID}); err != nil {
+				g.log.Warn("tell the host an elicitation is complete", "approval", p.ApprovalID, "err", err)
+			}
+		}
+	}()
+}
