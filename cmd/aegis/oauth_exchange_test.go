@@ -83,7 +83,6 @@ func exchangeServers(t *testing.T, issuer string) (notes, vault string, seen fun
 // never reaching them with another token. No token nor the gateway's
 // secret is in the record, the stream or stderr.
 func TestOAuthGatewayOnBehalfOfEachCaller(t *testing.T) {
-	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway --listen, an OpenID provider and two MCP servers")
 	}

@@ -57,7 +57,9 @@ var (
 	sharedOPErr  error
 )
 
-// sharedOP starts the OpenID provider once for the test binary.
+// sharedOP starts the OpenID provider once for the test binary. Its
+// expireNext and its count of token exchanges are the provider's, not a
+// test's: the tests that use it run one after another, never t.Parallel.
 func sharedOP(t *testing.T) *testOP {
 	t.Helper()
 	sharedOPOnce.Do(func() {

@@ -101,7 +101,6 @@ func connectAs(t *testing.T, h *httpGW, token string) *mcp.ClientSession {
 // authorization code is in the record, the stream, stderr or the
 // console.
 func TestOAuthGatewayRecordsWhoCalls(t *testing.T) {
-	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway --listen and an OpenID provider")
 	}
@@ -319,7 +318,6 @@ func TestOAuthGatewayRecordsWhoCalls(t *testing.T) {
 // TestOAuthGatewayIntrospects: with an introspection client, opaque
 // tokens are checked at the issuer (RFC 7662) and their holder recorded.
 func TestOAuthGatewayIntrospects(t *testing.T) {
-	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway --listen and an OpenID provider")
 	}
@@ -353,7 +351,6 @@ func TestOAuthGatewayIntrospects(t *testing.T) {
 // TestOAuthGatewayFailsClosedAtStart: a configuration that cannot work
 // stops aegis before it serves, saying what to change.
 func TestOAuthGatewayFailsClosedAtStart(t *testing.T) {
-	t.Parallel() // it mostly waits on processes: beside the others
 	if testing.Short() {
 		t.Skip("runs aegis gateway --listen")
 	}
