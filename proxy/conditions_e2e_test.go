@@ -22,6 +22,7 @@ import (
 // "..", is refused by aegis and never reaches the server (no file
 // appears), and the outcome line names the rule.
 func TestConditionConfinesFilesystemWrites(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	base := t.TempDir()
 	allowed := filepath.Join(base, "allowed")
 	if err := os.Mkdir(allowed, 0o755); err != nil {

@@ -358,6 +358,7 @@ rules:
 // with the -32042 error AUDIT_ERROR, not an error of code 0, and the call
 // does not run.
 func TestGatewayAtStateCapRefusesWithAuditError(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	c := newCLI(t)
 	calls := filepath.Join(c.dir, "example-calls.log")
 	config := filepath.Join(c.dir, "aegis.yaml")

@@ -238,6 +238,7 @@ func (w *oidcWorld) login(t *testing.T, c *cli, config, server string, paste boo
 //   - no access token, refresh token or authorization code appears in
 //     the record, the stream, stderr or the state directory's files.
 func TestGatewayOAuthLoginRefreshAndRelogin(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	w := newOIDCWorld(t)
 	plain := newRemoteMCP(t, false, false, "")
 	c := newCLI(t)

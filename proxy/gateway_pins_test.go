@@ -23,6 +23,7 @@ import (
 // approval to act on, and `aegis approve` from a second process pins the
 // new definition and shows the tool again. Tools that did not change stay.
 func TestGatewayHidesRugPulledToolUntilRepinned(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	c := newCLI(t)
 	config := filepath.Join(c.dir, "aegis.yaml")
 	os.WriteFile(config, []byte(`version: 1

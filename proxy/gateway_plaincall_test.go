@@ -53,6 +53,7 @@ func serverCalls(t *testing.T, path string) []serverCall {
 // the SDK as before. Either way the server receives only what was decided,
 // and nothing that was refused.
 func TestGatewayPlainCallsAreDecidedOnTheDirectPath(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	c := newCLI(t)
 	seen := filepath.Join(c.dir, "server-input.log")
 	gw := c.startGateway(`version: 1

@@ -24,6 +24,7 @@ func refusedAsAmbiguous(a map[string]any) bool {
 // refused, every one as frame.dropped. Frames every reader reads alike
 // (escapes, a value split over lines) are read as the SDK reads them.
 func TestGatewayReadsEveryHostFrameOnceAsTheSDK(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	c := newCLI(t)
 	seen := filepath.Join(c.dir, "server-input.log")
 	gw := c.startGateway(`version: 1
@@ -149,6 +150,7 @@ activation:
 // read), is refused; the servers are initialized from the host's first
 // initialize that every reader reads alike.
 func TestGatewayRefusesAnAmbiguousInitialize(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	c := newCLI(t)
 	gw := c.startGateway(`version: 1
 servers:

@@ -450,6 +450,7 @@ activation:
 // token, read from aegis's environment, appears in no event and not on
 // stderr.
 func TestGatewayRemoteRefusedCredentialsAreNotRetried(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	const wrong = "Bearer wrong-4d77c0"
 	remote := newRemoteMCP(t, false, false, "Bearer right")
 	c := newCLI(t)
@@ -567,6 +568,7 @@ func TestGatewayRemoteRetriesAServerThatIsNotReady(t *testing.T) {
 // connects the server again and records that (connected, attempt 1);
 // later calls reach the new session, and no call was sent twice.
 func TestGatewayRemoteSessionEndedByTheServerIsReconnected(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	remote := newRemoteMCP(t, false, false, "")
 	c := newCLI(t)
 	h := c.runGateway(remoteEchoConfig(remote.ts.URL + "/mcp"))
@@ -657,6 +659,7 @@ activation:
 // session): the call fails with an error that names the server and says
 // it may or may not have reached it; later calls work.
 func TestGatewayRemoteConnectionDroppedMidCall(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	remote := newRemoteMCP(t, false, false, "")
 	c := newCLI(t)
 	h := c.runGateway(`version: 1

@@ -19,6 +19,7 @@ import (
 // hidden and is refused when read, while server-everything's resources,
 // templates and reads pass.
 func TestGatewayServerResourcesEntryGrantsOnlyThatServer(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	c := newCLI(t)
 	every := mcptest.EverythingServer(t)
 	args, _ := json.Marshal(every[1:])

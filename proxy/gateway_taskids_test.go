@@ -46,6 +46,7 @@ var gatewayTaskID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // gateway's id; each result is recorded with both ids; and "t1" itself is
 // no task the host can name.
 func TestTaskIDCollisionAcrossServersCannotCrossDeliver(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	dir := t.TempDir()
 	alog, blog := filepath.Join(dir, "a.log"), filepath.Join(dir, "b.log")
 	c := newCLI(t)

@@ -16,6 +16,7 @@ import (
 // the gateway's own path for plain calls and through the SDK alike; a
 // malformed one is passed on but not recorded.
 func TestGatewayRecordsTheHostsTraceContext(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	c := newCLI(t)
 	seen := filepath.Join(c.dir, "server-input.log")
 	gw := c.startGateway(`version: 1

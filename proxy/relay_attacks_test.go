@@ -90,6 +90,7 @@ func answersTo(got []map[string]any, id string) []map[string]any {
 // and without one the joined call is recorded as what it is before the
 // frame that completes it reaches the server.
 func TestSplitCallCannotSmuggleAToolPastPolicy(t *testing.T) {
+	t.Parallel() // it mostly waits on processes: beside the others
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	split := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}}` + "\r" +
