@@ -106,6 +106,13 @@ type Config struct {
 	// Without it such a server is refused. It is never recorded.
 	CallerToken func() string
 
+	// HostProtocol is the newest protocol version offered to the host:
+	// "" offers the session protocol (up to 2025-11-25); "2026-07-28"
+	// offers that too, whose hosts are served without sessions, their
+	// calls carrying the servers' requests as input requests (mrtr.go).
+	// The servers are spoken to in the session protocol either way.
+	HostProtocol string
+
 	// Grace is the shutdown grace (default [DefaultGrace]): for the
 	// calls in flight when the host leaves, and between the steps that
 	// stop a server.
@@ -175,6 +182,7 @@ type gateway struct {
 	pt promptTable // prompts and resource templates
 	fw forwarder   // what is forwarded besides calls, and the list_changed relisting
 	tk *tasker     // tasks, which the SDK does not carry
+	mr *mrtr       // the calls of 2026-07-28 hosts across their requests
 
 	pins *gatewayPins // the servers' tool pins (pins.go)
 }

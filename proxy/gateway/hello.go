@@ -23,7 +23,9 @@ import (
 // sampling and elicitation. A host that sends nothing for [helloWait],
 // or whose first frame is not an initialize, has its servers told every
 // capability the gateway carries; a request the host then cannot take is
-// refused at the gateway (-32601), as before.
+// refused at the gateway (-32601), as before. A stateless host
+// (2026-07-28) has no initialize: the capabilities of its first request's
+// _meta are the ones the servers are told.
 
 // helloWait is how long the gateway waits for the host's initialize before
 // it initializes the servers without it.
@@ -120,10 +122,27 @@ func serverCaps(text []byte) (*mcp.ClientCapabilities, json.RawMessage) {
 		return gatewayCaps(), nil
 	}
 	r := readMessage(rd.Values[0])
-	if !r.message || r.ambiguous != "" || r.method != "initialize" {
+	if !r.message || r.ambiguous != "" || r.params == nil {
 		return gatewayCaps(), nil
 	}
-	host, why := r.params.Get("capabilities")
+	var host *reading.Value
+	var why string
+	switch {
+	case r.method == "initialize":
+		host, why = r.params.Get("capabilities")
+	default:
+		// A stateless (2026-07-28) host has no initialize: its first
+		// request names its capabilities in its _meta.
+		meta, mwhy := r.params.Get("_meta")
+		if mwhy != "" || meta == nil || meta.Kind != reading.Object {
+			return gatewayCaps(), nil
+		}
+		v, vwhy := meta.Get(mcp.MetaKeyProtocolVersion)
+		if s, ok := v.String(); vwhy != "" || !ok || s < newProtocol {
+			return gatewayCaps(), nil
+		}
+		host, why = meta.Get(mcp.MetaKeyClientCapabilities)
+	}
 	if why != "" || host == nil || host.Kind != reading.Object {
 		return gatewayCaps(), nil
 	}

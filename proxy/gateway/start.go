@@ -35,7 +35,7 @@ func newGateway(ctx context.Context, cfg Config) *gateway {
 	}
 	g := &gateway{cfg: cfg, log: cfg.Logger, downs: map[string]*downstream{}, tools: map[string]toolEntry{},
 		res: map[string]string{}, resDefs: map[string]*mcp.Resource{}, visible: map[string]bool{}, visRes: map[string]bool{},
-		state: policy.NewProfileState(cfg.DefaultProfile)}
+		state: policy.NewProfileState(cfg.DefaultProfile), mr: newMRTR()}
 	g.life.init()
 	g.initTasks(ctx)
 	g.gate = proxy.NewGate(cfg.Rules, cfg.ApprovalTTL)
