@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,54 +15,27 @@ import (
 	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
-// newProtocolScript is the part of the parity script a host of protocol
-// 2026-07-28 runs through the gateway: what it has in common with the
-// session protocol. Roots outside a call, logging/setLevel and
-// resources/subscribe are not in it: 2026-07-28 has none of them as
-// such (docs/GATEWAY-PARITY.md says what is left).
-func newProtocolScript() []parityStep {
-	keep := map[string]bool{
-		"tools/list": true, "prompts/list": true, "resources/list": true,
-		"tools/call echo": true, "tools/call get-structured-content (structured content, output schema)": true,
-		"sampling (server -> host)": true, "elicitation, form (server -> host)": true, "elicitation, url (server -> host)": true,
-		"elicitation, url, by error -32042": true, "progress (token both ways)": true, "cancellation of a call in flight": true,
-		"completion/complete, prompt argument": true, "prompts/get": true, "resources/read": true,
-	}
-	var s []parityStep
-	for _, st := range parityScript {
-		if keep[st.name] {
-			s = append(s, st)
-		}
-	}
-	return s
-}
-
 var newProtocolMeta = regexp.MustCompile(`"_meta":\{"io\.modelcontextprotocol/serverInfo":\{"name":"aegis","version":"gateway"\}\},?`)
 
-// A go-sdk host that speaks 2026-07-28 gets through aegis gateway
-// --protocol 2026-07-28 what it gets directly from server-everything
-// (which speaks the session protocol, so the host falls back to it
-// there): the gateway serves the host without a session and bridges to
-// the server's. A server's sampling and elicitation during a call come
-// back as the call's input_required result and the host's retry answers
-// them; every call is recorded once, its intent naming the protocol,
-// and each round of it is recorded.
-func TestGatewayParityNewProtocol(t *testing.T) {
-	parallel(t)
-	every := mcptest.EverythingServer(t)
-	root := t.TempDir()
-	script := newProtocolScript()
-	direct, dv := runParity(t, script, &mcp.CommandTransport{Command: exec.Command(every[0], every[1:]...), TerminateDuration: 5 * time.Second}, "", root)
-
+// parityNewProtocol runs the parity script through aegis gateway
+// --protocol 2026-07-28, whose go-sdk host then speaks 2026-07-28, and
+// compares it with direct, the same host's run directly against
+// server-everything (which speaks the session protocol, so the host fell
+// back to it there): the gateway serves the host without a session and
+// bridges to the server's. A server's sampling, elicitation and roots
+// requests during a call come back as the call's input_required result
+// and the host's retry answers them; every call is recorded once, its
+// intent naming the protocol, and each round of it is recorded.
+func parityNewProtocol(t *testing.T, every []string, root string, direct paritySession) {
+	script := parityScript
 	c := newCLI(t)
 	cmd := gatewayCmd(t, c, map[string][]string{"everything": every}, []string{"everything.*"}, []string{"demo://resource/**"})
 	cmd.Args = append(cmd.Args, "--protocol", "2026-07-28")
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	via, gv := runParity(t, script, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, "everything__", root)
-	t.Logf("protocol: direct %s, through the gateway %s", dv, gv)
-	if dv != "2025-11-25" || gv != "2026-07-28" {
-		t.Fatalf("protocol: direct %s (want 2025-11-25), through the gateway %s (want 2026-07-28)", dv, gv)
+	if gv != "2026-07-28" {
+		t.Fatalf("protocol through the gateway --protocol 2026-07-28: %s", gv)
 	}
 	// What 2026-07-28 adds to every result (the result's type, the
 	// server's identity) is the protocol's own, not the tool's answer.
@@ -89,9 +61,9 @@ func TestGatewayParityNewProtocol(t *testing.T) {
 			t.Errorf("an intent without the protocol version: %v", in)
 		}
 	}
-	// Sampling, form and url elicitation: a round each, each answered by
-	// one retry. (server-everything may ask for roots during another
-	// call: a round of that call.)
+	// Sampling, form and url elicitation and roots: a round each, each
+	// answered by one retry. (server-everything asks for the roots during
+	// the first call after the host's arrival: a round of that call.)
 	for _, tool := range []string{"trigger-sampling-request", "trigger-elicitation-request", "trigger-url-elicitation"} {
 		if !asked["everything__"+tool] {
 			t.Errorf("no round recorded for %s: %v", tool, asked)

@@ -563,21 +563,26 @@ func (g *gateway) rootsMiddleware(server string) mcp.Middleware {
 				return next(ctx, method, req)
 			}
 			host, err := g.fw.hostFor(ctx, server)
-			if err != nil || !hostHasRoots(host) {
-				return next(ctx, method, req)
-			}
 			var p *mcp.ListRootsParams
 			if r, ok := req.(*mcp.ListRootsRequest); ok {
 				p = r.Params
 			}
-			if newHost(host) {
-				// A host without sessions is asked during a call only;
-				// outside of one, the gateway's own (empty) list answers.
+			if g.stateless.Load() && (err != nil || newHost(host)) {
+				// A host without sessions is asked during a call only: the
+				// server's question waits for the host's next call to it
+				// (before the host's first request, for any host's); when
+				// none comes, the gateway's own (empty) list answers.
+				if err != nil {
+					host = nil
+				}
 				res, err := g.mrtrAsk(ctx, server, host, "roots/list", orEmptyRoots(p))
 				if err != nil {
 					return next(ctx, method, req)
 				}
 				return res, nil
+			}
+			if err != nil || !hostHasRoots(host) {
+				return next(ctx, method, req)
 			}
 			res, err := host.ListRoots(g.fw.related(ctx, server, host), p)
 			if err != nil {

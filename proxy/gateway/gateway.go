@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -183,6 +184,10 @@ type gateway struct {
 	fw forwarder   // what is forwarded besides calls, and the list_changed relisting
 	tk *tasker     // tasks, which the SDK does not carry
 	mr *mrtr       // the calls of 2026-07-28 hosts across their requests
+	// stateless: the host's first request was a 2026-07-28 one (hello.go),
+	// so a server's roots/list before the host's session exists waits for
+	// its first call (mrtr.go).
+	stateless atomic.Bool
 
 	pins *gatewayPins // the servers' tool pins (pins.go)
 }

@@ -89,11 +89,33 @@ func readHello(r io.ReadCloser) *hello {
 // await waits at most d for the first frame and returns the capabilities
 // the servers are to be told, and the host's capabilities.tasks (nil: it
 // has none).
-func (h *hello) await(ctx context.Context, d time.Duration) (*mcp.ClientCapabilities, json.RawMessage) {
+func (h *hello) await(ctx context.Context, d time.Duration) (*mcp.ClientCapabilities, json.RawMessage, bool) {
 	if !waitFirst(ctx, h.done, d) {
-		return gatewayCaps(), nil
+		return gatewayCaps(), nil, false
 	}
-	return serverCaps(h.buf)
+	caps, tasks := serverCaps(h.buf)
+	return caps, tasks, statelessHello(h.buf)
+}
+
+// statelessHello reports whether the host's first frame, the first value
+// of text, is a request of a stateless host (2026-07-28 and later: its
+// _meta names the protocol version), read as serverCaps reads it.
+func statelessHello(text []byte) bool {
+	rd := reading.Read(text)
+	if len(rd.Values) == 0 {
+		return false
+	}
+	r := readMessage(rd.Values[0])
+	if !r.message || r.ambiguous != "" || r.params == nil || r.method == "initialize" {
+		return false
+	}
+	meta, why := r.params.Get("_meta")
+	if why != "" {
+		return false
+	}
+	v, why := meta.Get(mcp.MetaKeyProtocolVersion)
+	s, ok := v.String()
+	return why == "" && ok && s >= newProtocol
 }
 
 // waitFirst waits at most d, and not past ctx, until done is closed, and

@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -60,7 +61,11 @@ import (
 //     its outcome recorded.
 //   - Which call a server's request belongs to: the one call of that host
 //     waiting on the server; with several, the server's request is refused
-//     (the session protocol names no call in a server's request).
+//     (the session protocol names no call in a server's request). A
+//     sampling or elicitation request while no call waits on the server is
+//     refused (-32601); a roots/list then, the host's roots being no one
+//     call's, waits (at most rootsHold) for the host's next call to that
+//     server and is asked in it.
 
 // newProtocol is the first protocol version without sessions, in which a
 // server may not send requests to the client outside of the call that
@@ -139,12 +144,13 @@ type mrtr struct {
 	mu    sync.Mutex
 	calls map[string]*mrtrCall // call key -> call
 	limit int                  // maxRounds; lower in tests
+	began chan struct{}        // closed, and replaced, when a call begins
 }
 
 func newMRTR() *mrtr {
 	k := make([]byte, 32)
 	rand.Read(k)
-	return &mrtr{key: k, calls: map[string]*mrtrCall{}, limit: maxRounds}
+	return &mrtr{key: k, calls: map[string]*mrtrCall{}, limit: maxRounds, began: make(chan struct{})}
 }
 
 // mrtrCall is one tools/call of a 2026-07-28 host.
@@ -159,7 +165,7 @@ type mrtrCall struct {
 	callID string // once decided (set before it runs)
 	tool   string // its tool_id in the record
 
-	asks   chan *ask     // the server's requests, routed to the call
+	kick   chan struct{} // a server's request was queued
 	done   chan struct{} // closed when the call ended, with res and err
 	res    mcp.Result
 	err    error
@@ -172,7 +178,8 @@ type mrtrCall struct {
 	expiry  *time.Timer     // ends the call when the host does not answer
 	waiting bool            // a host request waits on the call now
 	keys    map[string]bool // input keys given, so a key is never given twice
-	asking  int             // server requests admitted, not yet in a round
+	queue   []*ask          // server requests admitted, not yet in a round
+	ended   bool            // forgotten: no more requests are queued
 }
 
 // ask is one request of a server to the host during a call.
@@ -193,8 +200,8 @@ func (m *mrtr) admit(host *mcp.ServerSession, server, method string, params any)
 	var c *mrtrCall
 	n, open := 0, 0
 	for _, x := range m.calls {
-		if x.host != host {
-			continue
+		if host != nil && x.host != host {
+			continue // nil: the host whose session does not exist yet, any
 		}
 		if x.open() {
 			open++
@@ -203,6 +210,9 @@ func (m *mrtr) admit(host *mcp.ServerSession, server, method string, params any)
 			c = x
 			n++
 		}
+	}
+	if n == 1 && c.ended {
+		n = 0
 	}
 	if n != 1 {
 		msg := "aegis: a host of protocol " + newProtocol + " takes a server's " + method + " only during a call"
@@ -216,13 +226,44 @@ func (m *mrtr) admit(host *mcp.ServerSession, server, method string, params any)
 	}
 	a := &ask{key: fmt.Sprintf("aegis-%d", len(c.keys)+1), method: method, params: params, reply: make(chan askReply, 1)}
 	c.keys[a.key] = true
-	c.asking++
+	c.queue = append(c.queue, a)
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
 	return c, a, nil
+}
+
+// rootsHold bounds how long a server's roots/list between calls waits
+// for the host's next call to it.
+const rootsHold = time.Minute
+
+// admitNext admits the server's request (method, params) as admit does
+// once a call of host to server begins, waiting at most rootsHold.
+func (m *mrtr) admitNext(ctx context.Context, host *mcp.ServerSession, server, method string, params any) (*mrtrCall, *ask, *jsonrpc.Error) {
+	t := time.NewTimer(rootsHold)
+	defer t.Stop()
+	for {
+		m.mu.Lock()
+		began := m.began
+		m.mu.Unlock()
+		c, a, err := m.admit(host, server, method, params)
+		if err == nil || c != nil {
+			return c, a, err
+		}
+		select {
+		case <-began:
+		case <-t.C:
+			return nil, nil, err
+		case <-ctx.Done():
+			return nil, nil, err
+		}
+	}
 }
 
 // open reports whether c waits on the host: a round given, or a server's
 // request admitted for the next one. Under mrtr.mu.
-func (c *mrtrCall) open() bool { return c.state != "" || c.asking > 0 }
+func (c *mrtrCall) open() bool { return c.state != "" || len(c.queue) > 0 }
 
 // orEmptyRoots is p, or no params.
 func orEmptyRoots(p *mcp.ListRootsParams) *mcp.ListRootsParams {
@@ -285,13 +326,15 @@ func (g *gateway) mrtrStart(ctx context.Context, method string, r *mcp.CallToolR
 	kb := make([]byte, 16)
 	rand.Read(kb)
 	c := &mrtrCall{key: hex.EncodeToString(kb), host: r.Session, name: r.Params.Name, args: proxy.CanonicalArgs(r.Params.Arguments),
-		proto: version, asks: make(chan *ask, 16), done: make(chan struct{}), keys: map[string]bool{}}
+		proto: version, kick: make(chan struct{}, 1), done: make(chan struct{}), keys: map[string]bool{}}
 	if e, ok := g.tool(r.Params.Name); ok {
 		c.server = e.server
 	}
 	m.mu.Lock()
 	m.calls[c.key] = c
 	c.waiting = true
+	close(m.began)
+	m.began = make(chan struct{})
 	m.mu.Unlock()
 	// The call outlives the host's request: the host's later requests (its
 	// retries) and its cancellation reach it through c.
@@ -325,29 +368,43 @@ func (g *gateway) mrtrStart(ctx context.Context, method string, r *mcp.CallToolR
 // mrtrWait waits, for the host request ctx, until call c ends (its answer)
 // or a server asks the host something (a round: input_required).
 func (g *gateway) mrtrWait(ctx context.Context, c *mrtrCall) (mcp.Result, error) {
-	var asks []*ask
-	select {
-	case <-c.done:
-		return g.mrtrEnd(c)
-	case a := <-c.asks:
-		asks = append(asks, a)
-	case <-ctx.Done():
-		// The host cancelled its request: the call ends with it.
-		c.cancel()
-		<-c.done
-		g.mrtrForget(c)
-		return nil, ctx.Err()
-	}
-	// What else the server asked meanwhile goes in the same round.
-	for more := true; more; {
+	m := g.mr
+	for {
+		m.mu.Lock()
+		asks := c.queue
+		c.queue = nil
+		m.mu.Unlock()
+		if len(asks) > 0 {
+			return g.mrtrRound(ctx, c, asks)
+		}
 		select {
-		case a := <-c.asks:
-			asks = append(asks, a)
-		default:
-			more = false
+		case <-c.kick:
+		case <-c.done:
+			// What the server asked before the call ended: the roots are
+			// the host's, asked still (before the answer); the rest is
+			// moot.
+			m.mu.Lock()
+			for _, a := range c.queue {
+				if a.method == "roots/list" {
+					asks = append(asks, a)
+				} else {
+					a.reply <- askReply{err: errCallEnded}
+				}
+			}
+			c.queue = nil
+			m.mu.Unlock()
+			if len(asks) > 0 {
+				return g.mrtrRound(ctx, c, asks)
+			}
+			return g.mrtrEnd(c)
+		case <-ctx.Done():
+			// The host cancelled its request: the call ends with it.
+			c.cancel()
+			<-c.done
+			g.mrtrForget(c)
+			return nil, ctx.Err()
 		}
 	}
-	return g.mrtrRound(ctx, c, asks)
 }
 
 // mrtrEnd is the answer of call c, which ended.
@@ -364,11 +421,11 @@ func (g *gateway) mrtrForget(c *mrtrCall) {
 	if c.expiry != nil {
 		c.expiry.Stop()
 	}
-	pending := c.pending
-	c.pending, c.state = nil, ""
+	pending := append(c.pending, c.queue...)
+	c.pending, c.state, c.queue, c.ended = nil, "", nil, true
 	m.mu.Unlock()
 	for _, a := range pending {
-		a.reply <- askReply{err: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: the call this request belongs to has ended"}}
+		a.reply <- askReply{err: errCallEnded}
 	}
 }
 
@@ -390,7 +447,6 @@ func (g *gateway) mrtrRound(ctx context.Context, c *mrtrCall, asks []*ask) (mcp.
 	n := c.round
 	c.state = m.stateOf(c, n)
 	c.pending = asks
-	c.asking -= len(asks)
 	c.waiting = false
 	state, callID, tool := c.state, c.callID, c.tool
 	m.mu.Unlock()
@@ -525,31 +581,40 @@ func answerOf(a *ask, v mcp.InputResponse) askReply {
 // as an input request of the host's call that waits on server, and waits
 // for the host's answer in its retry.
 func (g *gateway) mrtrAsk(ctx context.Context, server string, host *mcp.ServerSession, method string, params any) (mcp.Result, error) {
-	c, a, err := g.mr.admit(host, server, method, params)
-	if err != nil {
-		if c != nil {
-			// At the limit: recorded, as every refusal is.
-			g.mr.mu.Lock()
-			callID, tool := c.callID, c.tool
-			g.mr.mu.Unlock()
-			g.noteRound(ctx, map[string]any{"mrtr": "refused", "call_id": callID, "tool_id": tool, "reason": err.Message})
+	roots := method == "roots/list"
+	for tries := 0; ; tries++ {
+		c, a, err := g.mr.admit(host, server, method, params)
+		if err != nil && c == nil && roots {
+			// The roots are the host's, not a call's: a server that asks
+			// for them between calls (at its start, say) is answered in
+			// the host's next call to it.
+			c, a, err = g.mr.admitNext(ctx, host, server, method, params)
 		}
-		return nil, err
+		if err != nil {
+			if c != nil {
+				// At the limit: recorded, as every refusal is.
+				g.mr.mu.Lock()
+				callID, tool := c.callID, c.tool
+				g.mr.mu.Unlock()
+				g.noteRound(ctx, map[string]any{"mrtr": "refused", "call_id": callID, "tool_id": tool, "reason": err.Message})
+			}
+			return nil, err
+		}
+		res, perr := g.mrtrPut(ctx, c, a)
+		if errors.Is(perr, errCallEnded) && roots && tries < 10 {
+			continue // the call ended before the host answered: the next one asks
+		}
+		return res, perr
 	}
-	unadmit := func() {
-		g.mr.mu.Lock()
-		c.asking--
-		g.mr.mu.Unlock()
-	}
-	select {
-	case c.asks <- a:
-	case <-c.done:
-		unadmit()
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: the call this request belongs to has ended"}
-	case <-ctx.Done():
-		unadmit()
-		return nil, ctx.Err()
-	}
+}
+
+// errCallEnded answers a server's request whose call ended before the
+// host answered it.
+var errCallEnded = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: the call this request belongs to has ended"}
+
+// mrtrPut waits for the host's answer to ask a, queued on call c, in its
+// retry; every ask queued is answered (mrtrForget answers what is left).
+func (g *gateway) mrtrPut(ctx context.Context, c *mrtrCall, a *ask) (mcp.Result, error) {
 	select {
 	case r := <-a.reply:
 		return r.res, r.err

@@ -135,12 +135,16 @@ func (g *gateway) startServers(starts []*starting) (running []*starting, failed 
 func (g *gateway) readHost(ctx context.Context) (host mcp.Transport, caps *mcp.ClientCapabilities, hostTasks json.RawMessage) {
 	if g.cfg.Host != nil {
 		hc := g.hostConnOf(ctx, g.cfg.Host)
-		caps, hostTasks = hc.await(ctx, helloWait)
+		var stateless bool
+		caps, hostTasks, stateless = hc.await(ctx, helloWait)
+		g.stateless.Store(stateless && g.cfg.HostProtocol >= newProtocol)
 		return connTransport{hc}, caps, hostTasks
 	}
 	hostR, hostW := g.hostTransport()
 	first := readHello(hostR)
-	caps, hostTasks = first.await(ctx, helloWait)
+	var stateless bool
+	caps, hostTasks, stateless = first.await(ctx, helloWait)
+	g.stateless.Store(stateless && g.cfg.HostProtocol >= newProtocol)
 	return &mcp.IOTransport{Reader: first, Writer: hostW}, caps, hostTasks
 }
 
