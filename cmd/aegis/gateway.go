@@ -120,8 +120,10 @@ without it): a host that speaks it is served without a session
 (server/discover, each request with its own _meta), and a server's
 sampling, elicitation or roots request during a call comes back as that
 call's input_required result, whose retry the gateway ties to the call as
-decided and recorded. The servers are still spoken to in 2025-11-25. See
-docs/GATEWAY-PARITY.md.
+decided and recorded. The servers are still spoken to in 2025-11-25. With
+--listen, such a host's requests (no session id) share one session per
+principal, their Mcp-Method, Mcp-Name and Mcp-Protocol-Version headers
+checked against the body. See docs/GATEWAY-PARITY.md.
 
 --listen ADDR (such as 127.0.0.1:8787) serves hosts over MCP's streamable
 HTTP at http://ADDR/mcp instead of stdio (with --stdio, as well). Each
