@@ -144,7 +144,7 @@ type mrtr struct {
 	mu    sync.Mutex
 	calls map[string]*mrtrCall // call key -> call
 	limit int                  // maxRounds; lower in tests
-	began chan struct{}        // closed, and replaced, when a call begins
+	began chan struct{}        // closed, and replaced, when a call is let through
 }
 
 func newMRTR() *mrtr {
@@ -202,6 +202,9 @@ func (m *mrtr) admit(host *mcp.ServerSession, server, method string, params any)
 	for _, x := range m.calls {
 		if host != nil && x.host != host {
 			continue // nil: the host whose session does not exist yet, any
+		}
+		if x.callID == "" {
+			continue // not decided yet, or refused: nothing of it runs
 		}
 		if x.open() {
 			open++
@@ -333,8 +336,6 @@ func (g *gateway) mrtrStart(ctx context.Context, method string, r *mcp.CallToolR
 	m.mu.Lock()
 	m.calls[c.key] = c
 	c.waiting = true
-	close(m.began)
-	m.began = make(chan struct{})
 	m.mu.Unlock()
 	// The call outlives the host's request: the host's later requests (its
 	// retries) and its cancellation reach it through c.
@@ -344,8 +345,12 @@ func (g *gateway) mrtrStart(ctx context.Context, method string, r *mcp.CallToolR
 	go func() {
 		defer cancel()
 		res, err := g.decideCall(withTraceParent(cctx, r.Params.Meta), method, r.Params.Name, r.Params.Arguments, func(rctx context.Context, wc schemas.WrapCall, e toolEntry) (any, error) {
+			// Decided and let through: from now on the server's requests
+			// are this call's.
 			m.mu.Lock()
 			c.callID, c.tool = wc.CallID, wc.ToolID
+			close(m.began)
+			m.began = make(chan struct{})
 			m.mu.Unlock()
 			if d := g.downs[e.server]; g.tk.rawDown && d != nil && d.raw != nil {
 				return g.rawToolCall(rctx, r, e, d.raw)

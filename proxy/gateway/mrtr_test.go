@@ -9,7 +9,7 @@ import (
 )
 
 func testCall(m *mrtr, host *mcp.ServerSession, key, server string) *mrtrCall {
-	c := &mrtrCall{key: key, host: host, server: server, name: server + "__t", args: []byte(`{"a":1}`), keys: map[string]bool{}}
+	c := &mrtrCall{key: key, host: host, server: server, name: server + "__t", args: []byte(`{"a":1}`), keys: map[string]bool{}, callID: "call-" + key}
 	m.calls[key] = c
 	return c
 }
@@ -54,9 +54,14 @@ func TestMRTRRoundsAtTheLimit(t *testing.T) {
 	if _, _, err := m.admit(other, "d", "sampling/createMessage", nil); err == nil || !strings.Contains(err.Message, "more than one") {
 		t.Fatalf("two calls on one server: %v", err)
 	}
-	// No call: refused.
+	// No call: refused; nor is a call not yet let through (undecided, or
+	// refused) anyone's.
 	if _, _, err := m.admit(host, "z", "sampling/createMessage", nil); err == nil {
 		t.Fatal("a request with no call was admitted")
+	}
+	testCall(m, host, "kz", "z").callID = ""
+	if _, _, err := m.admit(host, "z", "sampling/createMessage", nil); err == nil {
+		t.Fatal("a request was admitted to a call not let through")
 	}
 }
 
