@@ -89,12 +89,16 @@ func readHello(r io.ReadCloser) *hello {
 // await waits at most d for the first frame and returns the capabilities
 // the servers are to be told, and the host's capabilities.tasks (nil: it
 // has none).
-func (h *hello) await(ctx context.Context, d time.Duration) (*mcp.ClientCapabilities, json.RawMessage, bool) {
+func (h *hello) await(ctx context.Context, d time.Duration, offered bool) (*mcp.ClientCapabilities, json.RawMessage, bool) {
 	if !waitFirst(ctx, h.done, d) {
 		return gatewayCaps(), nil, false
 	}
-	caps, tasks := serverCaps(h.buf)
-	return caps, tasks, statelessHello(h.buf)
+	if !offered || !statelessHello(h.buf) {
+		caps, tasks := serverCaps(h.buf, false)
+		return caps, tasks, false
+	}
+	caps, tasks := serverCaps(h.buf, true)
+	return caps, tasks, true
 }
 
 // statelessHello reports whether the host's first frame, the first value
@@ -134,11 +138,13 @@ func waitFirst(ctx context.Context, done <-chan struct{}, d time.Duration) bool 
 
 // serverCaps returns what servers are told of a host whose first frame is
 // the first value of text: its roots, sampling and elicitation, if it is
-// its initialize; else all the gateway carries. It returns the host's
+// its initialize, or, when stateless (the gateway serves the host without
+// a session), the clientCapabilities of its _meta; else all the gateway
+// carries. It returns the host's
 // capabilities.tasks too. It reads the frame as the gateway reads every
 // frame (rpcRead); an ambiguous one never gets here (the host's frames
 // are taken first), and is read as no initialize if it did.
-func serverCaps(text []byte) (*mcp.ClientCapabilities, json.RawMessage) {
+func serverCaps(text []byte, stateless bool) (*mcp.ClientCapabilities, json.RawMessage) {
 	rd := reading.Read(text)
 	if len(rd.Values) == 0 {
 		return gatewayCaps(), nil
@@ -152,6 +158,10 @@ func serverCaps(text []byte) (*mcp.ClientCapabilities, json.RawMessage) {
 	switch {
 	case r.method == "initialize":
 		host, why = r.params.Get("capabilities")
+	case !stateless:
+		// Not a host the gateway serves without a session (a host that
+		// probes with server/discover, then initializes, among them).
+		return gatewayCaps(), nil
 	default:
 		// A stateless (2026-07-28) host has no initialize: its first
 		// request names its capabilities in its _meta.

@@ -136,15 +136,15 @@ func (g *gateway) readHost(ctx context.Context) (host mcp.Transport, caps *mcp.C
 	if g.cfg.Host != nil {
 		hc := g.hostConnOf(ctx, g.cfg.Host)
 		var stateless bool
-		caps, hostTasks, stateless = hc.await(ctx, helloWait)
-		g.stateless.Store(stateless && g.cfg.HostProtocol >= newProtocol)
+		caps, hostTasks, stateless = hc.await(ctx, helloWait, g.cfg.HostProtocol >= newProtocol)
+		g.stateless.Store(stateless)
 		return connTransport{hc}, caps, hostTasks
 	}
 	hostR, hostW := g.hostTransport()
 	first := readHello(hostR)
 	var stateless bool
-	caps, hostTasks, stateless = first.await(ctx, helloWait)
-	g.stateless.Store(stateless && g.cfg.HostProtocol >= newProtocol)
+	caps, hostTasks, stateless = first.await(ctx, helloWait, g.cfg.HostProtocol >= newProtocol)
+	g.stateless.Store(stateless)
 	return &mcp.IOTransport{Reader: first, Writer: hostW}, caps, hostTasks
 }
 
