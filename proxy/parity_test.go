@@ -387,7 +387,7 @@ var parityScript = []parityStep{
 var parityGaps = []string{
 	"tasks and execution.taskSupport: a go-sdk host has no tasks, so this script cannot drive them; TestGatewayParityTasks does, over JSON-RPC, directly and through the gateway",
 	"task-augmented sampling and elicitation (a server asking the host to run its request as a task): a go-sdk host cannot run them; TestGatewayParityHostRunsSamplingAsATask compares them over JSON-RPC",
-	"protocol 2026-07-28 (no sessions, multi-round-trip input requests): the gateway speaks the session protocol on both sides and a host asking for 2026-07-28 negotiates down",
+	"protocol 2026-07-28 without --protocol 2026-07-28: the host negotiates down to the session protocol (compared above); with it, the same script is compared again at 2026-07-28; over HTTP its progress and subscriptions/listen are not carried (TestHTTPGatewayServesAStatelessHost)",
 	"log messages a server sends before the host's logging/setLevel: the go-sdk server sends a session none until it sets a level (the script compares those sent after)",
 	"results gain ttlMs and cacheScope (2026-07-28 cache hints the go-sdk server adds whatever the protocol), and an elicitation without mode gains mode \"form\" (ServerSession.Elicit fills it in); the script takes both out before comparing",
 	"notifications/elicitation/complete and the host's progress on a server's request: server-everything does neither; TestGatewayParityElicitationCompleteAndHostProgress compares them with a JSON-RPC test server",
@@ -473,6 +473,11 @@ func TestGatewayParity(t *testing.T) {
 	via, gv := runParity(t, parityScript, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, "everything__", root)
 	t.Logf("protocol: direct %s, through the gateway %s", dv, gv)
 	compareParity(t, parityScript, direct, via, "everything", stderr)
+	if gv != "2025-11-25" {
+		t.Errorf("a gateway without --protocol offers 2026-07-28: %s", gv)
+	}
+	// The same host, served at 2026-07-28 (gateway_mrtr_test.go).
+	parityNewProtocol(t, every, root, direct)
 	for _, gap := range parityGaps {
 		t.Log("known gap: " + gap)
 	}

@@ -12,7 +12,7 @@ import (
 // value space), so both paths give the same line. A test holds them equal.
 
 func (i Intent) fastLine() (Line, bool) {
-	if !allUTF8(i.CallID, i.ToolID, i.RequestDigest, i.TraceParent) {
+	if !allUTF8(i.CallID, i.ToolID, i.RequestDigest, i.TraceParent, i.ProtocolVersion) {
 		return Line{}, false
 	}
 	m := map[string]any{
@@ -27,6 +27,9 @@ func (i Intent) fastLine() (Line, bool) {
 	}
 	if i.TraceParent != "" {
 		m[FieldTraceParent] = i.TraceParent
+	}
+	if i.ProtocolVersion != "" {
+		m["protocol_version"] = i.ProtocolVersion
 	}
 	return Line{m: m}, true
 }

@@ -53,11 +53,12 @@ func TestFastLinesEqualPayloadLines(t *testing.T) {
 	}
 	withTrace := withPrincipal
 	withTrace.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	withTrace.ProtocolVersion = "2026-07-28"
 	fast, _ := withTrace.fastLine()
 	slow, _ := payloadLine(LineIntent, withTrace)
 	a, _ := fast.Canonical()
 	b, _ := slow.Canonical()
-	if !bytes.Equal(a, b) || !bytes.Contains(a, []byte(`"traceparent":"00-4bf9`)) || !bytes.Contains(a, []byte(`"principal":`)) {
+	if !bytes.Equal(a, b) || !bytes.Contains(a, []byte(`"traceparent":"00-4bf9`)) || !bytes.Contains(a, []byte(`"principal":`)) || !bytes.Contains(a, []byte(`"protocol_version":"2026-07-28"`)) {
 		t.Fatalf("intent with principal and traceparent: fast %s slow %s", a, b)
 	}
 	// Unusual outcomes take the slow path.

@@ -56,6 +56,10 @@ type Intent struct {
 	// TraceParent, when not empty, is the host's W3C trace context of the
 	// call (params._meta.traceparent), as it was sent.
 	TraceParent string `json:"traceparent,omitempty"`
+	// ProtocolVersion, when not empty, is the protocol version a
+	// stateless host named in the call's own request (2026-07-28 and
+	// later); a call of a session's host has none.
+	ProtocolVersion string `json:"protocol_version,omitempty"`
 }
 
 // Line returns the intent line without header position.

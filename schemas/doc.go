@@ -49,7 +49,9 @@
 // well-formed version-00 one ([ParseTraceParent]). Schema v2 does not name
 // it; verifiers ignore unknown members and hash the whole line, so the
 // line verifies under any implementation, and a line without it is
-// exactly as before.
+// exactly as before. Likewise protocol_version: the protocol version a
+// stateless host (MCP 2026-07-28 and later) named in the call's own
+// request; a call of a session's host has none.
 //
 // Beside the record: [Checkpoint] is the C2SP tlog-checkpoint body of a
 // record file's first lines, [ReadNote] splits a file of signed notes (the

@@ -24,7 +24,7 @@ import (
 const gatewayUsage = `Usage:
   aegis gateway --config FILE --audit PATH --signing-key PATH [--state-dir DIR] [--approval-ttl D]
                 [--max-state-size SIZE] [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
-                [--checkpoint-lines N] [--checkpoint-interval D] [--approvers FILE]
+                [--checkpoint-lines N] [--checkpoint-interval D] [--approvers FILE] [--protocol VERSION]
                 [--listen ADDR [--token-file FILE] [--allow-origin ORIGIN]… [--stdio]
                  [--idle-timeout D] [--max-sessions N] [--listen-without-token]
                  [--max-conns N] [--max-conns-per-client N] [--header-timeout D]
@@ -114,6 +114,17 @@ can be recorded, so every call is refused and not run, with an error saying
 the directory reached its cap. Nothing is dropped or deleted. Recording
 applies backpressure as in wrap, so memory stays bounded under a flood.
 
+--protocol 2026-07-28 offers hosts MCP 2026-07-28 beside the session
+protocol (2025-11-25 and earlier, the default and all a host is offered
+without it): a host that speaks it is served without a session
+(server/discover, each request with its own _meta), and a server's
+sampling, elicitation or roots request during a call comes back as that
+call's input_required result, whose retry the gateway ties to the call as
+decided and recorded. The servers are still spoken to in 2025-11-25. With
+--listen, such a host's requests (no session id) share one session per
+principal, their Mcp-Method, Mcp-Name and Mcp-Protocol-Version headers
+checked against the body. See docs/GATEWAY-PARITY.md.
+
 --listen ADDR (such as 127.0.0.1:8787) serves hosts over MCP's streamable
 HTTP at http://ADDR/mcp instead of stdio (with --stdio, as well). Each
 request needs "Authorization: Bearer TOKEN": a token printed once at
@@ -181,6 +192,7 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	stateDir := fs.String("state-dir", "", "state directory")
 	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
 	approversPath := fs.String("approvers", "", "approvers file: only their signed approvals are taken")
+	protocol := fs.String("protocol", "2025-11-25", "newest MCP protocol version offered to hosts: 2025-11-25 or 2026-07-28")
 	var maxState sizeFlag
 	fs.Var(&maxState, "max-state-size", "cap on the state directory's event stream, such as 10GiB")
 	hubf := addHubFlags(fs)
@@ -220,7 +232,15 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints, approvers, lo, tcfg)
+	hostProtocol := ""
+	switch *protocol {
+	case "2025-11-25":
+	case "2026-07-28":
+		hostProtocol = *protocol
+	default:
+		return usagef("aegis gateway --protocol 2026-07-28 (or 2025-11-25, the default)", "gateway: --protocol %q is not a protocol version aegis offers", *protocol)
+	}
+	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints, approvers, lo, tcfg, hostProtocol)
 }
 
 // runBareGateway is the seed's bare 'aegis': the gateway from AEGIS_CONFIG
@@ -252,12 +272,12 @@ func (m *Main) runBareGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, approvers, nil, telemetry.Config{Getenv: m.Getenv, Version: Version, Log: m.logger()})
+	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, approvers, nil, telemetry.Config{Getenv: m.Getenv, Version: Version, Log: m.logger()}, "")
 }
 
 var errNoGateway = errors.New("no gateway configured")
 
-func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig, checkpoints projector.CheckpointPolicy, approvers *schemas.Approvers, lo *listenOpts, tcfg telemetry.Config) error {
+func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig, checkpoints projector.CheckpointPolicy, approvers *schemas.Approvers, lo *listenOpts, tcfg telemetry.Config, hostProtocol string) error {
 	data, err := os.ReadFile(config)
 	if err != nil {
 		return withHint(fmt.Errorf("could not read gateway file: %w", err), "--config (or AEGIS_CONFIG) names the YAML file")
@@ -354,7 +374,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 		base := gateway.Config{
 			Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
 			Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), DottedMetaTools: gw.DottedMetaTools(), Self: self, Stderr: m.Stderr,
-			Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
+			Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log, HostProtocol: hostProtocol,
 			ApprovalLink: m.approvalLinker(store.Dir()),
 		}
 		rec := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
@@ -380,7 +400,7 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	sess, err := gateway.Run(ctx, gateway.Config{
 		Servers: servers, Policy: gw, DefaultProfile: gw.DefaultProfile(), Verbose: gw.Disclosure() == policy.DisclosureVerbose,
 		Rules: gw.Rules(), OnToolChange: gw.OnToolChange(), DottedMetaTools: gw.DottedMetaTools(), Open: open, Self: self, Stdin: os.Stdin, Stdout: stdout, Stderr: m.Stderr,
-		Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
+		Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log, HostProtocol: hostProtocol,
 		ApprovalLink: m.approvalLinker(store.Dir()),
 	})
 	var oe *proxy.OpenError

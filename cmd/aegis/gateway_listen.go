@@ -201,7 +201,7 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-c
 	}
 	lanes := newLanes()
 	front, err := httpfront.New(httpfront.Config{Token: token, OAuth: oauth, NoToken: lo.noToken, Loopback: lo.loopback, Origins: lo.origins,
-		MaxSessions: lo.maxSessions, IdleTimeout: lo.idle, Logger: base.Logger,
+		MaxSessions: lo.maxSessions, IdleTimeout: lo.idle, Logger: base.Logger, Stateless: base.HostProtocol >= "2026-07-28",
 		Serve: func(ctx context.Context, s *httpfront.Session) error {
 			return m.serveHTTPSession(ctx, s, base, rec, lanes)
 		}})

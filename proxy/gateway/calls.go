@@ -64,6 +64,13 @@ func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 // toolsCall records one tools/call: intent before anything runs, outcome
 // before the answer goes back.
 func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolRequest, next mcp.MethodHandler) (mcp.Result, error) {
+	if v := requestVersion(r.Params.Meta); v != "" {
+		// A stateless call of a 2026-07-28 host (mrtr.go).
+		if r.Params.RequestState != "" || r.Params.InputResponses != nil {
+			return g.mrtrRetry(ctx, r)
+		}
+		return g.mrtrStart(ctx, method, r, next, v)
+	}
 	res, err := g.decideCall(withTraceParent(ctx, r.Params.Meta), method, r.Params.Name, r.Params.Arguments, func(cctx context.Context, _ schemas.WrapCall, e toolEntry) (any, error) {
 		if d := g.downs[e.server]; g.tk.rawDown && d != nil && d.raw != nil {
 			return g.rawToolCall(cctx, r, e, d.raw)
@@ -96,8 +103,8 @@ func (g *gateway) rawToolCall(ctx context.Context, r *mcp.CallToolRequest, e too
 	if len(r.Params.Arguments) > 0 {
 		params["arguments"] = r.Params.Arguments
 	}
-	if r.Params.Meta != nil {
-		params["_meta"] = g.tk.metaToServer(e.server, r.Params.Meta)
+	if meta := bridgeMeta(r.Params.Meta); meta != nil {
+		params["_meta"] = g.tk.metaToServer(e.server, meta)
 	}
 	raw, err := d.call(ctx, "tools/call", params)
 	if err != nil {
@@ -142,6 +149,7 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 	axes := schemas.DecisionAxes{Role: profile}
 	in := proxy.IntentOf(wc, traceParentOf(ctx))
 	in.Principal = g.cfg.Principal
+	in.ProtocolVersion = protocolOf(ctx)
 	rc, err := g.sess.Intent(in)
 	if err == nil {
 		_, err = rc.Wait(ctx)

@@ -54,6 +54,20 @@
 // its stream and cancellation, and decodes nothing of it); a method the
 // host itself cannot invoke.
 //
+// Toward the servers the gateway speaks the session protocol
+// (2025-11-25); toward the host, that and, with Config.HostProtocol
+// "2026-07-28", the protocol without sessions (mrtr.go). A 2026-07-28
+// host's tools/call is decided and recorded once, as every call is (its
+// intent names the version), and runs on in the gateway across the host's
+// requests: a server's sampling, elicitation or roots request during it
+// becomes the call's input_required result, recorded before the host sees
+// it, and the host's retry answers it only when its requestState (an
+// HMAC of the call's key, round, tool and arguments under a per-process
+// key) is the call's last one and its tool and arguments are the decided
+// ones; any other retry is refused (-32042, MRTR_REFUSED) and recorded.
+// A host's calls waiting on it are bounded (maxRounds); the per-request
+// _meta of 2026-07-28 never reaches a server.
+//
 // The servers start at once but are initialized only after the host's
 // initialize has been read, and are told the host's capabilities
 // (hello.go). What the SDK cannot carry, tasks both ways, the
@@ -137,7 +151,8 @@
 // servers), cancel.go, resources.go, prompts.go, pins.go and relist.go,
 // tasks.go, tasklist.go, taskids.go, downraw.go (the task layer and its
 // raw server requests), frames.go (the frame filter), hello.go,
-// hostconn.go, hosttasks.go, lifecycle.go, remote*.go, oauth*.go, env.go,
+// hostconn.go, hosttasks.go, mrtr.go (2026-07-28 toward the host),
+// lifecycle.go, remote*.go, oauth*.go, env.go,
 // refusal.go, taps.go. The gate, approvals and pin books are package
 // proxy's; the reading of frames is package rpc's.
 package gateway

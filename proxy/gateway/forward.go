@@ -18,12 +18,14 @@ import (
 // What the gateway forwards besides tools/call, resources/read and
 // prompts/get, and how (docs/GATEWAY-PARITY.md has the table):
 //
-//   - Protocol. The gateway speaks the session protocol (versions before
-//     [newProtocol]) on both sides: a host that asks for a newer version is
-//     answered with the versions the gateway has, and every server is asked
-//     for the newest of them. Each feature below is then the same message
-//     on both sides, and a server's request (sampling, elicitation, roots)
-//     is a request the gateway can put to the host as it is.
+//   - Protocol. Toward every server the gateway speaks the session
+//     protocol (the newest before [newProtocol]): each feature below is
+//     then the same message on both sides, and a server's request
+//     (sampling, elicitation, roots) is a request the gateway can put to a
+//     host of the session protocol as it is. Toward the host it offers the
+//     session protocol, and 2026-07-28 too when Config.HostProtocol says
+//     so; a 2026-07-28 host's calls carry the server's requests as
+//     multi-round-trip input requests (mrtr.go).
 //   - Capabilities to the host are what the gateway can serve given its
 //     servers: logging, completions and resources.subscribe only when some
 //     server announced them; list_changed for tools, prompts and resources
@@ -64,12 +66,6 @@ import (
 //     server owning the URI or URI template. A prompt or resource the
 //     active profile hides is unknown to completion as to the lists.
 
-// newProtocol is the first protocol version without sessions, in which a
-// server may not send requests to the client outside of the call that
-// needs them (multi-round-trip results instead). The gateway does not
-// speak it on either side.
-const newProtocol = "2026-07-28"
-
 // sessionProtocolVersions are the protocol versions the gateway speaks,
 // newest first.
 func sessionProtocolVersions() []string {
@@ -78,6 +74,17 @@ func sessionProtocolVersions() []string {
 		if v < newProtocol {
 			vs = append(vs, v)
 		}
+	}
+	return vs
+}
+
+// hostProtocolVersions are the protocol versions the gateway offers its
+// host, newest first: the session protocol's, and newProtocol when the
+// configuration offers it.
+func (g *gateway) hostProtocolVersions() []string {
+	vs := sessionProtocolVersions()
+	if g.cfg.HostProtocol >= newProtocol {
+		vs = append([]string{newProtocol}, vs...)
 	}
 	return vs
 }
@@ -370,7 +377,7 @@ func (g *gateway) newServer() *mcp.Server {
 	opts := &mcp.ServerOptions{
 		Instructions:                g.instructions(),
 		Capabilities:                caps,
-		SupportedProtocolVersions:   sessionProtocolVersions(),
+		SupportedProtocolVersions:   g.hostProtocolVersions(),
 		InitializedHandler:          g.hostInitialized,
 		RootsListChangedHandler:     func(ctx context.Context, req *mcp.RootsListChangedRequest) { go g.syncRoots(req.Session) },
 		ProgressNotificationHandler: g.hostProgress,
@@ -410,6 +417,13 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 			if len(req.Params.Tools) > 0 && c.Sampling.Tools == nil {
 				return nil, unsupported("sampling with tools")
 			}
+			if newHost(host) {
+				res, err := g.mrtrAsk(ctx, server, host, "sampling/createMessage", req.Params)
+				if err != nil {
+					return nil, err
+				}
+				return res.(*mcp.CreateMessageWithToolsResult), nil
+			}
 			defer f.upstream(req.Params.GetProgressToken(), req.Session)()
 			res, err := host.CreateMessageWithTools(f.related(ctx, server, host), req.Params)
 			return res, hostError(asSent(err))
@@ -427,6 +441,13 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 				return nil, unsupported("url elicitation")
 			case req.Params.Mode != "url" && c.Form == nil && c.URL != nil:
 				return nil, unsupported("form elicitation")
+			}
+			if newHost(host) {
+				res, err := g.mrtrAsk(ctx, server, host, "elicitation/create", req.Params)
+				if err != nil {
+					return nil, err
+				}
+				return res.(*mcp.ElicitResult), nil
 			}
 			if req.Params.Mode == "url" && req.Params.ElicitationID != "" {
 				f.mu.Lock()
@@ -541,12 +562,26 @@ func (g *gateway) rootsMiddleware(server string) mcp.Middleware {
 				return next(ctx, method, req)
 			}
 			host, err := g.fw.hostFor(ctx, server)
-			if err != nil || !hostHasRoots(host) {
-				return next(ctx, method, req)
-			}
 			var p *mcp.ListRootsParams
 			if r, ok := req.(*mcp.ListRootsRequest); ok {
 				p = r.Params
+			}
+			if g.stateless.Load() && (err != nil || newHost(host)) {
+				// A host without sessions is asked during a call only: the
+				// server's question waits for the host's next call to it
+				// (before the host's first request, for any host's); when
+				// none comes, the gateway's own (empty) list answers.
+				if err != nil {
+					host = nil
+				}
+				res, err := g.mrtrAsk(ctx, server, host, "roots/list", orEmptyRoots(p))
+				if err != nil {
+					return next(ctx, method, req)
+				}
+				return res, nil
+			}
+			if err != nil || !hostHasRoots(host) {
+				return next(ctx, method, req)
 			}
 			res, err := host.ListRoots(g.fw.related(ctx, server, host), p)
 			if err != nil {
@@ -601,18 +636,30 @@ func (g *gateway) syncRoots(host *mcp.ServerSession) {
 // hostInitialized starts forwarding to the host: what the servers changed
 // before is listed again, and the servers learn the host's roots.
 func (g *gateway) hostInitialized(ctx context.Context, req *mcp.InitializedRequest) {
+	g.hostReady()
+	if hostHasRoots(req.Session) {
+		go g.syncRoots(req.Session)
+	}
+}
+
+// hostReady starts forwarding to the host once: what the servers changed
+// before is listed again. A host of the session protocol is ready once
+// initialized; a 2026-07-28 host, which has no initialize, at its first
+// request.
+func (g *gateway) hostReady() {
 	f := &g.fw
 	f.mu.Lock()
 	f.init()
+	if f.ready {
+		f.mu.Unlock()
+		return
+	}
 	f.ready = true
 	pending := f.pending
 	f.pending = map[string]listKind{}
 	f.mu.Unlock()
 	for server, k := range pending {
 		go g.relist(server, k)
-	}
-	if hostHasRoots(req.Session) {
-		go g.syncRoots(req.Session)
 	}
 }
 
@@ -635,6 +682,9 @@ func (g *gateway) forwardMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
 			ctx = context.WithValue(ctx, hostKey{}, ss)
+			if newHost(ss) {
+				g.hostReady()
+			}
 		}
 		res, err := next(ctx, method, req)
 		if err != nil || method != "logging/setLevel" {
@@ -666,7 +716,7 @@ func (g *gateway) forwardMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 func (g *gateway) forwardTool(e toolEntry, d *downstream) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		defer g.fw.begin(ctx, e.server, req.Session, req.Params.GetProgressToken())()
-		p := &mcp.CallToolParams{Meta: req.Params.Meta, Name: e.tool}
+		p := &mcp.CallToolParams{Meta: bridgeMeta(req.Params.Meta), Name: e.tool}
 		if len(req.Params.Arguments) > 0 {
 			p.Arguments = req.Params.Arguments
 		}

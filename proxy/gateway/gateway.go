@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -113,6 +114,13 @@ type Config struct {
 	// Without it such a server is refused. It is never recorded.
 	CallerToken func() string
 
+	// HostProtocol is the newest protocol version offered to the host:
+	// "" offers the session protocol (up to 2025-11-25); "2026-07-28"
+	// offers that too, whose hosts are served without sessions, their
+	// calls carrying the servers' requests as input requests (mrtr.go).
+	// The servers are spoken to in the session protocol either way.
+	HostProtocol string
+
 	// Grace is the shutdown grace (default [DefaultGrace]): for the
 	// calls in flight when the host leaves, and between the steps that
 	// stop a server.
@@ -176,6 +184,11 @@ type gateway struct {
 	pt promptTable // prompts and resource templates
 	fw forwarder   // what is forwarded besides calls, and the list_changed relisting
 	tk *tasker     // tasks, which the SDK does not carry
+	mr *mrtr       // the calls of 2026-07-28 hosts across their requests
+	// stateless: the host's first request was a 2026-07-28 one (hello.go),
+	// so a server's roots/list before the host's session exists waits for
+	// its first call (mrtr.go).
+	stateless atomic.Bool
 
 	pins *gatewayPins // the servers' tool pins (pins.go)
 

@@ -23,7 +23,9 @@ import (
 // sampling and elicitation. A host that sends nothing for [helloWait],
 // or whose first frame is not an initialize, has its servers told every
 // capability the gateway carries; a request the host then cannot take is
-// refused at the gateway (-32601), as before.
+// refused at the gateway (-32601), as before. A stateless host
+// (2026-07-28) has no initialize: the capabilities of its first request's
+// _meta are the ones the servers are told.
 
 // helloWait is how long the gateway waits for the host's initialize before
 // it initializes the servers without it.
@@ -87,11 +89,37 @@ func readHello(r io.ReadCloser) *hello {
 // await waits at most d for the first frame and returns the capabilities
 // the servers are to be told, and the host's capabilities.tasks (nil: it
 // has none).
-func (h *hello) await(ctx context.Context, d time.Duration) (*mcp.ClientCapabilities, json.RawMessage) {
+func (h *hello) await(ctx context.Context, d time.Duration, offered bool) (*mcp.ClientCapabilities, json.RawMessage, bool) {
 	if !waitFirst(ctx, h.done, d) {
-		return gatewayCaps(), nil
+		return gatewayCaps(), nil, false
 	}
-	return serverCaps(h.buf)
+	if !offered || !statelessHello(h.buf) {
+		caps, tasks := serverCaps(h.buf, false)
+		return caps, tasks, false
+	}
+	caps, tasks := serverCaps(h.buf, true)
+	return caps, tasks, true
+}
+
+// statelessHello reports whether the host's first frame, the first value
+// of text, is a request of a stateless host (2026-07-28 and later: its
+// _meta names the protocol version), read as serverCaps reads it.
+func statelessHello(text []byte) bool {
+	rd := reading.Read(text)
+	if len(rd.Values) == 0 {
+		return false
+	}
+	r := readMessage(rd.Values[0])
+	if !r.message || r.ambiguous != "" || r.params == nil || r.method == "initialize" {
+		return false
+	}
+	meta, why := r.params.Get("_meta")
+	if why != "" {
+		return false
+	}
+	v, why := meta.Get(mcp.MetaKeyProtocolVersion)
+	s, ok := v.String()
+	return why == "" && ok && s >= newProtocol
 }
 
 // waitFirst waits at most d, and not past ctx, until done is closed, and
@@ -110,20 +138,43 @@ func waitFirst(ctx context.Context, done <-chan struct{}, d time.Duration) bool 
 
 // serverCaps returns what servers are told of a host whose first frame is
 // the first value of text: its roots, sampling and elicitation, if it is
-// its initialize; else all the gateway carries. It returns the host's
+// its initialize, or, when stateless (the gateway serves the host without
+// a session), the clientCapabilities of its _meta; else all the gateway
+// carries. It returns the host's
 // capabilities.tasks too. It reads the frame as the gateway reads every
 // frame (rpcRead); an ambiguous one never gets here (the host's frames
 // are taken first), and is read as no initialize if it did.
-func serverCaps(text []byte) (*mcp.ClientCapabilities, json.RawMessage) {
+func serverCaps(text []byte, stateless bool) (*mcp.ClientCapabilities, json.RawMessage) {
 	rd := reading.Read(text)
 	if len(rd.Values) == 0 {
 		return gatewayCaps(), nil
 	}
 	r := readMessage(rd.Values[0])
-	if !r.message || r.ambiguous != "" || r.method != "initialize" {
+	if !r.message || r.ambiguous != "" || r.params == nil {
 		return gatewayCaps(), nil
 	}
-	host, why := r.params.Get("capabilities")
+	var host *reading.Value
+	var why string
+	switch {
+	case r.method == "initialize":
+		host, why = r.params.Get("capabilities")
+	case !stateless:
+		// Not a host the gateway serves without a session (a host that
+		// probes with server/discover, then initializes, among them).
+		return gatewayCaps(), nil
+	default:
+		// A stateless (2026-07-28) host has no initialize: its first
+		// request names its capabilities in its _meta.
+		meta, mwhy := r.params.Get("_meta")
+		if mwhy != "" || meta == nil || meta.Kind != reading.Object {
+			return gatewayCaps(), nil
+		}
+		v, vwhy := meta.Get(mcp.MetaKeyProtocolVersion)
+		if s, ok := v.String(); vwhy != "" || !ok || s < newProtocol {
+			return gatewayCaps(), nil
+		}
+		host, why = meta.Get(mcp.MetaKeyClientCapabilities)
+	}
 	if why != "" || host == nil || host.Kind != reading.Object {
 		return gatewayCaps(), nil
 	}

@@ -63,15 +63,17 @@ func (g *gateway) hostConnOf(ctx context.Context, c mcp.Connection) *hostConn {
 
 // await waits at most d for the host's first message and returns what
 // [hello.await] returns for it.
-func (h *hostConn) await(ctx context.Context, d time.Duration) (*mcp.ClientCapabilities, json.RawMessage) {
+func (h *hostConn) await(ctx context.Context, d time.Duration, offered bool) (*mcp.ClientCapabilities, json.RawMessage, bool) {
 	if !waitFirst(ctx, h.done, d) || h.firstErr != nil {
-		return gatewayCaps(), nil
+		return gatewayCaps(), nil, false
 	}
 	b, err := jsonrpc.EncodeMessage(h.first)
 	if err != nil {
-		return gatewayCaps(), nil
+		return gatewayCaps(), nil, false
 	}
-	return serverCaps(b)
+	stateless := offered && statelessHello(b)
+	caps, tasks := serverCaps(b, stateless)
+	return caps, tasks, stateless
 }
 
 // next reads the host's next message that the task layer does not take.

@@ -161,7 +161,7 @@ func FuzzCountCancelledReadsTheGatewaysOwnFrames(f *testing.F) {
 // encoding/json takes for tools, tells the servers the host samples with
 // tools when it never said so).
 func TestServerCapsReadsCapabilitiesByExactNames(t *testing.T) {
-	c, tasks := serverCaps([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"sampling":{"Tools":{}},"elicitation":{"URL":{},"form":{}},"tasks":{"list":{}}}}}`))
+	c, tasks := serverCaps([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"sampling":{"Tools":{}},"elicitation":{"URL":{},"form":{}},"tasks":{"list":{}}}}}`), false)
 	if c.Sampling == nil || c.Sampling.Tools != nil || c.Elicitation == nil || c.Elicitation.URL != nil || c.Elicitation.Form == nil || c.RootsV2 != nil || string(tasks) != `{"list":{}}` {
 		t.Fatalf("sampling %+v, elicitation %+v, roots %v, tasks %s", c.Sampling, c.Elicitation, c.RootsV2, tasks)
 	}

@@ -102,6 +102,7 @@ func (g *gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "no such server " + server}
 	}
 	p.Ref = &ref
+	p.Meta = bridgeMeta(p.Meta)
 	res, err := d.session().Complete(ctx, &p)
 	return res, asSent(err)
 }
@@ -125,7 +126,7 @@ func (g *gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	if !ok {
 		return mcp.ResourceNotFoundError(uri)
 	}
-	return asSent(g.downs[server].session().Subscribe(ctx, &mcp.SubscribeParams{Meta: req.Params.Meta, URI: uri}))
+	return asSent(g.downs[server].session().Subscribe(ctx, &mcp.SubscribeParams{Meta: bridgeMeta(req.Params.Meta), URI: uri}))
 }
 
 func (g *gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
@@ -133,7 +134,7 @@ func (g *gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) 
 	if !ok {
 		return mcp.ResourceNotFoundError(req.Params.URI)
 	}
-	return asSent(g.downs[server].session().Unsubscribe(ctx, &mcp.UnsubscribeParams{Meta: req.Params.Meta, URI: req.Params.URI}))
+	return asSent(g.downs[server].session().Unsubscribe(ctx, &mcp.UnsubscribeParams{Meta: bridgeMeta(req.Params.Meta), URI: req.Params.URI}))
 }
 
 // readFrom is the handler of a resource that server cs lists.

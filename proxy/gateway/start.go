@@ -35,7 +35,7 @@ func newGateway(ctx context.Context, cfg Config) *gateway {
 	}
 	g := &gateway{cfg: cfg, log: cfg.Logger, downs: map[string]*downstream{}, tools: map[string]toolEntry{},
 		res: map[string]string{}, resDefs: map[string]*mcp.Resource{}, visible: map[string]bool{}, visRes: map[string]bool{},
-		state: policy.NewProfileState(cfg.DefaultProfile)}
+		state: policy.NewProfileState(cfg.DefaultProfile), mr: newMRTR()}
 	g.life.init()
 	g.initTasks(ctx)
 	g.gate = proxy.NewGate(cfg.Rules, cfg.ApprovalTTL)
@@ -135,12 +135,16 @@ func (g *gateway) startServers(starts []*starting) (running []*starting, failed 
 func (g *gateway) readHost(ctx context.Context) (host mcp.Transport, caps *mcp.ClientCapabilities, hostTasks json.RawMessage) {
 	if g.cfg.Host != nil {
 		hc := g.hostConnOf(ctx, g.cfg.Host)
-		caps, hostTasks = hc.await(ctx, helloWait)
+		var stateless bool
+		caps, hostTasks, stateless = hc.await(ctx, helloWait, g.cfg.HostProtocol >= newProtocol)
+		g.stateless.Store(stateless)
 		return connTransport{hc}, caps, hostTasks
 	}
 	hostR, hostW := g.hostTransport()
 	first := readHello(hostR)
-	caps, hostTasks = first.await(ctx, helloWait)
+	var stateless bool
+	caps, hostTasks, stateless = first.await(ctx, helloWait, g.cfg.HostProtocol >= newProtocol)
+	g.stateless.Store(stateless)
 	return &mcp.IOTransport{Reader: first, Writer: hostW}, caps, hostTasks
 }
 

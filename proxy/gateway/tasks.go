@@ -312,6 +312,13 @@ func plainCallName(r rpcRead) (string, bool) {
 			if m.Value.Kind != reading.Object {
 				return "", false
 			}
+			if m.Name == "_meta" {
+				// A stateless (2026-07-28) host's call names its protocol
+				// here: the SDK serves it, and mrtr.go runs it.
+				if v, why := m.Value.Lookup(mcp.MetaKeyProtocolVersion); v != nil || why != "" {
+					return "", false
+				}
+			}
 		default:
 			return "", false
 		}

@@ -31,7 +31,11 @@
 //     newest one of the session's requests, "" once Serve returned), for
 //     a gateway that exchanges it for a remote server's (RFC 8693).
 //   - A session begins only with a POST whose body is a single initialize
-//     request and that carries no Mcp-Session-Id. Its id is 32 random
+//     request and that carries no Mcp-Session-Id (but for the stateless
+//     requests of [Config.Stateless], stateless.go: their headers checked
+//     against their body first, each principal's served on one session
+//     of the front's, each request under an id of the front's and
+//     answered on its own POST). Its id is 32 random
 //     characters; every later request names it, and an unknown id is 404
 //     (the client starts a new session, as the transport says).
 //   - Each session is served by its own call of [Config.Serve], which owns

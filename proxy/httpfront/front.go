@@ -61,7 +61,10 @@ type Config struct {
 	// IdleTimeout ends a session that has had no request open for that
 	// long (0: DefaultIdleTimeout).
 	IdleTimeout time.Duration
-	Logger      *slog.Logger
+	// Stateless serves the stateless requests of MCP 2026-07-28 and later
+	// (stateless.go): each principal's on one session, begun at its first.
+	Stateless bool
+	Logger    *slog.Logger
 }
 
 // Session is one HTTP client's session, as [Config.Serve] gets it.
@@ -140,6 +143,8 @@ type Front struct {
 	// time one is done.
 	winding int
 	wound   chan struct{}
+	// statelessSessions are the stateless sessions, by principal.
+	statelessSessions map[string]*statelessConn
 }
 
 type session struct {
@@ -177,7 +182,8 @@ func New(cfg Config) (*Front, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	f := &Front{cfg: cfg, log: cfg.Logger, store: newReplayStore(), sessions: map[string]*session{}, wound: make(chan struct{})}
+	f := &Front{cfg: cfg, log: cfg.Logger, store: newReplayStore(), sessions: map[string]*session{}, wound: make(chan struct{}),
+		statelessSessions: map[string]*statelessConn{}}
 	f.ctx, f.stop = context.WithCancel(context.Background())
 	f.wg.Add(1)
 	go f.reap()
@@ -192,6 +198,9 @@ func (f *Front) Close(ctx context.Context) error {
 	for _, s := range f.sessions {
 		s.closed = true
 		s.conn.Close()
+	}
+	for _, c := range f.statelessSessions {
+		c.Close()
 	}
 	f.mu.Unlock()
 	f.stop()
@@ -255,6 +264,18 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if id == "" {
+			if f.cfg.Stateless {
+				req, version, err := readStateless(r)
+				var mbe *http.MaxBytesError
+				if errors.As(err, &mbe) {
+					refuse(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", mbe.Limit))
+					return
+				}
+				if req != nil {
+					f.stateless(w, r, principal, req, version)
+					return
+				}
+			}
 			f.begin(w, r, principal)
 			return
 		}

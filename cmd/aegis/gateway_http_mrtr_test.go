@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/proxy/mcptest"
+)
+
+// A host of MCP 2026-07-28 over HTTP (gateway --listen --protocol
+// 2026-07-28) is served without a session: server/discover, stateless
+// calls decided and recorded as any, and server-everything's sampling
+// during a call carried as the call's input_required result, which the
+// go-sdk host answers by retrying. A POST whose standard headers say
+// another method, tool or version than its body is refused with 400
+// before anything of it is served or recorded.
+func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis gateway --listen with server-everything")
+	}
+	l := newLive(t, "")
+	every := mcptest.EverythingServer(t)
+	args, _ := json.Marshal(every[1:])
+	h := l.httpGateway(fmt.Sprintf("version: 1\nservers:\n  everything:\n    command: %q\n    args: %s\nprofiles:\n  all:\n    allow: [\"everything.*\"]\nactivation:\n  default_profile: all\n",
+		every[0], args), "--protocol", "2026-07-28")
+
+	post := func(headers map[string]string, body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, h.url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+h.token)
+		for k, v := range headers {
+			if v == "" {
+				req.Header.Del(k)
+			} else {
+				req.Header.Set(k, v)
+			}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	const meta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+	call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"everything__get-env",` + meta + `}}`
+	good := map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "everything__get-env"}
+	with := func(k, v string) map[string]string {
+		m := map[string]string{}
+		for a, b := range good {
+			m[a] = b
+		}
+		m[k] = v
+		return m
+	}
+	for _, a := range []struct {
+		name    string
+		headers map[string]string
+	}{
+		{"a header naming a harmless tool over a body calling another", with("Mcp-Name", "everything__echo")},
+		{"a header naming another method than the body", with("Mcp-Method", "tools/list")},
+		{"no Mcp-Method", with("Mcp-Method", "")},
+		{"no Mcp-Name for a tools/call", with("Mcp-Name", "")},
+		{"a header naming another protocol version than _meta", with("Mcp-Protocol-Version", "2025-11-25")},
+		{"no Mcp-Protocol-Version", with("Mcp-Protocol-Version", "")},
+	} {
+		code, body := post(a.headers, call)
+		if code != http.StatusBadRequest || !strings.Contains(body, `"id":7`) {
+			t.Errorf("%s: %d %s, want 400 with the request's id", a.name, code, body)
+		}
+		if a.headers["Mcp-Protocol-Version"] == "2026-07-28" && !strings.Contains(body, "-32020") {
+			t.Errorf("%s: %s, want the header mismatch error -32020", a.name, body)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	var sampled int
+	c := mcp.NewClient(&mcp.Implementation{Name: "stateless-host", Version: "1"}, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{Sampling: &mcp.SamplingCapabilities{}},
+		CreateMessageWithToolsHandler: func(context.Context, *mcp.CreateMessageWithToolsRequest) (*mcp.CreateMessageWithToolsResult, error) {
+			sampled++
+			return &mcp.CreateMessageWithToolsResult{Model: "m", Role: "assistant", Content: []mcp.Content{&mcp.TextContent{Text: "sampled over http"}}}, nil
+		},
+	})
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: mcptest.BearerClient(h.token)}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, h.stderr)
+	}
+	if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Fatalf("protocol %s, want 2026-07-28", v)
+	}
+	if text, _ := callText(t, cs, "everything__echo", map[string]any{"message": "stateless"}); !strings.Contains(text, "stateless") {
+		t.Fatalf("echo: %s", text)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "everything__trigger-sampling-request", Arguments: map[string]any{"prompt": "hi", "maxTokens": 10}})
+	if err != nil || sampled != 1 {
+		t.Fatalf("sampling through a stateless call: %v (sampled %d)\n%s", err, sampled, h.stderr)
+	}
+	if b, _ := json.Marshal(res); !strings.Contains(string(b), "sampled over http") {
+		t.Fatalf("sampling result: %s", b)
+	}
+	cs.Close()
+	h.stop()
+
+	intents, rounds := 0, map[string]int{}
+	for _, e := range l.streamEvents() {
+		var p map[string]any
+		json.Unmarshal(e.Payload, &p)
+		switch e.Kind {
+		case "call.intent":
+			intents++
+			if line, _ := p["line"].(string); !strings.Contains(line, `"protocol_version":"2026-07-28"`) {
+				t.Errorf("an intent without the protocol version: %s", e.Payload)
+			}
+		case "note":
+			if s, ok := p["mrtr"].(string); ok {
+				rounds[s]++
+			}
+		}
+	}
+	// Only the two calls of the host: the refused POSTs reached nothing.
+	if intents != 2 || rounds["input_required"] != 1 || rounds["retry"] != 1 {
+		t.Errorf("recorded %d intents and rounds %v, want 2 intents and one round answered once", intents, rounds)
+	}
+}

@@ -1,0 +1,629 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// Protocol 2026-07-28 toward a host, 2025-11-25 toward the servers
+// (docs/GATEWAY-PARITY.md, "Protocol 2026-07-28"):
+//
+//   - A host request that carries io.modelcontextprotocol/protocolVersion
+//     2026-07-28 in its _meta is served at that version (when the gateway
+//     offers it, Config.HostProtocol): the SDK answers server/discover with
+//     the capabilities the gateway announces, merged from its servers, and
+//     serves each request statelessly. Every server keeps the session it
+//     was initialized with (2025-11-25); the per-request members of _meta
+//     (protocol version, client info and capabilities, log level) are the
+//     host's to the gateway and never reach a server (bridgeMeta).
+//   - A tools/call of such a host is decided and recorded as every
+//     tools/call is (decideCall: same policy, profiles, approvals, record
+//     lines), its intent naming the protocol version. It runs on in the
+//     gateway across the host's requests (an mrtrCall): a server's
+//     sampling/createMessage, elicitation/create or roots/list during the
+//     call, which the gateway may not put to such a host as a request,
+//     becomes the call's input_required result (inputRequests, and a
+//     requestState), and the host's retry with inputResponses and that
+//     requestState answers the server's waiting requests: the same call,
+//     the same decision and the same spent approval, never decided again.
+//     Each round is recorded (a note, mrtr: input_required, then retry)
+//     before the host sees it or the server gets the answer.
+//   - requestState is the gateway's: a random round id and the call's
+//     digest under an HMAC-SHA256 of a key made at start and never stored,
+//     so the host can neither forge nor alter it; it is spent by the retry
+//     that answers it. A retry whose state fails the MAC, is unknown,
+//     spent or expired, comes from another host session, or names another
+//     tool or other arguments than the decided call is refused (-32042,
+//     MRTR_REFUSED), recorded, and answers nothing; the round stays for
+//     the true retry.
+//   - Bounded: at most maxRounds calls of one host session wait on the
+//     host at once; a server's request beyond that is refused (as a host
+//     without the capability would refuse it) and recorded. A round the
+//     host does not answer within roundTTL ends the call, cancelled, with
+//     its outcome recorded.
+//   - Which call a server's request belongs to: the one call of that host
+//     waiting on the server; with several, the server's request is refused
+//     (the session protocol names no call in a server's request). A
+//     sampling or elicitation request while no call waits on the server is
+//     refused (-32601); a roots/list then, the host's roots being no one
+//     call's, waits (at most rootsHold) for the host's next call to that
+//     server and is asked in it.
+
+// newProtocol is the first protocol version without sessions, in which a
+// server may not send requests to the client outside of the call that
+// needs them (multi-round-trip results instead).
+const newProtocol = "2026-07-28"
+
+// maxRounds bounds the calls of one host session that wait on the host.
+const maxRounds = 64
+
+// roundTTL is how long a round waits for the host's retry.
+const roundTTL = 10 * time.Minute
+
+// The members of a request's _meta that belong to the protocol between the
+// host and the gateway and never reach a server.
+var perRequestMeta = []string{
+	mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientInfo, mcp.MetaKeyClientCapabilities, mcp.MetaKeyLogLevel,
+}
+
+// bridgeMeta returns meta without the per-request members of 2026-07-28:
+// the servers speak the session protocol.
+func bridgeMeta(meta mcp.Meta) mcp.Meta {
+	if meta == nil {
+		return nil
+	}
+	has := false
+	for _, k := range perRequestMeta {
+		if _, ok := meta[k]; ok {
+			has = true
+		}
+	}
+	if !has {
+		return meta
+	}
+	m := make(mcp.Meta, len(meta))
+	for k, v := range meta {
+		m[k] = v
+	}
+	for _, k := range perRequestMeta {
+		delete(m, k)
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// protocolKey is the context key of the protocol version of a stateless
+// (2026-07-28) host request.
+type protocolKey struct{}
+
+func protocolOf(ctx context.Context) string {
+	s, _ := ctx.Value(protocolKey{}).(string)
+	return s
+}
+
+// newHost reports whether host speaks the protocol without sessions.
+func newHost(host *mcp.ServerSession) bool {
+	p := host.InitializeParams()
+	return p != nil && p.ProtocolVersion >= newProtocol
+}
+
+// requestVersion is the 2026-07-28 (or later) version a request names in
+// its _meta, or "".
+func requestVersion(meta mcp.Meta) string {
+	if v, ok := meta[mcp.MetaKeyProtocolVersion].(string); ok && v >= newProtocol {
+		return v
+	}
+	return ""
+}
+
+// mrtr holds the calls of 2026-07-28 hosts that are in flight across the
+// hosts' requests.
+type mrtr struct {
+	key []byte // the requestState MAC key, random, of this process only
+
+	mu    sync.Mutex
+	calls map[string]*mrtrCall // call key -> call
+	limit int                  // maxRounds; lower in tests
+	began chan struct{}        // closed, and replaced, when a call is let through
+}
+
+func newMRTR() *mrtr {
+	k := make([]byte, 32)
+	rand.Read(k)
+	return &mrtr{key: k, calls: map[string]*mrtrCall{}, limit: maxRounds, began: make(chan struct{})}
+}
+
+// mrtrCall is one tools/call of a 2026-07-28 host.
+type mrtrCall struct {
+	key    string // random, names the call in its requestState
+	host   *mcp.ServerSession
+	server string
+	name   string // the wire tool name
+	args   []byte // canonical arguments, as decided
+	proto  string
+
+	callID string // once decided (set before it runs)
+	tool   string // its tool_id in the record
+
+	kick   chan struct{} // a server's request was queued
+	done   chan struct{} // closed when the call ended, with res and err
+	res    mcp.Result
+	err    error
+	cancel context.CancelFunc
+
+	// Under mrtr.mu:
+	round   int             // rounds given to the host so far
+	state   string          // the requestState of the round outstanding, "" when none
+	pending []*ask          // the server's requests of that round
+	expiry  *time.Timer     // ends the call when the host does not answer
+	waiting bool            // a host request waits on the call now
+	keys    map[string]bool // input keys given, so a key is never given twice
+	queue   []*ask          // server requests admitted, not yet in a round
+	ended   bool            // forgotten: no more requests are queued
+}
+
+// ask is one request of a server to the host during a call.
+type ask struct {
+	key    string
+	method string
+	params any
+	reply  chan askReply
+}
+
+// admit finds the one call of host that waits on server and makes the
+// server's request (method, params) an input request of it, or refuses
+// it: no such call, several, or (c not nil) host's calls that wait on
+// the host are at the limit.
+func (m *mrtr) admit(host *mcp.ServerSession, server, method string, params any) (*mrtrCall, *ask, *jsonrpc.Error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var c *mrtrCall
+	n, open := 0, 0
+	for _, x := range m.calls {
+		if host != nil && x.host != host {
+			continue // nil: the host whose session does not exist yet, any
+		}
+		if x.callID == "" {
+			continue // not decided yet, or refused: nothing of it runs
+		}
+		if x.open() {
+			open++
+		}
+		if x.server == server {
+			c = x
+			n++
+		}
+	}
+	if n == 1 && c.ended {
+		n = 0
+	}
+	if n != 1 {
+		msg := "aegis: a host of protocol " + newProtocol + " takes a server's " + method + " only during a call"
+		if n > 1 {
+			msg = "aegis: more than one call of the host waits on this server; cannot tell which this " + method + " belongs to"
+		}
+		return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: msg}
+	}
+	if !c.open() && open >= m.limit {
+		return c, nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: the host has %d calls waiting on its answers, the limit", m.limit)}
+	}
+	a := &ask{key: fmt.Sprintf("aegis-%d", len(c.keys)+1), method: method, params: params, reply: make(chan askReply, 1)}
+	c.keys[a.key] = true
+	c.queue = append(c.queue, a)
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return c, a, nil
+}
+
+// rootsHold bounds how long a server's roots/list between calls waits
+// for the host's next call to it.
+const rootsHold = time.Minute
+
+// admitNext admits the server's request (method, params) as admit does
+// once a call of host to server begins, waiting at most rootsHold.
+func (m *mrtr) admitNext(ctx context.Context, host *mcp.ServerSession, server, method string, params any) (*mrtrCall, *ask, *jsonrpc.Error) {
+	t := time.NewTimer(rootsHold)
+	defer t.Stop()
+	for {
+		m.mu.Lock()
+		began := m.began
+		m.mu.Unlock()
+		c, a, err := m.admit(host, server, method, params)
+		if err == nil || c != nil {
+			return c, a, err
+		}
+		select {
+		case <-began:
+		case <-t.C:
+			return nil, nil, err
+		case <-ctx.Done():
+			return nil, nil, err
+		}
+	}
+}
+
+// open reports whether c waits on the host: a round given, or a server's
+// request admitted for the next one. Under mrtr.mu.
+func (c *mrtrCall) open() bool { return c.state != "" || len(c.queue) > 0 }
+
+// orEmptyRoots is p, or no params.
+func orEmptyRoots(p *mcp.ListRootsParams) *mcp.ListRootsParams {
+	if p == nil {
+		return &mcp.ListRootsParams{}
+	}
+	return p
+}
+
+type askReply struct {
+	res mcp.Result
+	err error
+}
+
+// stateOf is the requestState of round n of call c: its key and round,
+// then their MAC.
+func (m *mrtr) stateOf(c *mrtrCall, n int) string {
+	body := fmt.Sprintf("%s.%d", c.key, n)
+	mac := hmac.New(sha256.New, m.key)
+	mac.Write([]byte(body))
+	mac.Write([]byte{0})
+	mac.Write([]byte(c.name))
+	mac.Write([]byte{0})
+	mac.Write(c.args)
+	return base64.RawURLEncoding.EncodeToString([]byte(body)) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// parseState returns the call key and round a requestState names, when
+// its MAC holds for that call's tool and arguments.
+func (m *mrtr) parseState(state string) (*mrtrCall, int, string) {
+	b64, _, ok := strings.Cut(state, ".")
+	if !ok {
+		return nil, 0, "requestState is not one of the gateway's"
+	}
+	body, err := base64.RawURLEncoding.DecodeString(b64)
+	if err != nil {
+		return nil, 0, "requestState is not one of the gateway's"
+	}
+	key, nstr, ok := strings.Cut(string(body), ".")
+	var n int
+	if _, err := fmt.Sscanf(nstr, "%d", &n); !ok || err != nil {
+		return nil, 0, "requestState is not one of the gateway's"
+	}
+	m.mu.Lock()
+	c := m.calls[key]
+	m.mu.Unlock()
+	if c == nil || !hmac.Equal([]byte(m.stateOf(c, n)), []byte(state)) {
+		// An unknown call, or a state whose MAC fails: the same answer,
+		// so that the host learns nothing of which.
+		return nil, 0, "requestState is unknown, spent or expired"
+	}
+	return c, n, ""
+}
+
+// start runs tools/call r of a 2026-07-28 host: decided and recorded as
+// every call, in the gateway across the host's requests; the host's
+// request waits for its answer or its first round.
+func (g *gateway) mrtrStart(ctx context.Context, method string, r *mcp.CallToolRequest, next mcp.MethodHandler, version string) (mcp.Result, error) {
+	m := g.mr
+	kb := make([]byte, 16)
+	rand.Read(kb)
+	c := &mrtrCall{key: hex.EncodeToString(kb), host: r.Session, name: r.Params.Name, args: proxy.CanonicalArgs(r.Params.Arguments),
+		proto: version, kick: make(chan struct{}, 1), done: make(chan struct{}), keys: map[string]bool{}}
+	if e, ok := g.tool(r.Params.Name); ok {
+		c.server = e.server
+	}
+	m.mu.Lock()
+	m.calls[c.key] = c
+	c.waiting = true
+	m.mu.Unlock()
+	// The call outlives the host's request: the host's later requests (its
+	// retries) and its cancellation reach it through c.
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.cancel = cancel
+	cctx = context.WithValue(cctx, protocolKey{}, version)
+	go func() {
+		defer cancel()
+		res, err := g.decideCall(withTraceParent(cctx, r.Params.Meta), method, r.Params.Name, r.Params.Arguments, func(rctx context.Context, wc schemas.WrapCall, e toolEntry) (any, error) {
+			// Decided and let through: from now on the server's requests
+			// are this call's.
+			m.mu.Lock()
+			c.callID, c.tool = wc.CallID, wc.ToolID
+			close(m.began)
+			m.began = make(chan struct{})
+			m.mu.Unlock()
+			if d := g.downs[e.server]; g.tk.rawDown && d != nil && d.raw != nil {
+				return g.rawToolCall(rctx, r, e, d.raw)
+			}
+			return next(rctx, method, r)
+		})
+		if err == nil {
+			if rr, ok := res.(mcp.Result); ok {
+				c.res = rr
+			} else {
+				err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: no answer to tools/call (%T)", res)}
+			}
+		}
+		c.err = err
+		close(c.done)
+	}()
+	return g.mrtrWait(ctx, c)
+}
+
+// mrtrWait waits, for the host request ctx, until call c ends (its answer)
+// or a server asks the host something (a round: input_required).
+func (g *gateway) mrtrWait(ctx context.Context, c *mrtrCall) (mcp.Result, error) {
+	m := g.mr
+	for {
+		m.mu.Lock()
+		asks := c.queue
+		c.queue = nil
+		m.mu.Unlock()
+		if len(asks) > 0 {
+			return g.mrtrRound(ctx, c, asks)
+		}
+		select {
+		case <-c.kick:
+		case <-c.done:
+			// What the server asked before the call ended: the roots are
+			// the host's, asked still (before the answer); the rest is
+			// moot.
+			m.mu.Lock()
+			for _, a := range c.queue {
+				if a.method == "roots/list" {
+					asks = append(asks, a)
+				} else {
+					a.reply <- askReply{err: errCallEnded}
+				}
+			}
+			c.queue = nil
+			m.mu.Unlock()
+			if len(asks) > 0 {
+				return g.mrtrRound(ctx, c, asks)
+			}
+			return g.mrtrEnd(c)
+		case <-ctx.Done():
+			// The host cancelled its request: the call ends with it.
+			c.cancel()
+			<-c.done
+			g.mrtrForget(c)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// mrtrEnd is the answer of call c, which ended.
+func (g *gateway) mrtrEnd(c *mrtrCall) (mcp.Result, error) {
+	g.mrtrForget(c)
+	return c.res, c.err
+}
+
+// mrtrForget takes call c out of the table: its states are spent.
+func (g *gateway) mrtrForget(c *mrtrCall) {
+	m := g.mr
+	m.mu.Lock()
+	delete(m.calls, c.key)
+	if c.expiry != nil {
+		c.expiry.Stop()
+	}
+	pending := append(c.pending, c.queue...)
+	c.pending, c.state, c.queue, c.ended = nil, "", nil, true
+	m.mu.Unlock()
+	for _, a := range pending {
+		a.reply <- askReply{err: errCallEnded}
+	}
+}
+
+// inputRequired is a tools/call result of round state with asks, as
+// 2026-07-28 writes it.
+type inputRequired struct {
+	*mcp.CallToolResult
+	raw json.RawMessage
+}
+
+func (r inputRequired) MarshalJSON() ([]byte, error) { return r.raw, nil }
+
+// mrtrRound gives the host round asks of call c: recorded, then answered
+// input_required.
+func (g *gateway) mrtrRound(ctx context.Context, c *mrtrCall, asks []*ask) (mcp.Result, error) {
+	m := g.mr
+	m.mu.Lock()
+	c.round++
+	n := c.round
+	c.state = m.stateOf(c, n)
+	c.pending = asks
+	c.waiting = false
+	state, callID, tool := c.state, c.callID, c.tool
+	m.mu.Unlock()
+	reqs := map[string]any{}
+	var keys []string
+	for _, a := range asks {
+		reqs[a.key] = map[string]any{"method": a.method, "params": a.params}
+		keys = append(keys, a.key)
+	}
+	sort.Strings(keys)
+	if err := g.noteRound(ctx, map[string]any{"mrtr": "input_required", "call_id": callID, "tool_id": tool, "protocol_version": c.proto,
+		"round": n, "inputs": keys}); err != nil {
+		c.cancel()
+		<-c.done
+		g.mrtrForget(c)
+		return nil, auditRefusal("tools/call", err)
+	}
+	raw, err := json.Marshal(map[string]any{"resultType": "input_required", "inputRequests": reqs, "requestState": state})
+	if err != nil {
+		c.cancel()
+		<-c.done
+		g.mrtrForget(c)
+		return nil, err
+	}
+	m.mu.Lock()
+	if c.expiry != nil {
+		c.expiry.Stop()
+	}
+	c.expiry = time.AfterFunc(roundTTL, func() {
+		g.noteRound(context.Background(), map[string]any{"mrtr": "expired", "call_id": callID, "tool_id": tool, "round": n})
+		c.cancel()
+		<-c.done
+		g.mrtrForget(c)
+	})
+	m.mu.Unlock()
+	return inputRequired{CallToolResult: &mcp.CallToolResult{}, raw: raw}, nil
+}
+
+// noteRound records one step of a multi-round-trip call, durably.
+func (g *gateway) noteRound(ctx context.Context, payload map[string]any) error {
+	rc, err := g.sess.Fact(schemas.KindNote, payload)
+	if err == nil {
+		_, err = rc.Wait(context.WithoutCancel(ctx))
+	}
+	return err
+}
+
+// mrtrRefused refuses a host's retry, recorded.
+func (g *gateway) mrtrRefused(ctx context.Context, c *mrtrCall, why string) error {
+	payload := map[string]any{"mrtr": "retry_refused", "reason": why}
+	if c != nil {
+		g.mr.mu.Lock()
+		payload["call_id"], payload["tool_id"], payload["round"] = c.callID, c.tool, c.round
+		g.mr.mu.Unlock()
+	}
+	if err := g.noteRound(ctx, payload); err != nil {
+		return auditRefusal("tools/call", err)
+	}
+	return gatewayRefusal("tools/call", map[string]string{"code": "MRTR_REFUSED", "reason": why,
+		"hint": "retry with the requestState of the last input_required result, the same tool and the same arguments"}, why)
+}
+
+// mrtrRetry takes a 2026-07-28 host's retry of a call: its requestState
+// names the call and round, its tool and arguments must be the decided
+// ones; its inputResponses answer the server's waiting requests.
+func (g *gateway) mrtrRetry(ctx context.Context, r *mcp.CallToolRequest) (mcp.Result, error) {
+	m := g.mr
+	c, n, why := m.parseState(r.Params.RequestState)
+	if c == nil {
+		return nil, g.mrtrRefused(ctx, nil, why)
+	}
+	m.mu.Lock()
+	switch {
+	case c.host != r.Session:
+		why = "requestState belongs to another session"
+	case c.state == "" || n != c.round || c.state != r.Params.RequestState:
+		why = "requestState is unknown, spent or expired"
+	case r.Params.Name != c.name:
+		why = "the retry names another tool than the call decided"
+	case !bytes.Equal(proxy.CanonicalArgs(r.Params.Arguments), c.args):
+		why = "the retry's arguments differ from the call's as decided"
+	}
+	if why != "" {
+		m.mu.Unlock()
+		return nil, g.mrtrRefused(ctx, c, why)
+	}
+	pending := c.pending
+	c.pending, c.state, c.waiting = nil, "", true
+	if c.expiry != nil {
+		c.expiry.Stop()
+	}
+	callID, tool := c.callID, c.tool
+	m.mu.Unlock()
+	resp, _ := json.Marshal(r.Params.InputResponses)
+	var keys []string
+	for k := range r.Params.InputResponses {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if err := g.noteRound(ctx, map[string]any{"mrtr": "retry", "call_id": callID, "tool_id": tool, "round": n,
+		"inputs": keys, "responses_digest": proxy.SHA(resp)}); err != nil {
+		for _, a := range pending {
+			a.reply <- askReply{err: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: the host's answer could not be recorded"}}
+		}
+		return nil, auditRefusal("tools/call", err)
+	}
+	for _, a := range pending {
+		a.reply <- answerOf(a, r.Params.InputResponses[a.key])
+	}
+	return g.mrtrWait(ctx, c)
+}
+
+// answerOf is the host's input response v to a as the server's request
+// expects it.
+func answerOf(a *ask, v mcp.InputResponse) askReply {
+	var ok bool
+	switch a.method {
+	case "sampling/createMessage":
+		_, ok = v.(*mcp.CreateMessageWithToolsResult)
+	case "elicitation/create":
+		_, ok = v.(*mcp.ElicitResult)
+	case "roots/list":
+		_, ok = v.(*mcp.ListRootsResult)
+	}
+	if !ok {
+		return askReply{err: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: the host gave no answer to %s", a.method)}}
+	}
+	return askReply{res: v.(mcp.Result)}
+}
+
+// mrtrAsk puts a server's request (method, params) to a 2026-07-28 host
+// as an input request of the host's call that waits on server, and waits
+// for the host's answer in its retry.
+func (g *gateway) mrtrAsk(ctx context.Context, server string, host *mcp.ServerSession, method string, params any) (mcp.Result, error) {
+	roots := method == "roots/list"
+	for tries := 0; ; tries++ {
+		c, a, err := g.mr.admit(host, server, method, params)
+		if err != nil && c == nil && roots {
+			// The roots are the host's, not a call's: a server that asks
+			// for them between calls (at its start, say) is answered in
+			// the host's next call to it.
+			c, a, err = g.mr.admitNext(ctx, host, server, method, params)
+		}
+		if err != nil {
+			if c != nil {
+				// At the limit: recorded, as every refusal is.
+				g.mr.mu.Lock()
+				callID, tool := c.callID, c.tool
+				g.mr.mu.Unlock()
+				g.noteRound(ctx, map[string]any{"mrtr": "refused", "call_id": callID, "tool_id": tool, "reason": err.Message})
+			}
+			return nil, err
+		}
+		res, perr := g.mrtrPut(ctx, c, a)
+		if errors.Is(perr, errCallEnded) && roots && tries < 10 {
+			continue // the call ended before the host answered: the next one asks
+		}
+		return res, perr
+	}
+}
+
+// errCallEnded answers a server's request whose call ended before the
+// host answered it.
+var errCallEnded = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: the call this request belongs to has ended"}
+
+// mrtrPut waits for the host's answer to ask a, queued on call c, in its
+// retry; every ask queued is answered (mrtrForget answers what is left).
+func (g *gateway) mrtrPut(ctx context.Context, c *mrtrCall, a *ask) (mcp.Result, error) {
+	select {
+	case r := <-a.reply:
+		return r.res, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}

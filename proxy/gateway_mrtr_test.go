@@ -1,0 +1,182 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/proxy/mcptest"
+)
+
+var newProtocolMeta = regexp.MustCompile(`"_meta":\{"io\.modelcontextprotocol/serverInfo":\{"name":"aegis","version":"gateway"\}\},?`)
+
+// parityNewProtocol runs the parity script through aegis gateway
+// --protocol 2026-07-28, whose go-sdk host then speaks 2026-07-28, and
+// compares it with direct, the same host's run directly against
+// server-everything (which speaks the session protocol, so the host fell
+// back to it there): the gateway serves the host without a session and
+// bridges to the server's. A server's sampling, elicitation and roots
+// requests during a call come back as the call's input_required result
+// and the host's retry answers them; every call is recorded once, its
+// intent naming the protocol, and each round of it is recorded.
+func parityNewProtocol(t *testing.T, every []string, root string, direct paritySession) {
+	script := parityScript
+	c := newCLI(t)
+	cmd := gatewayCmd(t, c, map[string][]string{"everything": every}, []string{"everything.*"}, []string{"demo://resource/**"})
+	cmd.Args = append(cmd.Args, "--protocol", "2026-07-28")
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	via, gv := runParity(t, script, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, "everything__", root)
+	if gv != "2026-07-28" {
+		t.Fatalf("protocol through the gateway --protocol 2026-07-28: %s", gv)
+	}
+	// What 2026-07-28 adds to every result (the result's type, the
+	// server's identity) is the protocol's own, not the tool's answer.
+	for k, v := range via {
+		via[k] = strings.ReplaceAll(newProtocolMeta.ReplaceAllString(v, ""), `,"resultType":"complete"`, "")
+	}
+	compareParity(t, script, direct, via, "everything", stderr)
+
+	evs, _ := c.events()
+	intents := payloads(evs, "call.intent")
+	rounds := map[string]int{}
+	asked := map[string]bool{}
+	for _, n := range payloads(evs, "note") {
+		if s, ok := n["mrtr"].(string); ok {
+			rounds[s]++
+			if s == "input_required" {
+				asked[n["tool_id"].(string)] = true
+			}
+		}
+	}
+	for _, in := range intents {
+		if line, _ := in["line"].(string); !strings.Contains(line, `"protocol_version":"2026-07-28"`) {
+			t.Errorf("an intent without the protocol version: %v", in)
+		}
+	}
+	// Sampling, form and url elicitation and roots: a round each, each
+	// answered by one retry. (server-everything asks for the roots during
+	// the first call after the host's arrival: a round of that call.)
+	for _, tool := range []string{"trigger-sampling-request", "trigger-elicitation-request", "trigger-url-elicitation"} {
+		if !asked["everything__"+tool] {
+			t.Errorf("no round recorded for %s: %v", tool, asked)
+		}
+	}
+	if rounds["input_required"] != rounds["retry"] || rounds["retry_refused"] != 0 {
+		t.Errorf("rounds recorded: %v, want each input_required answered by one retry", rounds)
+	}
+	if len(intents) == 0 {
+		t.Error("no intents recorded")
+	}
+	if out, stderr, code := c.aegis("verify", "--key", c.pub, c.audit); code != 0 {
+		t.Errorf("verify: %d %s %s", code, out, stderr)
+	}
+}
+
+// A host that retries an input_required call with other arguments than
+// the call was decided with (an approval spent on harmless arguments,
+// then a retry that carries others), or with a requestState it altered,
+// or one already spent, is refused and recorded; only the true retry
+// answers the server, and the call is decided and recorded once.
+func TestGatewayRefusesAnMRTRRetryThatIsNotTheDecidedCall(t *testing.T) {
+	parallel(t)
+	every := mcptest.EverythingServer(t)
+	c := newCLI(t)
+	cmd := gatewayCmd(t, c, map[string][]string{"everything": every}, []string{"everything.*"}, nil)
+	cmd.Args = append(cmd.Args, "--protocol", "2026-07-28")
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "mrtr-host", Version: "1"}, &mcp.ClientOptions{
+		Capabilities:   &mcp.ClientCapabilities{Sampling: &mcp.SamplingCapabilities{}},
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		CreateMessageWithToolsHandler: func(context.Context, *mcp.CreateMessageWithToolsRequest) (*mcp.CreateMessageWithToolsResult, error) {
+			return nil, errors.New("asked as a request, not as an input request")
+		},
+	})
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, stderr)
+	}
+	defer cs.Close()
+	args := map[string]any{"prompt": "say hello", "maxTokens": 20}
+	first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "everything__trigger-sampling-request", Arguments: args})
+	if err != nil || !first.NeedsInput() || len(first.InputRequests) != 1 || first.RequestState == "" {
+		t.Fatalf("first call: %v %+v\n%s", err, first, stderr)
+	}
+	answers := mcp.InputResponseMap{}
+	for k := range first.InputRequests {
+		answers[k] = &mcp.CreateMessageWithToolsResult{Model: "m", Role: "assistant", Content: []mcp.Content{&mcp.TextContent{Text: "the true answer"}}}
+	}
+	state := first.RequestState
+	forged := []byte(state)
+	forged[len(forged)-2] ^= 1
+	attacks := []struct {
+		name  string
+		args  map[string]any
+		state string
+	}{
+		{"other arguments than the decided ones", map[string]any{"prompt": "say something else", "maxTokens": 20}, state},
+		{"another tool's name", nil, state},
+		{"an altered requestState", args, string(forged)},
+		{"a requestState of no call", args, "bm90LWEtY2FsbC4x.AAAA"},
+	}
+	for _, a := range attacks {
+		p := &mcp.CallToolParams{Name: "everything__trigger-sampling-request", Arguments: a.args, InputResponses: answers, RequestState: a.state}
+		if a.args == nil {
+			p.Name, p.Arguments = "everything__echo", map[string]any{"message": "x"}
+		}
+		_, err := cs.CallTool(ctx, p)
+		var we *jsonrpc.Error
+		if !errors.As(err, &we) || we.Code != -32042 || !strings.Contains(string(we.Data), "MRTR_REFUSED") {
+			t.Errorf("%s: %v, want a -32042 MRTR_REFUSED refusal", a.name, err)
+		}
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "everything__trigger-sampling-request", Arguments: args, InputResponses: answers, RequestState: state})
+	if err != nil || res.NeedsInput() || !strings.Contains(canon(res), "the true answer") {
+		t.Fatalf("the true retry: %v %s", err, canon(res))
+	}
+	// Spent: the same state again is refused.
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "everything__trigger-sampling-request", Arguments: args, InputResponses: answers, RequestState: state})
+	if err == nil || !strings.Contains(err.Error(), "MRTR_REFUSED") {
+		t.Errorf("a spent requestState: %v, want MRTR_REFUSED", err)
+	}
+	cs.Close()
+
+	evs, _ := c.events()
+	var sampling int
+	for _, in := range payloads(evs, "call.intent") {
+		if in["tool_id"] == "everything__trigger-sampling-request" {
+			sampling++
+		}
+	}
+	rounds := map[string][]string{}
+	for _, n := range payloads(evs, "note") {
+		if s, ok := n["mrtr"].(string); ok {
+			why, _ := n["reason"].(string)
+			rounds[s] = append(rounds[s], why)
+		}
+	}
+	if sampling != 1 {
+		t.Errorf("the call was decided %d times, want once", sampling)
+	}
+	if len(rounds["input_required"]) != 1 || len(rounds["retry"]) != 1 || len(rounds["retry_refused"]) != len(attacks)+1 {
+		t.Errorf("rounds recorded: %q", rounds)
+	}
+	if got := strings.Join(rounds["retry_refused"], "|"); !strings.Contains(got, "arguments differ") || !strings.Contains(got, "another tool") {
+		t.Errorf("refusals recorded: %s", got)
+	}
+	if out, stderr, code := c.aegis("verify", "--key", c.pub, c.audit); code != 0 {
+		t.Errorf("verify: %d %s %s", code, out, stderr)
+	}
+	b, _ := json.Marshal(rounds)
+	t.Logf("rounds: %s", b)
+}
