@@ -61,6 +61,13 @@ func TestGoInstallLatest(t *testing.T) {
 		}
 	}
 
+	// The module cache keeps what it extracted of this version in an
+	// earlier run, and go install would build that instead of this tree.
+	modcache, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgetModule(t, strings.TrimSpace(string(modcache)), path, version)
 	upstream, err := exec.Command("go", "env", "GOPROXY").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +78,10 @@ func TestGoInstallLatest(t *testing.T) {
 	cmd.Env = append(os.Environ(),
 		"GOPROXY=file://"+proxy+","+strings.TrimSpace(string(upstream)),
 		"GONOSUMDB="+path, // not published: the checksum database has never seen it
-		"GOBIN="+gobin, "GOFLAGS=")
+		"GOBIN="+gobin, "GOFLAGS=",
+		// The go command's index of the module cache takes a module's
+		// files as never changing; forgetModule changed them.
+		"GODEBUG=goindex=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go install %s/cmd/aegis@latest: %v\n%s", path, err, out)
 	}
@@ -81,5 +91,30 @@ func TestGoInstallLatest(t *testing.T) {
 	}
 	if want := "aegis " + Version + " · module " + version; !strings.HasPrefix(string(out), want) {
 		t.Errorf("aegis version says %q, want it to start %q", out, want)
+	}
+}
+
+// forgetModule takes path@version out of the module cache at modcache:
+// its extracted tree (read-only, as the go command leaves it) and its
+// download files.
+func forgetModule(t *testing.T, modcache, path, version string) {
+	t.Helper()
+	dir := filepath.Join(modcache, filepath.FromSlash(path)+"@"+version)
+	if _, err := os.Stat(dir); err == nil {
+		filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				os.Chmod(p, 0o755)
+			}
+			return nil
+		})
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatalf("take the %s extracted by an earlier run out of the module cache: %v", path, err)
+		}
+	}
+	dl := filepath.Join(modcache, "cache", "download", filepath.FromSlash(path), "@v")
+	for _, ext := range []string{".zip", ".ziphash", ".mod", ".info", ".lock"} {
+		if err := os.Remove(filepath.Join(dl, version+ext)); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
 	}
 }
