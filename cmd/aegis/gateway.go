@@ -202,6 +202,10 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	witnesses, err := cpf.witnesses()
+	if err != nil {
+		return err
+	}
 	maxBytes, err := stateSizeCap(maxState)
 	if err != nil {
 		return err
@@ -220,7 +224,7 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints, approvers, lo, tcfg)
+	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints, anchorWitnesses{witnesses, *cpf.witnessInterval}, approvers, lo, tcfg)
 }
 
 // runBareGateway is the seed's bare 'aegis': the gateway from AEGIS_CONFIG
@@ -252,12 +256,12 @@ func (m *Main) runBareGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, approvers, nil, telemetry.Config{Getenv: m.Getenv, Version: Version, Log: m.logger()})
+	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, anchorWitnesses{}, approvers, nil, telemetry.Config{Getenv: m.Getenv, Version: Version, Log: m.logger()})
 }
 
 var errNoGateway = errors.New("no gateway configured")
 
-func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig, checkpoints projector.CheckpointPolicy, approvers *schemas.Approvers, lo *listenOpts, tcfg telemetry.Config) error {
+func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig, checkpoints projector.CheckpointPolicy, wit anchorWitnesses, approvers *schemas.Approvers, lo *listenOpts, tcfg telemetry.Config) error {
 	data, err := os.ReadFile(config)
 	if err != nil {
 		return withHint(fmt.Errorf("could not read gateway file: %w", err), "--config (or AEGIS_CONFIG) names the YAML file")
@@ -348,6 +352,11 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	}
 	defer m.closeTelemetry(tx)
 	log := m.logger()
+	anchor, stopWitnessing, err := startAnchor(store, key, wit.policy, wit.interval, log)
+	if err != nil {
+		return start.err(err)
+	}
+	defer stopWitnessing()
 	abs, _ := filepath.Abs(config)
 	if lo != nil {
 		self, _ := os.Executable()
@@ -357,12 +366,12 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 			Approvals: m.approvalServer(store), Approvers: approvers, ApprovalTTL: ttl, Logger: log,
 		}
 		rec := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
-			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints}
+			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints, Anchor: anchor}
 		return m.listenGateway(ctx, sigs, ended, start, lo, base, rec)
 	}
 	open := func(facts map[string]sandbox.Fact) (*projector.Session, error) {
 		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
-			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints}
+			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints, Anchor: anchor}
 		if len(facts) > 0 {
 			cfg.Confinement = facts
 		}

@@ -205,6 +205,10 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	witnesses, err := cpf.witnesses()
+	if err != nil {
+		return err
+	}
 	tcfg, err := tf.config(m)
 	if err != nil {
 		return err
@@ -268,9 +272,14 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	}
 	defer m.closeTelemetry(tx)
 	log := m.logger()
+	anchor, stopWitnessing, err := startAnchor(store, key, witnesses, *cpf.witnessInterval, log)
+	if err != nil {
+		return start.err(err)
+	}
+	defer stopWitnessing()
 
 	open := func(fact *sandbox.Fact) (*projector.Session, error) {
-		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: *audit, Argv: argv, Version: Version, Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints}
+		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: *audit, Argv: argv, Version: Version, Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints, Anchor: anchor}
 		if fact != nil {
 			cfg.Confinement = fact
 		}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// notesOf returns the signed notes of a file of notes (a sidecar, or a
+// segment's one checkpoint); none when it is not there. A torn last note
+// (a kill during its write) is left out.
+func notesOf(t *testing.T, path string) [][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 2*schemas.MaxNote)
+	var out [][]byte
+	for {
+		n, err := schemas.ReadNote(br)
+		if errors.Is(err, io.EOF) || errors.Is(err, schemas.ErrTornNote) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, n)
+	}
+}
+
+// checkAnchored checks that every record checkpoint on disk (the live
+// sidecar, each segment's sidecar and seal) is a leaf of the state
+// directory's anchor log and proved in its last signed checkpoint.
+func (l *live) checkAnchored(files []string) int {
+	t := l.t
+	t.Helper()
+	pub, err := hexKey(l.publicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := events.Open(context.Background(), events.Config{Dir: l.state, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(context.Background())
+	origin := schemas.AnchorOrigin(schemas.KeyID(pub))
+	v, err := projector.AnchorVerifierOf(origin, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := projector.LoadAnchor(context.Background(), st, origin, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := note.Open(tree.Note(), note.VerifierList(v))
+	if err != nil {
+		t.Fatalf("the anchor log's last checkpoint: %v", err)
+	}
+	c, err := schemas.ParseAnchorCheckpoint([]byte(n.Text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for _, f := range files {
+		for _, cp := range append(notesOf(t, f+projector.CheckpointsSuffix), notesOf(t, f+projector.CheckpointSuffix)...) {
+			text := schemas.NoteText(cp)
+			i, ok := tree.LeafIndex(text)
+			if !ok {
+				t.Fatalf("a record checkpoint of %s is not in the anchor log of %d leaves:\n%s", f, tree.Size(), text)
+			}
+			p, err := tree.ProveLeaf(i, c.Size)
+			if err == nil {
+				err = tlog.CheckRecord(p, c.Size, c.Root, i, tlog.RecordHash(text))
+			}
+			if err != nil {
+				t.Fatalf("leaf %d: %v", i, err)
+			}
+			count++
+		}
+	}
+	return count
+}
+
+func hexKey(s string) ([]byte, error) { return hex.DecodeString(strings.TrimSpace(s)) }
+
+// The anchor log survives kill -9 at any point of a session (the
+// processes are killed after a varying number of calls, some while a
+// checkpoint is being written) and a rotation: afterwards every record
+// checkpoint on disk, of the live file, of the sealed segment and the
+// seal itself, is a leaf of the log and proved by its last checkpoint.
+func TestAnchorLogSurvivesKillAndRotation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis wrap")
+	}
+	t.Parallel()
+	l := newLive(t, "")
+	l.session(2)
+	for _, n := range []int{1, 3, 6} {
+		w := l.wrapFlags("--checkpoint-lines", "2")
+		w.initialize()
+		for i := range n {
+			w.call(i+1, "tools/call", `{"name":"echo","arguments":{"message":"x"}}`)
+		}
+		w.c.Process.Kill() // SIGKILL
+		w.done <- <-w.done // for the cleanup's wait
+	}
+	l.session(1)
+	l.mustAegis("rotate", "--state-dir", l.state, "--signing-key", l.key)
+	l.session(2)
+	seg := projector.SegmentName(l.audit, 1)
+	if got := l.checkAnchored([]string{seg, l.audit}); got < 5 {
+		t.Fatalf("%d record checkpoints on disk, want several", got)
+	}
+}
+
+// wrapFlags runs aegis wrap with extra flags before the server.
+func (l *live) wrapFlags(flags ...string) *wrapProc {
+	l.t.Helper()
+	args := append([]string{"wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state}, flags...)
+	args = append(args, "--", filepath.Join(l.bin, "aegis-example-server"))
+	return l.start(exec.Command(filepath.Join(l.bin, "aegis"), args...))
+}
