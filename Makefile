@@ -17,7 +17,7 @@ PREFIX  ?= $(HOME)/.local
 # git can tell it, whatever GOFLAGS says.
 BUILDFLAGS := -buildvcs=auto
 
-.PHONY: all build install test vet cross release fmt-check unit bench fuzz demo interop-deps console-deps python-deps telemetry-deps jaeger-deps test-telemetry clean
+.PHONY: all build install test vet cross release fmt-check unit bench fuzz demo interop-deps witness-deps console-deps python-deps telemetry-deps jaeger-deps test-telemetry clean
 
 all: build
 
@@ -66,13 +66,13 @@ LONG      := ./proxy ./cmd/aegis
 # package's parallel tests may start (see their comments): in a go test of
 # their own they run beside the rest of the package instead of ahead of it.
 PROXY_ALONE := ^(TestWrapServerFloodOfLargeFramesKeepsMemoryBounded|TestWrapSlowHostOfLargeAnswersKeepsMemoryBounded|TestWrapRelaysAFrameJustUnderTheLimitExactly)$$
-test: vet cross fmt-check interop-deps console-deps python-deps telemetry-deps
+test: vet cross fmt-check interop-deps console-deps python-deps telemetry-deps witness-deps
 	@start=$$(date +%s); rm -rf $(TESTBIN) && mkdir -p $(TESTBIN) || exit 1; \
 	{ $(GO) build -o $(TESTBIN)/ $(TESTBINS) && CGO_ENABLED=0 $(GO) build -o $(TESTBIN)/probe ./sandbox/testdata/probe; } & bins=$$!; \
 	$(GO) build -race $$($(GO) list -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' ./...) || exit 1; \
 	wait $$bins || exit 1; export AEGIS_TEST_BINDIR=$(TESTBIN); \
 	rest=$$($(GO) list ./... | grep -v -x $(foreach p,$(LONG),-e $$($(GO) list $(p)))); \
-	export AEGIS_REQUIRE_BROWSER=1 AEGIS_REQUIRE_TELEMETRY=1; \
+	export AEGIS_REQUIRE_BROWSER=1 AEGIS_REQUIRE_TELEMETRY=1 AEGIS_REQUIRE_WITNESS=1; \
 	$(GO) test $(TESTFLAGS) -run '$(PROXY_ALONE)' ./proxy & pids="$$!"; \
 	$(GO) test $(TESTFLAGS) -skip '$(PROXY_ALONE)' ./proxy & pids="$$pids $$!"; \
 	$(GO) test $(TESTFLAGS) ./cmd/aegis & pids="$$pids $$!"; \
@@ -111,6 +111,14 @@ release:
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'))"; \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+# witness-deps builds a real C2SP tlog-witness for the anchor log's tests:
+# litewitness and witnessctl of filippo.io/torchwood v0.6.1 (v0.10.0 needs
+# a newer Go), into an ignored folder; once, from the Go module proxy.
+WITNESSBIN := .cache/witness/bin
+witness-deps: $(WITNESSBIN)/litewitness
+$(WITNESSBIN)/litewitness:
+	GOBIN=$(CURDIR)/$(WITNESSBIN) GOFLAGS=-mod=mod $(GO) install filippo.io/torchwood/cmd/litewitness@v0.6.1 filippo.io/torchwood/cmd/witnessctl@v0.6.1
 
 # interop-deps installs the npm reference servers into an ignored folder.
 interop-deps: $(NODEDIR)/.installed

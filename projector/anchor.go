@@ -288,6 +288,19 @@ func (s *anchorSigner) Name() string                    { return s.name }
 func (s *anchorSigner) KeyHash() uint32                 { return s.hash }
 func (s *anchorSigner) Sign(msg []byte) ([]byte, error) { return s.key.Sign(msg) }
 
+// SignAnchorCheckpoint signs c as key's anchor log (its origin must be
+// key's anchor origin).
+func SignAnchorCheckpoint(key PrivateKey, c schemas.AnchorCheckpoint) ([]byte, error) {
+	s, err := newAnchorSigner(key)
+	if err != nil {
+		return nil, err
+	}
+	if c.Origin != s.name {
+		return nil, fmt.Errorf("sign anchor checkpoint: origin %q is not %q", c.Origin, s.name)
+	}
+	return note.Sign(&note.Note{Text: string(c.Body())}, s)
+}
+
 // AnchorVerifierOf returns the note verifier of the anchor log of origin
 // signed by pub.
 func AnchorVerifierOf(origin string, pub []byte) (note.Verifier, error) {
