@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -11,11 +12,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/events/witness/witnesstest"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -138,4 +141,104 @@ func (l *live) wrapFlags(flags ...string) *wrapProc {
 	args := append([]string{"wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state}, flags...)
 	args = append(args, "--", filepath.Join(l.bin, "aegis-example-server"))
 	return l.start(exec.Command(filepath.Join(l.bin, "aegis"), args...))
+}
+
+// End to end with a real witness: aegis wrap submits the anchor log's
+// checkpoints to litewitness, aegis prove anchor prints a bundle that
+// aegis verify --witness-policy checks without the state directory; a
+// record cut after its witnessed checkpoint is Tampered even though its
+// sidecar was re-signed to match the cut record; and a forked anchor
+// checkpoint (the same size, another root, signed by the host's key) is
+// caught beside the witnessed one.
+func TestWitnessedBundleVerifiesOfflineAndCatchesACutRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis wrap and a witness")
+	}
+	t.Parallel()
+	w := witnesstest.Start(t, "witness.example/w1")
+	l := newLive(t, "")
+	pub := l.publicKey()
+	pubKey, _ := hex.DecodeString(pub)
+	origin, vkey, err := projector.AnchorVerifierKey(pubKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.AddLog(t, origin, vkey)
+	pol := filepath.Join(l.dir, "witnesses")
+	if err := os.WriteFile(pol, []byte(w.PolicyLine("w1")+"quorum w1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wp := l.wrapFlags("--checkpoint-lines", "2", "--witness-policy", pol, "--witness-interval", "100ms")
+	wp.initialize()
+	for i := range 3 {
+		wp.call(i+1, "tools/call", `{"name":"echo","arguments":{"message":"x"}}`)
+	}
+	time.Sleep(1500 * time.Millisecond) // the submissions of the checkpoints so far
+	wp.finish()
+
+	out, stderr, code := l.aegisStdout("prove", "anchor", "--line", "2", "--state-dir", l.state, l.audit)
+	if code != 0 {
+		t.Fatalf("prove anchor: exit %d\n%s%s", code, out, stderr)
+	}
+	bundle := filepath.Join(l.dir, "line2.bundle")
+	if err := os.WriteFile(bundle, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := l.aegis("verify", "--witness-policy", pol, "--key", pub, "--bundle", bundle); code != 0 || !strings.Contains(out, "cosigned by w1") {
+		t.Fatalf("verify of the bundle alone: exit %d\n%s", code, out)
+	}
+	if out, code := l.aegis("verify", "--witness-policy", pol, "--key", pub, "--bundle", bundle, l.audit); code != 0 {
+		t.Fatalf("verify of the record with the bundle: exit %d\n%s", code, out)
+	}
+
+	// Cut the record after its second line and re-sign its sidecar, as
+	// the host's owner could.
+	var b schemas.AnchorBundle
+	if err := json.Unmarshal([]byte(out), &b); err != nil {
+		t.Fatal(err)
+	}
+	cp, _ := schemas.ParseCheckpoint(schemas.NoteText([]byte(b.RecordCheckpoint)))
+	rec := readFile(t, l.audit)
+	keep := strings.Join(strings.SplitAfter(string(rec), "\n")[:cp.Size-1], "")
+	if err := os.WriteFile(l.audit, []byte(keep), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key, err := projector.LoadKeyFile(l.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	note, _, err := projector.CheckpointFile(context.Background(), key, l.audit, projector.CheckpointOrigin(key, l.audit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(l.audit+projector.CheckpointsSuffix, append(note, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out2, code := l.aegis("verify", "--key", pub, l.audit)
+	if code == 1 {
+		t.Fatalf("the cut record with its rewritten sidecar should pass the local checks (else this test proves nothing):\n%s", out2)
+	}
+	if out, code := l.aegis("verify", "--witness-policy", pol, "--key", pub, "--bundle", bundle, l.audit); code != 1 || !strings.Contains(out, "Tampered") {
+		t.Fatalf("the cut record against the witnessed bundle: exit %d, want Tampered (1)\n%s", code, out)
+	}
+
+	// A fork of the witnessed anchor checkpoint.
+	a, _ := schemas.ParseAnchorCheckpoint(schemas.NoteText([]byte(b.AnchorCheckpoint)))
+	a.Root[0] ^= 1
+	forked, err := projector.SignAnchorCheckpoint(key, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.AnchorCheckpoint = string(forked)
+	fb, _ := json.Marshal(b)
+	fork := filepath.Join(l.dir, "fork.bundle")
+	if err := os.WriteFile(fork, fb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := l.aegis("verify", "--witness-policy", pol, "--key", pub, "--bundle", bundle, "--bundle", fork); code != 1 || !strings.Contains(out, "forked history") {
+		t.Fatalf("a forked anchor checkpoint beside the witnessed one: exit %d, want Tampered (1)\n%s", code, out)
+	}
+	if out, code := l.aegis("verify", "--witness-policy", pol, "--key", pub, "--bundle", fork); code == 0 {
+		t.Fatalf("a bundle of an anchor checkpoint no witness cosigned verified:\n%s", out)
+	}
 }

@@ -17,6 +17,7 @@ import (
 const proveUsage = `Usage:
   aegis prove inclusion --line N [--checkpoint FILE] RECORD
   aegis prove consistency OLD NEW RECORD
+  aegis prove anchor --line N [--line M]… [--state-dir DIR] RECORD
 
 Prints an RFC 6962 proof over a record's signed checkpoints, as one JSON
 object on stdout, for 'aegis verify --proof FILE' or any RFC 6962
@@ -33,6 +34,14 @@ implementation to check without the record:
                since. OLD and NEW are each a checkpoint file (its last
                note) or a number of lines, which names the checkpoint of
                that size in RECORD.checkpoints.
+
+  anchor       one self-contained bundle for a third party: the lines,
+               their proof in a signed record checkpoint, that
+               checkpoint's proof as a leaf of the state directory's
+               anchor log, and the anchor checkpoint with the witnesses'
+               cosignatures (the one most witnesses cosigned that holds
+               it). Check it with aegis verify --witness-policy FILE
+               --key PUBLIC_KEY_HEX --bundle FILE [RECORD].
 
 RECORD must hold, as its first lines, what each checkpoint covers; if not,
 no proof is made and aegis says where it differs. Proofs hold hashes and
@@ -58,6 +67,8 @@ func (m *Main) runProve(ctx context.Context, args []string) error {
 		err error
 	)
 	switch sub {
+	case "anchor":
+		return m.proveAnchor(ctx, args)
 	case "inclusion":
 		fs := m.newFlagSet("prove inclusion")
 		line := fs.Int64("line", 0, "the line to prove, 1-based")
