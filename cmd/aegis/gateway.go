@@ -352,6 +352,15 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	}
 	defer m.closeTelemetry(tx)
 	log := m.logger()
+	if gw.Witnesses() != nil {
+		if wit.policy != nil {
+			return usagef("name the witnesses once: in the config's witnesses: or with --witness-policy", "--witness-policy and the config's witnesses: both name witnesses")
+		}
+		wit.policy = gw.Witnesses()
+		if wit.interval == 0 {
+			wit.interval = projector.DefaultWitnessInterval
+		}
+	}
 	anchor, stopWitnessing, err := startAnchor(store, key, wit.policy, wit.interval, log)
 	if err != nil {
 		return start.err(err)

@@ -232,6 +232,12 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	if *approvalTTL <= 0 {
 		return usagef("for example --approval-ttl 10m", "--approval-ttl must be positive")
 	}
+	if set != nil && set.Witnesses() != nil {
+		if witnesses != nil {
+			return usagef("name the witnesses once: in the policy's witnesses: or with --witness-policy", "--witness-policy and the policy's witnesses: both name witnesses")
+		}
+		witnesses = set.Witnesses()
+	}
 	if *approversPath != "" && set == nil {
 		return usagef("add --policy FILE: approvals exist only under a policy", "--approvers needs --policy")
 	}
