@@ -175,6 +175,9 @@ func TestWitnessedBundleVerifiesOfflineAndCatchesACutRecord(t *testing.T) {
 	}
 	time.Sleep(1500 * time.Millisecond) // the submissions of the checkpoints so far
 	wp.finish()
+	if out, _, code := l.aegisStdout("prove", "anchor", "--vkey", l.audit); code != 0 || out != "origin "+origin+"\nvkey "+vkey+"\n" {
+		t.Fatalf("prove anchor --vkey: exit %d\n%s", code, out)
+	}
 
 	out, stderr, code := l.aegisStdout("prove", "anchor", "--line", "2", "--state-dir", l.state, l.audit)
 	if code != 0 {

@@ -24,7 +24,8 @@ import (
 const gatewayUsage = `Usage:
   aegis gateway --config FILE --audit PATH --signing-key PATH [--state-dir DIR] [--approval-ttl D]
                 [--max-state-size SIZE] [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
-                [--checkpoint-lines N] [--checkpoint-interval D] [--approvers FILE]
+                [--checkpoint-lines N] [--checkpoint-interval D]
+                [--witness-policy FILE [--witness-interval D]] [--approvers FILE]
                 [--listen ADDR [--token-file FILE] [--allow-origin ORIGIN]… [--stdio]
                  [--idle-timeout D] [--max-sessions N] [--listen-without-token]
                  [--max-conns N] [--max-conns-per-client N] [--header-timeout D]
@@ -155,8 +156,9 @@ ever logged or recorded. See aegis help oauth.
 
 --hub, --host, --hub-nkey, --hub-creds and --hub-ca link the event store to a fleet's
 NATS hub, as for aegis wrap (aegis help hub). --checkpoint-lines and
---checkpoint-interval set how often the record gets a signed checkpoint, as
-for aegis wrap.
+--checkpoint-interval set how often the record gets a signed checkpoint,
+and --witness-policy (or the config's witnesses:) and --witness-interval
+which witnesses cosign the anchor log's checkpoints, as for aegis wrap.
 
 --approvers FILE (AEGIS_APPROVERS for a bare aegis) takes approvals, of
 tool calls and of escalations alike, only when signed with a key the file

@@ -18,6 +18,7 @@ const proveUsage = `Usage:
   aegis prove inclusion --line N [--checkpoint FILE] RECORD
   aegis prove consistency OLD NEW RECORD
   aegis prove anchor --line N [--line M]… [--state-dir DIR] RECORD
+  aegis prove anchor --vkey RECORD
 
 Prints an RFC 6962 proof over a record's signed checkpoints, as one JSON
 object on stdout, for 'aegis verify --proof FILE' or any RFC 6962
@@ -41,7 +42,9 @@ implementation to check without the record:
                anchor log, and the anchor checkpoint with the witnesses'
                cosignatures (the one most witnesses cosigned that holds
                it). Check it with aegis verify --witness-policy FILE
-               --key PUBLIC_KEY_HEX --bundle FILE [RECORD].
+               --key PUBLIC_KEY_HEX --bundle FILE [RECORD]. With --vkey
+               it prints the anchor log's origin and verifier key
+               instead, which a witness is configured with.
 
 RECORD must hold, as its first lines, what each checkpoint covers; if not,
 no proof is made and aegis says where it differs. Proofs hold hashes and
@@ -51,12 +54,14 @@ Example:
   $ aegis prove inclusion --line 17 calls.aarl > line17.proof
   $ aegis prove consistency 1024 2048 calls.aarl > grew.proof
   $ aegis verify --key PUBLIC_KEY_HEX --proof line17.proof
+  $ aegis prove anchor --line 17 calls.aarl > line17.bundle
+  $ aegis verify --witness-policy witnesses --key PUBLIC_KEY_HEX --bundle line17.bundle
 `
 
 func (m *Main) runProve(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		if len(args) == 0 {
-			return usagef("aegis prove inclusion --line N RECORD, or aegis prove consistency OLD NEW RECORD", "prove: missing inclusion or consistency")
+			return usagef("aegis prove inclusion --line N RECORD, aegis prove consistency OLD NEW RECORD, or aegis prove anchor --line N RECORD", "prove: missing inclusion, consistency or anchor")
 		}
 		fmt.Fprint(m.Stdout, proveUsage)
 		return nil
@@ -110,7 +115,7 @@ func (m *Main) runProve(ctx context.Context, args []string) error {
 		}
 		p, err = projector.ProveConsistency(ctx, record, notes[0], notes[1])
 	default:
-		return usagef("aegis prove inclusion …, or aegis prove consistency …", "prove: unknown proof %q", sub)
+		return usagef("aegis prove inclusion …, aegis prove consistency …, or aegis prove anchor …", "prove: unknown proof %q", sub)
 	}
 	if err != nil {
 		if errors.Is(err, projector.ErrProve) {

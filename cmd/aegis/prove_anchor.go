@@ -25,7 +25,23 @@ func (m *Main) proveAnchor(ctx context.Context, args []string) error {
 	var lines multiFlag
 	fs.Var(&lines, "line", "a line to prove, 1-based (repeatable)")
 	stateDir := fs.String("state-dir", "", "the state directory that recorded RECORD")
+	vkey := fs.Bool("vkey", false, "print the anchor log's origin and verifier key (for a witness) instead")
 	if err := m.parseFlags(fs, proveUsage, args); err != nil {
+		return err
+	}
+	if *vkey {
+		if fs.NArg() != 1 || len(lines) > 0 {
+			return usagef("aegis prove anchor --vkey RECORD", "prove anchor --vkey: needs one RECORD and no --line")
+		}
+		pub, err := recordPublicKey(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		origin, vk, err := projector.AnchorVerifierKey(pub)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(m.Stdout, "origin %s\nvkey %s\n", origin, vk)
 		return err
 	}
 	if fs.NArg() != 1 || len(lines) == 0 {

@@ -23,6 +23,7 @@ const verifyUsage = `Usage:
   aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] [--checkpoint FILE]… RECORD…
   aegis verify --key HEX… | --trust-store PATH --proof FILE
   aegis verify --hub URL --host HOST [--hub-creds FILE] [--hub-ca FILE] [--key HEX]… RECORD…
+  aegis verify --witness-policy FILE --key HEX… --bundle FILE… [RECORD…]
 
 Checks an audit record offline (no state directory, no network) and prints:
 
@@ -87,6 +88,19 @@ checkpoint reached the hub is Tampered, even with its sidecar cut too (an
 record: its checkpoints must be signed by a pinned key, and the RFC 6962
 inclusion or consistency proof must hold. It prints Verified and what was
 proven, or Tampered and why.
+
+--witness-policy FILE with --bundle FILE checks a bundle that 'aegis
+prove anchor' printed, offline and without the state directory: each
+line is in its signed record checkpoint, that checkpoint is a leaf of the
+state directory's anchor log, and that log's checkpoint is signed by the
+pinned key and cosigned by a quorum of the policy's witnesses (lines
+"witness NAME VKEY [URL]", "group NAME any|all|K MEMBER…", "quorum NAME",
+the Sigsum policy format). A proof that fails is Tampered; a quorum that
+is not met is Indeterminate (not_witnessed). Two bundles whose anchor
+checkpoints have one size and different roots are Tampered (anchor_fork):
+a split view. With RECORD, the live file (the last) must also hold what
+each bundle's record checkpoint covers, so a record cut after a witnessed
+checkpoint is Tampered whatever its sidecar and the hub now hold.
 
 A file that is no audit record at all (none of its first 1000 lines is an
 audit line: a text, YAML or another program's JSON) prints "Not an aegis
@@ -308,7 +322,7 @@ func afterLines(s string, n int, add string) string {
 	return s[:at] + add + s[at:]
 }
 
-const verifySynopsis = "aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] [--checkpoint FILE]… RECORD…   or: aegis verify --key HEX --proof FILE"
+const verifySynopsis = "aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] [--checkpoint FILE]… RECORD…   or: aegis verify --key HEX --proof FILE   or: aegis verify --witness-policy FILE --key HEX --bundle FILE [RECORD…]"
 
 // readCheckpoint reads a checkpoint file, at most maxCheckpointFile bytes
 // and one more (which the verifier then refuses).

@@ -27,6 +27,7 @@ const wrapUsage = `Usage:
   aegis wrap --audit PATH --signing-key PATH [--state-dir DIR] [--max-state-size SIZE]
              [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
              [--checkpoint-lines N] [--checkpoint-interval D]
+             [--witness-policy FILE [--witness-interval D]]
              [--metrics-listen ADDR [--metrics-allow-remote]] [--otlp-endpoint URL]
              [--policy FILE [--approval-ttl D] [--approvers FILE]]
              [--confine [--allow-read P]… [--allow-write P]… [--allow-net HOST:PORT]…
@@ -115,6 +116,15 @@ The record gets a signed checkpoint (its Merkle tree's size and root) every
 first line none covers yet (default 10s), and at every close: an event in
 the stream, and a line of the RECORD.checkpoints file beside it. See
 'aegis help verify'.
+
+Each checkpoint is also a leaf of the state directory's anchor log (origin
+aegis/anchor/<key_id>, one per state directory and key, in the event
+stream). --witness-policy FILE (or the policy's witnesses:) submits the
+anchor log's checkpoints to the witnesses it lists with a URL (C2SP
+tlog-witness), at most once per --witness-interval (default 10s) per
+witness, beside the relay: no call waits for a witness. Their
+cosignatures are events; 'aegis prove anchor' puts them in a bundle that
+'aegis verify --witness-policy' checks offline. See docs/VERIFY.md.
 
 ` + telemetryHelp + `
 Not covered by --confine: file metadata outside the grants (stat, and
