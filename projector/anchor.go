@@ -456,6 +456,12 @@ func (a *Anchor) proveConsistency(m, n int64) (tlog.TreeProof, error) {
 	return a.tree.ProveConsistency(m, n)
 }
 
+// MaxSealedAnchorLeaves bounds the anchor log a rotation carries: its
+// leaf hashes, 44 bytes each in base64, must fit the store.rotated event
+// well under the stream's event limit. A rotation of a larger log is
+// refused before anything changes.
+const MaxSealedAnchorLeaves = 300_000
+
 // SealAnchor appends the checkpoints of the segments r seals to the
 // anchor log of key as the stream st (before the rotation) holds it, and
 // sets r.Anchor: the new stream's first event then carries the whole log.
@@ -491,6 +497,9 @@ func SealAnchor(ctx context.Context, st *events.Store, key PrivateKey, r *Rotati
 	msg, err := a.sign(t.Size())
 	if err != nil {
 		return err
+	}
+	if t.Size() > MaxSealedAnchorLeaves {
+		return fmt.Errorf("anchor: a log of %d leaves is more than a rotation carries (%d)", t.Size(), MaxSealedAnchorLeaves)
 	}
 	raw := make([]byte, 0, len(t.leaves)*tlog.HashSize)
 	for _, h := range t.leaves {
