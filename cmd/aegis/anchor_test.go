@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -173,7 +172,7 @@ func TestWitnessedBundleVerifiesOfflineAndCatchesACutRecord(t *testing.T) {
 	for i := range 3 {
 		wp.call(i+1, "tools/call", `{"name":"echo","arguments":{"message":"x"}}`)
 	}
-	time.Sleep(1500 * time.Millisecond) // the submissions of the checkpoints so far
+	w.WaitSize(t, origin, 1) // a checkpoint of the lines so far, witnessed
 	wp.finish()
 	if out, _, code := l.aegisStdout("prove", "anchor", "--vkey", l.audit); code != 0 || out != "origin "+origin+"\nvkey "+vkey+"\n" {
 		t.Fatalf("prove anchor --vkey: exit %d\n%s", code, out)

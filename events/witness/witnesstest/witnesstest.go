@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -134,6 +135,37 @@ func (w *Witness) AddLog(t testing.TB, origin, vkey string) {
 	t.Helper()
 	w.ctl(t, "add-log", "-origin", origin)
 	w.ctl(t, "add-key", "-origin", origin, "-key", vkey)
+}
+
+// Size returns the size of the last checkpoint of origin the witness
+// cosigned (witnessctl list-logs), 0 for none.
+func (w *Witness) Size(t testing.TB, origin string) int64 {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(w.bin, "witnessctl"), "list-logs", "-db", w.db).CombinedOutput()
+	if err != nil {
+		t.Fatalf("witnessctl list-logs: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		var l struct {
+			Origin string `json:"origin"`
+			Size   int64  `json:"size"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Origin == origin {
+			return l.Size
+		}
+	}
+	return 0
+}
+
+// WaitSize waits (20 s at most) until the witness cosigned a checkpoint
+// of origin of at least n leaves.
+func (w *Witness) WaitSize(t testing.TB, origin string, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); w.Size(t, origin) < n; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the witness cosigned no checkpoint of %s of %d leaves within 20 s", origin, n)
+		}
+	}
 }
 
 func (w *Witness) ctl(t testing.TB, args ...string) {
