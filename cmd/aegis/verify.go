@@ -99,8 +99,9 @@ the Sigsum policy format). A proof that fails is Tampered; a quorum that
 is not met is Indeterminate (not_witnessed). Two bundles whose anchor
 checkpoints have one size and different roots are Tampered (anchor_fork):
 a split view. With RECORD, the live file (the last) must also hold what
-each bundle's record checkpoint covers, so a record cut after a witnessed
-checkpoint is Tampered whatever its sidecar and the hub now hold.
+each bundle's record checkpoint covers (in place of RECORD.checkpoints and
+--hub), so a record cut after a witnessed checkpoint is Tampered whatever
+its sidecar and the hub now hold.
 
 A file that is no audit record at all (none of its first 1000 lines is an
 audit line: a text, YAML or another program's JSON) prints "Not an aegis
