@@ -99,3 +99,61 @@ func TestAnchorLogHoldsEveryRecordCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// An anchor log in the stream that does not add up (a leaf out of its
+// place, as a forged or misplaced event would put it) is refused when it
+// is rebuilt, and a process on that stream appends nothing to it: its
+// record checkpoints stop, rather than extend a log no one can check.
+func TestAnchorLogThatDoesNotAddUpIsRefused(t *testing.T) {
+	ctx := context.Background()
+	st, _ := recordStore(t)
+	key := projector.InsecureDevKey()
+	sess, err := st.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendCP := func(a *projector.Anchor, i int64, index func(int64) int64) error {
+		cp := schemas.Checkpoint{Origin: "aegis/" + key.KeyID() + "/x", Size: i, Tail: schemas.HashHex([]byte{byte(i)})}
+		note, err := projector.SignCheckpoint(key, cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Append(ctx, note, func(e projector.AnchorEntry) error {
+			e.Index = index(e.Index)
+			ev, err := st.NewEvent(sess, schemas.KindRecordCheckpoint, projector.RecordCheckpoint{AuditPath: "/x", Origin: cp.Origin, Note: string(note), Anchor: &e})
+			if err != nil {
+				return err
+			}
+			r, err := st.Enqueue(ev)
+			if err == nil {
+				_, err = r.Wait(ctx)
+			}
+			return err
+		})
+	}
+	a, err := projector.OpenAnchor(st, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(i int64) int64 { return i }
+	for i := range int64(2) {
+		if err := appendCP(a, i+1, same); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := appendCP(a, 3, func(i int64) int64 { return i + 3 }); err != nil {
+		t.Fatal(err)
+	}
+	origin := schemas.AnchorOrigin(key.KeyID())
+	v, _ := projector.AnchorVerifierOf(origin, key.PublicKey())
+	if _, err := projector.LoadAnchor(ctx, st, origin, v); !errors.Is(err, projector.ErrAnchor) {
+		t.Fatalf("a leaf out of its place: %v, want ErrAnchor", err)
+	}
+	b, err := projector.OpenAnchor(st, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := appendCP(b, 4, same); !errors.Is(err, projector.ErrAnchor) {
+		t.Fatalf("an append to a log that does not add up: %v, want ErrAnchor", err)
+	}
+}
