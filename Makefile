@@ -17,7 +17,7 @@ PREFIX  ?= $(HOME)/.local
 # git can tell it, whatever GOFLAGS says.
 BUILDFLAGS := -buildvcs=auto
 
-.PHONY: all build install test test-prep test-build test-deps apt-deps vet cross release fmt-check unit bench fuzz demo interop-deps console-deps python-deps telemetry-deps jaeger-deps test-telemetry clean
+.PHONY: all build install test test-prep test-build test-deps apt-deps vet cross release fmt-check unit bench fuzz demo interop-deps witness-deps console-deps python-deps telemetry-deps jaeger-deps test-telemetry clean
 
 all: build
 
@@ -75,7 +75,7 @@ test:
 	$(MAKE) --no-print-directory -j3 --output-sync=target test-prep || exit 1; \
 	prep=$$(( $$(date +%s) - start )); tests=$$(date +%s); export AEGIS_TEST_BINDIR=$(TESTBIN); \
 	rest=$$($(GO) list ./... | grep -v -x $(foreach p,$(LONG),-e $$($(GO) list $(p)))); \
-	export AEGIS_REQUIRE_BROWSER=1 AEGIS_REQUIRE_TELEMETRY=1; \
+	export AEGIS_REQUIRE_BROWSER=1 AEGIS_REQUIRE_TELEMETRY=1 AEGIS_REQUIRE_WITNESS=1; \
 	$(GO) test $(TESTFLAGS) -run '$(PROXY_ALONE)' ./proxy & pids="$$!"; \
 	$(GO) test $(TESTFLAGS) -skip '$(PROXY_ALONE)' ./proxy & pids="$$pids $$!"; \
 	$(GO) test $(TESTFLAGS) ./cmd/aegis & pids="$$pids $$!"; \
@@ -97,7 +97,7 @@ test-build: vet cross fmt-check
 
 # test-deps: npm beside apt-get; the apt-get installs one after another
 # (they take the same lock).
-test-deps: interop-deps apt-deps
+test-deps: interop-deps witness-deps apt-deps
 apt-deps:
 	@MAKEFLAGS= $(MAKE) --no-print-directory console-deps python-deps telemetry-deps
 
@@ -131,6 +131,14 @@ release:
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'))"; \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+# witness-deps builds a real C2SP tlog-witness for the anchor log's tests:
+# litewitness and witnessctl of filippo.io/torchwood v0.6.1 (v0.10.0 needs
+# a newer Go), into an ignored folder; once, from the Go module proxy.
+WITNESSBIN := .cache/witness/bin
+witness-deps: $(WITNESSBIN)/litewitness
+$(WITNESSBIN)/litewitness:
+	GOBIN=$(CURDIR)/$(WITNESSBIN) GOFLAGS=-mod=mod $(GO) install filippo.io/torchwood/cmd/litewitness@v0.6.1 filippo.io/torchwood/cmd/witnessctl@v0.6.1
 
 # interop-deps installs the npm reference servers into an ignored folder.
 interop-deps: $(NODEDIR)/.installed

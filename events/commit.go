@@ -49,9 +49,9 @@ type item struct {
 // message of its own, under the subject aegis.<session>.<kind>, so that a
 // reader (a catch-up, a hub reading a mirror) finds the last one by its
 // subject without reading the stream: a session's start and a record's
-// checkpoints.
+// checkpoints, and the witnesses' cosignatures of the anchor log.
 func committedAlone(k schemas.Kind) bool {
-	return k == schemas.KindSessionOpened || k == schemas.KindRecordCheckpoint
+	return k == schemas.KindSessionOpened || k == schemas.KindRecordCheckpoint || k == schemas.KindAnchorCosigned
 }
 
 // Receipt is the promise of an enqueued event. Wait blocks until the event

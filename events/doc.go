@@ -166,6 +166,13 @@
 // keeps the index of a mirror in a private folder on the reading machine,
 // a cache checked against the mirror like the store's.
 //
+// The anchor log's witness client (events/witness) speaks C2SP
+// tlog-witness to a witness's add-checkpoint endpoint; the hub's mirror
+// carries the anchor log and its cosignatures with the rest of the
+// stream, as record.checkpoint, store.rotated and anchor.cosigned events
+// (the last committed alone, like checkpoints, so a reader finds them by
+// subject).
+//
 // Nothing outside this package (and events/hubtest, which runs a real hub
 // for tests) imports nats-server or nats.go.
 package events

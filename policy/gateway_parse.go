@@ -11,7 +11,7 @@ import (
 )
 
 var (
-	gatewayKeys    = []string{"version", "servers", "profiles", "activation", "error_disclosure", "rules", "on_tool_change", "meta_tool_names"}
+	gatewayKeys    = []string{"version", "servers", "profiles", "activation", "error_disclosure", "rules", "on_tool_change", "meta_tool_names", "witnesses"}
 	serverKeys     = []string{"command", "args", "env", "env_passthrough", "transport", "confine", "prefix", "alias", "url", "headers", "ca_file", "oauth"}
 	envFileKeys    = []string{"file"}
 	confineKeys    = []string{"allow_read", "allow_write", "allow_net", "allow_exec_support", "allow_udp", "allow_mptcp", "best_effort"}
@@ -259,6 +259,10 @@ func (p *parser) gateway(data []byte) (*Gateway, error) {
 			rulesNode = f.val
 		case "on_tool_change":
 			if g.rules.onToolChange, err = p.toolChange(f.val, f.path); err != nil {
+				return nil, err
+			}
+		case "witnesses":
+			if g.rules.witnesses, err = p.witnesses(f.val, f.path); err != nil {
 				return nil, err
 			}
 		case "meta_tool_names":

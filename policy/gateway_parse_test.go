@@ -47,8 +47,8 @@ func TestParseGatewayRefuses(t *testing.T) {
 		// misindented line.
 		{"MisindentedKey", y("version: 1", "servers:", "  a:", "    command: x", "   args: [1]", "profiles: {}"), "aegis.yaml:5: invalid YAML: did not find expected key"},
 		{"TopLevelSequence", y("- fs"), "aegis.yaml:1: expected a mapping, got a sequence"},
-		{"UnknownTopKey", y("server: {}"), "aegis.yaml:1: server: unknown key; want one of version, servers, profiles, activation, error_disclosure, rules, on_tool_change, meta_tool_names"},
-		{"WrapDefaultKey", y("default: deny"), "aegis.yaml:1: default: unknown key; want one of version, servers, profiles, activation, error_disclosure, rules, on_tool_change, meta_tool_names"},
+		{"UnknownTopKey", y("server: {}"), "aegis.yaml:1: server: unknown key; want one of version, servers, profiles, activation, error_disclosure, rules, on_tool_change, meta_tool_names, witnesses"},
+		{"WrapDefaultKey", y("default: deny"), "aegis.yaml:1: default: unknown key; want one of version, servers, profiles, activation, error_disclosure, rules, on_tool_change, meta_tool_names, witnesses"},
 		{"DuplicateTopKey", y("servers: {fs: {command: a}}", "servers: {fs: {command: b}}"), "aegis.yaml:2: servers: duplicate key (first at line 1)"},
 		{"AnchorAlias", y("servers:", "  fs: &s {command: a}", "  gh: *s"), "aegis.yaml:2: YAML anchors and aliases are not supported in a policy file"},
 		{"MergeKey", y("servers:", "  fs:", "    <<: {command: a}"), "aegis.yaml:3: servers.fs: keys must be strings, got a merge key (<<)"},

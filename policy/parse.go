@@ -58,7 +58,7 @@ const (
 )
 
 var (
-	topKeys    = []string{"version", "default", "rules", "on_tool_change"}
+	topKeys    = []string{"version", "default", "rules", "on_tool_change", "witnesses"}
 	ruleKeys   = []string{"id", "action", "tool", "capability", "role", "when", "priority", "reason", "rate", "limits", "park", "timeout_seconds"}
 	rateKeys   = []string{"max", "per_seconds"}
 	limitsKeys = []string{"max_memory_bytes", "max_wall_ms", "max_output_bytes"}
@@ -211,6 +211,10 @@ func (p *parser) parse(data []byte) (*Set, error) {
 			}
 		case "on_tool_change":
 			if s.onToolChange, err = p.toolChange(f.val, f.path); err != nil {
+				return nil, err
+			}
+		case "witnesses":
+			if s.witnesses, err = p.witnesses(f.val, f.path); err != nil {
 				return nil, err
 			}
 		}

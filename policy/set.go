@@ -15,6 +15,9 @@ type Set struct {
 	hash        string
 	// onToolChange is on_tool_change (toolchange.go).
 	onToolChange ToolChange
+	// witnesses is witnesses: (witnesses.go); it takes no part in
+	// verdicts, nor in the policy set hash.
+	witnesses *schemas.WitnessPolicy
 }
 
 // Limits are the resource limits that an allow or rate_limit rule grants to

@@ -180,4 +180,33 @@
 // sidecar with its file. [ProveInclusion] and [ProveConsistency] make
 // RFC 6962 proofs over a record file (prove.go) with tlog, keeping the
 // tree's hashes in an unnamed temporary file, not in memory.
+//
+// # The anchor log
+//
+// Every record checkpoint a session signs, and every checkpoint a
+// rotation seals a segment with, is also a leaf of the state directory's
+// anchor log (anchor.go): one RFC 6962 log per signing key, origin
+// "aegis/anchor/<key_id>", never renamed, so that witnesses can follow
+// it. Its invariants:
+//
+//   - One event, leaf and growth together. A leaf's index and the signed
+//     anchor checkpoint that adds it travel in the record.checkpoint event
+//     itself, so a record checkpoint is in the stream exactly when its leaf
+//     is, and both are durable before the note reaches the sidecar. A
+//     rotation's store.rotated event carries the leaf hashes of the whole
+//     log, since the stream before it moves to an archive.
+//   - Stream order is leaf order. [Anchor.Append] holds the log's lock
+//     from the leaf's index to the event's durable ack; an event that
+//     fails takes its leaf back.
+//   - Rebuilt, and checked, from the stream. [LoadAnchor] folds those
+//     events at start (in the background: only the first append waits),
+//     requires contiguous indexes and the root of the last signed anchor
+//     checkpoint; a log that does not add up stops checkpoints (fail
+//     closed) and says why.
+//   - Witnessing waits on nothing the relay needs ([Anchor.StartWitnessing],
+//     witnessing.go): one goroutine per witness submits the newest
+//     checkpoint at most once per interval, learns the witness's size from
+//     its 409, treats a 409 of another history or a 422 as a fork (logged,
+//     not retried until the log grows), checks each cosignature against the
+//     witness's key, and stores it as an anchor.cosigned event.
 package projector

@@ -86,6 +86,9 @@ type RecordCheckpoint struct {
 	// Note is the signed checkpoint.
 	Note string `json:"note"`
 	TreeState
+	// Anchor is the checkpoint's leaf in the state directory's anchor
+	// log, when the session appends to one (anchor.go).
+	Anchor *AnchorEntry `json:"anchor,omitempty"`
 }
 
 // frontierHashes returns the kept hashes of t, largest subtree first.
@@ -133,6 +136,7 @@ type liveCheckpoints struct {
 	path    string
 	origin  string
 	policy  CheckpointPolicy
+	anchor  *Anchor // nil: checkpoints are not anchored
 
 	tree    *TreeHasher
 	bytes   int64  // of the file, covered by tree
@@ -213,15 +217,30 @@ func (c *liveCheckpoints) checkpoint(ctx context.Context) {
 		c.fail(err)
 		return
 	}
-	ev, err := c.store.NewEvent(c.session, schemas.KindRecordCheckpoint, RecordCheckpoint{
+	payload := RecordCheckpoint{
 		AuditPath: c.path, Origin: c.origin, Root: base64.StdEncoding.EncodeToString(root[:]), Tail: c.tail, Note: string(note),
 		TreeState: TreeState{Size: cp.Size, Bytes: c.bytes, Frontier: c.tree.frontierHashes()},
-	})
-	if err == nil {
-		var r *events.Receipt
-		if r, err = c.store.Enqueue(ev); err == nil {
+	}
+	commit := func() error {
+		ev, err := c.store.NewEvent(c.session, schemas.KindRecordCheckpoint, payload)
+		if err != nil {
+			return err
+		}
+		r, err := c.store.Enqueue(ev)
+		if err == nil {
 			_, err = r.Wait(ctx)
 		}
+		return err
+	}
+	if c.anchor != nil {
+		// The leaf and the anchor's new checkpoint are in the same event:
+		// durable together, before the note reaches the sidecar.
+		err = c.anchor.Append(ctx, note, func(e AnchorEntry) error {
+			payload.Anchor = &e
+			return commit()
+		})
+	} else {
+		err = commit()
 	}
 	if err != nil {
 		c.fail(fmt.Errorf("record the checkpoint: %w", err))

@@ -31,8 +31,11 @@ import (
 // event, and of its plan while it runs.
 type Rotation struct {
 	Records []SealedRecord `json:"records"`
-	Argv    []string       `json:"argv,omitempty"`
-	Version string         `json:"version,omitempty"`
+	// Anchor is the state directory's anchor log with the segments'
+	// checkpoints appended (anchor.go); nil when it has none.
+	Anchor  *AnchorSeal `json:"anchor,omitempty"`
+	Argv    []string    `json:"argv,omitempty"`
+	Version string      `json:"version,omitempty"`
 }
 
 // SealedRecord is one record file at a rotation.

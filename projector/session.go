@@ -100,6 +100,10 @@ type SessionConfig struct {
 	// Checkpoints says how often the record file gets a signed checkpoint
 	// (see [CheckpointPolicy]).
 	Checkpoints CheckpointPolicy
+	// Anchor, when set, is the state directory's anchor log: every record
+	// checkpoint the session signs is appended to it (anchor.go). It must
+	// be of the same store and key.
+	Anchor *Anchor
 }
 
 // Session is one proxy run's audit chain and event writer. It is the single
@@ -270,7 +274,7 @@ func OpenSession(ctx context.Context, cfg SessionConfig) (_ *Session, err error)
 		}
 		s.proj.cp = &liveCheckpoints{
 			store: cfg.Store, session: id, key: cfg.Key, path: path, origin: CheckpointOrigin(cfg.Key, path),
-			policy: cfg.Checkpoints, tree: tree, bytes: bytes, tail: tail, signed: tree.Size(),
+			policy: cfg.Checkpoints, tree: tree, bytes: bytes, tail: tail, signed: tree.Size(), anchor: cfg.Anchor,
 		}
 	}
 	s.proj.push(entry.Bytes, rcpt)

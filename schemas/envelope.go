@@ -76,6 +76,9 @@ const (
 	// KindPinsReset removes pins (aegis pins reset): the next listing of
 	// the server pins its tools again at first sight.
 	KindPinsReset Kind = "pins.reset"
+	// KindAnchorCosigned stores a witness's cosignature of a checkpoint of
+	// the state directory's anchor log (anchor.go).
+	KindAnchorCosigned Kind = "anchor.cosigned"
 )
 
 var kinds = map[Kind]bool{
@@ -89,7 +92,7 @@ var kinds = map[Kind]bool{
 	KindAuditLine: true, KindNote: true,
 	KindCallCancelled: true, KindFrameDropped: true,
 	KindStoreRotated: true, KindTaskResult: true,
-	KindRecordCheckpoint: true,
+	KindRecordCheckpoint: true, KindAnchorCosigned: true,
 	// Tool pins.
 	KindToolPinned: true, KindToolChanged: true, KindPinsReset: true,
 	// Remote servers of the gateway (connection.go).

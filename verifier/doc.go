@@ -100,4 +100,14 @@
 // sidecar too, so the anchor is a checkpoint kept elsewhere and given with
 // --checkpoint. [CheckProof] checks an RFC 6962 proof against a signed
 // checkpoint without the record.
+//
+// Whoever holds the signing key can re-sign checkpoints of a cut record.
+// [CheckBundle] checks an anchor bundle (aegis prove anchor) offline: the
+// lines are in the record checkpoint, the record checkpoint is a leaf of
+// the state directory's anchor log, and that log's checkpoint is signed by
+// the pinned key under the origin aegis/anchor/<key_id> and cosigned
+// (C2SP tlog-cosignature) by a quorum of a witness policy. A proof that
+// fails is Tampered; a quorum not met is Indeterminate ([NotWitnessed]),
+// never Verified; two anchor checkpoints of one size with different roots
+// are Tampered ([AnchorFork], [CheckForks]).
 package verifier

@@ -41,7 +41,7 @@ func TestUsageErrorsExit2WithHint(t *testing.T) {
 		{"approve over the hub of a host that cannot be a domain", []string{"approve", "apr-1", "--hub", "nats://127.0.0.1:1", "--host", "a.b"}, `--host "a.b"`},
 		{"a host without a hub", []string{"wrap", "--audit", "a.aarl", "--signing-key", "k", "--host", "x", "--", "true"}, "--hub-creds, --hub-nkey, --hub-ca and --host need --hub"},
 		{"a host name that cannot be a domain", []string{"wrap", "--audit", "a.aarl", "--signing-key", "k", "--hub", "nats://127.0.0.1:1", "--host", "a.b", "--", "true"}, `host name "a.b" cannot name a host of a fleet`},
-		{"prove without a proof kind", []string{"prove"}, "prove: missing inclusion or consistency"},
+		{"prove without a proof kind", []string{"prove"}, "prove: missing inclusion, consistency or anchor"},
 		{"prove inclusion without a line", []string{"prove", "inclusion", "calls.aarl"}, "prove inclusion: needs --line N"},
 		{"session id that injects subjects", []string{"events", "list", "--session", "a.>"}, `bad --session "a.>"`},
 		{"help for unknown command", []string{"help", "frob"}, `unknown command or topic "frob"`},

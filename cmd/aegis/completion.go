@@ -50,7 +50,7 @@ func (m *Main) completionWords() (names []string, words map[string][]string, sho
 			ws = append([]string{"reset"}, ws...)
 		}
 		if c.name == "prove" {
-			ws = append([]string{"inclusion", "consistency"}, ws...)
+			ws = append([]string{"inclusion", "consistency", "anchor"}, ws...)
 		}
 		if c.name == "completion" {
 			ws = []string{"bash", "zsh", "fish"}

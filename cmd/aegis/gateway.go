@@ -24,7 +24,8 @@ import (
 const gatewayUsage = `Usage:
   aegis gateway --config FILE --audit PATH --signing-key PATH [--state-dir DIR] [--approval-ttl D]
                 [--max-state-size SIZE] [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
-                [--checkpoint-lines N] [--checkpoint-interval D] [--approvers FILE] [--protocol VERSION]
+                [--checkpoint-lines N] [--checkpoint-interval D]
+                [--witness-policy FILE [--witness-interval D]] [--approvers FILE] [--protocol VERSION]
                 [--listen ADDR [--token-file FILE] [--allow-origin ORIGIN]… [--stdio]
                  [--idle-timeout D] [--max-sessions N] [--listen-without-token]
                  [--max-conns N] [--max-conns-per-client N] [--header-timeout D]
@@ -166,8 +167,9 @@ ever logged or recorded. See aegis help oauth.
 
 --hub, --host, --hub-nkey, --hub-creds and --hub-ca link the event store to a fleet's
 NATS hub, as for aegis wrap (aegis help hub). --checkpoint-lines and
---checkpoint-interval set how often the record gets a signed checkpoint, as
-for aegis wrap.
+--checkpoint-interval set how often the record gets a signed checkpoint,
+and --witness-policy (or the config's witnesses:) and --witness-interval
+which witnesses cosign the anchor log's checkpoints, as for aegis wrap.
 
 --approvers FILE (AEGIS_APPROVERS for a bare aegis) takes approvals, of
 tool calls and of escalations alike, only when signed with a key the file
@@ -214,6 +216,10 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	witnesses, err := cpf.witnesses()
+	if err != nil {
+		return err
+	}
 	maxBytes, err := stateSizeCap(maxState)
 	if err != nil {
 		return err
@@ -240,7 +246,7 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	default:
 		return usagef("aegis gateway --protocol 2026-07-28 (or 2025-11-25, the default)", "gateway: --protocol %q is not a protocol version aegis offers", *protocol)
 	}
-	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints, approvers, lo, tcfg, hostProtocol)
+	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints, anchorWitnesses{witnesses, *cpf.witnessInterval}, approvers, lo, tcfg, hostProtocol)
 }
 
 // runBareGateway is the seed's bare 'aegis': the gateway from AEGIS_CONFIG
@@ -272,12 +278,12 @@ func (m *Main) runBareGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, approvers, nil, telemetry.Config{Getenv: m.Getenv, Version: Version, Log: m.logger()}, "")
+	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, anchorWitnesses{}, approvers, nil, telemetry.Config{Getenv: m.Getenv, Version: Version, Log: m.logger()}, "")
 }
 
 var errNoGateway = errors.New("no gateway configured")
 
-func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig, checkpoints projector.CheckpointPolicy, approvers *schemas.Approvers, lo *listenOpts, tcfg telemetry.Config, hostProtocol string) error {
+func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag string, ttl time.Duration, maxBytes int64, hub *events.HubConfig, checkpoints projector.CheckpointPolicy, wit anchorWitnesses, approvers *schemas.Approvers, lo *listenOpts, tcfg telemetry.Config, hostProtocol string) error {
 	data, err := os.ReadFile(config)
 	if err != nil {
 		return withHint(fmt.Errorf("could not read gateway file: %w", err), "--config (or AEGIS_CONFIG) names the YAML file")
@@ -368,6 +374,20 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 	}
 	defer m.closeTelemetry(tx)
 	log := m.logger()
+	if gw.Witnesses() != nil {
+		if wit.policy != nil {
+			return usagef("name the witnesses once: in the config's witnesses: or with --witness-policy", "--witness-policy and the config's witnesses: both name witnesses")
+		}
+		wit.policy = gw.Witnesses()
+		if wit.interval == 0 {
+			wit.interval = projector.DefaultWitnessInterval
+		}
+	}
+	anchor, stopWitnessing, err := startAnchor(store, key, wit.policy, wit.interval, log)
+	if err != nil {
+		return start.err(err)
+	}
+	defer stopWitnessing()
 	abs, _ := filepath.Abs(config)
 	if lo != nil {
 		self, _ := os.Executable()
@@ -378,12 +398,12 @@ func (m *Main) gateway(ctx context.Context, config, audit, keyPath, stateDirFlag
 			ApprovalLink: m.approvalLinker(store.Dir()),
 		}
 		rec := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
-			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints}
+			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints, Anchor: anchor}
 		return m.listenGateway(ctx, sigs, ended, start, lo, base, rec)
 	}
 	open := func(facts map[string]sandbox.Fact) (*projector.Session, error) {
 		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: audit, Argv: []string{"gateway", abs}, Version: Version,
-			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints}
+			Profile: gw.DefaultProfile(), Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints, Anchor: anchor}
 		if len(facts) > 0 {
 			cfg.Confinement = facts
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/events/platform"
 	"github.com/aegis-dev/aegis/projector"
+	"github.com/aegis-dev/aegis/schemas"
 )
 
 const hubUsage = `Usage:
@@ -158,13 +160,58 @@ func (h *hubFlags) open(ctx context.Context, cmd string) (*events.Mirror, error)
 type checkpointFlags struct {
 	lines    *int
 	interval *time.Duration
+	// The witnesses the anchor log's checkpoints go to (anchor.go).
+	witnessPolicy   *string
+	witnessInterval *time.Duration
 }
 
 func addCheckpointFlags(fs *flag.FlagSet) *checkpointFlags {
 	return &checkpointFlags{
-		lines:    fs.Int("checkpoint-lines", projector.DefaultCheckpointLines, "sign a checkpoint of the record after this many lines"),
-		interval: fs.Duration("checkpoint-interval", projector.DefaultCheckpointInterval, "sign a checkpoint this long after the first line none covers"),
+		lines:           fs.Int("checkpoint-lines", projector.DefaultCheckpointLines, "sign a checkpoint of the record after this many lines"),
+		interval:        fs.Duration("checkpoint-interval", projector.DefaultCheckpointInterval, "sign a checkpoint this long after the first line none covers"),
+		witnessPolicy:   fs.String("witness-policy", "", "submit the anchor log's checkpoints to the witnesses of this policy file (Sigsum format)"),
+		witnessInterval: fs.Duration("witness-interval", projector.DefaultWitnessInterval, "submit to each witness at most this often"),
 	}
+}
+
+// witnesses returns the witness policy the flags name, nil for none.
+func (c *checkpointFlags) witnesses() (*schemas.WitnessPolicy, error) {
+	if *c.witnessPolicy == "" {
+		return nil, nil
+	}
+	if *c.witnessInterval < 100*time.Millisecond {
+		return nil, usagef("for example --witness-interval 10s", "--witness-interval must be at least 100ms")
+	}
+	b, err := os.ReadFile(*c.witnessPolicy)
+	if err != nil {
+		return nil, withHint(fmt.Errorf("read the witness policy: %w", err), "--witness-policy takes a file of witness, group and quorum lines (aegis help verify)")
+	}
+	p, err := schemas.ParseWitnessPolicy(b)
+	if err != nil {
+		return nil, withHint(fmt.Errorf("%s: %w", *c.witnessPolicy, err), "a line is: witness NAME VKEY URL, group NAME any|all|K MEMBER…, or quorum NAME (aegis help verify)")
+	}
+	return p, nil
+}
+
+// anchorWitnesses is what --witness-policy and --witness-interval say.
+type anchorWitnesses struct {
+	policy   *schemas.WitnessPolicy
+	interval time.Duration
+}
+
+// startAnchor opens the state directory's anchor log, to which every
+// record checkpoint is appended, and starts submitting its checkpoints
+// to the witnesses of wp (none: nil); stop ends the submissions.
+func startAnchor(store *events.Store, key projector.PrivateKey, wp *schemas.WitnessPolicy, every time.Duration, log *slog.Logger) (*projector.Anchor, func(), error) {
+	a, err := projector.OpenAnchor(store, key, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("anchor log: %w", err)
+	}
+	if wp == nil {
+		return a, func() {}, nil
+	}
+	stop := a.StartWitnessing(projector.WitnessingConfig{Policy: wp, Interval: every, Logger: log})
+	return a, stop, nil
 }
 
 // policy returns the checkpoint policy the flags set.

@@ -17,6 +17,8 @@ import (
 const proveUsage = `Usage:
   aegis prove inclusion --line N [--checkpoint FILE] RECORD
   aegis prove consistency OLD NEW RECORD
+  aegis prove anchor --line N [--line M]… [--state-dir DIR] RECORD
+  aegis prove anchor --vkey RECORD
 
 Prints an RFC 6962 proof over a record's signed checkpoints, as one JSON
 object on stdout, for 'aegis verify --proof FILE' or any RFC 6962
@@ -34,6 +36,16 @@ implementation to check without the record:
                note) or a number of lines, which names the checkpoint of
                that size in RECORD.checkpoints.
 
+  anchor       one self-contained bundle for a third party: the lines,
+               their proof in a signed record checkpoint, that
+               checkpoint's proof as a leaf of the state directory's
+               anchor log, and the anchor checkpoint with the witnesses'
+               cosignatures (the one most witnesses cosigned that holds
+               it). Check it with aegis verify --witness-policy FILE
+               --key PUBLIC_KEY_HEX --bundle FILE [RECORD]. With --vkey
+               it prints the anchor log's origin and verifier key
+               instead, which a witness is configured with.
+
 RECORD must hold, as its first lines, what each checkpoint covers; if not,
 no proof is made and aegis says where it differs. Proofs hold hashes and
 the one line proven, not the record.
@@ -42,12 +54,14 @@ Example:
   $ aegis prove inclusion --line 17 calls.aarl > line17.proof
   $ aegis prove consistency 1024 2048 calls.aarl > grew.proof
   $ aegis verify --key PUBLIC_KEY_HEX --proof line17.proof
+  $ aegis prove anchor --line 17 calls.aarl > line17.bundle
+  $ aegis verify --witness-policy witnesses --key PUBLIC_KEY_HEX --bundle line17.bundle
 `
 
 func (m *Main) runProve(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		if len(args) == 0 {
-			return usagef("aegis prove inclusion --line N RECORD, or aegis prove consistency OLD NEW RECORD", "prove: missing inclusion or consistency")
+			return usagef("aegis prove inclusion --line N RECORD, aegis prove consistency OLD NEW RECORD, or aegis prove anchor --line N RECORD", "prove: missing inclusion, consistency or anchor")
 		}
 		fmt.Fprint(m.Stdout, proveUsage)
 		return nil
@@ -58,6 +72,8 @@ func (m *Main) runProve(ctx context.Context, args []string) error {
 		err error
 	)
 	switch sub {
+	case "anchor":
+		return m.proveAnchor(ctx, args)
 	case "inclusion":
 		fs := m.newFlagSet("prove inclusion")
 		line := fs.Int64("line", 0, "the line to prove, 1-based")
@@ -99,7 +115,7 @@ func (m *Main) runProve(ctx context.Context, args []string) error {
 		}
 		p, err = projector.ProveConsistency(ctx, record, notes[0], notes[1])
 	default:
-		return usagef("aegis prove inclusion …, or aegis prove consistency …", "prove: unknown proof %q", sub)
+		return usagef("aegis prove inclusion …, aegis prove consistency …, or aegis prove anchor …", "prove: unknown proof %q", sub)
 	}
 	if err != nil {
 		if errors.Is(err, projector.ErrProve) {

@@ -386,6 +386,9 @@ func (n *normalizer) normJSONLines(t *testing.T, s string) string {
 			// Over lines that hold times: the size is what is stable.
 			if p, ok := m["payload"].(map[string]any); ok {
 				p["root"], p["note"], p["bytes"] = "<ROOT>", "<NOTE>", "<BYTES>"
+				if a, ok := p["anchor"].(map[string]any); ok {
+					a["note"] = "<ANCHOR NOTE>"
+				}
 			}
 		}
 		var out bytes.Buffer

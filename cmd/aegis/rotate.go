@@ -172,6 +172,11 @@ func (m *Main) planRotation(ctx context.Context, dirFlag string, key projector.P
 		}
 		return nil, fmt.Errorf("rotate: nothing was changed: %w", err)
 	}
+	// The segments' checkpoints join the anchor log, which the new
+	// stream's first event carries whole.
+	if err := projector.SealAnchor(ctx, store, key, &rot); err != nil {
+		return nil, fmt.Errorf("rotate: nothing was changed: %w", err)
+	}
 	rot.Argv = append([]string{"aegis", "rotate"}, args...)
 	rot.Version = Version
 	plan, err := store.BeginRoll(ctx, rot, prune)

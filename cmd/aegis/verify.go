@@ -23,6 +23,7 @@ const verifyUsage = `Usage:
   aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] [--checkpoint FILE]… RECORD…
   aegis verify --key HEX… | --trust-store PATH --proof FILE
   aegis verify --hub URL --host HOST [--hub-creds FILE] [--hub-ca FILE] [--key HEX]… RECORD…
+  aegis verify --witness-policy FILE --key HEX… --bundle FILE… [RECORD…]
 
 Checks an audit record offline (no state directory, no network) and prints:
 
@@ -88,6 +89,20 @@ record: its checkpoints must be signed by a pinned key, and the RFC 6962
 inclusion or consistency proof must hold. It prints Verified and what was
 proven, or Tampered and why.
 
+--witness-policy FILE with --bundle FILE checks a bundle that 'aegis
+prove anchor' printed, offline and without the state directory: each
+line is in its signed record checkpoint, that checkpoint is a leaf of the
+state directory's anchor log, and that log's checkpoint is signed by the
+pinned key and cosigned by a quorum of the policy's witnesses (lines
+"witness NAME VKEY [URL]", "group NAME any|all|K MEMBER…", "quorum NAME",
+the Sigsum policy format). A proof that fails is Tampered; a quorum that
+is not met is Indeterminate (not_witnessed). Two bundles whose anchor
+checkpoints have one size and different roots are Tampered (anchor_fork):
+a split view. With RECORD, the live file (the last) must also hold what
+each bundle's record checkpoint covers (in place of RECORD.checkpoints and
+--hub), so a record cut after a witnessed checkpoint is Tampered whatever
+its sidecar and the hub now hold.
+
 A file that is no audit record at all (none of its first 1000 lines is an
 audit line: a text, YAML or another program's JSON) prints "Not an aegis
 record: FILE: why" and exits 4. A record whose first line was damaged
@@ -135,6 +150,9 @@ func (m *Main) runVerify(ctx context.Context, args []string) error {
 	var checkpoints multiFlag
 	fs.Var(&checkpoints, "checkpoint", "signed checkpoint of one RECORD (repeatable, once per RECORD)")
 	proof := fs.String("proof", "", "check a proof that aegis prove printed, instead of a record")
+	witnessPolicy := fs.String("witness-policy", "", "check --bundle against this witness policy (Sigsum format)")
+	var bundles multiFlag
+	fs.Var(&bundles, "bundle", "an anchor bundle that aegis prove anchor printed (repeatable)")
 	hub := addReaderFlags(fs)
 	if err := m.parseFlags(fs, verifyUsage, args); err != nil {
 		var ue *usageError
@@ -146,11 +164,15 @@ func (m *Main) runVerify(ctx context.Context, args []string) error {
 	if err := hub.noneWithout(); err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
-	if *proof != "" {
+	if len(bundles) > 0 || *witnessPolicy != "" {
+		if len(bundles) == 0 || *witnessPolicy == "" || *proof != "" {
+			return &exitError{code: exitUsage, err: errors.New("verify --witness-policy checks --bundle files: give both, and no --proof"), hint: "aegis verify --witness-policy FILE --key PUBLIC_KEY_HEX --bundle FILE [RECORD]"}
+		}
+	} else if *proof != "" {
 		if fs.NArg() > 0 || len(checkpoints) > 0 || *allowGaps || hub.set() {
 			return &exitError{code: exitUsage, err: errors.New("verify --proof checks the proof alone: no RECORD, --checkpoint or --allow-gaps"), hint: "aegis verify --key PUBLIC_KEY_HEX --proof FILE"}
 		}
-	} else if fs.NArg() == 0 {
+	} else if fs.NArg() == 0 && len(bundles) == 0 {
 		return &exitError{code: exitUsage, err: errors.New("verify takes one RECORD path, or the files of a rotated record oldest first; got none"), hint: verifySynopsis}
 	}
 	opts := verifier.Options{Keys: keys, AllowGaps: *allowGaps}
@@ -172,6 +194,14 @@ func (m *Main) runVerify(ctx context.Context, args []string) error {
 	}
 	if *proof != "" {
 		return m.verifyProof(*proof, opts)
+	}
+	var bundleNotes [][]byte
+	if len(bundles) > 0 {
+		var done bool
+		var err error
+		if bundleNotes, done, err = m.verifyBundles(*witnessPolicy, bundles, opts, fs.NArg() == 0); done || err != nil {
+			return err
+		}
 	}
 	paths := fs.Args()
 	segs := make([]verifier.Segment, len(paths))
@@ -209,6 +239,17 @@ func (m *Main) runVerify(ctx context.Context, args []string) error {
 		if err := m.hubCheckpoint(ctx, hub, &segs[len(segs)-1]); err != nil {
 			return err
 		}
+	}
+	if len(bundleNotes) > 0 {
+		// The witnessed record checkpoints: the live file must hold what
+		// each covers, whatever its sidecar and the hub now say.
+		var all []byte
+		for _, n := range bundleNotes {
+			all = append(append(all, n...), '\n')
+		}
+		last := &segs[len(segs)-1]
+		last.Checkpoints = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(all)), nil }
+		last.CheckpointsName = "the bundle's witnessed checkpoint"
 	}
 	var res verifier.Result
 	if len(segs) == 1 && segs[0].Checkpoint == nil && segs[0].Checkpoints == nil {
@@ -282,7 +323,7 @@ func afterLines(s string, n int, add string) string {
 	return s[:at] + add + s[at:]
 }
 
-const verifySynopsis = "aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] [--checkpoint FILE]… RECORD…   or: aegis verify --key HEX --proof FILE"
+const verifySynopsis = "aegis verify [--key HEX]… [--trust-store PATH] [--allow-gaps] [--checkpoint FILE]… RECORD…   or: aegis verify --key HEX --proof FILE   or: aegis verify --witness-policy FILE --key HEX --bundle FILE [RECORD…]"
 
 // readCheckpoint reads a checkpoint file, at most maxCheckpointFile bytes
 // and one more (which the verifier then refuses).
@@ -381,6 +422,74 @@ func splitExt(base string) (stem, ext string) {
 		return base[:i], base[i:]
 	}
 	return base, ""
+}
+
+// verifyBundles checks anchor bundles against a witness policy and the
+// pinned keys, and that no two of them show a forked anchor log. It
+// returns their record checkpoints, for the RECORD to hold; done when
+// there is no RECORD and the verdict was printed.
+func (m *Main) verifyBundles(policyPath string, paths []string, opts verifier.Options, alone bool) ([][]byte, bool, error) {
+	keys := opts.Keys
+	if opts.TrustStore != nil {
+		keys = append(keys[:len(keys):len(keys)], opts.TrustStore.Keys...)
+	}
+	if len(keys) == 0 {
+		return nil, true, &exitError{code: exitUsage, err: errors.New("verify --bundle needs the key that signed the checkpoints: a bundle checked against no key proves nothing"),
+			hint: "aegis verify --witness-policy FILE --key PUBLIC_KEY_HEX --bundle FILE (the bundle's public_key, if you trust it)"}
+	}
+	pb, err := os.ReadFile(policyPath)
+	if err != nil {
+		return nil, true, &exitError{code: 2, err: fmt.Errorf("read witness policy: %w", err)}
+	}
+	policy, err := schemas.ParseWitnessPolicy(pb)
+	if err != nil {
+		return nil, true, &exitError{code: exitUsage, err: fmt.Errorf("%s: %w", policyPath, err), hint: "a line is: witness NAME VKEY [URL], group NAME any|all|K MEMBER…, or quorum NAME"}
+	}
+	var (
+		anchors []schemas.AnchorCheckpoint
+		notes   [][]byte
+		results []verifier.BundleResult
+		said    []string
+	)
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, true, &exitError{code: 2, err: fmt.Errorf("read bundle: %w", err)}
+		}
+		b, err := schemas.ParseBundle(f)
+		f.Close()
+		if err != nil {
+			if errors.Is(err, schemas.ErrProof) {
+				return nil, true, &exitError{code: 1, err: fmt.Errorf("bundle %s: %w", p, err), hint: "a bundle is the JSON object that 'aegis prove anchor' prints"}
+			}
+			return nil, true, &exitError{code: 2, err: fmt.Errorf("read bundle: %w", err)}
+		}
+		res, reason := verifier.CheckBundle(b, policy, keys)
+		if res.Anchor.Origin != "" {
+			anchors = append(anchors, res.Anchor)
+		}
+		if fork := verifier.CheckForks(anchors); fork != nil {
+			reason = fork
+		}
+		if reason != nil {
+			if reason.Code == verifier.NotWitnessed {
+				fmt.Fprintf(m.Stdout, "Indeterminate: %s: %s\n", p, reason.Message)
+				return nil, true, &exitError{code: 3}
+			}
+			fmt.Fprintf(m.Stdout, "Tampered: %s: %s\n", p, reason.Message)
+			return nil, true, &exitError{code: 1}
+		}
+		notes = append(notes, []byte(b.RecordCheckpoint))
+		results = append(results, res)
+		said = append(said, fmt.Sprintf("%s: %d line(s) in the checkpoint of %d lines of %s, leaf %d of the anchor log %s of %d leaves, cosigned by %s",
+			p, len(b.Lines), res.Record.Size, res.Record.Origin, b.AnchorIndex, res.Anchor.Origin, res.Anchor.Size, strings.Join(res.Witnesses, ", ")))
+	}
+	if !alone {
+		return notes, false, nil
+	}
+	fmt.Fprintf(m.Stdout, "Verified (pinned to %s)\n", results[0].Signer)
+	fmt.Fprintln(m.Stdout, strings.Join(said, "\n"))
+	return nil, true, nil
 }
 
 // verifyProof checks a proof document against the pinned keys.

@@ -27,6 +27,7 @@ const wrapUsage = `Usage:
   aegis wrap --audit PATH --signing-key PATH [--state-dir DIR] [--max-state-size SIZE]
              [--hub URL[,URL…] [--host NAME] [--hub-nkey FILE | --hub-creds FILE] [--hub-ca FILE]]
              [--checkpoint-lines N] [--checkpoint-interval D]
+             [--witness-policy FILE [--witness-interval D]]
              [--metrics-listen ADDR [--metrics-allow-remote]] [--otlp-endpoint URL]
              [--policy FILE [--approval-ttl D] [--approvers FILE]]
              [--confine [--allow-read P]… [--allow-write P]… [--allow-net HOST:PORT]…
@@ -115,6 +116,15 @@ The record gets a signed checkpoint (its Merkle tree's size and root) every
 first line none covers yet (default 10s), and at every close: an event in
 the stream, and a line of the RECORD.checkpoints file beside it. See
 'aegis help verify'.
+
+Each checkpoint is also a leaf of the state directory's anchor log (origin
+aegis/anchor/<key_id>, one per state directory and key, in the event
+stream). --witness-policy FILE (or the policy's witnesses:) submits the
+anchor log's checkpoints to the witnesses it lists with a URL (C2SP
+tlog-witness), at most once per --witness-interval (default 10s) per
+witness, beside the relay: no call waits for a witness. Their
+cosignatures are events; 'aegis prove anchor' puts them in a bundle that
+'aegis verify --witness-policy' checks offline. See docs/VERIFY.md.
 
 ` + telemetryHelp + `
 Not covered by --confine: file metadata outside the grants (stat, and
@@ -205,6 +215,10 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	witnesses, err := cpf.witnesses()
+	if err != nil {
+		return err
+	}
 	tcfg, err := tf.config(m)
 	if err != nil {
 		return err
@@ -227,6 +241,12 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	}
 	if *approvalTTL <= 0 {
 		return usagef("for example --approval-ttl 10m", "--approval-ttl must be positive")
+	}
+	if set != nil && set.Witnesses() != nil {
+		if witnesses != nil {
+			return usagef("name the witnesses once: in the policy's witnesses: or with --witness-policy", "--witness-policy and the policy's witnesses: both name witnesses")
+		}
+		witnesses = set.Witnesses()
 	}
 	if *approversPath != "" && set == nil {
 		return usagef("add --policy FILE: approvals exist only under a policy", "--approvers needs --policy")
@@ -268,9 +288,14 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	}
 	defer m.closeTelemetry(tx)
 	log := m.logger()
+	anchor, stopWitnessing, err := startAnchor(store, key, witnesses, *cpf.witnessInterval, log)
+	if err != nil {
+		return start.err(err)
+	}
+	defer stopWitnessing()
 
 	open := func(fact *sandbox.Fact) (*projector.Session, error) {
-		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: *audit, Argv: argv, Version: Version, Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints}
+		cfg := projector.SessionConfig{Store: store, Key: key, AuditPath: *audit, Argv: argv, Version: Version, Logger: log, IndexEvery: indexEvery, Checkpoints: checkpoints, Anchor: anchor}
 		if fact != nil {
 			cfg.Confinement = fact
 		}

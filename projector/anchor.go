@@ -1,0 +1,510 @@
+package projector
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// The anchor log (see schemas/anchor.go for its format). A state
+// directory has one per signing key, origin "aegis/anchor/<key_id>", that
+// never changes: record origins change with every file and rotation, and
+// a witness needs one that does not. Its leaves are the record
+// checkpoints as the sessions sign them and the checkpoints a rotation
+// seals segments with, in the order they became durable.
+//
+// It is kept in the stream like everything else, in the events that
+// carry those checkpoints: a record.checkpoint event holds the leaf's
+// index and the signed anchor checkpoint of the log up to and including
+// it ([AnchorEntry]), so the leaf and the anchor's growth are one event,
+// durable together or not at all; a rotation's store.rotated event holds
+// the leaf hashes of the whole log up to its seals ([AnchorSeal]), since
+// the stream before it moves to an archive. [LoadAnchor] rebuilds the log
+// from those and checks it against the last signed anchor checkpoint.
+// The appends of one process are serialized ([Anchor.Append] holds its
+// lock until the event is durable), so stream order is leaf order.
+
+// AnchorEntry is a leaf of the anchor log in a record.checkpoint event.
+type AnchorEntry struct {
+	// Index is the leaf's index: the record checkpoint (the event's Note)
+	// is leaf Index of the anchor log.
+	Index int64 `json:"index"`
+	// Note is the signed anchor checkpoint of the log's first Index+1
+	// leaves.
+	Note string `json:"note"`
+}
+
+// AnchorSeal is the anchor log in a rotation: the segments' checkpoints
+// appended to it.
+type AnchorSeal struct {
+	// Hashes is base64 of the leaf hashes of the whole log, 32 bytes
+	// each, up to and including the seals.
+	Hashes string `json:"leaf_hashes"`
+	// Note is the signed anchor checkpoint over them.
+	Note string `json:"note"`
+}
+
+// AnchorCosigned is the payload of an anchor.cosigned event: a witness's
+// cosignature of a checkpoint of the anchor log.
+type AnchorCosigned struct {
+	Origin string `json:"origin"`
+	Size   int64  `json:"size"`
+	// Witness is the witness's key name.
+	Witness string `json:"witness"`
+	// Note is the anchor checkpoint as the log signed it, with the
+	// witness's cosignature lines after the log's signature.
+	Note string `json:"note"`
+}
+
+// hashes is a tlog.HashReader over a tree's stored hashes, in tlog's
+// layout (every leaf's hash and the subtrees it completes, in order).
+type hashes []tlog.Hash
+
+func (h hashes) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, x := range indexes {
+		if x < 0 || x >= int64(len(h)) {
+			return nil, fmt.Errorf("anchor log: stored hash %d is not there", x)
+		}
+		out[i] = h[x]
+	}
+	return out, nil
+}
+
+// AnchorTree is an anchor log as rebuilt from a stream: its leaves' hashes
+// and stored hashes, its last signed checkpoint, and what it was folded
+// from. It makes the proofs of aegis prove and of a witness submission.
+type AnchorTree struct {
+	Origin string
+	stored hashes
+	leaves []tlog.Hash
+	index  map[tlog.Hash]int64 // leaf hash -> first index
+	note   []byte
+	// Cosigned holds, per anchor size, the cosigned notes the stream
+	// holds, by witness key name.
+	Cosigned map[int64]map[string]string
+}
+
+// Size is the number of leaves.
+func (t *AnchorTree) Size() int64 { return int64(len(t.leaves)) }
+
+// Note is the last signed checkpoint of the log (nil when empty).
+func (t *AnchorTree) Note() []byte { return t.note }
+
+// Root returns the root of the log's first n leaves.
+func (t *AnchorTree) Root(n int64) (tlog.Hash, error) { return tlog.TreeHash(n, t.stored) }
+
+// LeafIndex returns the index of the leaf whose text is body.
+func (t *AnchorTree) LeafIndex(body []byte) (int64, bool) {
+	i, ok := t.index[tlog.RecordHash(body)]
+	return i, ok
+}
+
+// ProveLeaf returns the inclusion proof of leaf i in the log of n leaves.
+func (t *AnchorTree) ProveLeaf(i, n int64) (tlog.RecordProof, error) {
+	return tlog.ProveRecord(n, i, t.stored)
+}
+
+// ProveConsistency returns the consistency proof of the log of m leaves
+// in that of n.
+func (t *AnchorTree) ProveConsistency(m, n int64) (tlog.TreeProof, error) {
+	return tlog.ProveTree(n, m, t.stored)
+}
+
+func (t *AnchorTree) add(h tlog.Hash) error {
+	n := int64(len(t.leaves))
+	hs, err := tlog.StoredHashesForRecordHash(n, h, t.stored)
+	if err != nil {
+		return err
+	}
+	t.stored = append(t.stored, hs...)
+	t.leaves = append(t.leaves, h)
+	if _, ok := t.index[h]; !ok {
+		t.index[h] = n
+	}
+	return nil
+}
+
+// truncate drops the leaves from n on (an append whose event failed).
+func (t *AnchorTree) truncate(n int64) {
+	for _, h := range t.leaves[n:] {
+		if t.index[h] >= n {
+			delete(t.index, h)
+		}
+	}
+	t.leaves = t.leaves[:n]
+	t.stored = t.stored[:tlog.StoredHashCount(n)]
+}
+
+// ErrAnchor is wrapped when the anchor log a stream holds does not add up.
+var ErrAnchor = errors.New("anchor log")
+
+// LoadAnchor rebuilds the anchor log of origin from the stream: the
+// leaf hashes of the rotation that began it, if it holds the log's, then
+// every record checkpoint event with an entry of it, in stream order. It
+// checks that the leaves are contiguous and that the last signed anchor
+// checkpoint (verified under pub) has the root they give; anything else
+// is an error wrapping [ErrAnchor]. A stream with no leaf of the log gives
+// an empty log.
+func LoadAnchor(ctx context.Context, st *events.Store, origin string, v note.Verifier) (*AnchorTree, error) {
+	t := &AnchorTree{Origin: origin, index: map[tlog.Hash]int64{}, Cosigned: map[int64]map[string]string{}}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w %s: "+format, append([]any{ErrAnchor, origin}, args...)...)
+	}
+	var lastNote []byte
+	err := st.ReplaySubject(ctx, "aegis.*."+string(schemas.KindStoreRotated), func(rec events.Record) error {
+		var p events.RollPlan
+		if json.Unmarshal(rec.Event.Payload, &p) != nil {
+			return nil
+		}
+		r, err := RotationDetail(&p)
+		if err != nil || r.Anchor == nil {
+			return nil
+		}
+		if c, ok := anchorBody(r.Anchor.Note); !ok || c.Origin != origin {
+			return nil
+		}
+		raw, err := base64.StdEncoding.DecodeString(r.Anchor.Hashes)
+		if err != nil || len(raw)%tlog.HashSize != 0 {
+			return bad("the rotation's leaf hashes are not base64 of 32-byte hashes")
+		}
+		t.truncate(0)
+		for i := 0; i < len(raw); i += tlog.HashSize {
+			if err := t.add(tlog.Hash(raw[i : i+tlog.HashSize])); err != nil {
+				return err
+			}
+		}
+		lastNote = []byte(r.Anchor.Note)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = st.ReplaySubject(ctx, "aegis.*."+string(schemas.KindRecordCheckpoint), func(rec events.Record) error {
+		var cp recordCheckpointAnchor
+		if json.Unmarshal(rec.Event.Payload, &cp) != nil || cp.Anchor == nil {
+			return nil
+		}
+		if c, ok := anchorBody(cp.Anchor.Note); !ok || c.Origin != origin {
+			return nil
+		}
+		if cp.Anchor.Index != t.Size() {
+			return bad("leaf %d at stream position %s follows %d leaves", cp.Anchor.Index, rec.Pos, t.Size())
+		}
+		text := schemas.NoteText([]byte(cp.Note))
+		if text == nil {
+			return bad("leaf %d is not a signed note", cp.Anchor.Index)
+		}
+		if err := t.add(tlog.RecordHash(text)); err != nil {
+			return err
+		}
+		lastNote = []byte(cp.Anchor.Note)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = st.ReplaySubject(ctx, "aegis.*."+string(schemas.KindAnchorCosigned), func(rec events.Record) error {
+		var c AnchorCosigned
+		if json.Unmarshal(rec.Event.Payload, &c) != nil || c.Origin != origin {
+			return nil
+		}
+		if t.Cosigned[c.Size] == nil {
+			t.Cosigned[c.Size] = map[string]string{}
+		}
+		t.Cosigned[c.Size][c.Witness] = c.Note
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if lastNote == nil {
+		return t, nil
+	}
+	n, err := note.Open(lastNote, note.VerifierList(v))
+	if err != nil {
+		return nil, bad("its last checkpoint does not verify: %v", err)
+	}
+	c, err := schemas.ParseAnchorCheckpoint([]byte(n.Text))
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	root, err := t.Root(t.Size())
+	if err != nil {
+		return nil, err
+	}
+	if c.Size != t.Size() || c.Root != root {
+		return nil, bad("its last checkpoint covers %d leaves with root %s, the stream holds %d with root %s",
+			c.Size, schemas.ProofHash(c.Root), t.Size(), schemas.ProofHash(root))
+	}
+	t.note = lastNote
+	return t, nil
+}
+
+// recordCheckpointAnchor reads what the anchor needs of a record.checkpoint
+// event.
+type recordCheckpointAnchor struct {
+	Note   string       `json:"note"`
+	Anchor *AnchorEntry `json:"anchor"`
+}
+
+// anchorBody parses the body of a signed anchor checkpoint, unverified.
+func anchorBody(msg string) (schemas.AnchorCheckpoint, bool) {
+	text := schemas.NoteText([]byte(msg))
+	if text == nil {
+		return schemas.AnchorCheckpoint{}, false
+	}
+	c, err := schemas.ParseAnchorCheckpoint(text)
+	return c, err == nil
+}
+
+// anchorSigner is a note.Signer whose key name is the anchor origin.
+type anchorSigner struct {
+	key  PrivateKey
+	name string
+	hash uint32
+}
+
+func newAnchorSigner(k PrivateKey) (*anchorSigner, error) {
+	name := schemas.AnchorOrigin(k.KeyID())
+	v, err := AnchorVerifierOf(name, k.PublicKey())
+	if err != nil {
+		return nil, err
+	}
+	return &anchorSigner{key: k, name: name, hash: v.KeyHash()}, nil
+}
+
+func (s *anchorSigner) Name() string                    { return s.name }
+func (s *anchorSigner) KeyHash() uint32                 { return s.hash }
+func (s *anchorSigner) Sign(msg []byte) ([]byte, error) { return s.key.Sign(msg) }
+
+// SignAnchorCheckpoint signs c as key's anchor log (its origin must be
+// key's anchor origin).
+func SignAnchorCheckpoint(key PrivateKey, c schemas.AnchorCheckpoint) ([]byte, error) {
+	s, err := newAnchorSigner(key)
+	if err != nil {
+		return nil, err
+	}
+	if c.Origin != s.name {
+		return nil, fmt.Errorf("sign anchor checkpoint: origin %q is not %q", c.Origin, s.name)
+	}
+	return note.Sign(&note.Note{Text: string(c.Body())}, s)
+}
+
+// AnchorVerifierOf returns the note verifier of the anchor log of origin
+// signed by pub.
+func AnchorVerifierOf(origin string, pub []byte) (note.Verifier, error) {
+	vkey, err := note.NewEd25519VerifierKey(origin, pub)
+	if err != nil {
+		return nil, fmt.Errorf("anchor verifier: %w", err)
+	}
+	return note.NewVerifier(vkey)
+}
+
+// AnchorVerifierKey returns the vkey of the anchor log signed by k: what a
+// witness is configured with (witnessctl add-key -origin … -key …).
+func AnchorVerifierKey(pub []byte) (origin, vkey string, err error) {
+	origin = schemas.AnchorOrigin(schemas.KeyID(pub))
+	vkey, err = note.NewEd25519VerifierKey(origin, pub)
+	return origin, vkey, err
+}
+
+// Anchor is the anchor log a recording process appends to: one per state
+// directory (and signing key), shared by all its sessions.
+type Anchor struct {
+	store  *events.Store
+	key    PrivateKey
+	signer *anchorSigner
+	log    *slog.Logger
+
+	ready   chan struct{}
+	loadErr error
+
+	mu      sync.Mutex
+	tree    *AnchorTree
+	watches []chan struct{}
+
+	// session files the cosignature events (witnessing.go).
+	sessOnce sync.Once
+	session  string
+	sessErr  error
+}
+
+// OpenAnchor starts rebuilding the anchor log of key from the stream, in
+// the background: nothing waits for it but the first append (a record
+// checkpoint, which is off every call's path).
+func OpenAnchor(st *events.Store, key PrivateKey, log *slog.Logger) (*Anchor, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s, err := newAnchorSigner(key)
+	if err != nil {
+		return nil, err
+	}
+	a := &Anchor{store: st, key: key, signer: s, log: log, ready: make(chan struct{})}
+	go func() {
+		defer close(a.ready)
+		v, err := AnchorVerifierOf(s.name, key.PublicKey())
+		if err == nil {
+			a.tree, err = LoadAnchor(context.Background(), st, s.name, v)
+		}
+		if err != nil {
+			a.loadErr = fmt.Errorf("rebuild the anchor log from the stream: %w", err)
+			log.Error("the anchor log cannot be rebuilt from the event stream; record checkpoints stop until this is fixed", "err", err)
+		}
+	}()
+	return a, nil
+}
+
+// Origin is the anchor log's origin.
+func (a *Anchor) Origin() string { return a.signer.name }
+
+// Wait waits until the log is rebuilt and returns its error.
+func (a *Anchor) Wait(ctx context.Context) error {
+	select {
+	case <-a.ready:
+		return a.loadErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Append adds the record checkpoint whose signed note is cpNote as the
+// next leaf and signs the log's new checkpoint; commit must make the
+// record.checkpoint event holding the entry durable. The log's lock is
+// held until commit returns, so leaves are durable in index order; if
+// commit fails the leaf is taken back.
+func (a *Anchor) Append(ctx context.Context, cpNote []byte, commit func(AnchorEntry) error) error {
+	if err := a.Wait(ctx); err != nil {
+		return err
+	}
+	text := schemas.NoteText(cpNote)
+	if text == nil {
+		return errors.New("anchor: the record checkpoint is not a signed note")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.tree.Size()
+	if err := a.tree.add(tlog.RecordHash(text)); err != nil {
+		return err
+	}
+	msg, err := a.sign(n + 1)
+	if err == nil {
+		err = commit(AnchorEntry{Index: n, Note: string(msg)})
+	}
+	if err != nil {
+		a.tree.truncate(n)
+		return err
+	}
+	a.tree.note = msg
+	for _, w := range a.watches {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// sign signs the checkpoint of the log's first n leaves.
+func (a *Anchor) sign(n int64) ([]byte, error) {
+	root, err := a.tree.Root(n)
+	if err != nil {
+		return nil, err
+	}
+	c := schemas.AnchorCheckpoint{Origin: a.signer.name, Size: n, Root: root}
+	return note.Sign(&note.Note{Text: string(c.Body())}, a.signer)
+}
+
+// watch returns a channel that gets a value (coalesced) after each
+// append.
+func (a *Anchor) watch() chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := make(chan struct{}, 1)
+	a.watches = append(a.watches, c)
+	return c
+}
+
+// latest returns the last signed checkpoint and its size.
+func (a *Anchor) latest() ([]byte, int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tree.note, a.tree.Size()
+}
+
+// proveConsistency is [AnchorTree.ProveConsistency] under the lock.
+func (a *Anchor) proveConsistency(m, n int64) (tlog.TreeProof, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if m > n || n > a.tree.Size() {
+		return nil, fmt.Errorf("anchor log: no consistency proof from %d to %d leaves in a log of %d", m, n, a.tree.Size())
+	}
+	if m == 0 || m == n {
+		return nil, nil
+	}
+	return a.tree.ProveConsistency(m, n)
+}
+
+// MaxSealedAnchorLeaves bounds the anchor log a rotation carries: its
+// leaf hashes, 44 bytes each in base64, must fit the store.rotated event
+// well under the stream's event limit. A rotation of a larger log is
+// refused before anything changes.
+const MaxSealedAnchorLeaves = 300_000
+
+// SealAnchor appends the checkpoints of the segments r seals to the
+// anchor log of key as the stream st (before the rotation) holds it, and
+// sets r.Anchor: the new stream's first event then carries the whole log.
+func SealAnchor(ctx context.Context, st *events.Store, key PrivateKey, r *Rotation) error {
+	s, err := newAnchorSigner(key)
+	if err != nil {
+		return err
+	}
+	v, err := AnchorVerifierOf(s.name, key.PublicKey())
+	if err != nil {
+		return err
+	}
+	t, err := LoadAnchor(ctx, st, s.name, v)
+	if err != nil {
+		return err
+	}
+	for _, sr := range r.Records {
+		if sr.SealedAs == "" {
+			continue
+		}
+		text := schemas.NoteText([]byte(sr.Checkpoint))
+		if text == nil {
+			return fmt.Errorf("anchor: the checkpoint of %s is not a signed note", sr.SealedAs)
+		}
+		if err := t.add(tlog.RecordHash(text)); err != nil {
+			return err
+		}
+	}
+	if t.Size() == 0 {
+		return nil
+	}
+	a := &Anchor{key: key, signer: s, tree: t}
+	msg, err := a.sign(t.Size())
+	if err != nil {
+		return err
+	}
+	if t.Size() > MaxSealedAnchorLeaves {
+		return fmt.Errorf("anchor: a log of %d leaves is more than a rotation carries (%d)", t.Size(), MaxSealedAnchorLeaves)
+	}
+	raw := make([]byte, 0, len(t.leaves)*tlog.HashSize)
+	for _, h := range t.leaves {
+		raw = append(raw, h[:]...)
+	}
+	r.Anchor = &AnchorSeal{Hashes: base64.StdEncoding.EncodeToString(raw), Note: string(msg)}
+	return nil
+}
