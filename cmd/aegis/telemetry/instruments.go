@@ -77,7 +77,7 @@ func newInstruments(m metric.Meter, store *events.Store) (*instruments, error) {
 	i.commitLatency = hist("aegis.store.commit.duration", "from the first event of a commit being queued to its durable acknowledgement")
 	i.pins = counter("aegis.pins.changed", "{tool}", "tool definitions that changed from their pin (tool.changed events)")
 	i.sessions = updown("aegis.sessions.open", "{session}", "recording sessions open, by front (stdio, http)")
-	i.httpClosed = counter("aegis.http.sessions.closed", "{session}", "HTTP client sessions of gateway --listen that ended (deleted, evicted or at shutdown)")
+	i.httpClosed = counter("aegis.http.sessions.closed", "{session}", "HTTP client sessions of gateway --listen that ended, by why (deleted, evicted, idle, shutdown, other)")
 	if err != nil {
 		return nil, err
 	}

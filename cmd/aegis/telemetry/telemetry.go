@@ -428,10 +428,10 @@ func (s *sink) SessionOpened(http bool) {
 	s.inst.sessions.Add(context.Background(), 1, transport(http))
 }
 
-func (s *sink) SessionClosed(http bool) {
+func (s *sink) SessionClosed(http bool, ended string) {
 	s.inst.sessions.Add(context.Background(), -1, transport(http))
 	if http {
-		s.inst.httpClosed.Add(context.Background(), 1)
+		s.inst.httpClosed.Add(context.Background(), 1, metric.WithAttributes(attribute.String("aegis.http.session.ended", ended)))
 	}
 }
 
