@@ -161,7 +161,9 @@
 // is pulled at once; a mirror that holds more of the stream than the
 // stream itself (a host name used with another state directory) is
 // refused and never fed ([MirrorAheadError]), so two streams never mix in
-// one mirror. A reader of a host's mirror (hubread.go) reads it from a
+// one mirror. The consumer's acknowledgements are what the mirror is
+// known to hold: [Store.MirrorLag] reads from them, on the host, how far
+// the mirror is behind. A reader of a host's mirror (hubread.go) reads it from a
 // position on, as [Store.Replay] reads the stream, and a [MirrorIndex]
 // keeps the index of a mirror in a private folder on the reading machine,
 // a cache checked against the mirror like the store's.

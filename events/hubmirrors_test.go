@@ -24,6 +24,16 @@ func TestHubReaderListsTheMirrors(t *testing.T) {
 	nc, js := h.JetStream(ctx)
 	defer nc.Close()
 	time.Sleep(time.Second) // linked first: a mirror made then pulls at once
+	// Before the hub has a mirror of it, the host's stream is behind by
+	// all it holds, and for as long as its first message is old.
+	appendNotes(t, st, 2)
+	before, err := st.LastSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lag, ok, err := st.MirrorLag(ctx); err != nil || !ok || lag.Host != "laptop-1" || lag.Messages != before || lag.Behind <= 0 {
+		t.Fatalf("MirrorLag with no mirror on the hub: %+v, %v, %v; want laptop-1 behind by %d messages", lag, ok, err, before)
+	}
 	admin := HubAdmin{URLs: h.ClientURLs()}
 	for _, host := range []string{"laptop-1", "laptop-2"} {
 		if _, err := Enroll(ctx, admin, host, EnrollOptions{Replicas: 1}); err != nil {
@@ -39,6 +49,16 @@ func TestHubReaderListsTheMirrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMirror(t, js, "laptop-1", last, time.Minute)
+	// Caught up, the mirror's acknowledgements bring the host's lag to 0.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		lag, _, err := st.MirrorLag(ctx)
+		if err == nil && lag.Messages == 0 && lag.Behind == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("MirrorLag once the mirror holds all %d messages: %+v, %v; want none", last, lag, err)
+		}
+	}
 
 	r, err := DialHubReader(ctx, admin)
 	if err != nil {

@@ -596,11 +596,25 @@ func (s *Session) DecisionWith(d schemas.Decision, resolved map[string]any) (*ev
 	}, nil)
 }
 
+// SessionClosedPayload is the payload of a session.closed event: the
+// close line and, for an HTTP client's session, why it ended.
+type SessionClosedPayload struct {
+	Line string `json:"line"`
+	// Ended is why the gateway's HTTP side ended the session: deleted
+	// (by its client), evicted (to make room), idle, shutdown, or ""
+	// when it ended on its own. It is not in the signed line.
+	Ended string `json:"ended,omitempty"`
+}
+
 // Close appends the signed close line, waits until it is durable, lets the
 // file projection write everything and fsyncs the record file.
-func (s *Session) Close(ctx context.Context) error {
+func (s *Session) Close(ctx context.Context) error { return s.CloseEnded(ctx, "") }
+
+// CloseEnded is Close, and says in the session.closed event why the
+// session ended ([SessionClosedPayload]).
+func (s *Session) CloseEnded(ctx context.Context, ended string) error {
 	rcpt, err := s.commitLine(schemas.CloseLine(), schemas.KindSessionClosed, func(line string) any {
-		return LinePayload{Line: line}
+		return SessionClosedPayload{Line: line, Ended: ended}
 	}, nil)
 	var werr error
 	if err == nil {

@@ -106,6 +106,18 @@ type ChildSpan struct {
 	Start, End time.Time
 }
 
+// Why an HTTP client's session ended, as the closed sessions metric
+// labels it: a closed set.
+const (
+	HTTPEndedDeleted  = "deleted"  // its client ended it
+	HTTPEndedEvicted  = "evicted"  // the one idle longest, to make room
+	HTTPEndedIdle     = "idle"     // idle past the idle timeout
+	HTTPEndedShutdown = "shutdown" // the gateway stopped
+	// HTTPEndedOther is a session that ended on its own (its connection
+	// failed), or whose close event does not say (an older aegis).
+	HTTPEndedOther = "other"
+)
+
 // ApprovalAbandoned is the verdict of an approval still pending when its
 // session closed: no one can act on it any more.
 const ApprovalAbandoned = "abandoned"
@@ -132,9 +144,10 @@ type TelemetryOut interface {
 	// PinChanged is a tool.changed event.
 	PinChanged()
 	// SessionOpened and SessionClosed move the open sessions; http is set
-	// for a session of an HTTP client of gateway --listen.
+	// for a session of an HTTP client of gateway --listen, and ended is
+	// then why it ended (one of the HTTPEnded constants).
 	SessionOpened(http bool)
-	SessionClosed(http bool)
+	SessionClosed(http bool, ended string)
 }
 
 // Telemetry is the fold. The zero value is not ready: use [NewTelemetry].
@@ -194,7 +207,17 @@ func (t *Telemetry) Apply(te TelemetryEvent, out TelemetryOut) {
 				out.ApprovalDecided(ApprovalAbandoned, e.Time.Sub(w[0]))
 			}
 		}
-		out.SessionClosed(s.http)
+		ended := ""
+		if s.http {
+			var p SessionClosedPayload
+			json.Unmarshal(e.Payload, &p)
+			switch ended = p.Ended; ended {
+			case HTTPEndedDeleted, HTTPEndedEvicted, HTTPEndedIdle, HTTPEndedShutdown:
+			default:
+				ended = HTTPEndedOther
+			}
+		}
+		out.SessionClosed(s.http, ended)
 		delete(t.sessions, e.Session)
 	case schemas.KindChildStarted, schemas.KindServerConnection:
 		var p struct {

@@ -31,7 +31,7 @@ func (s *telSink) SessionOpened(h bool) {
 		s.eph++
 	}
 }
-func (s *telSink) SessionClosed(bool) { s.open-- }
+func (s *telSink) SessionClosed(bool, string) { s.open-- }
 func (s *telSink) ApprovalDecided(v string, w time.Duration) {
 	s.pending--
 	if s.decided == nil {

@@ -18,7 +18,8 @@ import (
 // sequence and message time), the call that waits for approval on that
 // host, named with its host, and the host's sessions from its mirror; an
 // Approve from the console goes over the hub, as aegis approve --hub
-// sends it, and lets the host's call through.
+// sends it, and lets the host's call through. The host's own /metrics
+// shows its mirror's lag, labelled by host alone.
 func TestConsoleFleetShowsHostsLagAndApprovals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a hub and aegis wrap")
@@ -39,7 +40,8 @@ func TestConsoleFleetShowsHostsLagAndApprovals(t *testing.T) {
 
 	w := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
 		"--policy", l.policy, "--hub", strings.Join(h.LeafURLs(), ","), "--host", "host-1", "--hub-nkey", hostKey,
-		"--", filepath.Join(l.bin, "aegis-example-server")))
+		"--metrics-listen", "127.0.0.1:0", "--", filepath.Join(l.bin, "aegis-example-server")))
+	metrics := w.metricsAddr()
 	w.initialize()
 	const add = `{"name":"add","arguments":{"a":2,"b":3}}`
 	if a := w.call(1, "tools/call", add); !strings.Contains(a, "PENDING_APPROVAL") {
@@ -132,6 +134,15 @@ func TestConsoleFleetShowsHostsLagAndApprovals(t *testing.T) {
 	if code, b := c.post(t, "/api/decide", fmt.Sprintf(`{"op":"deny","session":%q,"approval_id":%q}`, pending.Session, id)); code != 409 || !strings.Contains(b, "names the host") {
 		t.Fatalf("deny without a host: %d %s", code, b)
 	}
+	// The host's own /metrics says how far the hub's mirror of it is
+	// behind: once the mirror holds the whole stream, by nothing.
+	var page string
+	eventually(t, 30*time.Second, "host-1's page shows its mirror caught up", func() (bool, string) {
+		_, page = httpGet(t, "http://"+metrics+"/metrics", "")
+		return strings.Contains(page, `aegis_hub_mirror_lag{aegis_host="host-1"} 0`+"\n") &&
+			strings.Contains(page, `aegis_hub_mirror_behind_seconds{aegis_host="host-1"} 0`+"\n"), page
+	})
+	checkDocumented(t, page)
 	w.finish()
 	if out := l.mustAegis("replay", "--state-dir", l.state, "last"); !strings.Contains(out, "over the hub") {
 		t.Errorf("replay does not say the approval came over the hub:\n%s", out)

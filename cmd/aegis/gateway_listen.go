@@ -338,7 +338,7 @@ func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base 
 		}
 		return sess, nil
 	}
-	id, err := runGatewaySession(ctx, cfg, rec.AuditPath)
+	id, err := runGatewaySession(ctx, cfg, rec.AuditPath, s.Ended)
 	if id != "" {
 		if principal != nil {
 			base.Logger.Info("HTTP session ended", "session", id, "record", path, "remote", s.Remote, "principal", principal.Name())
@@ -350,9 +350,9 @@ func (m *Main) serveHTTPSession(ctx context.Context, s *httpfront.Session, base 
 }
 
 // runGatewaySession runs the gateway of cfg until its host leaves, then
-// closes its recorded session. It returns that session's id ("" if none
-// was opened).
-func runGatewaySession(ctx context.Context, cfg gateway.Config, audit string) (string, error) {
+// closes its recorded session, saying why it ended when ended (an HTTP
+// session's) tells. It returns that session's id ("" if none was opened).
+func runGatewaySession(ctx context.Context, cfg gateway.Config, audit string, ended func() string) (string, error) {
 	sess, err := gateway.Run(ctx, cfg)
 	var oe *proxy.OpenError
 	if errors.As(err, &oe) {
@@ -363,7 +363,11 @@ func runGatewaySession(ctx context.Context, cfg gateway.Config, audit string) (s
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if cerr := sess.Close(cctx); cerr != nil && err == nil {
+	why := ""
+	if ended != nil {
+		why = ended()
+	}
+	if cerr := sess.CloseEnded(cctx, why); cerr != nil && err == nil {
 		err = cerr
 	}
 	return sess.ID(), err
@@ -383,7 +387,7 @@ func (m *Main) serveStdioSession(ctx context.Context, base gateway.Config, rec p
 		release = free
 		return sess, err
 	}
-	_, err := runGatewaySession(ctx, cfg, rec.AuditPath)
+	_, err := runGatewaySession(ctx, cfg, rec.AuditPath, nil)
 	return err
 }
 

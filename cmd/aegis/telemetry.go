@@ -154,4 +154,4 @@ func (c *spanCollector) ApprovalDecided(string, time.Duration) {}
 func (c *spanCollector) Commit(time.Duration)                  {}
 func (c *spanCollector) PinChanged()                           {}
 func (c *spanCollector) SessionOpened(bool)                    {}
-func (c *spanCollector) SessionClosed(bool)                    {}
+func (c *spanCollector) SessionClosed(bool, string)            {}

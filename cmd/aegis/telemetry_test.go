@@ -17,6 +17,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
 // telemetryPolicy denies add, so that a session has refused calls to count.
@@ -491,5 +495,52 @@ func TestTelemetryOTLP(t *testing.T) {
 	spans = jaegerTrace(t, query, trace2, "tools/call echo")
 	if len(spans) != 1 || len(spans[0].References) != 1 || spans[0].References[0].SpanID != "10f067aa0ba902b7" {
 		t.Errorf("the replayed trace: %+v", spans)
+	}
+}
+
+var metricsAtRE = regexp.MustCompile(`aegis: metrics at http://(\S+)/metrics`)
+
+// TestTelemetryHTTPSessionsEnded: gateway --listen counts its HTTP
+// sessions by why they ended: at --max-sessions 1 a second client evicts
+// the first, idle, one, and then deletes its own; the page says one of
+// each, and promtool still accepts it.
+func TestTelemetryHTTPSessionsEnded(t *testing.T) {
+	if testing.Short() || runtime.GOOS != "linux" {
+		t.Skip("runs aegis gateway --listen")
+	}
+	promtool := requireTool(t, "promtool")
+	t.Parallel()
+	l := newLive(t, "")
+	h := l.httpGateway(gatewayConfig(l.bin), "--max-sessions", "1", "--metrics-listen", "127.0.0.1:0")
+	m := metricsAtRE.FindStringSubmatch(h.stderr.String())
+	if m == nil {
+		t.Fatalf("no metrics address on stderr:\n%s", h.stderr.String())
+	}
+	ctx := context.Background()
+	connect := func(name string) *mcp.ClientSession {
+		c := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, nil)
+		// Without the standing GET stream, which would keep the session
+		// busy: only a session with no request open is evicted.
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: mcptest.BearerClient(h.token), DisableStandaloneSSE: true}, nil)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, h.stderr.String())
+		}
+		return cs
+	}
+	first := connect("first")
+	defer first.Close()
+	connect("second").Close() // evicts the first, then ends by DELETE
+
+	var page string
+	eventually(t, 20*time.Second, "the page counts one session evicted and one deleted", func() (bool, string) {
+		_, page = httpGet(t, "http://"+m[1]+"/metrics", "")
+		return strings.Contains(page, `aegis_http_sessions_closed_total{aegis_http_session_ended="evicted"} 1`+"\n") &&
+			strings.Contains(page, `aegis_http_sessions_closed_total{aegis_http_session_ended="deleted"} 1`+"\n"), page
+	})
+	checkDocumented(t, page)
+	check := exec.Command(promtool, "check", "metrics")
+	check.Stdin = strings.NewReader(page)
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 }

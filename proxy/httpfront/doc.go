@@ -63,6 +63,9 @@
 //     waits up to 5 s for one to finish, then is refused with 503: no
 //     client, by beginning and ending sessions in a loop, makes aegis run
 //     more than twice MaxSessions sessions' servers.
+//   - [Session.Ended] says why the front ended a session (deleted,
+//     evicted to make room, idle, shutdown), set before its connection is
+//     closed, so the session's close can record it.
 //   - No client, with the token or without, decides how many descriptors
 //     the process holds: a [Listener] holds at most [Limits.MaxConns]
 //     connections at once, and [Limits.MaxConnsPerClient] from one IP

@@ -81,6 +81,26 @@ type Session struct {
 	// memory for the session's life only, for a gateway that exchanges it
 	// for a remote server's (RFC 8693), and never logged or recorded.
 	Token *CallerToken
+
+	ended func() string
+}
+
+// Why a session ended, as [Session.Ended] says it.
+const (
+	EndDeleted  = "deleted"  // its client ended it (DELETE)
+	EndEvicted  = "evicted"  // the one idle longest, to make room at MaxSessions
+	EndIdle     = "idle"     // idle for IdleTimeout
+	EndShutdown = "shutdown" // the front closed
+)
+
+// Ended is why the front ended the session (one of the End constants),
+// "" while it has not: once Serve's connection is closed, "" means the
+// session ended on its own (its Serve returned).
+func (s *Session) Ended() string {
+	if s == nil || s.ended == nil {
+		return ""
+	}
+	return s.ended()
 }
 
 // CallerToken is the validated access token a session's caller sent last.
@@ -154,7 +174,8 @@ type session struct {
 	open    int       // requests open
 	last    time.Time // when the last request ended
 	closed  bool
-	winding bool // out of sessions, counted in winding until Serve returns
+	ended   string // why the front closed it (an End constant)
+	winding bool   // out of sessions, counted in winding until Serve returns
 	// principal is who the session serves (Config.OAuth); every request
 	// of the session must name the same issuer and subject.
 	principal *Principal
@@ -197,6 +218,9 @@ func (f *Front) Close(ctx context.Context) error {
 	f.closed = true
 	for _, s := range f.sessions {
 		s.closed = true
+		if s.ended == "" {
+			s.ended = EndShutdown
+		}
 		s.conn.Close()
 	}
 	for _, c := range f.statelessSessions {
@@ -442,7 +466,7 @@ func (f *Front) begin(w http.ResponseWriter, r *http.Request, principal *Princip
 			refuse(w, http.StatusServiceUnavailable, fmt.Sprintf("%d sessions are open and busy, the most aegis serves at once (--max-sessions); try again when one is done", f.cfg.MaxSessions))
 			return
 		}
-		lru.closed = true
+		lru.closed, lru.ended = true, EndEvicted
 		f.unlist(lru) // its Serve is still counted in wg
 		f.log.Info("ended the HTTP session idle longest to make room", "http_session_digest", Digest(lru.id), "idle_since", lru.last)
 		defer lru.conn.Close()
@@ -450,7 +474,7 @@ func (f *Front) begin(w http.ResponseWriter, r *http.Request, principal *Princip
 	f.sessions[id] = s
 	f.wg.Add(1)
 	f.mu.Unlock()
-	sess := &Session{ID: id, Remote: r.RemoteAddr, UserAgent: r.UserAgent(), Conn: s.conn, Principal: principal, Token: s.token}
+	sess := &Session{ID: id, Remote: r.RemoteAddr, UserAgent: r.UserAgent(), Conn: s.conn, Principal: principal, Token: s.token, ended: f.endedOf(s)}
 	go f.serve(s, sess)
 	defer f.leave(s)
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -520,6 +544,15 @@ func (f *Front) unlist(s *session) {
 	}
 }
 
+// endedOf reads why s ended, under f.mu.
+func (f *Front) endedOf(s *session) func() string {
+	return func() string {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return s.ended
+	}
+}
+
 // enter finds session id and counts a request open in it (nil: none).
 func (f *Front) enter(id string) *session {
 	f.mu.Lock()
@@ -546,6 +579,9 @@ func (f *Front) leave(s *session) {
 // at the cap.
 func (f *Front) end(s *session) {
 	f.mu.Lock()
+	if !s.closed {
+		s.ended = EndDeleted
+	}
 	s.closed = true
 	f.unlist(s)
 	f.mu.Unlock()
@@ -567,7 +603,7 @@ func (f *Front) reap() {
 			f.mu.Lock()
 			for _, s := range f.sessions {
 				if !s.closed && s.open == 0 && now.Sub(s.last) >= f.cfg.IdleTimeout {
-					s.closed = true
+					s.closed, s.ended = true, EndIdle
 					idle = append(idle, s)
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
@@ -76,7 +77,7 @@ func newInstruments(m metric.Meter, store *events.Store) (*instruments, error) {
 	i.commitLatency = hist("aegis.store.commit.duration", "from the first event of a commit being queued to its durable acknowledgement")
 	i.pins = counter("aegis.pins.changed", "{tool}", "tool definitions that changed from their pin (tool.changed events)")
 	i.sessions = updown("aegis.sessions.open", "{session}", "recording sessions open, by front (stdio, http)")
-	i.httpClosed = counter("aegis.http.sessions.closed", "{session}", "HTTP client sessions of gateway --listen that ended (deleted, evicted or at shutdown)")
+	i.httpClosed = counter("aegis.http.sessions.closed", "{session}", "HTTP client sessions of gateway --listen that ended, by why (deleted, evicted, idle, shutdown, other)")
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +97,16 @@ func newInstruments(m metric.Meter, store *events.Store) (*instruments, error) {
 	if err != nil {
 		return nil, err
 	}
+	lag, err := m.Int64ObservableGauge("aegis.hub.mirror.lag", metric.WithUnit("{message}"),
+		metric.WithDescription("messages of this host's stream that the hub's mirror is not known to hold, by host (a process linked to a hub)"))
+	if err != nil {
+		return nil, err
+	}
+	behind, err := m.Float64ObservableGauge("aegis.hub.mirror.behind", metric.WithUnit("s"),
+		metric.WithDescription("how long ago the first message the hub's mirror lacks was stored, by host (0 when it lacks none)"))
+	if err != nil {
+		return nil, err
+	}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		if n, err := store.StoredBytes(ctx); err == nil {
 			o.ObserveInt64(size, int64(n))
@@ -109,8 +120,14 @@ func newInstruments(m metric.Meter, store *events.Store) (*instruments, error) {
 		if n, ok := openFDs(); ok {
 			o.ObserveInt64(fds, n)
 		}
+		if l, ok, err := store.MirrorLag(ctx); ok && err == nil {
+			// Read at a collection, off the relay's path.
+			hostSet := metric.WithAttributeSet(attribute.NewSet(attribute.String("aegis.host", l.Host)))
+			o.ObserveInt64(lag, int64(l.Messages), hostSet)
+			o.ObserveFloat64(behind, l.Behind.Seconds(), hostSet)
+		}
 		return nil
-	}, size, msgs, rss, fds)
+	}, size, msgs, rss, fds, lag, behind)
 	return i, err
 }
 

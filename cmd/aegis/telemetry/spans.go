@@ -61,7 +61,9 @@ func CallSpans(c projector.CallSpan, res *resource.Resource) []sdktrace.ReadOnly
 	if c.Parent != [8]byte{} {
 		parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: c.TraceID, SpanID: c.Parent, TraceFlags: trace.FlagsSampled, Remote: true})
 	}
-	attrs := []attribute.KeyValue{
+	// Sized for every attribute a call's span can have: one allocation.
+	attrs := make([]attribute.KeyValue, 0, 14)
+	attrs = append(attrs,
 		attribute.String("mcp.method.name", "tools/call"),
 		attribute.String("gen_ai.tool.name", c.ToolID),
 		attribute.String("gen_ai.operation.name", "execute_tool"),
@@ -70,7 +72,7 @@ func CallSpans(c projector.CallSpan, res *resource.Resource) []sdktrace.ReadOnly
 		attribute.String("aegis.call.id", c.CallID),
 		attribute.String("aegis.server", c.Server),
 		attribute.String("aegis.verdict", c.Verdict),
-	}
+	)
 	if c.Reason != "" {
 		attrs = append(attrs, attribute.String("aegis.refusal.reason", c.Reason))
 	}
@@ -106,7 +108,13 @@ func CallSpans(c projector.CallSpan, res *resource.Resource) []sdktrace.ReadOnly
 		Resource:             res,
 		InstrumentationScope: scope,
 	}
-	out := []sdktrace.ReadOnlySpan{stub.Snapshot()}
+	out := make([]sdktrace.ReadOnlySpan, 1, 1+len(c.Children))
+	out[0] = stub.Snapshot()
+	// The children share one read-only attribute slice.
+	var childAttrs []attribute.KeyValue
+	if len(c.Children) > 0 {
+		childAttrs = []attribute.KeyValue{attribute.String("aegis.call.id", c.CallID)}
+	}
 	for _, ch := range c.Children {
 		kind := trace.SpanKindInternal
 		cs := tracetest.SpanStub{
@@ -116,7 +124,7 @@ func CallSpans(c projector.CallSpan, res *resource.Resource) []sdktrace.ReadOnly
 			SpanKind:             kind,
 			StartTime:            ch.Start,
 			EndTime:              ch.End,
-			Attributes:           []attribute.KeyValue{attribute.String("aegis.call.id", c.CallID)},
+			Attributes:           childAttrs,
 			Resource:             res,
 			InstrumentationScope: scope,
 		}

@@ -283,12 +283,26 @@ func (x *Exporter) drain(ctx context.Context) {
 		return
 	}
 	x.pos = next
+	// Only what the tap will not hand out is read from the stream: a
+	// message another process published, or more than the tap keeps. A
+	// commit in flight is not such a message (Rest waits for it, and the
+	// next drain takes it from the tap): with calls in flight there is
+	// nearly always one, and reading it back through a consumer of the
+	// stream cost about as much CPU as the commits themselves.
+	rest, err := x.tap.Rest(ctx, x.pos)
+	if err != nil {
+		x.log.Warn("telemetry: read the stream's end", "err", err)
+	}
+	if err != nil || !rest {
+		x.fold.Flush(out)
+		return
+	}
 	last, err := x.store.LastSeq(ctx)
 	if err != nil || last < x.pos.Seq {
 		x.fold.Flush(out)
 		return
 	}
-	// The stream holds messages the tap did not: fold them too (without
+	// The stream holds messages the tap does not: fold them too (without
 	// their acknowledgement times, which only the tap knows: no commit
 	// is counted or timed for them).
 	err = x.store.Replay(ctx, x.pos, func(r events.Record) error {
@@ -428,10 +442,10 @@ func (s *sink) SessionOpened(http bool) {
 	s.inst.sessions.Add(context.Background(), 1, transport(http))
 }
 
-func (s *sink) SessionClosed(http bool) {
+func (s *sink) SessionClosed(http bool, ended string) {
 	s.inst.sessions.Add(context.Background(), -1, transport(http))
 	if http {
-		s.inst.httpClosed.Add(context.Background(), 1)
+		s.inst.httpClosed.Add(context.Background(), 1, metric.WithAttributes(attribute.String("aegis.http.session.ended", ended)))
 	}
 }
 
