@@ -567,6 +567,14 @@ func (s *Store) NewEvent(session string, kind schemas.Kind, payload any) (schema
 	return schemas.Event{V: schemas.EnvelopeVersion, ID: id, Session: session, Kind: kind, Time: now, Payload: raw}, nil
 }
 
+// Closing reports whether Close has begun: a reader that fails then
+// failed because the store is going away, not because of what it read.
+func (s *Store) Closing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
 // Close stops accepting appends, commits everything already queued, and
 // shuts the embedded server down. If ctx ends first, the commit in flight is
 // interrupted and it and every event still queued fail with [ErrFailed]

@@ -360,6 +360,11 @@ func OpenAnchor(st *events.Store, key PrivateKey, log *slog.Logger) (*Anchor, er
 		}
 		if err != nil {
 			a.loadErr = fmt.Errorf("rebuild the anchor log from the stream: %w", err)
+			if st.Closing() {
+				// aegis is stopping (a refused start among others):
+				// nothing is wrong with the stream.
+				return
+			}
 			log.Error("the anchor log cannot be rebuilt from the event stream; record checkpoints stop until this is fixed", "err", err)
 		}
 	}()
