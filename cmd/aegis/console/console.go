@@ -429,20 +429,31 @@ func (s *Server) transcript(w http.ResponseWriter, r *http.Request) {
 // maxDecisionBody bounds a decision request.
 const maxDecisionBody = 16 << 10
 
-func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
-	var d Decision
+// readDecision decodes a decision request's body into body (a member it
+// does not know is refused) and checks what every decision needs: approve
+// or deny (*op), and for an approve that this console signs, a passphrase.
+// When it refuses, it has answered the request and returns false.
+func (s *Server) readDecision(w http.ResponseWriter, r *http.Request, body any, op, passphrase *string) bool {
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxDecisionBody))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&d); err != nil {
+	if err := dec.Decode(body); err != nil {
 		jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
-		return
+		return false
 	}
-	if d.Op != events.OpApprove && d.Op != events.OpDeny {
+	if *op != events.OpApprove && *op != events.OpDeny {
 		jsonError(w, http.StatusBadRequest, "op must be approve or deny")
-		return
+		return false
 	}
-	if d.Op == events.OpApprove && s.cfg.Signer != "" && d.Passphrase == "" {
+	if *op == events.OpApprove && s.cfg.Signer != "" && *passphrase == "" {
 		jsonError(w, http.StatusBadRequest, "enter the passphrase of the approver key "+s.cfg.Signer+": this console signs every approval with it")
+		return false
+	}
+	return true
+}
+
+func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
+	var d Decision
+	if !s.readDecision(w, r, &d, &d.Op, &d.Passphrase) {
 		return
 	}
 	if !schemas.ValidID(d.Session) || d.ApprovalID == "" || len(d.ApprovalID) > events.MaxApprovalIDBytes {

@@ -271,18 +271,7 @@ func (s *Server) decideLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var d linkDecision
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxDecisionBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&d); err != nil {
-		jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
-		return
-	}
-	if d.Op != events.OpApprove && d.Op != events.OpDeny {
-		jsonError(w, http.StatusBadRequest, "op must be approve or deny")
-		return
-	}
-	if d.Op == events.OpApprove && s.cfg.Signer != "" && d.Passphrase == "" {
-		jsonError(w, http.StatusBadRequest, "enter the passphrase of the approver key "+s.cfg.Signer+": this console signs every approval with it")
+	if !s.readDecision(w, r, &d, &d.Op, &d.Passphrase) {
 		return
 	}
 	s.mu.Lock()
