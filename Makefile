@@ -46,8 +46,9 @@ install:
 # (t.Parallel, -parallel 8). The interop suite needs the Node reference
 # servers, the console's browser test Debian's chromium, and the reading's
 # differential test Python 3 (beside Node), the telemetry tests Debian's
-# prometheus, installed here first; AEGIS_REQUIRE_BROWSER and
-# AEGIS_REQUIRE_TELEMETRY make those tests fail rather than skip without
+# prometheus, the anchor log's tests a litewitness, installed beside the
+# builds (test-prep); AEGIS_REQUIRE_BROWSER, AEGIS_REQUIRE_TELEMETRY and
+# AEGIS_REQUIRE_WITNESS make those tests fail rather than skip without
 # them. The OTLP test's Jaeger is built from source (jaeger-deps, many
 # minutes of compiling once): make test runs that test where it was built,
 # and make test-telemetry builds it and runs the telemetry tests with it.

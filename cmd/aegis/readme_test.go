@@ -128,7 +128,10 @@ func TestReadmeInstallWorksAsWritten(t *testing.T) {
 }
 
 // quickstart runs one of the README's quickstarts as a user would: in a
-// fresh HOME, with the commands of its sh blocks.
+// fresh HOME, with the commands of its sh blocks. The quickstarts run one
+// after another, not t.Parallel: beside the package's parallel tests on 2
+// cores, the gateway's start (npx servers, in a fresh HOME) outlasted its
+// host's wait.
 type quickstart struct {
 	t                  *testing.T
 	root, readme, home string
@@ -179,9 +182,11 @@ func (q *quickstart) connect(ctx context.Context, entry hostEntry) *mcp.ClientSe
 	q.t.Helper()
 	launch := exec.Command(entry.Command, entry.Args...)
 	launch.Env, launch.Dir = q.env, filepath.Join(q.root, ".cache", "node")
+	stderr := &syncBuffer{}
+	launch.Stderr = stderr
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: launch}, nil)
 	if err != nil {
-		q.t.Fatalf("start the entry as a host would: %v", err)
+		q.t.Fatalf("start the entry as a host would: %v\n%s", err, stderr)
 	}
 	return cs
 }
@@ -193,7 +198,6 @@ func (q *quickstart) connect(ctx context.Context, entry hostEntry) *mcp.ClientSe
 // sessions, replay and verify lines, with the public key init printed in
 // place of PUBLIC_KEY.
 func TestReadmeQuickstartWorksAsWritten(t *testing.T) {
-	t.Parallel() // it mostly waits on processes: beside the others
 	q := newQuickstart(t, "Quickstart: one server", "aegis init ")
 	cmds, sh := q.cmds, q.sh
 	entry, pub := q.init()
@@ -223,7 +227,6 @@ func TestReadmeQuickstartWorksAsWritten(t *testing.T) {
 // aegis approvals and granted with its aegis approve; then its verify
 // line.
 func TestReadmeGatewayQuickstartWorksAsWritten(t *testing.T) {
-	t.Parallel() // it mostly waits on processes: beside the others
 	const section = "Quickstart: several servers"
 	q := newQuickstart(t, section, "aegis init --mode gateway ")
 	cmds, sh, readme, home := q.cmds, q.sh, q.readme, q.home
