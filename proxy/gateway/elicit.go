@@ -163,6 +163,15 @@ func (g *gateway) elicitDecided(op proxy.ApprovalOp, rep proxy.ApprovalReply) {
 		if g.el.denied == nil {
 			g.el.denied = map[string]denial{}
 		}
+		// A denial holds only until its approval would have expired: the
+		// map holds the denials of one approval TTL, however long the
+		// session.
+		now := g.cfg.Now()
+		for k, d := range g.el.denied {
+			if !now.Before(d.expires) {
+				delete(g.el.denied, k)
+			}
+		}
 		reason := op.Reason
 		if reason == "" {
 			reason = "denied by operator"
