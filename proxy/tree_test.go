@@ -163,11 +163,16 @@ func TestWrapStoreFailureEndsTheWholeServerTree(t *testing.T) {
 // Under --confine, the helper's process group and the subreaper hold too.
 func TestWrapConfinedServerTreeEnds(t *testing.T) {
 	needRoot(t)
+	parallel(t) // aegis runs in a process of its own, and waits out its grace
 	c := newCLI(t)
 	rw := t.TempDir()
 	l := newLeftover(t, rw, "leftover")
 	argv := l.spawner([]string{"-setsid", "-orphan"}, bin(t, "rawserver"))
-	args := append([]string{"wrap", "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state, "--grace", "300ms",
+	// The grace is the server's to exit on its own once stdin ends, which
+	// it does at once; the wrap waits all of it, as the leftover holds the
+	// server's stdout. 300 ms was too short on a loaded machine: the wrap
+	// stopped the server itself and reported its SIGTERM (exit 143).
+	args := append([]string{"wrap", "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state, "--grace", "3s",
 		"--confine", "--allow-read", filepath.Dir(argv[0]), "--allow-write", rw, "--"}, argv...)
 	if out, stderr, code := c.aegis(args...); code != 0 {
 		t.Fatalf("aegis wrap: exit %d, out %q, stderr %q", code, out, stderr)
