@@ -44,8 +44,12 @@ state directory that aegis gateway uses (--state-dir, default
 $XDG_STATE_HOME/aegis). aegis gateway sends it to SERVER only, refreshes
 it as it expires (with the same resource), and, when the authorization
 server refuses to refresh it, refuses that server's calls, saying to run
-aegis auth login SERVER again; the other servers are not affected. No
-token, secret or code is ever recorded, logged or printed.
+aegis auth login SERVER again; the other servers are not affected. When
+the server asks for more scopes mid-run (403 insufficient_scope), a host
+that shows URL elicitations is given the authorization request for them
+(the gateway stores the new token); any other host is told the scopes to
+add to oauth: scopes: before logging in again. No token, secret or code
+is ever recorded, logged or printed.
 
 logout deletes SERVER's stored token.
 

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -265,7 +266,13 @@ func (o *OAuthClient) stepUpFlow(life context.Context, notify func(id string)) (
 			}
 		}
 		if err != nil {
-			err = errors.New(o.scrub(login.Scrub(err.Error())))
+			msg := login.Scrub(err.Error())
+			for _, v := range o.secrets() {
+				if len(v) >= 4 {
+					msg = strings.ReplaceAll(msg, v, "[redacted]")
+				}
+			}
+			err = errors.New(msg)
 		}
 		f.err = err
 		close(f.done)
