@@ -192,8 +192,9 @@ func (o *OAuthClient) forbidden(challenges []string) {
 
 // stepUpFlow starts the step-up flow of the server's last 403
 // insufficient_scope, or returns the one that runs; life bounds it,
-// notify is called with its id when it ended.
-func (o *OAuthClient) stepUpFlow(life context.Context, notify func(id string)) (*stepUpFlow, error) {
+// ended is called with its id, and why it failed (scrubbed), when it
+// ended.
+func (o *OAuthClient) stepUpFlow(life context.Context, ended func(id string, err error)) (*stepUpFlow, error) {
 	o.stepMu.Lock()
 	defer o.stepMu.Unlock()
 	now := o.now()
@@ -233,6 +234,7 @@ func (o *OAuthClient) stepUpFlow(life context.Context, notify func(id string)) (
 	go srv.Serve(ln)
 
 	asked := make(chan string, 1)
+	var code string // the answer's code, which no error may show (set before Authorize returns)
 	fetch := func(ctx context.Context, a *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
 		u, err := url.Parse(a.URL)
 		if err != nil || u.Query().Get("state") == "" {
@@ -242,6 +244,9 @@ func (o *OAuthClient) stepUpFlow(life context.Context, notify func(id string)) (
 		asked <- a.URL
 		select {
 		case r := <-f.cb.results:
+			if r.res != nil {
+				code = r.res.Code
+			}
 			return r.res, r.err
 		case <-ctx.Done():
 			return nil, fmt.Errorf("no answer from the browser within %s", stepUpTTL)
@@ -267,7 +272,7 @@ func (o *OAuthClient) stepUpFlow(life context.Context, notify func(id string)) (
 		}
 		if err != nil {
 			msg := login.Scrub(err.Error())
-			for _, v := range o.secrets() {
+			for _, v := range append(o.secrets(), code) {
 				if len(v) >= 4 {
 					msg = strings.ReplaceAll(msg, v, "[redacted]")
 				}
@@ -285,7 +290,7 @@ func (o *OAuthClient) stepUpFlow(life context.Context, notify func(id string)) (
 		tell := shown
 		o.stepMu.Unlock()
 		if tell {
-			notify(f.id)
+			ended(f.id, err)
 		}
 	}()
 	select {
@@ -319,7 +324,12 @@ func (g *gateway) stepUpRefusal(r *remoteDown, server, refusal string) error {
 	if !g.hostTakesURLElicitation() {
 		return plain
 	}
-	f, err := r.http.oauth.stepUpFlow(r.life, g.elicitationComplete)
+	f, err := r.http.oauth.stepUpFlow(r.life, func(id string, err error) {
+		if err != nil {
+			g.log.Warn("a step-up authorization failed; the next call refused for want of scopes starts a new one", "server", server, "err", r.scrub(err.Error()))
+		}
+		g.elicitationComplete(id)
+	})
 	if err != nil {
 		g.log.Warn("start a step-up authorization", "server", server, "err", r.scrub(err.Error()))
 		plain.Message += fmt.Sprintf(" (aegis could not ask for them through the host: %s)", r.scrub(err.Error()))
