@@ -7,9 +7,10 @@
 // host takes URL elicitations as a real one does: it opens the url (an
 // HTTP client that follows the redirects: the suite's authorization
 // server approves at once), waits for notifications/elicitation/complete
-// and calls again. At the end, no token of the state directory and no
-// authorization code it saw may appear in the record or in aegis's
-// stderr. aegis is the binary beside this one.
+// and calls again. At the end, no token stored for the server (after
+// the login, and at the end) and no authorization code the host saw may
+// appear in the record, in any other file of the run (the event stream's
+// among them) or in aegis's stderr. aegis is the binary beside this one.
 //
 // With AUTHCLIENT_PLAIN_REPORT set to a file, the host declares no
 // elicitation and calls test-tool once: the JSON-RPC error's message (or
@@ -24,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"net/http"
 	"os"
@@ -76,6 +78,10 @@ func run(serverURL string) error {
 	if err := login(aegis, config, state, env); err != nil {
 		return err
 	}
+	first, err := gateway.NewTokenStore(state).Load("s")
+	if err != nil {
+		return fmt.Errorf("read the stored token: %w", err)
+	}
 	key := filepath.Join(dir, "signing.key")
 	if out, err := exec.Command(aegis, "keygen", "--out", key).CombinedOutput(); err != nil {
 		return fmt.Errorf("keygen: %v: %s", err, out)
@@ -121,7 +127,7 @@ func run(serverURL string) error {
 	if err != nil {
 		return err
 	}
-	return h.leaks(state, filepath.Join(dir, "calls.aarl"), stderr.Bytes())
+	return h.leaks(dir, state, first, stderr.Bytes())
 }
 
 // host is what the host keeps: the elicitations it waits for, and the
@@ -219,32 +225,42 @@ func (h *host) elicit(ctx context.Context, data json.RawMessage) error {
 	return nil
 }
 
-// leaks fails when a stored token or a code the host saw is in the
-// record or in aegis's stderr.
-func (h *host) leaks(state, audit string, stderr []byte) error {
+// leaks fails when a token stored for the server (first) or now, or a
+// code the host saw, is in the record, in any other file under dir (the
+// event stream's among them; the token files are encrypted) or in
+// aegis's stderr.
+func (h *host) leaks(dir, state string, first gateway.StoredToken, stderr []byte) error {
 	tok, err := gateway.NewTokenStore(state).Load("s")
 	if err != nil {
 		return fmt.Errorf("read the stored token: %w", err)
 	}
-	record, err := os.ReadFile(audit)
-	if err != nil {
-		return err
-	}
 	h.mu.Lock()
-	secrets := append([]string{tok.AccessToken, tok.RefreshToken}, h.codes...)
+	secrets := append([]string{first.AccessToken, first.RefreshToken, tok.AccessToken, tok.RefreshToken}, h.codes...)
 	h.mu.Unlock()
-	for _, s := range secrets {
-		if len(s) < 8 {
-			continue
+	found := func(b []byte) bool {
+		for _, s := range secrets {
+			if len(s) >= 8 && bytes.Contains(b, []byte(s)) {
+				return true
+			}
 		}
-		if bytes.Contains(record, []byte(s)) {
-			return errors.New("a token or code is in the record")
-		}
-		if bytes.Contains(stderr, []byte(s)) {
-			return errors.New("a token or code is in aegis's stderr")
-		}
+		return false
 	}
-	return nil
+	if found(stderr) {
+		return errors.New("a token or code is in aegis's stderr")
+	}
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if found(b) {
+			return fmt.Errorf("a token or code is in %s", p)
+		}
+		return nil
+	})
 }
 
 // login runs aegis auth login s; the suite's authorization server
