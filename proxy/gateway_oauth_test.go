@@ -409,16 +409,32 @@ func authSuite(t *testing.T, suite []string, client string) (map[string][2]int, 
 // conformance suite's client authorization scenarios twice: with the
 // go-sdk's conformance client, and through aegis (aegis auth login, then
 // aegis gateway, driven as a host: proxy/testdata/authclient). Every
-// scenario that the go-sdk's client passes passes through aegis, except
-// step-up authorization (403 insufficient_scope mid-run), which needs a
-// new login: the gateway runs no interactive flow.
+// scenario that the go-sdk's client passes passes through aegis,
+// step-up authorization (403 insufficient_scope mid-run) included: the
+// gateway runs the flow and the host, which takes URL elicitations,
+// opens its authorization request and calls again. The host checks that
+// no token or code is in the record or in aegis's stderr.
 func TestConformanceAuthScenariosThroughTheGateway(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suite")
 	}
 	t.Parallel() // it mostly waits on node and on the processes it starts
 	suite := mcptest.ConformanceSuite(t)
+	// A host without URL elicitation, meanwhile: the step-up refusal it
+	// gets names the scopes and says to log in, as always.
+	tmp := t.TempDir()
+	report := filepath.Join(tmp, "said")
+	pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(pcancel)
+	plain := exec.CommandContext(pctx, suite[0], append(suite[1:], "client", "--command", bin(t, "authclient"), "--scenario", "auth/scope-step-up")...)
+	plain.Dir, plain.Env = tmp, append(os.Environ(), "AUTHCLIENT_PLAIN_REPORT="+report)
+	var pout bytes.Buffer
+	plain.Stdout, plain.Stderr = &pout, &pout
+	if err := plain.Start(); err != nil {
+		t.Fatal(err)
+	}
 	direct, dout := authSuite(t, suite, mcptest.GoConformanceClient(t))
+	plain.Wait() // the scenario fails: the host does not step up
 	through, tout := authSuite(t, suite, bin(t, "authclient"))
 	var dp, df, tp, tf, dPass, tPass int
 	for _, r := range direct {
@@ -439,12 +455,19 @@ func TestConformanceAuthScenariosThroughTheGateway(t *testing.T) {
 		t.Fatalf("the go-sdk's client passed only %d scenarios; is the suite working?\n%s", dPass, dout)
 	}
 	for s, r := range direct {
-		if r[1] != 0 || s == "auth/scope-step-up" {
+		if r[1] != 0 {
 			continue
 		}
 		if got, ok := through[s]; !ok || got[1] != 0 {
 			t.Errorf("%s: the go-sdk's client passes it; through aegis %v", s, got)
 		}
+	}
+	if r, ok := through["auth/scope-step-up"]; !ok || r[0] == 0 || r[1] != 0 {
+		t.Errorf("auth/scope-step-up through aegis: %v; want it passed", r)
+	}
+	said, _ := os.ReadFile(report)
+	if want := `aegis: server s: the server refused the call for want of scopes "mcp:basic mcp:write" (403 insufficient_scope), which its token lacks: add them to oauth: scopes: in the gateway file and run aegis auth login s`; string(said) != want {
+		t.Errorf("a host without URL elicitation was told %q; want %q\n%s", said, want, pout.String())
 	}
 	if t.Failed() {
 		t.Logf("through aegis:\n%s", tout)

@@ -2,9 +2,7 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,8 +17,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/modelcontextprotocol/go-sdk/oauthex"
-	"golang.org/x/oauth2"
 
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/proxy/gateway"
@@ -48,8 +44,12 @@ state directory that aegis gateway uses (--state-dir, default
 $XDG_STATE_HOME/aegis). aegis gateway sends it to SERVER only, refreshes
 it as it expires (with the same resource), and, when the authorization
 server refuses to refresh it, refuses that server's calls, saying to run
-aegis auth login SERVER again; the other servers are not affected. No
-token, secret or code is ever recorded, logged or printed.
+aegis auth login SERVER again; the other servers are not affected. When
+the server asks for more scopes mid-run (403 insufficient_scope), a host
+that shows URL elicitations is given the authorization request for them
+(the gateway stores the new token); any other host is told the scopes to
+add to oauth: scopes: before logging in again. No token, secret or code
+is ever recorded, logged or printed.
 
 logout deletes SERVER's stored token.
 
@@ -275,68 +275,23 @@ func (m *Main) authLogin(ctx context.Context, args []string) error {
 		}
 	}
 
-	tr := &loginTripper{base: rs.HTTPTransport()}
-	asClient := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	var got struct {
-		cfg *oauth2.Config
-		tok *oauth2.Token
-	}
-	hc := &auth.AuthorizationCodeHandlerConfig{
-		RedirectURL:              redirect,
-		AuthorizationCodeFetcher: fetch,
-		RequestRefreshToken:      true,
-		// A matching iss is taken even when the server does not say it
-		// sends one; a different one is always refused (RFC 9207 §2.4).
-		AcceptUnadvertisedIss: true,
-		Client:                asClient,
-		NewTokenSource: func(_ context.Context, c *oauth2.Config, t *oauth2.Token) (oauth2.TokenSource, error) {
-			got.cfg, got.tok = c, t
-			return oauth2.StaticTokenSource(t), nil
-		},
-		DynamicClientRegistrationConfig: &auth.DynamicClientRegistrationConfig{Metadata: &oauthex.ClientRegistrationMetadata{
-			RedirectURIs: []string{redirect}, ClientName: "aegis", TokenEndpointAuthMethod: "none",
-			GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"},
-		}},
-	}
-	if o := s.OAuth; o.ClientID != "" {
-		pc := &oauthex.ClientCredentials{ClientID: o.ClientID}
-		if secret != "" {
-			pc.ClientSecretAuth = &oauthex.ClientSecretAuth{ClientSecret: secret}
-		}
-		hc.PreregisteredClient = pc
-	}
-	if u := s.OAuth.ClientMetadataURL; u != "" {
-		hc.ClientIDMetadataDocumentConfig = &auth.ClientIDMetadataDocumentConfig{URL: u}
-	}
-	if sc := s.OAuth.Scopes; len(sc) > 0 {
-		hc.ScopeFilter = func([]string) []string { return sc }
-	}
-	handler, err := auth.NewAuthorizationCodeHandler(hc)
+	login, err := gateway.LoginOf(s, rs, secret, redirect, fetch, nil)
 	if err != nil {
 		return fmt.Errorf("auth login: %w", err)
 	}
 	mcpClient := &http.Client{Transport: &headerTripper{base: rs.HTTPTransport(), header: rs.Header}}
 	client := mcp.NewClient(&mcp.Implementation{Name: "aegis", Version: Version}, nil)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.URL, HTTPClient: mcpClient, OAuthHandler: handler, MaxRetries: 1}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.URL, HTTPClient: mcpClient, OAuthHandler: login.Handler, MaxRetries: 1}, nil)
 	if err != nil {
-		return withHint(fmt.Errorf("auth login: server %s: %s", name, scrubLogin(err.Error(), got.tok, secret)),
+		return withHint(fmt.Errorf("auth login: server %s: %s", name, login.Scrub(err.Error())),
 			"check the server's url and oauth: in the gateway file; a client the authorization server does not know needs client_id (registered there with redirect_uri "+redirect+")")
 	}
 	cs.Close()
-	if got.tok == nil {
+	st, err := login.Token()
+	if errors.Is(err, gateway.ErrNotAsked) {
 		return withHint(fmt.Errorf("auth login: server %s answered without asking for a login", name), "the server does not require OAuth: remove oauth: from its entry, or give it headers:")
-	}
-	if prob := endpointProblem(got.cfg.Endpoint.TokenURL); prob != "" {
-		return fmt.Errorf("auth login: server %s: the token endpoint %s", name, prob)
-	}
-	st := gateway.StoredToken{
-		Server: name, URL: s.URL, Resource: tr.resource, Issuer: tr.issuer,
-		TokenURL: got.cfg.Endpoint.TokenURL, ClientID: got.cfg.ClientID, AuthStyle: int(got.cfg.Endpoint.AuthStyle),
-		Scopes: got.cfg.Scopes, AccessToken: got.tok.AccessToken, TokenType: got.tok.TokenType,
-		RefreshToken: got.tok.RefreshToken, Expiry: got.tok.Expiry,
-	}
-	if got.cfg.ClientSecret != "" && got.cfg.ClientSecret != secret {
-		st.ClientSecret = got.cfg.ClientSecret // given by dynamic registration
+	} else if err != nil {
+		return fmt.Errorf("auth login: server %s: %w", name, err)
 	}
 	store := gateway.NewTokenStore(dir)
 	if err := store.Save(st); err != nil {
@@ -354,36 +309,6 @@ func (m *Main) authLogin(ctx context.Context, args []string) error {
 	return nil
 }
 
-// endpointProblem says why a token endpoint would carry tokens in clear,
-// or "".
-func endpointProblem(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "is not a url"
-	}
-	if u.Scheme == "https" {
-		return ""
-	}
-	if h := u.Hostname(); u.Scheme == "http" && (h == "localhost" || net.ParseIP(h) != nil && net.ParseIP(h).IsLoopback()) {
-		return ""
-	}
-	return "is not https:// (nor http:// to a loopback host): aegis will not send tokens there in clear"
-}
-
-// scrubLogin takes the token and the secret out of s.
-func scrubLogin(s string, tok *oauth2.Token, secret string) string {
-	vals := []string{secret}
-	if tok != nil {
-		vals = append(vals, tok.AccessToken, tok.RefreshToken)
-	}
-	for _, v := range vals {
-		if len(v) >= 4 {
-			s = strings.ReplaceAll(s, v, "[redacted]")
-		}
-	}
-	return s
-}
-
 // headerTripper adds the server's own headers (headers:) to requests to
 // it during the login.
 type headerTripper struct {
@@ -397,49 +322,4 @@ func (t *headerTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.Header[k] = vs
 	}
 	return t.base.RoundTrip(r)
-}
-
-// loginTripper carries the login's requests to the authorization server
-// and notes what the token file keeps: the resource sent with the code
-// (RFC 8707) and the issuer of the server's metadata.
-type loginTripper struct {
-	base     http.RoundTripper
-	resource string
-	issuer   string
-}
-
-func (t *loginTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	if prob := endpointProblem(req.URL.String()); prob != "" {
-		// Metadata, registration and the code's exchange: nothing of
-		// the login goes over the network in clear.
-		if req.Body != nil {
-			req.Body.Close()
-		}
-		return nil, fmt.Errorf("aegis refused a request of the login to %s://%s: it %s", req.URL.Scheme, req.URL.Host, prob)
-	}
-	if req.Method == http.MethodPost && req.GetBody != nil {
-		if body, err := req.GetBody(); err == nil {
-			b, _ := io.ReadAll(io.LimitReader(body, 64<<10))
-			body.Close()
-			if q, err := url.ParseQuery(string(b)); err == nil && q.Get("grant_type") == "authorization_code" {
-				t.resource = q.Get("resource")
-			}
-		}
-	}
-	resp, err := t.base.RoundTrip(req)
-	if err == nil && req.Method == http.MethodGet && resp.StatusCode == http.StatusOK &&
-		(strings.Contains(req.URL.Path, "/.well-known/oauth-authorization-server") || strings.Contains(req.URL.Path, "/.well-known/openid-configuration")) {
-		b, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		resp.Body = io.NopCloser(bytes.NewReader(b))
-		if rerr == nil {
-			var meta struct {
-				Issuer string `json:"issuer"`
-			}
-			if json.Unmarshal(b, &meta) == nil && meta.Issuer != "" {
-				t.issuer = meta.Issuer
-			}
-		}
-	}
-	return resp, err
 }

@@ -134,7 +134,10 @@
 // OAuth client of it: it sends, refreshes (with the RFC 8707 resource) and
 // saves the token aegis auth login stored, age-encrypted, in the state
 // directory, and a refused refresh refuses only that server's calls
-// (oauth.go, oauth_store.go). With oauth: token_exchange: it reaches the
+// (oauth.go, oauth_store.go); a 403 insufficient_scope (step-up) runs the
+// authorization again, for more scopes, through a host that shows URL
+// elicitations, and is refused, naming the scopes, toward any other
+// (stepup.go). With oauth: token_exchange: it reaches the
 // server in each session with the session's caller token (held in memory
 // only) exchanged for one for the server (RFC 8693), cached until shortly
 // before it expires; a refused exchange refuses only that server in that

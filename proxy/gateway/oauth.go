@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"golang.org/x/oauth2"
 
 	"github.com/aegis-dev/aegis/policy"
@@ -43,8 +42,9 @@ import (
 //     one it had at the failure). The other servers are not affected. A
 //     refresh that fails for another reason (the authorization server is
 //     unreachable) fails only the request it was for.
-//   - No interactive flow ever runs in the gateway: it has no browser
-//     and its stdout belongs to MCP.
+//   - The gateway never opens a browser (its stdout belongs to MCP): the
+//     one flow it runs, a step-up (stepup.go), is put before the human by
+//     the host, as a URL elicitation.
 
 // refreshSkew: a token that expires within it is refreshed first.
 const refreshSkew = 30 * time.Second
@@ -65,6 +65,17 @@ type OAuthClient struct {
 	// seen is the token file's modification time when it was last read
 	// or written: a failed client reads it again only once it differs.
 	seen time.Time
+	// challenge is the WWW-Authenticate of the server's last 403
+	// insufficient_scope, and stepScope its scopes, which a step-up
+	// flow (stepup.go) starts from; nil once one started from it.
+	challenge []string
+	stepScope string
+
+	cfg      policy.Server // the server's entry in the file
+	remote   *RemoteServer // its transport (its CA file), for a step-up flow
+	redirect string        // the file's redirect_uri, or ""
+	stepMu   sync.Mutex    // held while a step-up flow starts
+	flow     *stepUpFlow   // the last step-up flow (under stepMu)
 }
 
 // ErrOAuthConfig is wrapped by every error of [OAuthOf] about the file.
@@ -82,7 +93,7 @@ func OAuthOf(s policy.Server, store *TokenStore, getenv func(string) string, now
 	if now == nil {
 		now = time.Now
 	}
-	o := &OAuthClient{server: s.Name, url: s.URL, store: store, now: now, http: &http.Client{Timeout: 30 * time.Second,
+	o := &OAuthClient{server: s.Name, url: s.URL, cfg: s, redirect: s.OAuth.RedirectURI, store: store, now: now, http: &http.Client{Timeout: 30 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect }}}
 	secret, err := ClientSecret(s)
 	if err != nil {
@@ -117,6 +128,16 @@ func (o *OAuthClient) modTime() time.Time {
 		return time.Time{}
 	}
 	return fi.ModTime()
+}
+
+// reachedBy notes rs, the server's transport, for a step-up flow.
+func (o *OAuthClient) reachedBy(rs *RemoteServer) {
+	if o == nil {
+		return
+	}
+	o.stepMu.Lock()
+	o.remote = rs
+	o.stepMu.Unlock()
 }
 
 // retry reads the token file again when the client failed and the file
@@ -256,27 +277,6 @@ func (o *OAuthClient) secrets() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return []string{o.tok.AccessToken, o.tok.RefreshToken, o.tok.ClientSecret, o.secret}
-}
-
-// forbidden notes a 403 of the server: with error="insufficient_scope"
-// (step-up), the scopes it asks for, which the next error of a call
-// names (stepUp); the gateway runs no interactive flow to get them.
-func (o *OAuthClient) forbidden(challenges []string) {
-	chs, err := oauthex.ParseWWWAuthenticate(challenges)
-	if err != nil {
-		return
-	}
-	for _, c := range chs {
-		if c.Scheme == "bearer" && c.Params["error"] == "insufficient_scope" {
-			o.mu.Lock()
-			o.scope = c.Params["scope"]
-			if o.scope == "" {
-				o.scope = "(not named)"
-			}
-			o.mu.Unlock()
-			return
-		}
-	}
 }
 
 // stepUp says, once, which scopes the server last asked for, or "".

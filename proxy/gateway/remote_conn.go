@@ -546,7 +546,7 @@ func (g *gateway) runCall(cctx context.Context, wc schemas.WrapCall, e toolEntry
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: server %s: %s", e.server, need)}
 	}
 	if more := r.http.oauth.stepUp(); more != "" {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: server %s: %s", e.server, more)}
+		return nil, g.stepUpRefusal(r, e.server, more)
 	}
 	return res, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf(
 		"aegis: server %s: the connection failed during the call, which may or may not have reached the server (%s); aegis reconnects the server if its session is lost: later calls go to the new session", e.server, r.scrub(err.Error()))}

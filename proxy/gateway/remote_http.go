@@ -40,6 +40,7 @@ func newRemoteHTTP(rs *RemoteServer) (*remoteHTTP, error) {
 		return nil, errors.New("bad url") // not quoted: its query may hold a secret
 	}
 	base := rs.HTTPTransport()
+	rs.OAuth.reachedBy(rs)
 	return &remoteHTTP{origin: originOf(u), header: rs.Header.Clone(), oauth: rs.OAuth, base: base, cancels: newCancelTally()}, nil
 }
 
