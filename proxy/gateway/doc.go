@@ -117,6 +117,11 @@
 // error (-32042, data.elicitations with the link, data.aegis as always);
 // the host is told notifications/elicitation/complete when the approval is
 // decided, and a denied call's retry is refused as denied (elicit.go).
+// Toward a 2026-07-28 host whose call's request declares URL elicitation
+// the same elicitation is a round of the call (input_required, the
+// requestState's MAC covering the approval id too); the accepting retry
+// is held until the human decides, then the call is decided again (run
+// once on the approval, or refused as denied), round and retry recorded.
 // Every other host gets the refusal result unchanged. The host's
 // instructions are the servers' own, each under its server's name and
 // pinned (instructions.go).

@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -46,6 +47,13 @@ import (
 //     the same decision and the same spent approval, never decided again.
 //     Each round is recorded (a note, mrtr: input_required, then retry)
 //     before the host sees it or the server gets the answer.
+//   - A call that waits for a human, when its request declares URL
+//     elicitation and a link can be made, is a round too (mrtrApproval):
+//     the approval's url-mode elicitation/create as the input request,
+//     the approval id in the requestState's MAC; the accepting retry is
+//     held until the human decides and the call is then decided again
+//     (elicit.go). Such a call waits on no server: a server's request is
+//     never admitted to it.
 //   - requestState is the gateway's: a random round id and the call's
 //     digest under an HMAC-SHA256 of a key made at start and never stored,
 //     so the host can neither forge nor alter it; it is spent by the retry
@@ -180,6 +188,10 @@ type mrtrCall struct {
 	keys    map[string]bool // input keys given, so a key is never given twice
 	queue   []*ask          // server requests admitted, not yet in a round
 	ended   bool            // forgotten: no more requests are queued
+	// approval is the approval the call waits for, shown to the host as
+	// a url-mode input request (mrtrApproval); "" once the call runs. It
+	// is in the MAC of the round's requestState.
+	approval string
 }
 
 // ask is one request of a server to the host during a call.
@@ -208,6 +220,9 @@ func (m *mrtr) admit(host *mcp.ServerSession, server, method string, params any)
 		}
 		if x.open() {
 			open++
+		}
+		if x.approval != "" {
+			continue // waits for a human, not on the server: nothing of it runs
 		}
 		if x.server == server {
 			c = x
@@ -282,7 +297,8 @@ type askReply struct {
 }
 
 // stateOf is the requestState of round n of call c: its key and round,
-// then their MAC.
+// then their MAC, over the call's tool, arguments and the approval it
+// waits for, if any. Under m.mu.
 func (m *mrtr) stateOf(c *mrtrCall, n int) string {
 	body := fmt.Sprintf("%s.%d", c.key, n)
 	mac := hmac.New(sha256.New, m.key)
@@ -291,6 +307,8 @@ func (m *mrtr) stateOf(c *mrtrCall, n int) string {
 	mac.Write([]byte(c.name))
 	mac.Write([]byte{0})
 	mac.Write(c.args)
+	mac.Write([]byte{0})
+	mac.Write([]byte(c.approval))
 	return base64.RawURLEncoding.EncodeToString([]byte(body)) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
@@ -312,8 +330,9 @@ func (m *mrtr) parseState(state string) (*mrtrCall, int, string) {
 	}
 	m.mu.Lock()
 	c := m.calls[key]
+	ok = c != nil && hmac.Equal([]byte(m.stateOf(c, n)), []byte(state))
 	m.mu.Unlock()
-	if c == nil || !hmac.Equal([]byte(m.stateOf(c, n)), []byte(state)) {
+	if !ok {
 		// An unknown call, or a state whose MAC fails: the same answer,
 		// so that the host learns nothing of which.
 		return nil, 0, "requestState is unknown, spent or expired"
@@ -342,21 +361,40 @@ func (g *gateway) mrtrStart(ctx context.Context, method string, r *mcp.CallToolR
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	cctx = context.WithValue(cctx, protocolKey{}, version)
+	// The host's capabilities are per request: this one's say whether an
+	// approval may be shown to it as a url-mode input request.
+	caps := r.ClientCapabilities()
+	cctx = context.WithValue(cctx, urlHostKey{}, caps != nil && caps.Elicitation != nil && caps.Elicitation.URL != nil)
 	go func() {
 		defer cancel()
-		res, err := g.decideCall(withTraceParent(cctx, r.Params.Meta), method, r.Params.Name, r.Params.Arguments, func(rctx context.Context, wc schemas.WrapCall, e toolEntry) (any, error) {
-			// Decided and let through: from now on the server's requests
-			// are this call's.
-			m.mu.Lock()
-			c.callID, c.tool = wc.CallID, wc.ToolID
-			close(m.began)
-			m.began = make(chan struct{})
-			m.mu.Unlock()
-			if d := g.downs[e.server]; g.tk.rawDown && d != nil && d.raw != nil {
-				return g.rawToolCall(rctx, r, e, d.raw)
+		var res any
+		var err error
+		for {
+			res, err = g.decideCall(withTraceParent(cctx, r.Params.Meta), method, r.Params.Name, r.Params.Arguments, func(rctx context.Context, wc schemas.WrapCall, e toolEntry) (any, error) {
+				// Decided and let through: from now on the server's requests
+				// are this call's.
+				m.mu.Lock()
+				c.callID, c.tool, c.approval = wc.CallID, wc.ToolID, ""
+				close(m.began)
+				m.began = make(chan struct{})
+				m.mu.Unlock()
+				if d := g.downs[e.server]; g.tk.rawDown && d != nil && d.raw != nil {
+					return g.rawToolCall(rctx, r, e, d.raw)
+				}
+				return next(rctx, method, r)
+			})
+			var aw *approvalWait
+			if !errors.As(err, &aw) {
+				break
 			}
-			return next(rctx, method, r)
-		})
+			// Waits for a human, and the host shows URL elicitations: a
+			// round of the call, then decided again once the human has.
+			again, ar, aerr := g.mrtrApproval(cctx, c, aw)
+			if !again {
+				res, err = ar, aerr
+				break
+			}
+		}
 		if err == nil {
 			if rr, ok := res.(mcp.Result); ok {
 				c.res = rr
@@ -368,6 +406,88 @@ func (g *gateway) mrtrStart(ctx context.Context, method string, r *mcp.CallToolR
 		close(c.done)
 	}()
 	return g.mrtrWait(ctx, c)
+}
+
+// urlHostKey is the context key of whether a stateless host request
+// declared URL elicitation (a bool, set by mrtrStart only): decideCall
+// then answers a call that waits for a human with an approvalWait.
+type urlHostKey struct{}
+
+// approvalWait is decideCall's answer to a call of a 2026-07-28 host that
+// waits for a human, the host taking URL elicitations: the call was
+// refused as pending and recorded so; el shows approval p to the human.
+type approvalWait struct {
+	p       proxy.PendingApproval
+	el      *mcp.ElicitParams
+	callID  string              // the refused call's, for the round's notes
+	refusal *mcp.CallToolResult // the refusal every host gets, as it would get it
+}
+
+func (a *approvalWait) Error() string {
+	return "aegis: the call waits for a human's approval " + a.p.ApprovalID
+}
+
+// mrtrApproval gives the host of call c the approval the call waits for
+// as a round of it: one url-mode elicitation/create input request (the
+// link of aw.el), under a requestState bound to the call, its tool and
+// arguments and that approval. The host's retry that accepts it is held
+// until the human decides (or the approval expires, or the host cancels),
+// then the call is decided again (again): approved, it runs on the
+// approval, once; denied, it is refused as denied (elicit.go). A retry
+// that declines or cancels, or answers nothing, gets the refusal every
+// host gets; the approval still waits for aegis approve. Beyond the
+// host's limit of calls waiting on it the call gets that refusal too.
+func (g *gateway) mrtrApproval(ctx context.Context, c *mrtrCall, aw *approvalWait) (again bool, res mcp.Result, err error) {
+	m := g.mr
+	m.mu.Lock()
+	open := 0
+	for _, x := range m.calls {
+		if x.host == c.host && x.callID != "" && x.open() {
+			open++
+		}
+	}
+	if c.ended || (!c.open() && open >= m.limit) {
+		ended := c.ended
+		m.mu.Unlock()
+		if !ended {
+			g.noteRound(ctx, map[string]any{"mrtr": "refused", "call_id": aw.callID, "tool_id": c.name, "approval_id": aw.p.ApprovalID,
+				"reason": fmt.Sprintf("aegis: the host has %d calls waiting on its answers, the limit", m.limit)})
+		}
+		return false, aw.refusal, nil
+	}
+	a := &ask{key: fmt.Sprintf("aegis-%d", len(c.keys)+1), method: "elicitation/create", params: aw.el, reply: make(chan askReply, 1)}
+	c.keys[a.key] = true
+	c.callID, c.tool, c.approval = aw.callID, c.name, aw.p.ApprovalID
+	c.queue = append(c.queue, a)
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	m.mu.Unlock()
+	var r askReply
+	select {
+	case r = <-a.reply:
+	case <-ctx.Done():
+		return false, nil, ctx.Err()
+	}
+	if er, ok := r.res.(*mcp.ElicitResult); r.err != nil || !ok || er.Action != "accept" {
+		// The human was not shown the link: the refusal every host
+		// gets, the approval still pending.
+		return false, aw.refusal, nil
+	}
+	if decided := g.elicitWait(aw.p.ApprovalID); decided != nil {
+		fmt.Fprintf(g.cfg.Stderr, "aegis: %s waits for a human's decision on approval %s (the host showed its link); the host's retry is held until then\n",
+			projector.Printable(c.name), aw.p.ApprovalID)
+		t := time.NewTimer(aw.p.ExpiresAt.Sub(g.cfg.Now()))
+		defer t.Stop()
+		select {
+		case <-decided:
+		case <-t.C:
+		case <-ctx.Done():
+			return false, nil, ctx.Err()
+		}
+	}
+	return true, nil, nil
 }
 
 // mrtrWait waits, for the host request ctx, until call c ends (its answer)
@@ -453,7 +573,7 @@ func (g *gateway) mrtrRound(ctx context.Context, c *mrtrCall, asks []*ask) (mcp.
 	c.state = m.stateOf(c, n)
 	c.pending = asks
 	c.waiting = false
-	state, callID, tool := c.state, c.callID, c.tool
+	state, callID, tool, approval := c.state, c.callID, c.tool, c.approval
 	m.mu.Unlock()
 	reqs := map[string]any{}
 	var keys []string
@@ -462,8 +582,12 @@ func (g *gateway) mrtrRound(ctx context.Context, c *mrtrCall, asks []*ask) (mcp.
 		keys = append(keys, a.key)
 	}
 	sort.Strings(keys)
-	if err := g.noteRound(ctx, map[string]any{"mrtr": "input_required", "call_id": callID, "tool_id": tool, "protocol_version": c.proto,
-		"round": n, "inputs": keys}); err != nil {
+	note := map[string]any{"mrtr": "input_required", "call_id": callID, "tool_id": tool, "protocol_version": c.proto,
+		"round": n, "inputs": keys}
+	if approval != "" {
+		note["approval_id"] = approval
+	}
+	if err := g.noteRound(ctx, note); err != nil {
 		c.cancel()
 		<-c.done
 		g.mrtrForget(c)
@@ -543,7 +667,7 @@ func (g *gateway) mrtrRetry(ctx context.Context, r *mcp.CallToolRequest) (mcp.Re
 	if c.expiry != nil {
 		c.expiry.Stop()
 	}
-	callID, tool := c.callID, c.tool
+	callID, tool, approval := c.callID, c.tool, c.approval
 	m.mu.Unlock()
 	resp, _ := json.Marshal(r.Params.InputResponses)
 	var keys []string
@@ -551,8 +675,12 @@ func (g *gateway) mrtrRetry(ctx context.Context, r *mcp.CallToolRequest) (mcp.Re
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	if err := g.noteRound(ctx, map[string]any{"mrtr": "retry", "call_id": callID, "tool_id": tool, "round": n,
-		"inputs": keys, "responses_digest": proxy.SHA(resp)}); err != nil {
+	note := map[string]any{"mrtr": "retry", "call_id": callID, "tool_id": tool, "round": n,
+		"inputs": keys, "responses_digest": proxy.SHA(resp)}
+	if approval != "" {
+		note["approval_id"] = approval
+	}
+	if err := g.noteRound(ctx, note); err != nil {
 		for _, a := range pending {
 			a.reply <- askReply{err: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: the host's answer could not be recorded"}}
 		}

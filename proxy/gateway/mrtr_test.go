@@ -88,6 +88,7 @@ func TestMRTRRequestStateCannotBeForged(t *testing.T) {
 		"another process's key":          m2.stateOf(c, 2),
 		"the state of other arguments":   func() string { d := *c; d.args = []byte(`{"a":2}`); return m.stateOf(&d, 2) }(),
 		"the state of another tool name": func() string { d := *c; d.name = "s__other"; return m.stateOf(&d, 2) }(),
+		"the state of another approval":  func() string { d := *c; d.approval = "apr-other"; return m.stateOf(&d, 2) }(),
 		"not base64":                     "@@@.@@@",
 	}
 	for name, s := range forged {
