@@ -65,6 +65,10 @@
 // HMAC of the call's key, round, tool and arguments under a per-process
 // key) is the call's last one and its tool and arguments are the decided
 // ones; any other retry is refused (-32042, MRTR_REFUSED) and recorded.
+// A prompts/get or resources/read of such a host is served the same way
+// once its verdict is recorded: a server's request during it is its
+// input_required result, and the retry must be the same prompt with the
+// same arguments, or the same URI, under its last requestState.
 // A host's calls waiting on it are bounded (maxRounds); the per-request
 // _meta of 2026-07-28 never reaches a server.
 //
