@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -52,7 +53,8 @@ import (
 //     io.modelcontextprotocol/subscriptionId, the front's id of it) go on
 //     it with the client's id. One listen per stateless session (per
 //     principal) is open at a time, as the SDK keeps one per session: a
-//     second is refused (409) while one is open.
+//     second is refused (409) while one is open, which a listen is until
+//     the session has answered its cancellation (at most listenEnd).
 //   - What the session sends that belongs to no waiting POST (another
 //     notification, a request of its own) is dropped, as is a
 //     notification for a POST whose client reads too slowly (more than
@@ -68,6 +70,10 @@ const metaSubscription = "io.modelcontextprotocol/subscriptionId"
 
 // noteBuffer bounds the notifications waiting for one POST's client.
 const noteBuffer = 256
+
+// listenEnd bounds how long a cancelled listen waits for the session to
+// answer it.
+const listenEnd = 5 * time.Second
 
 // headerMismatch is the JSON-RPC error code of a standard header that does
 // not match the body (the go-sdk's CodeHeaderMismatch).
@@ -443,6 +449,18 @@ func (c *statelessConn) call(ctx context.Context, req *jsonrpc.Request, notes fu
 			select {
 			case c.in <- &jsonrpc.Request{Method: "notifications/cancelled", Params: params}:
 			case <-c.closed:
+			}
+			if req.Method == "subscriptions/listen" {
+				// The session forgets its one listen only when it
+				// answers it: a next listen must not begin before, or
+				// the end of this one would end that one too.
+				t := time.NewTimer(listenEnd)
+				select {
+				case <-wt.answer:
+				case <-c.closed:
+				case <-t.C:
+				}
+				t.Stop()
 			}
 			return nil, ctx.Err()
 		}
