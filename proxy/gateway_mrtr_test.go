@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -84,12 +85,16 @@ func parityNewProtocol(t *testing.T, every []string, root string, direct parityS
 // the call was decided with (an approval spent on harmless arguments,
 // then a retry that carries others), or with a requestState it altered,
 // or one already spent, is refused and recorded; only the true retry
-// answers the server, and the call is decided and recorded once.
+// answers the server, and the call is decided and recorded once. The
+// same holds for a prompts/get and a resources/read during which the
+// server asks the host (growserver -reads): their retries naming another
+// prompt or resource, other arguments, or an altered state are refused,
+// and each is decided (a call.verdict) once.
 func TestGatewayRefusesAnMRTRRetryThatIsNotTheDecidedCall(t *testing.T) {
 	parallel(t)
 	every := mcptest.EverythingServer(t)
 	c := newCLI(t)
-	cmd := gatewayCmd(t, c, map[string][]string{"everything": every}, []string{"everything.*"}, nil)
+	cmd := gatewayCmd(t, c, map[string][]string{"everything": every, "grow": {bin(t, "growserver"), "-reads"}}, []string{"everything.*"}, []string{"grow://asked"})
 	cmd.Args = append(cmd.Args, "--protocol", "2026-07-28")
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
@@ -149,6 +154,69 @@ func TestGatewayRefusesAnMRTRRetryThatIsNotTheDecidedCall(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "MRTR_REFUSED") {
 		t.Errorf("a spent requestState: %v, want MRTR_REFUSED", err)
 	}
+
+	// A prompts/get and a resources/read that the server asks during.
+	sample := &mcp.CreateMessageWithToolsResult{Model: "m", Role: "assistant", Content: []mcp.Content{&mcp.TextContent{Text: "the sampled word"}}}
+	type asked struct {
+		res   mcp.Result
+		needs bool
+		reqs  mcp.InputRequestMap
+		state string
+	}
+	prompt := func(name, topic string, responses mcp.InputResponseMap, state string) (asked, error) {
+		r, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: name, Arguments: map[string]string{"topic": topic}, InputResponses: responses, RequestState: state})
+		if err != nil {
+			return asked{}, err
+		}
+		return asked{r, r.NeedsInput(), r.InputRequests, r.RequestState}, nil
+	}
+	read := func(uri, _ string, responses mcp.InputResponseMap, state string) (asked, error) {
+		r, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri, InputResponses: responses, RequestState: state})
+		if err != nil {
+			return asked{}, err
+		}
+		return asked{r, r.NeedsInput(), r.InputRequests, r.RequestState}, nil
+	}
+	for _, rq := range []struct {
+		method, name, arg string
+		do                func(name, arg string, responses mcp.InputResponseMap, state string) (asked, error)
+		attacks           [][2]string // name, arg
+	}{
+		{"prompts/get", "grow__ask", "bees", prompt, [][2]string{{"grow__ask", "wasps"}, {"everything__simple-prompt", "bees"}}},
+		{"resources/read", "grow://asked", "", read, [][2]string{{"grow://other", ""}}},
+	} {
+		first, err := rq.do(rq.name, rq.arg, nil, "")
+		if err != nil || !first.needs || len(first.reqs) != 1 || first.state == "" {
+			t.Fatalf("%s: %v %s, want input_required", rq.method, err, canon(first.res))
+		}
+		answers := mcp.InputResponseMap{}
+		for k, ir := range first.reqs {
+			if _, ok := ir.(*mcp.CreateMessageWithToolsParams); !ok {
+				t.Fatalf("%s: the input request %T is not the server's sampling", rq.method, ir)
+			}
+			answers[k] = sample
+		}
+		forged := []byte(first.state)
+		forged[len(forged)-2] ^= 1
+		for _, a := range append(rq.attacks, [2]string{"", string(forged)}) {
+			name, arg, st := a[0], a[1], first.state
+			if name == "" {
+				name, arg, st = rq.name, rq.arg, a[1]
+			}
+			_, err := rq.do(name, arg, answers, st)
+			var we *jsonrpc.Error
+			if !errors.As(err, &we) || we.Code != -32042 || !strings.Contains(string(we.Data), "MRTR_REFUSED") {
+				t.Errorf("%s retried as %s %q (state altered: %v): %v, want a -32042 MRTR_REFUSED refusal", rq.method, name, arg, st != first.state, err)
+			}
+		}
+		res, err := rq.do(rq.name, rq.arg, answers, first.state)
+		if err != nil || res.needs || !strings.Contains(canon(res.res), "the sampled word") {
+			t.Fatalf("%s: the true retry: %v %s", rq.method, err, canon(res.res))
+		}
+		if _, err := rq.do(rq.name, rq.arg, answers, first.state); err == nil || !strings.Contains(err.Error(), "MRTR_REFUSED") {
+			t.Errorf("%s: a spent requestState: %v, want MRTR_REFUSED", rq.method, err)
+		}
+	}
 	cs.Close()
 
 	evs, _ := c.events()
@@ -162,14 +230,33 @@ func TestGatewayRefusesAnMRTRRetryThatIsNotTheDecidedCall(t *testing.T) {
 	for _, n := range payloads(evs, "note") {
 		if s, ok := n["mrtr"].(string); ok {
 			why, _ := n["reason"].(string)
+			if m, _ := n["method"].(string); m != "tools/call" {
+				s = m + " " + s
+			}
 			rounds[s] = append(rounds[s], why)
 		}
 	}
 	if sampling != 1 {
 		t.Errorf("the call was decided %d times, want once", sampling)
 	}
+	verdicts := map[string]int{}
+	for _, v := range payloads(evs, "call.verdict") {
+		what, _ := v["prompt"].(string)
+		if uri, ok := v["uri"].(string); ok {
+			what = uri
+		}
+		verdicts[fmt.Sprint(v["method"], " ", what)]++
+	}
+	if verdicts["prompts/get grow__ask"] != 1 || verdicts["resources/read grow://asked"] != 1 {
+		t.Errorf("the prompts/get and resources/read were decided %v times, want once each", verdicts)
+	}
 	if len(rounds["input_required"]) != 1 || len(rounds["retry"]) != 1 || len(rounds["retry_refused"]) != len(attacks)+1 {
 		t.Errorf("rounds recorded: %q", rounds)
+	}
+	for method, refused := range map[string]int{"prompts/get": 4, "resources/read": 3} {
+		if len(rounds[method+" input_required"]) != 1 || len(rounds[method+" retry"]) != 1 || len(rounds[method+" retry_refused"]) != refused {
+			t.Errorf("%s rounds recorded: %q", method, rounds)
+		}
 	}
 	if got := strings.Join(rounds["retry_refused"], "|"); !strings.Contains(got, "arguments differ") || !strings.Contains(got, "another tool") {
 		t.Errorf("refusals recorded: %s", got)

@@ -387,7 +387,7 @@ var parityScript = []parityStep{
 var parityGaps = []string{
 	"tasks and execution.taskSupport: a go-sdk host has no tasks, so this script cannot drive them; TestGatewayParityTasks does, over JSON-RPC, directly and through the gateway",
 	"task-augmented sampling and elicitation (a server asking the host to run its request as a task): a go-sdk host cannot run them; TestGatewayParityHostRunsSamplingAsATask compares them over JSON-RPC",
-	"protocol 2026-07-28 without --protocol 2026-07-28: the host negotiates down to the session protocol (compared above); with it, the same script is compared again at 2026-07-28; over HTTP its progress and subscriptions/listen are not carried (TestHTTPGatewayServesAStatelessHost)",
+	"protocol 2026-07-28 without --protocol 2026-07-28: the host negotiates down to the session protocol (compared above); with it, the same script is compared again at 2026-07-28; over HTTP its progress and subscriptions/listen are carried as SSE answers of the stateless POSTs, its log messages are not (TestHTTPGatewayServesAStatelessHost)",
 	"log messages a server sends before the host's logging/setLevel: the go-sdk server sends a session none until it sets a level (the script compares those sent after)",
 	"results gain ttlMs and cacheScope (2026-07-28 cache hints the go-sdk server adds whatever the protocol), and an elicitation without mode gains mode \"form\" (ServerSession.Elicit fills it in); the script takes both out before comparing",
 	"notifications/elicitation/complete and the host's progress on a server's request: server-everything does neither; TestGatewayParityElicitationCompleteAndHostProgress compares them with a JSON-RPC test server",

@@ -19,7 +19,9 @@ import (
 // 2026-07-28) is served without a session: server/discover, stateless
 // calls decided and recorded as any, and server-everything's sampling
 // during a call carried as the call's input_required result, which the
-// go-sdk host answers by retrying. A POST whose standard headers say
+// go-sdk host answers by retrying; a call's progress reaches the host on
+// its POST (an SSE stream), and so does a list change on the host's
+// subscriptions/listen stream. A POST whose standard headers say
 // another method, tool or version than its body is refused with 400
 // before anything of it is served or recorded.
 func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
@@ -29,7 +31,7 @@ func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 	l := newLive(t, "")
 	every := mcptest.EverythingServer(t)
 	args, _ := json.Marshal(every[1:])
-	h := l.httpGateway(fmt.Sprintf("version: 1\nservers:\n  everything:\n    command: %q\n    args: %s\nprofiles:\n  all:\n    allow: [\"everything.*\"]\nactivation:\n  default_profile: all\n",
+	h := l.httpGateway(fmt.Sprintf("version: 1\nservers:\n  everything:\n    command: %q\n    args: %s\nprofiles:\n  all:\n    allow: [\"everything.*\"]\n    allowed_transitions: [narrow]\n  narrow:\n    allow: [everything.echo]\nactivation:\n  default_profile: all\n",
 		every[0], args), "--protocol", "2026-07-28")
 
 	post := func(headers map[string]string, body string) (int, string) {
@@ -86,13 +88,39 @@ func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	var sampled int
+	progress := make(chan any, 16)
+	changed := make(chan struct{}, 4)
 	c := mcp.NewClient(&mcp.Implementation{Name: "stateless-host", Version: "1"}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{Sampling: &mcp.SamplingCapabilities{}},
 		CreateMessageWithToolsHandler: func(context.Context, *mcp.CreateMessageWithToolsRequest) (*mcp.CreateMessageWithToolsResult, error) {
 			sampled++
 			return &mcp.CreateMessageWithToolsResult{Model: "m", Role: "assistant", Content: []mcp.Content{&mcp.TextContent{Text: "sampled over http"}}}, nil
 		},
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) { progress <- r.Params.ProgressToken },
+		// Makes the host open subscriptions/listen for the tools' list.
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
 	})
+	within := func(ch any, what string) {
+		t.Helper()
+		var ok bool
+		switch ch := ch.(type) {
+		case chan any:
+			select {
+			case v := <-ch:
+				ok = v == "http-progress"
+			case <-ctx.Done():
+			}
+		case chan struct{}:
+			select {
+			case <-ch:
+				ok = true
+			case <-ctx.Done():
+			}
+		}
+		if !ok {
+			t.Fatalf("no %s reached the host\n%s", what, h.stderr)
+		}
+	}
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: mcptest.BearerClient(h.token)}, nil)
 	if err != nil {
 		t.Fatalf("connect: %v\n%s", err, h.stderr)
@@ -110,6 +138,20 @@ func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 	if b, _ := json.Marshal(res); !strings.Contains(string(b), "sampled over http") {
 		t.Fatalf("sampling result: %s", b)
 	}
+	// The call's progress, under the host's own token, on its POST.
+	p := &mcp.CallToolParams{Name: "everything__trigger-long-running-operation", Arguments: map[string]any{"duration": 1, "steps": 2}}
+	p.SetProgressToken("http-progress")
+	if _, err := cs.CallTool(ctx, p); err != nil {
+		t.Fatalf("a call with progress: %v", err)
+	}
+	within(progress, "progress of the call")
+	within(progress, "second progress of the call")
+	// A profile switch changes the tools' list: the host is told on its
+	// listen stream.
+	if text, _ := callText(t, cs, "aegis__set_profile", map[string]any{"name": "narrow"}); text != "code=OK active=narrow approval=" {
+		t.Fatalf("set_profile: %s", text)
+	}
+	within(changed, "notifications/tools/list_changed on the listen stream")
 	cs.Close()
 	h.stop()
 
@@ -129,8 +171,8 @@ func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 			}
 		}
 	}
-	// Only the two calls of the host: the refused POSTs reached nothing.
-	if intents != 2 || rounds["input_required"] != 1 || rounds["retry"] != 1 {
-		t.Errorf("recorded %d intents and rounds %v, want 2 intents and one round answered once", intents, rounds)
+	// Only the four calls of the host: the refused POSTs reached nothing.
+	if intents != 4 || rounds["input_required"] != 1 || rounds["retry"] != 1 {
+		t.Errorf("recorded %d intents and rounds %v, want 4 intents and one round answered once", intents, rounds)
 	}
 }

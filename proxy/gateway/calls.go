@@ -245,7 +245,7 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 				refusal["approval_id"] = id
 				refusal["hint"] = "run: aegis approve " + proxy.QuoteArg(id) + " (or: aegis deny " + proxy.QuoteArg(id) + "), then call the tool again with the same arguments: the approval lets it through once"
 			}
-			if pending != nil && g.urlElicits() {
+			if pending != nil && g.urlElicitsFor(ctx) {
 				// A host that shows URL elicitations: the human opens
 				// the approval from the host itself (elicit.go).
 				el, why := g.approvalElicitation(*pending, gd.Decision.Reason)
@@ -255,6 +255,13 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 					refusal["hint"] = "open the link the host shows (or run: aegis approve " + proxy.QuoteArg(pending.ApprovalID) + "), then call the tool again with the same arguments: the approval lets it through once"
 					if _, err := finish(o, nil); err != nil {
 						return nil, err
+					}
+					if _, stateless := ctx.Value(urlHostKey{}).(bool); stateless {
+						// A 2026-07-28 host: a round of its call
+						// (mrtrApproval), not an error.
+						g.elicited(*pending)
+						b, _ := json.Marshal(refusal)
+						return nil, &approvalWait{p: *pending, el: el, callID: wc.CallID, refusal: textResult(string(b), true)}
 					}
 					return nil, g.elicitRefusal(*pending, refusal, el)
 				}

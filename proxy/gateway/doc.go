@@ -65,6 +65,10 @@
 // HMAC of the call's key, round, tool and arguments under a per-process
 // key) is the call's last one and its tool and arguments are the decided
 // ones; any other retry is refused (-32042, MRTR_REFUSED) and recorded.
+// A prompts/get or resources/read of such a host is served the same way
+// once its verdict is recorded: a server's request during it is its
+// input_required result, and the retry must be the same prompt with the
+// same arguments, or the same URI, under its last requestState.
 // A host's calls waiting on it are bounded (maxRounds); the per-request
 // _meta of 2026-07-28 never reaches a server.
 //
@@ -117,6 +121,11 @@
 // error (-32042, data.elicitations with the link, data.aegis as always);
 // the host is told notifications/elicitation/complete when the approval is
 // decided, and a denied call's retry is refused as denied (elicit.go).
+// Toward a 2026-07-28 host whose call's request declares URL elicitation
+// the same elicitation is a round of the call (input_required, the
+// requestState's MAC covering the approval id too); the accepting retry
+// is held until the human decides, then the call is decided again (run
+// once on the approval, or refused as denied), round and retry recorded.
 // Every other host gets the refusal result unchanged. The host's
 // instructions are the servers' own, each under its server's name and
 // pinned (instructions.go).

@@ -42,15 +42,21 @@ import (
 //     args_digest) is refused as denied, naming the approval and its
 //     reason, until the denied approval would have expired, instead of
 //     asking the human again; that refusal is recorded as every refusal.
-//   - Hosts of 2026-07-28 (per-request capabilities, input_required
-//     results) are a matter of the protocol layer, which has three hooks
-//     here: urlElicits says whether the host takes URL elicitations,
-//     approvalElicitation builds the url-mode input request that an
-//     input_required result would carry (its elicitationId, the approval
-//     id, is what the requestState binds), and elicited registers it, so
-//     that a denial refuses the retry as it does here. The retry itself
-//     goes through decideCall like every call: the approval lets through
-//     only the same tool with the same arguments, once.
+//   - A host of 2026-07-28 declares its capabilities per request: when
+//     the call's own request declares elicitation.url (urlElicitsFor)
+//     and a link can be made, decideCall records the call refused as
+//     pending, as for every host, and answers mrtrStart with an
+//     approvalWait instead of an error; mrtrApproval makes it a round of
+//     the call (mrtr.go): one url-mode elicitation/create input request,
+//     the same elicitation as above, under a requestState whose MAC
+//     covers the call, its tool and arguments and the approval id. The
+//     accepting retry waits (elicitWait) until the approval is decided,
+//     expires, or the host cancels, and the call is then decided again by
+//     decideCall like every call: the approval lets through only the same
+//     tool with the same arguments, once; a denial refuses it as denied.
+//     A retry that declines, cancels or answers nothing gets the refusal
+//     every host gets; a request without elicitation.url gets it byte for
+//     byte.
 
 // elicits are the approvals shown to the host through URL elicitation,
 // and the denials of them.
@@ -58,8 +64,9 @@ type elicits struct {
 	hostURL bool // the host declared capabilities.elicitation.url
 
 	mu     sync.Mutex
-	open   map[string]time.Time // approval id -> its expiry
-	denied map[string]denial    // tool + "\x00" + args_digest -> its denial
+	open   map[string]time.Time     // approval id -> its expiry
+	denied map[string]denial        // tool + "\x00" + args_digest -> its denial
+	waits  map[string]chan struct{} // approval id -> closed when it is decided
 }
 
 // denial is an elicited approval that a human denied.
@@ -72,6 +79,16 @@ func denialKey(tool, argsDigest string) string { return tool + "\x00" + argsDige
 
 // urlElicits reports whether the host takes URL elicitations.
 func (g *gateway) urlElicits() bool { return g.el.hostURL && g.cfg.ApprovalLink != nil }
+
+// urlElicitsFor reports whether the host of the call of ctx takes URL
+// elicitations: a stateless (2026-07-28) request by its own capabilities
+// (mrtrStart), any other by its session's.
+func (g *gateway) urlElicitsFor(ctx context.Context) bool {
+	if url, stateless := ctx.Value(urlHostKey{}).(bool); stateless {
+		return url && g.cfg.ApprovalLink != nil
+	}
+	return g.urlElicits()
+}
 
 // approvalElicitation is the url-mode elicitation that shows pending
 // approval p to the human, reason being why it waits; "" and why not when
@@ -121,13 +138,31 @@ func (g *gateway) elicited(p proxy.PendingApproval) {
 	if g.el.open == nil {
 		g.el.open = map[string]time.Time{}
 	}
+	if g.el.waits == nil {
+		g.el.waits = map[string]chan struct{}{}
+	}
 	now := g.cfg.Now()
 	for id, exp := range g.el.open {
 		if now.After(exp) {
 			delete(g.el.open, id)
+			delete(g.el.waits, id) // its waiter waits until the expiry, no longer
 		}
 	}
 	g.el.open[p.ApprovalID] = p.ExpiresAt
+	if g.el.waits[p.ApprovalID] == nil {
+		g.el.waits[p.ApprovalID] = make(chan struct{})
+	}
+}
+
+// elicitWait is closed when elicited approval id is decided; nil when it
+// is not pending as an elicited approval (decided already, or expired).
+func (g *gateway) elicitWait(id string) <-chan struct{} {
+	g.el.mu.Lock()
+	defer g.el.mu.Unlock()
+	if ch, ok := g.el.waits[id]; ok {
+		return ch
+	}
+	return nil
 }
 
 // deniedCall is the denial that answers a call of tool with args of
@@ -159,6 +194,12 @@ func (g *gateway) elicitDecided(op proxy.ApprovalOp, rep proxy.ApprovalReply) {
 	g.el.mu.Lock()
 	_, ok := g.el.open[p.ApprovalID]
 	delete(g.el.open, p.ApprovalID)
+	if ch, w := g.el.waits[p.ApprovalID]; w {
+		// A 2026-07-28 host's retry held for the decision: decided
+		// again now (mrtrApproval), the decision being durable.
+		close(ch)
+		delete(g.el.waits, p.ApprovalID)
+	}
 	if ok && op.Op == "deny" {
 		if g.el.denied == nil {
 			g.el.denied = map[string]denial{}

@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -46,6 +47,19 @@ import (
 //     the same decision and the same spent approval, never decided again.
 //     Each round is recorded (a note, mrtr: input_required, then retry)
 //     before the host sees it or the server gets the answer.
+//   - A prompts/get or resources/read of such a host is decided and
+//     recorded (its call.verdict) before it runs, then served as a call
+//     is (mrtrServe): a server's request during it becomes its
+//     input_required result, and the retry, tied by its requestState
+//     (whose MAC covers the method too) to the request as decided (the
+//     same prompt and arguments, the same URI), is never decided again.
+//   - A call that waits for a human, when its request declares URL
+//     elicitation and a link can be made, is a round too (mrtrApproval):
+//     the approval's url-mode elicitation/create as the input request,
+//     the approval id in the requestState's MAC; the accepting retry is
+//     held until the human decides and the call is then decided again
+//     (elicit.go). Such a call waits on no server: a server's request is
+//     never admitted to it.
 //   - requestState is the gateway's: a random round id and the call's
 //     digest under an HMAC-SHA256 of a key made at start and never stored,
 //     so the host can neither forge nor alter it; it is spent by the retry
@@ -153,16 +167,18 @@ func newMRTR() *mrtr {
 	return &mrtr{key: k, calls: map[string]*mrtrCall{}, limit: maxRounds, began: make(chan struct{})}
 }
 
-// mrtrCall is one tools/call of a 2026-07-28 host.
+// mrtrCall is one tools/call, prompts/get or resources/read of a
+// 2026-07-28 host.
 type mrtrCall struct {
 	key    string // random, names the call in its requestState
+	method string // tools/call, prompts/get or resources/read
 	host   *mcp.ServerSession
 	server string
-	name   string // the wire tool name
+	name   string // the wire tool or prompt name, or the resource's URI
 	args   []byte // canonical arguments, as decided
 	proto  string
 
-	callID string // once decided (set before it runs)
+	callID string // a tools/call's, once decided
 	tool   string // its tool_id in the record
 
 	kick   chan struct{} // a server's request was queued
@@ -177,9 +193,31 @@ type mrtrCall struct {
 	pending []*ask          // the server's requests of that round
 	expiry  *time.Timer     // ends the call when the host does not answer
 	waiting bool            // a host request waits on the call now
+	runs    bool            // let through: the server's requests may be its
 	keys    map[string]bool // input keys given, so a key is never given twice
 	queue   []*ask          // server requests admitted, not yet in a round
 	ended   bool            // forgotten: no more requests are queued
+	// approval is the approval the call waits for, shown to the host as
+	// a url-mode input request (mrtrApproval); "" once the call runs. It
+	// is in the MAC of the round's requestState.
+	approval string
+}
+
+// who names call c in the record: a tools/call by its call and tool ids
+// (and the approval its round shows, if any), a prompts/get or
+// resources/read by its method and prompt or URI. Under mrtr.mu.
+func (c *mrtrCall) who() map[string]any {
+	switch c.method {
+	case "prompts/get":
+		return map[string]any{"method": c.method, "prompt": c.name}
+	case "resources/read":
+		return map[string]any{"method": c.method, "uri": c.name}
+	}
+	w := map[string]any{"method": c.method, "call_id": c.callID, "tool_id": c.tool}
+	if c.approval != "" {
+		w["approval_id"] = c.approval
+	}
+	return w
 }
 
 // ask is one request of a server to the host during a call.
@@ -203,11 +241,11 @@ func (m *mrtr) admit(host *mcp.ServerSession, server, method string, params any)
 		if host != nil && x.host != host {
 			continue // nil: the host whose session does not exist yet, any
 		}
-		if x.callID == "" {
-			continue // not decided yet, or refused: nothing of it runs
-		}
 		if x.open() {
 			open++
+		}
+		if !x.runs {
+			continue // not decided yet, refused, or waiting for a human: nothing of it runs
 		}
 		if x.server == server {
 			c = x
@@ -282,7 +320,8 @@ type askReply struct {
 }
 
 // stateOf is the requestState of round n of call c: its key and round,
-// then their MAC.
+// then their MAC, over the call's tool (prompt, URI), arguments, the
+// approval it waits for, if any, and its method. Under m.mu.
 func (m *mrtr) stateOf(c *mrtrCall, n int) string {
 	body := fmt.Sprintf("%s.%d", c.key, n)
 	mac := hmac.New(sha256.New, m.key)
@@ -291,6 +330,10 @@ func (m *mrtr) stateOf(c *mrtrCall, n int) string {
 	mac.Write([]byte(c.name))
 	mac.Write([]byte{0})
 	mac.Write(c.args)
+	mac.Write([]byte{0})
+	mac.Write([]byte(c.approval))
+	mac.Write([]byte{0})
+	mac.Write([]byte(c.method))
 	return base64.RawURLEncoding.EncodeToString([]byte(body)) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
@@ -312,8 +355,9 @@ func (m *mrtr) parseState(state string) (*mrtrCall, int, string) {
 	}
 	m.mu.Lock()
 	c := m.calls[key]
+	ok = c != nil && hmac.Equal([]byte(m.stateOf(c, n)), []byte(state))
 	m.mu.Unlock()
-	if c == nil || !hmac.Equal([]byte(m.stateOf(c, n)), []byte(state)) {
+	if !ok {
 		// An unknown call, or a state whose MAC fails: the same answer,
 		// so that the host learns nothing of which.
 		return nil, 0, "requestState is unknown, spent or expired"
@@ -326,48 +370,190 @@ func (m *mrtr) parseState(state string) (*mrtrCall, int, string) {
 // request waits for its answer or its first round.
 func (g *gateway) mrtrStart(ctx context.Context, method string, r *mcp.CallToolRequest, next mcp.MethodHandler, version string) (mcp.Result, error) {
 	m := g.mr
+	server := ""
+	if e, ok := g.tool(r.Params.Name); ok {
+		server = e.server
+	}
+	c := newMRTRCall(method, r.Session, server, r.Params.Name, proxy.CanonicalArgs(r.Params.Arguments), version)
+	// The host's capabilities are per request: this one's say whether an
+	// approval may be shown to it as a url-mode input request.
+	caps := r.ClientCapabilities()
+	url := caps != nil && caps.Elicitation != nil && caps.Elicitation.URL != nil
+	return g.mrtrBegin(ctx, c, func(cctx context.Context) (any, error) {
+		cctx = context.WithValue(cctx, urlHostKey{}, url)
+		var res any
+		var err error
+		for {
+			res, err = g.decideCall(withTraceParent(cctx, r.Params.Meta), method, r.Params.Name, r.Params.Arguments, func(rctx context.Context, wc schemas.WrapCall, e toolEntry) (any, error) {
+				// Decided and let through: from now on the server's requests
+				// are this call's.
+				m.mu.Lock()
+				c.callID, c.tool, c.approval, c.runs = wc.CallID, wc.ToolID, "", true
+				close(m.began)
+				m.began = make(chan struct{})
+				m.mu.Unlock()
+				if d := g.downs[e.server]; g.tk.rawDown && d != nil && d.raw != nil {
+					return g.rawToolCall(rctx, r, e, d.raw)
+				}
+				return next(rctx, method, r)
+			})
+			var aw *approvalWait
+			if !errors.As(err, &aw) {
+				break
+			}
+			// Waits for a human, and the host shows URL elicitations: a
+			// round of the call, then decided again once the human has.
+			again, ar, aerr := g.mrtrApproval(cctx, c, aw)
+			if !again {
+				res, err = ar, aerr
+				break
+			}
+		}
+		return res, err
+	})
+}
+
+// newMRTRCall is a request of host, to server, by method, of the tool or
+// prompt name (or the URI) with canonical args, at protocol version.
+func newMRTRCall(method string, host *mcp.ServerSession, server, name string, args []byte, version string) *mrtrCall {
 	kb := make([]byte, 16)
 	rand.Read(kb)
-	c := &mrtrCall{key: hex.EncodeToString(kb), host: r.Session, name: r.Params.Name, args: proxy.CanonicalArgs(r.Params.Arguments),
+	return &mrtrCall{key: hex.EncodeToString(kb), method: method, host: host, server: server, name: name, args: args,
 		proto: version, kick: make(chan struct{}, 1), done: make(chan struct{}), keys: map[string]bool{}}
-	if e, ok := g.tool(r.Params.Name); ok {
-		c.server = e.server
-	}
+}
+
+// mrtrBegin runs call c, by body, in the gateway across the host's
+// requests; the host's request ctx waits for its answer or its first
+// round.
+func (g *gateway) mrtrBegin(ctx context.Context, c *mrtrCall, body func(cctx context.Context) (any, error)) (mcp.Result, error) {
+	m := g.mr
 	m.mu.Lock()
 	m.calls[c.key] = c
 	c.waiting = true
+	if c.runs {
+		// Let through already (decided before it began): a server's
+		// roots/list between calls may be asked in it.
+		close(m.began)
+		m.began = make(chan struct{})
+	}
 	m.mu.Unlock()
 	// The call outlives the host's request: the host's later requests (its
 	// retries) and its cancellation reach it through c.
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
-	cctx = context.WithValue(cctx, protocolKey{}, version)
+	cctx = context.WithValue(cctx, protocolKey{}, c.proto)
 	go func() {
 		defer cancel()
-		res, err := g.decideCall(withTraceParent(cctx, r.Params.Meta), method, r.Params.Name, r.Params.Arguments, func(rctx context.Context, wc schemas.WrapCall, e toolEntry) (any, error) {
-			// Decided and let through: from now on the server's requests
-			// are this call's.
-			m.mu.Lock()
-			c.callID, c.tool = wc.CallID, wc.ToolID
-			close(m.began)
-			m.began = make(chan struct{})
-			m.mu.Unlock()
-			if d := g.downs[e.server]; g.tk.rawDown && d != nil && d.raw != nil {
-				return g.rawToolCall(rctx, r, e, d.raw)
-			}
-			return next(rctx, method, r)
-		})
+		res, err := body(cctx)
 		if err == nil {
-			if rr, ok := res.(mcp.Result); ok {
+			if rr, ok := res.(mcp.Result); ok && rr != nil {
 				c.res = rr
 			} else {
-				err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: no answer to tools/call (%T)", res)}
+				err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: no answer to %s (%T)", c.method, res)}
 			}
 		}
 		c.err = err
 		close(c.done)
 	}()
 	return g.mrtrWait(ctx, c)
+}
+
+// mrtrServe runs a prompts/get or resources/read of a 2026-07-28 host,
+// decided and recorded (and let through) by the caller, as a call across
+// the host's requests: a server's request during it becomes its
+// input_required result, as during a tools/call.
+func (g *gateway) mrtrServe(ctx context.Context, method string, host *mcp.ServerSession, server, name string, args []byte, version string, run func(cctx context.Context) (mcp.Result, error)) (mcp.Result, error) {
+	c := newMRTRCall(method, host, server, name, args, version)
+	c.runs = true
+	return g.mrtrBegin(ctx, c, func(cctx context.Context) (any, error) {
+		res, err := run(cctx)
+		if err != nil {
+			return nil, hostError(err)
+		}
+		return res, nil
+	})
+}
+
+// urlHostKey is the context key of whether a stateless host request
+// declared URL elicitation (a bool, set by mrtrStart only): decideCall
+// then answers a call that waits for a human with an approvalWait.
+type urlHostKey struct{}
+
+// approvalWait is decideCall's answer to a call of a 2026-07-28 host that
+// waits for a human, the host taking URL elicitations: the call was
+// refused as pending and recorded so; el shows approval p to the human.
+type approvalWait struct {
+	p       proxy.PendingApproval
+	el      *mcp.ElicitParams
+	callID  string              // the refused call's, for the round's notes
+	refusal *mcp.CallToolResult // the refusal every host gets, as it would get it
+}
+
+func (a *approvalWait) Error() string {
+	return "aegis: the call waits for a human's approval " + a.p.ApprovalID
+}
+
+// mrtrApproval gives the host of call c the approval the call waits for
+// as a round of it: one url-mode elicitation/create input request (the
+// link of aw.el), under a requestState bound to the call, its tool and
+// arguments and that approval. The host's retry that accepts it is held
+// until the human decides (or the approval expires, or the host cancels),
+// then the call is decided again (again): approved, it runs on the
+// approval, once; denied, it is refused as denied (elicit.go). A retry
+// that declines or cancels, or answers nothing, gets the refusal every
+// host gets; the approval still waits for aegis approve. Beyond the
+// host's limit of calls waiting on it the call gets that refusal too.
+func (g *gateway) mrtrApproval(ctx context.Context, c *mrtrCall, aw *approvalWait) (again bool, res mcp.Result, err error) {
+	m := g.mr
+	m.mu.Lock()
+	open := 0
+	for _, x := range m.calls {
+		if x.host == c.host && x.open() {
+			open++
+		}
+	}
+	if c.ended || (!c.open() && open >= m.limit) {
+		ended := c.ended
+		m.mu.Unlock()
+		if !ended {
+			g.noteRound(ctx, map[string]any{"mrtr": "refused", "call_id": aw.callID, "tool_id": c.name, "approval_id": aw.p.ApprovalID,
+				"reason": fmt.Sprintf("aegis: the host has %d calls waiting on its answers, the limit", m.limit)})
+		}
+		return false, aw.refusal, nil
+	}
+	a := &ask{key: fmt.Sprintf("aegis-%d", len(c.keys)+1), method: "elicitation/create", params: aw.el, reply: make(chan askReply, 1)}
+	c.keys[a.key] = true
+	c.callID, c.tool, c.approval = aw.callID, c.name, aw.p.ApprovalID
+	c.queue = append(c.queue, a)
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	m.mu.Unlock()
+	var r askReply
+	select {
+	case r = <-a.reply:
+	case <-ctx.Done():
+		return false, nil, ctx.Err()
+	}
+	if er, ok := r.res.(*mcp.ElicitResult); r.err != nil || !ok || er.Action != "accept" {
+		// The human was not shown the link: the refusal every host
+		// gets, the approval still pending.
+		return false, aw.refusal, nil
+	}
+	if decided := g.elicitWait(aw.p.ApprovalID); decided != nil {
+		fmt.Fprintf(g.cfg.Stderr, "aegis: %s waits for a human's decision on approval %s (the host showed its link); the host's retry is held until then\n",
+			projector.Printable(c.name), aw.p.ApprovalID)
+		t := time.NewTimer(aw.p.ExpiresAt.Sub(g.cfg.Now()))
+		defer t.Stop()
+		select {
+		case <-decided:
+		case <-t.C:
+		case <-ctx.Done():
+			return false, nil, ctx.Err()
+		}
+	}
+	return true, nil, nil
 }
 
 // mrtrWait waits, for the host request ctx, until call c ends (its answer)
@@ -453,7 +639,7 @@ func (g *gateway) mrtrRound(ctx context.Context, c *mrtrCall, asks []*ask) (mcp.
 	c.state = m.stateOf(c, n)
 	c.pending = asks
 	c.waiting = false
-	state, callID, tool := c.state, c.callID, c.tool
+	state, note, expired := c.state, c.who(), c.who()
 	m.mu.Unlock()
 	reqs := map[string]any{}
 	var keys []string
@@ -462,12 +648,12 @@ func (g *gateway) mrtrRound(ctx context.Context, c *mrtrCall, asks []*ask) (mcp.
 		keys = append(keys, a.key)
 	}
 	sort.Strings(keys)
-	if err := g.noteRound(ctx, map[string]any{"mrtr": "input_required", "call_id": callID, "tool_id": tool, "protocol_version": c.proto,
-		"round": n, "inputs": keys}); err != nil {
+	note["mrtr"], note["protocol_version"], note["round"], note["inputs"] = "input_required", c.proto, n, keys
+	if err := g.noteRound(ctx, note); err != nil {
 		c.cancel()
 		<-c.done
 		g.mrtrForget(c)
-		return nil, auditRefusal("tools/call", err)
+		return nil, auditRefusal(c.method, err)
 	}
 	raw, err := json.Marshal(map[string]any{"resultType": "input_required", "inputRequests": reqs, "requestState": state})
 	if err != nil {
@@ -481,14 +667,43 @@ func (g *gateway) mrtrRound(ctx context.Context, c *mrtrCall, asks []*ask) (mcp.
 		c.expiry.Stop()
 	}
 	c.expiry = time.AfterFunc(roundTTL, func() {
-		g.noteRound(context.Background(), map[string]any{"mrtr": "expired", "call_id": callID, "tool_id": tool, "round": n})
+		expired["mrtr"], expired["round"] = "expired", n
+		g.noteRound(context.Background(), expired)
 		c.cancel()
 		<-c.done
 		g.mrtrForget(c)
 	})
 	m.mu.Unlock()
-	return inputRequired{CallToolResult: &mcp.CallToolResult{}, raw: raw}, nil
+	return inputRequiredOf(c.method, raw), nil
 }
+
+// inputRequiredOf is the input_required result raw of a request by
+// method, as the SDK takes it for that method.
+func inputRequiredOf(method string, raw json.RawMessage) mcp.Result {
+	switch method {
+	case "prompts/get":
+		return inputRequiredPrompt{GetPromptResult: &mcp.GetPromptResult{}, raw: raw}
+	case "resources/read":
+		return inputRequiredRead{ReadResourceResult: &mcp.ReadResourceResult{}, raw: raw}
+	}
+	return inputRequired{CallToolResult: &mcp.CallToolResult{}, raw: raw}
+}
+
+// inputRequiredPrompt is inputRequired of a prompts/get.
+type inputRequiredPrompt struct {
+	*mcp.GetPromptResult
+	raw json.RawMessage
+}
+
+func (r inputRequiredPrompt) MarshalJSON() ([]byte, error) { return r.raw, nil }
+
+// inputRequiredRead is inputRequired of a resources/read.
+type inputRequiredRead struct {
+	*mcp.ReadResourceResult
+	raw json.RawMessage
+}
+
+func (r inputRequiredRead) MarshalJSON() ([]byte, error) { return r.raw, nil }
 
 // noteRound records one step of a multi-round-trip call, durably.
 func (g *gateway) noteRound(ctx context.Context, payload map[string]any) error {
@@ -499,67 +714,96 @@ func (g *gateway) noteRound(ctx context.Context, payload map[string]any) error {
 	return err
 }
 
-// mrtrRefused refuses a host's retry, recorded.
-func (g *gateway) mrtrRefused(ctx context.Context, c *mrtrCall, why string) error {
-	payload := map[string]any{"mrtr": "retry_refused", "reason": why}
+// mrtrRefused refuses a host's retry of a request by method, recorded.
+func (g *gateway) mrtrRefused(ctx context.Context, method string, c *mrtrCall, why string) error {
+	payload := map[string]any{"method": method}
 	if c != nil {
 		g.mr.mu.Lock()
-		payload["call_id"], payload["tool_id"], payload["round"] = c.callID, c.tool, c.round
+		payload = c.who()
+		payload["round"] = c.round
 		g.mr.mu.Unlock()
 	}
+	payload["mrtr"], payload["reason"] = "retry_refused", why
 	if err := g.noteRound(ctx, payload); err != nil {
-		return auditRefusal("tools/call", err)
+		return auditRefusal(method, err)
 	}
-	return gatewayRefusal("tools/call", map[string]string{"code": "MRTR_REFUSED", "reason": why,
-		"hint": "retry with the requestState of the last input_required result, the same tool and the same arguments"}, why)
+	what := map[string]string{"prompts/get": "prompt", "resources/read": "resource"}[method]
+	if what == "" {
+		what = "tool"
+	}
+	return gatewayRefusal(method, map[string]string{"code": "MRTR_REFUSED", "reason": why,
+		"hint": "retry with the requestState of the last input_required result, the same " + what + " and the same arguments"}, why)
 }
 
-// mrtrRetry takes a 2026-07-28 host's retry of a call: its requestState
-// names the call and round, its tool and arguments must be the decided
-// ones; its inputResponses answer the server's waiting requests.
+// retry is a 2026-07-28 host's retry of a request: by method, of the
+// tool or prompt name (or the URI) with canonical args, its requestState
+// and inputResponses.
+type retry struct {
+	host      *mcp.ServerSession
+	method    string
+	name      string
+	args      []byte
+	state     string
+	responses mcp.InputResponseMap
+}
+
+// mrtrRetry takes a 2026-07-28 host's retry of a tools/call.
 func (g *gateway) mrtrRetry(ctx context.Context, r *mcp.CallToolRequest) (mcp.Result, error) {
+	return g.mrtrRetryOf(ctx, retry{host: r.Session, method: "tools/call", name: r.Params.Name, args: proxy.CanonicalArgs(r.Params.Arguments),
+		state: r.Params.RequestState, responses: r.Params.InputResponses})
+}
+
+// mrtrRetryOf takes a 2026-07-28 host's retry of a request: its
+// requestState names the call and round, its method, name and arguments
+// must be the decided ones; its inputResponses answer the server's
+// waiting requests.
+func (g *gateway) mrtrRetryOf(ctx context.Context, r retry) (mcp.Result, error) {
 	m := g.mr
-	c, n, why := m.parseState(r.Params.RequestState)
+	c, n, why := m.parseState(r.state)
 	if c == nil {
-		return nil, g.mrtrRefused(ctx, nil, why)
+		return nil, g.mrtrRefused(ctx, r.method, nil, why)
 	}
 	m.mu.Lock()
 	switch {
-	case c.host != r.Session:
+	case c.host != r.host:
 		why = "requestState belongs to another session"
-	case c.state == "" || n != c.round || c.state != r.Params.RequestState:
+	case c.state == "" || n != c.round || c.state != r.state:
 		why = "requestState is unknown, spent or expired"
-	case r.Params.Name != c.name:
-		why = "the retry names another tool than the call decided"
-	case !bytes.Equal(proxy.CanonicalArgs(r.Params.Arguments), c.args):
+	case r.method != c.method:
+		why = "the retry is a " + r.method + ", the request decided a " + c.method
+	case r.name != c.name:
+		why = map[string]string{"tools/call": "the retry names another tool than the call decided",
+			"prompts/get":    "the retry names another prompt than the one decided",
+			"resources/read": "the retry names another resource than the one decided"}[c.method]
+	case !bytes.Equal(r.args, c.args):
 		why = "the retry's arguments differ from the call's as decided"
 	}
 	if why != "" {
 		m.mu.Unlock()
-		return nil, g.mrtrRefused(ctx, c, why)
+		return nil, g.mrtrRefused(ctx, r.method, c, why)
 	}
 	pending := c.pending
 	c.pending, c.state, c.waiting = nil, "", true
 	if c.expiry != nil {
 		c.expiry.Stop()
 	}
-	callID, tool := c.callID, c.tool
+	note := c.who()
 	m.mu.Unlock()
-	resp, _ := json.Marshal(r.Params.InputResponses)
+	resp, _ := json.Marshal(r.responses)
 	var keys []string
-	for k := range r.Params.InputResponses {
+	for k := range r.responses {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	if err := g.noteRound(ctx, map[string]any{"mrtr": "retry", "call_id": callID, "tool_id": tool, "round": n,
-		"inputs": keys, "responses_digest": proxy.SHA(resp)}); err != nil {
+	note["mrtr"], note["round"], note["inputs"], note["responses_digest"] = "retry", n, keys, proxy.SHA(resp)
+	if err := g.noteRound(ctx, note); err != nil {
 		for _, a := range pending {
 			a.reply <- askReply{err: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: the host's answer could not be recorded"}}
 		}
-		return nil, auditRefusal("tools/call", err)
+		return nil, auditRefusal(r.method, err)
 	}
 	for _, a := range pending {
-		a.reply <- answerOf(a, r.Params.InputResponses[a.key])
+		a.reply <- answerOf(a, r.responses[a.key])
 	}
 	return g.mrtrWait(ctx, c)
 }
@@ -599,9 +843,10 @@ func (g *gateway) mrtrAsk(ctx context.Context, server string, host *mcp.ServerSe
 			if c != nil {
 				// At the limit: recorded, as every refusal is.
 				g.mr.mu.Lock()
-				callID, tool := c.callID, c.tool
+				note := c.who()
 				g.mr.mu.Unlock()
-				g.noteRound(ctx, map[string]any{"mrtr": "refused", "call_id": callID, "tool_id": tool, "reason": err.Message})
+				note["mrtr"], note["reason"] = "refused", err.Message
+				g.noteRound(ctx, note)
 			}
 			return nil, err
 		}

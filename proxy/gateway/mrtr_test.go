@@ -9,7 +9,7 @@ import (
 )
 
 func testCall(m *mrtr, host *mcp.ServerSession, key, server string) *mrtrCall {
-	c := &mrtrCall{key: key, host: host, server: server, name: server + "__t", args: []byte(`{"a":1}`), keys: map[string]bool{}, callID: "call-" + key}
+	c := &mrtrCall{key: key, method: "tools/call", host: host, server: server, name: server + "__t", args: []byte(`{"a":1}`), keys: map[string]bool{}, callID: "call-" + key, runs: true}
 	m.calls[key] = c
 	return c
 }
@@ -59,7 +59,7 @@ func TestMRTRRoundsAtTheLimit(t *testing.T) {
 	if _, _, err := m.admit(host, "z", "sampling/createMessage", nil); err == nil {
 		t.Fatal("a request with no call was admitted")
 	}
-	testCall(m, host, "kz", "z").callID = ""
+	testCall(m, host, "kz", "z").runs = false
 	if _, _, err := m.admit(host, "z", "sampling/createMessage", nil); err == nil {
 		t.Fatal("a request was admitted to a call not let through")
 	}
@@ -88,6 +88,8 @@ func TestMRTRRequestStateCannotBeForged(t *testing.T) {
 		"another process's key":          m2.stateOf(c, 2),
 		"the state of other arguments":   func() string { d := *c; d.args = []byte(`{"a":2}`); return m.stateOf(&d, 2) }(),
 		"the state of another tool name": func() string { d := *c; d.name = "s__other"; return m.stateOf(&d, 2) }(),
+		"the state of another approval":  func() string { d := *c; d.approval = "apr-other"; return m.stateOf(&d, 2) }(),
+		"the state of another method":    func() string { d := *c; d.method = "prompts/get"; return m.stateOf(&d, 2) }(),
 		"not base64":                     "@@@.@@@",
 	}
 	for name, s := range forged {

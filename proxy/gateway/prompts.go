@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aegis-dev/aegis/policy"
+	"github.com/aegis-dev/aegis/proxy"
 	"github.com/aegis-dev/aegis/schemas"
 )
 
@@ -156,6 +158,13 @@ func (g *gateway) recordVerdict(ctx context.Context, payload map[string]any) err
 // promptsGet decides, records and then serves or refuses one prompts/get.
 func (g *gateway) promptsGet(ctx context.Context, method string, r *mcp.GetPromptRequest, next mcp.MethodHandler) (mcp.Result, error) {
 	name := r.Params.Name
+	version := requestVersion(r.Params.Meta)
+	if version != "" && (r.Params.RequestState != "" || r.Params.InputResponses != nil) {
+		// A 2026-07-28 host's retry: the request as decided, never
+		// decided again (mrtr.go).
+		return g.mrtrRetryOf(ctx, retry{host: r.Session, method: method, name: name, args: promptArgs(r.Params.Arguments),
+			state: r.Params.RequestState, responses: r.Params.InputResponses})
+	}
 	profile := g.active()
 	e, known := g.pt.prompts[name]
 	v := map[string]any{"method": method, "prompt": name, "profile": profile, "allowed": false}
@@ -205,6 +214,12 @@ func (g *gateway) promptsGet(ctx context.Context, method string, r *mcp.GetPromp
 		}
 		return nil, gatewayRefusal(method, payload, "prompt not permitted in active profile")
 	}
+	if version != "" {
+		// A server's request during it becomes its input_required result.
+		return g.mrtrServe(ctx, method, r.Session, e.server, name, promptArgs(r.Params.Arguments), version, func(cctx context.Context) (mcp.Result, error) {
+			return next(cctx, method, r)
+		})
+	}
 	res, err := next(ctx, method, r)
 	if err != nil {
 		return nil, hostError(err)
@@ -212,11 +227,23 @@ func (g *gateway) promptsGet(ctx context.Context, method string, r *mcp.GetPromp
 	return res, nil
 }
 
+// promptArgs is a prompt's arguments as canonical JSON.
+func promptArgs(args map[string]string) []byte {
+	b, _ := json.Marshal(args) // sorted keys; strings only
+	return proxy.CanonicalArgs(b)
+}
+
 // resourcesRead decides, records and then serves or refuses one
 // resources/read. A URI that the profile allows but no server offers gets
 // the SDK's "Resource not found" (-32602), as from the server itself.
 func (g *gateway) resourcesRead(ctx context.Context, method string, r *mcp.ReadResourceRequest, next mcp.MethodHandler) (mcp.Result, error) {
 	uri := r.Params.URI
+	version := requestVersion(r.Params.Meta)
+	if version != "" && (r.Params.RequestState != "" || r.Params.InputResponses != nil) {
+		// A 2026-07-28 host's retry: the read as decided, never decided
+		// again (mrtr.go).
+		return g.mrtrRetryOf(ctx, retry{host: r.Session, method: method, name: uri, state: r.Params.RequestState, responses: r.Params.InputResponses})
+	}
 	profile := g.active()
 	allowed, pattern := g.resourceAllowed(profile, uri)
 	v := map[string]any{"method": method, "uri": uri, "profile": profile, "allowed": allowed, "pattern": pattern}
@@ -229,6 +256,12 @@ func (g *gateway) resourcesRead(ctx context.Context, method string, r *mcp.ReadR
 	if !allowed {
 		return nil, gatewayRefusal(method, map[string]string{"code": string(policy.GatewayResourceDenied), "uri": uri,
 			"active_profile": profile, "hint": "resource not permitted in active profile"}, "resource not permitted in active profile")
+	}
+	if server, ok := g.resourceOwner(uri); ok && version != "" {
+		// A server's request during it becomes its input_required result.
+		return g.mrtrServe(ctx, method, r.Session, server, uri, nil, version, func(cctx context.Context) (mcp.Result, error) {
+			return next(cctx, method, r)
+		})
 	}
 	res, err := next(ctx, method, r)
 	if err != nil {

@@ -34,8 +34,10 @@
 //     request and that carries no Mcp-Session-Id (but for the stateless
 //     requests of [Config.Stateless], stateless.go: their headers checked
 //     against their body first, each principal's served on one session
-//     of the front's, each request under an id of the front's and
-//     answered on its own POST). Its id is 32 random
+//     of the front's, each request under an id of the front's (its
+//     progress token too) and answered on its own POST, as an SSE stream
+//     when it has progress to carry or is a subscriptions/listen, one
+//     listen per stateless session at a time). Its id is 32 random
 //     characters; every later request names it, and an unknown id is 404
 //     (the client starts a new session, as the transport says).
 //   - Each session is served by its own call of [Config.Serve], which owns

@@ -28,6 +28,10 @@ func echoServe(started *sync.WaitGroup) func(ctx context.Context, s *httpfront.S
 		}
 		srv := mcp.NewServer(&mcp.Implementation{Name: "echo", Version: "1"}, nil)
 		mcp.AddTool(srv, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct{ Msg string }) (*mcp.CallToolResult, any, error) {
+			if tok := req.Params.GetProgressToken(); tok != nil {
+				// Its progress first, saying the message.
+				req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: 1, Message: in.Msg})
+			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Msg}}}, nil, nil
 		})
 		return srv.Run(ctx, connTransport{s.Conn})

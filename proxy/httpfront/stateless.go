@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -37,14 +38,42 @@ import (
 //     client's, so two clients' equal ids never meet), and its answer goes
 //     back on the POST that carried it with the client's id, as JSON. A
 //     POST whose client goes away cancels its request
-//     (notifications/cancelled). What the session sends that answers no
-//     waiting request (a notification, a request of its own) is dropped:
-//     a 2026-07-28 server puts its questions in its results.
-//   - subscriptions/listen, which answers only when it ends, is refused
-//     (400) over stateless HTTP.
+//     (notifications/cancelled).
+//   - A request's progress token (_meta.progressToken) reaches the session
+//     as the front's id of the request, never the client's (so two
+//     clients' equal tokens never meet); the session's
+//     notifications/progress for it go back on that POST, with the
+//     client's token: the POST is then answered as an SSE stream (every
+//     POST accepts text/event-stream, front.go), the notifications first,
+//     the answer last. A POST without a progress token is answered JSON.
+//   - subscriptions/listen is served as an SSE stream that lasts until
+//     the client goes away (its request is then cancelled) or the
+//     session ends: the
+//     session's notifications that name the listen (_meta
+//     io.modelcontextprotocol/subscriptionId, the front's id of it) go on
+//     it with the client's id. One listen per stateless session (per
+//     principal) is open at a time, as the SDK keeps one per session: a
+//     second is refused (409) while one is open, which a listen is until
+//     the session has answered its cancellation (at most listenEnd).
+//   - What the session sends that belongs to no waiting POST (another
+//     notification, a request of its own) is dropped, as is a
+//     notification for a POST whose client reads too slowly (more than
+//     noteBuffer waiting): a 2026-07-28 server puts its questions in its
+//     results.
 
 // metaProtocol is the per-request _meta member that names the protocol.
 const metaProtocol = "io.modelcontextprotocol/protocolVersion"
+
+// metaSubscription is the _meta member of a notification that names the
+// subscriptions/listen it belongs to.
+const metaSubscription = "io.modelcontextprotocol/subscriptionId"
+
+// noteBuffer bounds the notifications waiting for one POST's client.
+const noteBuffer = 256
+
+// listenEnd bounds how long a cancelled listen waits for the session to
+// answer it.
+const listenEnd = 5 * time.Second
 
 // headerMismatch is the JSON-RPC error code of a standard header that does
 // not match the body (the go-sdk's CodeHeaderMismatch).
@@ -132,8 +161,10 @@ func (f *Front) stateless(w http.ResponseWriter, r *http.Request, principal *Pri
 		writeRPCError(w, http.StatusBadRequest, req.ID, headerMismatch, why)
 		return
 	}
-	if req.Method == "subscriptions/listen" {
-		writeRPCError(w, http.StatusBadRequest, req.ID, jsonrpc.CodeInvalidRequest, "aegis: subscriptions/listen is not served over stateless HTTP")
+	sse := acceptsSSE(r.Header)
+	listen := req.Method == "subscriptions/listen"
+	if listen && !sse {
+		writeRPCError(w, http.StatusBadRequest, req.ID, jsonrpc.CodeInvalidRequest, "aegis: subscriptions/listen is served over stateless HTTP as a text/event-stream; send Accept: text/event-stream")
 		return
 	}
 	c, err := f.statelessFor(r, principal)
@@ -141,12 +172,38 @@ func (f *Front) stateless(w http.ResponseWriter, r *http.Request, principal *Pri
 		writeRPCError(w, http.StatusServiceUnavailable, req.ID, jsonrpc.CodeInternalError, "aegis: "+err.Error())
 		return
 	}
-	ans, err := c.call(r.Context(), req)
+	if listen {
+		if !c.beginListen() {
+			writeRPCError(w, http.StatusConflict, req.ID, jsonrpc.CodeInvalidRequest, "aegis: a subscriptions/listen of this principal is open already; one is served at a time")
+			return
+		}
+		defer c.endListen()
+	}
+	var stream *sseWriter
+	var notes func(*jsonrpc.Request)
+	if sse && (listen || hasProgressToken(req.Params)) {
+		// The notifications of this request go on its POST, as an SSE
+		// stream, before its answer.
+		stream = &sseWriter{w: w}
+		notes = func(n *jsonrpc.Request) { stream.send(n) }
+		if listen {
+			stream.start() // the stream is the answer: open it now
+		}
+	}
+	ans, err := c.call(r.Context(), req, notes)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client went away
 		}
+		if stream != nil && stream.started {
+			stream.send(&jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "aegis: " + err.Error()}})
+			return
+		}
 		writeRPCError(w, http.StatusServiceUnavailable, req.ID, jsonrpc.CodeInternalError, "aegis: "+err.Error())
+		return
+	}
+	if stream != nil && stream.started {
+		stream.send(ans)
 		return
 	}
 	b, err := jsonrpc.EncodeMessage(ans)
@@ -156,6 +213,90 @@ func (f *Front) stateless(w http.ResponseWriter, r *http.Request, principal *Pri
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(b)
+}
+
+// acceptsSSE reports whether a request's Accept takes text/event-stream.
+func acceptsSSE(h http.Header) bool {
+	for _, v := range h.Values("Accept") {
+		for _, t := range strings.Split(v, ",") {
+			t, _, _ = strings.Cut(t, ";")
+			if t = strings.TrimSpace(t); t == "text/event-stream" || t == "*/*" || t == "text/*" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sseWriter writes a POST's answer as an SSE stream, opened at its first
+// message.
+type sseWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (s *sseWriter) start() {
+	if s.started {
+		return
+	}
+	s.started = true
+	s.w.Header().Set("Content-Type", "text/event-stream")
+	s.w.Header().Set("Cache-Control", "no-cache")
+	s.w.WriteHeader(http.StatusOK)
+	http.NewResponseController(s.w).Flush()
+}
+
+func (s *sseWriter) send(m jsonrpc.Message) {
+	b, err := jsonrpc.EncodeMessage(m)
+	if err != nil {
+		return
+	}
+	s.start()
+	fmt.Fprintf(s.w, "event: message\ndata: %s\n\n", b)
+	http.NewResponseController(s.w).Flush()
+}
+
+// hasProgressToken reports whether request params carry a progress token.
+func hasProgressToken(params json.RawMessage) bool {
+	_, ok := progressToken(params)
+	return ok
+}
+
+// progressToken is the _meta.progressToken of request params.
+func progressToken(params json.RawMessage) (json.RawMessage, bool) {
+	var p struct {
+		Meta struct {
+			ProgressToken json.RawMessage `json:"progressToken"`
+		} `json:"_meta"`
+	}
+	if len(params) == 0 || json.Unmarshal(params, &p) != nil || len(p.Meta.ProgressToken) == 0 || string(p.Meta.ProgressToken) == "null" {
+		return nil, false
+	}
+	return p.Meta.ProgressToken, true
+}
+
+// setMember returns params with the member at path (an object's members
+// down from params) set to v; nil when params (or a member on the path)
+// are not an object.
+func setMember(params json.RawMessage, path []string, v json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(params, &m) != nil || m == nil {
+		return nil
+	}
+	if len(path) > 1 {
+		inner := setMember(m[path[0]], path[1:], v)
+		if inner == nil {
+			return nil
+		}
+		m[path[0]] = inner
+	} else {
+		m[path[0]] = v
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // statelessFor is principal's stateless session, begun at its first
@@ -177,7 +318,7 @@ func (f *Front) statelessFor(r *http.Request, principal *Principal) (*statelessC
 		f.mu.Unlock()
 		return c, nil
 	}
-	c := &statelessConn{in: make(chan jsonrpc.Message, 64), closed: make(chan struct{}), waiting: map[string]chan *jsonrpc.Response{}}
+	c := &statelessConn{in: make(chan jsonrpc.Message, 64), closed: make(chan struct{}), waiting: map[string]*waiter{}}
 	if principal != nil {
 		c.token = &CallerToken{tok: bearer(r)}
 	}
@@ -213,7 +354,32 @@ type statelessConn struct {
 
 	mu      sync.Mutex
 	n       uint64
-	waiting map[string]chan *jsonrpc.Response // the front's id -> the POST waiting
+	waiting map[string]*waiter // the front's id -> the POST waiting
+	listen  bool               // a subscriptions/listen is open
+}
+
+// waiter is a POST waiting for its request's answer.
+type waiter struct {
+	answer   chan *jsonrpc.Response
+	notes    chan *jsonrpc.Request // its notifications, when it takes them
+	clientID jsonrpc.ID            // the client's id of the request
+	token    json.RawMessage       // the client's progress token, if any
+}
+
+func (c *statelessConn) beginListen() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.listen {
+		return false
+	}
+	c.listen = true
+	return true
+}
+
+func (c *statelessConn) endListen() {
+	c.mu.Lock()
+	c.listen = false
+	c.mu.Unlock()
 }
 
 func (c *statelessConn) isClosed() bool {
@@ -225,15 +391,21 @@ func (c *statelessConn) isClosed() bool {
 	}
 }
 
-// call hands req to the session under an id of the front's and waits for
-// its answer, which it returns under req's id; ctx ending (the client
-// went away) cancels it.
-func (c *statelessConn) call(ctx context.Context, req *jsonrpc.Request) (*jsonrpc.Response, error) {
+// call hands req to the session under an id of the front's (and its
+// progress token, if any, as that id) and waits for its answer, which it
+// returns under req's id; ctx ending (the client went away) cancels it.
+// notes, if not nil, takes the session's notifications for the request
+// (its progress, or those of its listen), under the client's token and
+// id, as they come.
+func (c *statelessConn) call(ctx context.Context, req *jsonrpc.Request, notes func(*jsonrpc.Request)) (*jsonrpc.Response, error) {
 	c.mu.Lock()
 	c.n++
 	fid := fmt.Sprintf("aegis-%d", c.n)
-	ch := make(chan *jsonrpc.Response, 1)
-	c.waiting[fid] = ch
+	wt := &waiter{answer: make(chan *jsonrpc.Response, 1), clientID: req.ID}
+	if notes != nil {
+		wt.notes = make(chan *jsonrpc.Request, noteBuffer)
+	}
+	c.waiting[fid] = wt
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -241,7 +413,17 @@ func (c *statelessConn) call(ctx context.Context, req *jsonrpc.Request) (*jsonrp
 		c.mu.Unlock()
 	}()
 	id, _ := jsonrpc.MakeID(fid)
-	fwd := &jsonrpc.Request{ID: id, Method: req.Method, Params: req.Params}
+	params := req.Params
+	if tok, ok := progressToken(params); ok {
+		// The session knows the request's progress by the front's id:
+		// two clients' equal tokens never meet.
+		ftok, _ := json.Marshal(fid)
+		if params = setMember(params, []string{"_meta", "progressToken"}, ftok); params == nil {
+			return nil, errors.New("the request's params are not an object")
+		}
+		wt.token = tok
+	}
+	fwd := &jsonrpc.Request{ID: id, Method: req.Method, Params: params}
 	select {
 	case c.in <- fwd:
 	case <-c.closed:
@@ -249,18 +431,39 @@ func (c *statelessConn) call(ctx context.Context, req *jsonrpc.Request) (*jsonrp
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	select {
-	case ans := <-ch:
-		return &jsonrpc.Response{ID: req.ID, Result: ans.Result, Error: ans.Error}, nil
-	case <-c.closed:
-		return nil, errors.New("the stateless session ended")
-	case <-ctx.Done():
-		params, _ := json.Marshal(map[string]any{"requestId": fid, "reason": "the client went away"})
+	for {
 		select {
-		case c.in <- &jsonrpc.Request{Method: "notifications/cancelled", Params: params}:
+		case n := <-wt.notes: // nil when not taken: never ready
+			notes(n)
+			continue
+		case ans := <-wt.answer:
+			// What came before the answer goes first.
+			for len(wt.notes) > 0 {
+				notes(<-wt.notes)
+			}
+			return &jsonrpc.Response{ID: req.ID, Result: ans.Result, Error: ans.Error}, nil
 		case <-c.closed:
+			return nil, errors.New("the stateless session ended")
+		case <-ctx.Done():
+			params, _ := json.Marshal(map[string]any{"requestId": fid, "reason": "the client went away"})
+			select {
+			case c.in <- &jsonrpc.Request{Method: "notifications/cancelled", Params: params}:
+			case <-c.closed:
+			}
+			if req.Method == "subscriptions/listen" {
+				// The session forgets its one listen only when it
+				// answers it: a next listen must not begin before, or
+				// the end of this one would end that one too.
+				t := time.NewTimer(listenEnd)
+				select {
+				case <-wt.answer:
+				case <-c.closed:
+				case <-t.C:
+				}
+				t.Stop()
+			}
+			return nil, ctx.Err()
 		}
-		return nil, ctx.Err()
 	}
 }
 
@@ -275,25 +478,71 @@ func (c *statelessConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	}
 }
 
-// Write delivers an answer to the POST waiting on it; anything else (a
-// notification, a request of the session's own) has no POST to go on
-// and is dropped.
+// Write delivers an answer to the POST waiting on it, and a notification
+// that names a waiting POST's request (its progress token, or its listen
+// by subscriptionId) to that POST, if it takes them, under the client's
+// token or id; anything else (another notification, a request of the
+// session's own) has no POST to go on and is dropped.
 func (c *statelessConn) Write(ctx context.Context, msg jsonrpc.Message) error {
-	r, ok := msg.(*jsonrpc.Response)
-	if !ok {
-		return nil
-	}
-	fid, _ := r.ID.Raw().(string)
-	c.mu.Lock()
-	ch := c.waiting[fid]
-	c.mu.Unlock()
-	if ch != nil {
-		select {
-		case ch <- r:
-		default:
+	switch r := msg.(type) {
+	case *jsonrpc.Response:
+		fid, _ := r.ID.Raw().(string)
+		c.mu.Lock()
+		wt := c.waiting[fid]
+		c.mu.Unlock()
+		if wt != nil {
+			select {
+			case wt.answer <- r:
+			default:
+			}
+		}
+	case *jsonrpc.Request:
+		if !r.IsCall() {
+			c.note(r)
 		}
 	}
 	return nil
+}
+
+// note delivers notification n to the POST whose request it names.
+func (c *statelessConn) note(n *jsonrpc.Request) {
+	var p struct {
+		Meta          map[string]json.RawMessage `json:"_meta"`
+		ProgressToken json.RawMessage            `json:"progressToken"`
+	}
+	if len(n.Params) == 0 || json.Unmarshal(n.Params, &p) != nil {
+		return
+	}
+	var fid string
+	var path []string
+	if json.Unmarshal(p.Meta[metaSubscription], &fid) == nil && fid != "" {
+		path = []string{"_meta", metaSubscription}
+	} else if json.Unmarshal(p.ProgressToken, &fid) == nil && fid != "" {
+		path = []string{"progressToken"}
+	} else {
+		return
+	}
+	c.mu.Lock()
+	wt := c.waiting[fid]
+	c.mu.Unlock()
+	if wt == nil || wt.notes == nil {
+		return
+	}
+	client, _ := json.Marshal(wt.clientID.Raw())
+	if path[0] == "progressToken" {
+		if wt.token == nil {
+			return
+		}
+		client = wt.token
+	}
+	params := setMember(n.Params, path, client)
+	if params == nil {
+		return
+	}
+	select {
+	case wt.notes <- &jsonrpc.Request{Method: n.Method, Params: params}:
+	default: // its client reads too slowly: dropped
+	}
 }
 
 func (c *statelessConn) Close() error {

@@ -1,10 +1,15 @@
 package httpfront_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -14,8 +19,11 @@ import (
 
 // Two stateless (2026-07-28) clients share the front's one stateless
 // session, each sending the same request ids (every go-sdk client counts
-// from 1): each gets its own answers, never the other's, and one session
-// serves them both.
+// from 1) and the same progress token: each gets its own answers and its
+// own progress, never the other's, and one session serves them both. A
+// subscriptions/listen is served as an SSE stream, acknowledged under the
+// client's id, one at a time: a second while one is open is refused
+// (409).
 func TestStatelessClientsWithEqualIDsGetTheirOwnAnswers(t *testing.T) {
 	var started sync.WaitGroup
 	started.Add(1)
@@ -26,7 +34,16 @@ func TestStatelessClientsWithEqualIDsGetTheirOwnAnswers(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := mcp.NewClient(&mcp.Implementation{Name: who, Version: "1"}, nil)
+			progress := make(chan string, 4)
+			c := mcp.NewClient(&mcp.Implementation{Name: who, Version: "1"}, &mcp.ClientOptions{
+				ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+					if r.Params.ProgressToken != "same-token" {
+						progress <- fmt.Sprintf("the token %v", r.Params.ProgressToken)
+						return
+					}
+					progress <- r.Params.Message
+				},
+			})
 			cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: ts.URL, HTTPClient: mcptest.BearerClient(token)}, nil)
 			if err != nil {
 				errs <- fmt.Errorf("%s: connect: %w", who, err)
@@ -39,13 +56,25 @@ func TestStatelessClientsWithEqualIDsGetTheirOwnAnswers(t *testing.T) {
 			}
 			for i := range 20 {
 				msg := fmt.Sprintf("%s-%d", who, i)
-				res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"Msg": msg}})
+				p := &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"Msg": msg}}
+				p.SetProgressToken("same-token")
+				res, err := cs.CallTool(context.Background(), p)
 				if err != nil {
 					errs <- fmt.Errorf("%s: %w", who, err)
 					return
 				}
 				if got := res.Content[0].(*mcp.TextContent).Text; got != msg {
 					errs <- fmt.Errorf("%s got %q, want %q", who, got, msg)
+					return
+				}
+				select {
+				case got := <-progress:
+					if got != msg {
+						errs <- fmt.Errorf("%s got the progress %q, want %q", who, got, msg)
+						return
+					}
+				case <-time.After(30 * time.Second):
+					errs <- fmt.Errorf("%s: no progress for %s", who, msg)
 					return
 				}
 			}
@@ -59,5 +88,46 @@ func TestStatelessClientsWithEqualIDsGetTheirOwnAnswers(t *testing.T) {
 	started.Wait() // one Serve for both (a second would panic on Done)
 	if n := f.Sessions(); n != 0 {
 		t.Errorf("%d sessions with an id: stateless clients begin none", n)
+	}
+
+	listen := func(ctx context.Context, id int, accept string) *http.Response {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`, id)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", accept)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+		req.Header.Set("Mcp-Method", "subscriptions/listen")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	first := listen(ctx, 7, "application/json, text/event-stream")
+	defer first.Body.Close()
+	rd := bufio.NewReader(first.Body)
+	ack, _ := rd.ReadString('\n')
+	for ack == "event: message\n" || ack == "\n" {
+		ack, _ = rd.ReadString('\n')
+	}
+	if first.StatusCode != http.StatusOK || first.Header.Get("Content-Type") != "text/event-stream" ||
+		!strings.Contains(ack, "notifications/subscriptions/acknowledged") || !strings.Contains(ack, `"io.modelcontextprotocol/subscriptionId":7`) {
+		t.Fatalf("listen: %d %s %q, want an SSE stream acknowledged under the client's id", first.StatusCode, first.Header.Get("Content-Type"), ack)
+	}
+	for _, tc := range []struct {
+		attack, accept string
+		code           int
+	}{
+		{"a second listen while one is open", "application/json, text/event-stream", http.StatusConflict},
+	} {
+		res := listen(t.Context(), 8, tc.accept)
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != tc.code || !strings.Contains(string(b), `"id":8`) {
+			t.Errorf("%s: %d %s, want %d", tc.attack, res.StatusCode, b, tc.code)
+		}
 	}
 }

@@ -15,7 +15,10 @@
 // the client for the task host-task-1 (tasks/get) and answers with the
 // client's answer as it came. Every line it receives is appended to
 // the file named by -log, so a test can tell what reached the server (a
-// notifications/cancelled, say). It exits at stdin EOF.
+// notifications/cancelled, say). With -reads it also has the prompt ask
+// (argument topic) and the resource grow://asked, whose prompts/get and
+// resources/read each ask the client for a sample (sampling/createMessage)
+// and answer with its text. It exits at stdin EOF.
 package main
 
 import (
@@ -35,6 +38,7 @@ type tool struct {
 
 func main() {
 	logPath := flag.String("log", "", "append every line received to this file")
+	reads := flag.Bool("reads", false, "serve the prompt ask and the resource grow://asked, which ask for a sample")
 	flag.Parse()
 	var logf *os.File
 	if *logPath != "" {
@@ -54,6 +58,7 @@ func main() {
 	}
 	asked := make(chan json.RawMessage, 1) // the client's answer to the elicitation
 	peeked := make(chan []byte, 1)         // the client's answer to tasks/get
+	sampled := make(chan string, 1)        // the text of the client's sample
 	var mu sync.Mutex
 	out := json.NewEncoder(os.Stdout)
 	send := func(v any) {
@@ -72,8 +77,10 @@ func main() {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
 			Params struct {
-				ProtocolVersion string `json:"protocolVersion"`
-				Name            string `json:"name"`
+				ProtocolVersion string          `json:"protocolVersion"`
+				Name            string          `json:"name"`
+				URI             string          `json:"uri"`
+				Arguments       json.RawMessage `json:"arguments"`
 			} `json:"params"`
 		}
 		if json.Unmarshal(line, &req) != nil || len(req.ID) == 0 {
@@ -89,6 +96,16 @@ func main() {
 				asked <- a.Result
 			case `"g-3"`:
 				peeked <- append([]byte(nil), line...)
+			case `"g-4"`, `"g-5"`:
+				var a struct {
+					Result struct {
+						Content struct {
+							Text string `json:"text"`
+						} `json:"content"`
+					} `json:"result"`
+				}
+				json.Unmarshal(line, &a)
+				sampled <- a.Result.Content.Text
 			}
 			continue
 		}
@@ -97,9 +114,42 @@ func main() {
 		}
 		switch req.Method {
 		case "initialize":
-			answer(map[string]any{"protocolVersion": req.Params.ProtocolVersion,
-				"capabilities": map[string]any{"tools": map[string]any{"listChanged": true}},
-				"serverInfo":   map[string]any{"name": "growserver", "version": "1"}})
+			caps := map[string]any{"tools": map[string]any{"listChanged": true}}
+			if *reads {
+				caps["prompts"], caps["resources"] = map[string]any{}, map[string]any{}
+			}
+			answer(map[string]any{"protocolVersion": req.Params.ProtocolVersion, "capabilities": caps,
+				"serverInfo": map[string]any{"name": "growserver", "version": "1"}})
+		case "prompts/list":
+			answer(map[string]any{"prompts": []any{map[string]any{"name": "ask", "description": "Ask the client for a sample.",
+				"arguments": []any{map[string]any{"name": "topic"}}}}})
+		case "resources/list":
+			answer(map[string]any{"resources": []any{map[string]any{"uri": "grow://asked", "name": "asked"}}})
+		case "resources/templates/list":
+			answer(map[string]any{"resourceTemplates": []any{}})
+		case "prompts/get", "resources/read":
+			id := append(json.RawMessage(nil), req.ID...)
+			var args struct {
+				Topic string `json:"topic"`
+			}
+			json.Unmarshal(req.Params.Arguments, &args)
+			method, topic := req.Method, args.Topic
+			go func() {
+				ask, text := "g-4", "a word on "+topic
+				if method == "resources/read" {
+					ask, text = "g-5", "a word to read"
+				}
+				send(map[string]any{"jsonrpc": "2.0", "id": ask, "method": "sampling/createMessage", "params": map[string]any{
+					"maxTokens": 20, "messages": []any{map[string]any{"role": "user", "content": map[string]any{"type": "text", "text": text}}}}})
+				got := <-sampled
+				if method == "prompts/get" {
+					send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{"messages": []any{map[string]any{"role": "user",
+						"content": map[string]any{"type": "text", "text": "on " + topic + ": " + got}}}}})
+					return
+				}
+				send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{"contents": []any{map[string]any{"uri": "grow://asked",
+					"mimeType": "text/plain", "text": "read: " + got}}}})
+			}()
 		case "tools/list":
 			mu.Lock()
 			list := append([]tool(nil), tools...)
