@@ -250,8 +250,8 @@ func (t *Telemetry) Apply(te TelemetryEvent, out TelemetryOut) {
 		s := t.session(e.Session)
 		c := &telCall{}
 		c.Session, c.CallID, c.ToolID, c.Start = e.Session, callID, toolID, e.Time
-		if l.Seq != nil {
-			c.seqs[0] = *l.Seq
+		if l.hasSeq {
+			c.seqs[0] = l.seq
 			c.IntentSeq = &c.seqs[0]
 		}
 		c.Children = c.kids[:0]
@@ -260,7 +260,8 @@ func (t *Telemetry) Apply(te TelemetryEvent, out TelemetryOut) {
 		if tp, ok := schemas.ParseTraceParent(l.TraceParent); ok {
 			c.TraceID, c.Parent, c.HostTraceParent = tp.TraceID, tp.SpanID, l.TraceParent
 		} else {
-			h := sha256.Sum256([]byte("aegis-trace\x00" + e.Session + "\x00" + callID))
+			var b [128]byte
+			h := sha256.Sum256(append(append(append(append(b[:0], "aegis-trace\x00"...), e.Session...), 0), callID...))
 			copy(c.TraceID[:], h[:16])
 		}
 		if !te.Stored.IsZero() {
@@ -278,13 +279,13 @@ func (t *Telemetry) Apply(te TelemetryEvent, out TelemetryOut) {
 		}
 		delete(s.calls, callID)
 		c.End = e.Time
-		if l.Seq != nil {
-			c.seqs[1] = *l.Seq
+		if l.hasSeq {
+			c.seqs[1] = l.seq
 			c.OutcomeSeq = &c.seqs[1]
 		}
-		c.Verdict, c.Reason = verdictOf(l)
-		if l.WallMS != nil && l.Execution.Status != schemas.StatusHostDenied && c.Verdict != CallDenied && c.Verdict != CallRateLimited && c.Verdict != CallPendingApproval {
-			c.atServer = time.Duration(*l.WallMS) * time.Millisecond
+		c.Verdict, c.Reason = verdictOf(l.auditLine)
+		if l.hasWall && l.Execution.Status != schemas.StatusHostDenied && c.Verdict != CallDenied && c.Verdict != CallRateLimited && c.Verdict != CallPendingApproval {
+			c.atServer = time.Duration(l.wallMS) * time.Millisecond
 			c.AtServer = &c.atServer
 		}
 		if !te.Stored.IsZero() {
@@ -403,7 +404,8 @@ func verdictOf(l auditLine) (verdict, reason string) {
 
 // spanID derives the id of one of a call's spans.
 func spanID(session, callID, part string) [8]byte {
-	h := sha256.Sum256([]byte("aegis-span\x00" + session + "\x00" + callID + "\x00" + part))
+	var b [128]byte
+	h := sha256.Sum256(append(append(append(append(append(append(b[:0], "aegis-span\x00"...), session...), 0), callID...), 0), part...))
 	var id [8]byte
 	copy(id[:], h[:8])
 	if id == [8]byte{} {

@@ -17,8 +17,9 @@ import (
 // policy, capability and execution status and reason, wall_ms and
 // decision_axes.approval_ref. Those are what [callPayload] and
 // [parseAuditLine] give for the same payload; the other members of l are
-// left empty. buf is scratch space; the grown buffer is returned.
-func telemetryCall(p, buf []byte) (callID, toolID string, l auditLine, scratch []byte) {
+// left empty, and seq and wall_ms are in l's seq and wallMS, not behind
+// pointers. buf is scratch space; the grown buffer is returned.
+func telemetryCall(p, buf []byte) (callID, toolID string, l telLine, scratch []byte) {
 	var raw []byte
 	members(p, func(k, v []byte) {
 		switch {
@@ -39,13 +40,13 @@ func telemetryCall(p, buf []byte) (callID, toolID string, l auditLine, scratch [
 		switch string(k) {
 		case "seq":
 			if n, ok := digits(v); ok {
-				l.Seq = &n
+				l.seq, l.hasSeq = n, true
 			}
 		case "traceparent":
 			l.TraceParent = str(v)
 		case "wall_ms":
 			if n, ok := digits(v); ok {
-				l.WallMS = &n
+				l.wallMS, l.hasWall = n, true
 			}
 		case "policy":
 			members(v, func(k, v []byte) {
@@ -80,6 +81,13 @@ func telemetryCall(p, buf []byte) (callID, toolID string, l auditLine, scratch [
 		}
 	})
 	return callID, toolID, l, line
+}
+
+// telLine is what [telemetryCall] reads of a line.
+type telLine struct {
+	auditLine
+	seq, wallMS     uint64
+	hasSeq, hasWall bool
 }
 
 // unescapeInto appends the JSON string v decodes to, if v is one whose

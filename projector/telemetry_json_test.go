@@ -29,8 +29,15 @@ func TestTelemetryCallReadsWhatTheRecordSays(t *testing.T) {
 			want := callPayload(p)
 			wl := parseAuditLine(want.Line)
 			var callID, toolID string
-			var l auditLine
-			callID, toolID, l, buf = telemetryCall(p, buf)
+			var tl telLine
+			callID, toolID, tl, buf = telemetryCall(p, buf)
+			l := tl.auditLine
+			if tl.hasSeq {
+				l.Seq = &tl.seq
+			}
+			if tl.hasWall {
+				l.WallMS = &tl.wallMS
+			}
 			if callID != want.CallID || toolID != want.ToolID {
 				t.Fatalf("telemetryCall(%s): ids %q %q, want %q %q", p, callID, toolID, want.CallID, want.ToolID)
 			}
