@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
@@ -15,6 +18,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/aegis-dev/aegis/projector"
 )
@@ -209,31 +214,24 @@ func (q *spanQueue) close(ctx context.Context) error {
 	return errors.Join(err, q.spans.Shutdown(ctx))
 }
 
-// spanEncoder writes calls' spans as OTLP messages, reusing the messages
-// of the last batch: a batch allocates only when it is larger than every
-// batch before it.
+// spanEncoder writes calls' spans in the OTLP wire format with protowire,
+// into a buffer reused from one batch to the next, and hands them to the
+// client as the unknown fields of the scope's message: the same bytes
+// proto.Marshal writes for the spans (field 2 of ScopeSpans, each a
+// Span), which a receiver reads as the spans, and which the client's
+// proto.Marshal copies as they are instead of walking a message per span,
+// attribute and value (TestSpanEncoderWritesWhatTheSDKWrote).
 type spanEncoder struct {
-	out   []*tracepb.ResourceSpans
-	rs    tracepb.ResourceSpans
-	ss    tracepb.ScopeSpans
-	spans []tracepb.Span
-	ptrs  []*tracepb.Span
-	stat  []tracepb.Status
-	kv    []commonpb.KeyValue
-	kvp   []*commonpb.KeyValue
-	av    []commonpb.AnyValue
-	sv    []commonpb.AnyValue_StringValue
-	iv    []commonpb.AnyValue_IntValue
-	dv    []commonpb.AnyValue_DoubleValue
-	ids   []byte
+	out []*tracepb.ResourceSpans
+	rs  tracepb.ResourceSpans
+	ss  tracepb.ScopeSpans
+	buf []byte // the spans, as ScopeSpans fields
+	one []byte // one span
 	// names holds the span name of each tool, for the first maxNames.
 	names map[string]string
 }
 
 const maxNames = 1024
-
-// callAttrs is the most attributes a call's span has.
-const callAttrs = 14
 
 func newSpanEncoder(res *resource.Resource) *spanEncoder {
 	e := &spanEncoder{names: map[string]string{}}
@@ -269,71 +267,94 @@ func keyValue(kv attribute.KeyValue) *commonpb.KeyValue {
 	return &commonpb.KeyValue{Key: string(kv.Key), Value: av}
 }
 
-// grow returns s with room for n elements, its contents not kept.
-func grow[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, 0, n+n/4)
-	}
-	return s[:0]
-}
-
 // encode writes the spans of calls: per call, the call's span, then its
 // children (the durable commits of its intent and outcome, and the wait
 // for the approval that let it through). They carry ids, names, verdicts,
 // times and the record's line numbers, never arguments or results.
 func (e *spanEncoder) encode(calls []projector.CallSpan) []*tracepb.ResourceSpans {
-	spans := 0
-	for i := range calls {
-		spans += spanCount(&calls[i])
-	}
-	e.spans, e.ptrs, e.stat = grow(e.spans, spans), grow(e.ptrs, spans), grow(e.stat, spans)
-	attrs := len(calls)*(callAttrs+1) + spans
-	e.kv, e.kvp, e.av = grow(e.kv, attrs), grow(e.kvp, attrs), grow(e.av, attrs)
-	e.sv, e.iv, e.dv = grow(e.sv, attrs), grow(e.iv, 2*len(calls)), grow(e.dv, len(calls))
-	e.ids = grow(e.ids, spans*32)
+	e.buf = e.buf[:0]
 	for i := range calls {
 		e.call(&calls[i])
 	}
-	e.ss.Spans = e.ptrs
+	e.ss.ProtoReflect().SetUnknown(protoreflect.RawFields(e.buf))
 	return e.out
 }
 
-func (e *spanEncoder) id(b []byte) []byte {
-	e.ids = append(e.ids, b...)
-	return e.ids[len(e.ids)-len(b) : len(e.ids) : len(e.ids)]
+// Field numbers of the OTLP messages a span is made of.
+const (
+	fScopeSpans     = 2  // ScopeSpans.spans
+	fTraceID        = 1  // Span.trace_id
+	fSpanID         = 2  // Span.span_id
+	fParentSpanID   = 4  // Span.parent_span_id
+	fName           = 5  // Span.name
+	fKind           = 6  // Span.kind
+	fStart          = 7  // Span.start_time_unix_nano
+	fEnd            = 8  // Span.end_time_unix_nano
+	fAttributes     = 9  // Span.attributes
+	fStatus         = 15 // Span.status
+	fFlags          = 16 // Span.flags
+	fStatusMessage  = 2  // Status.message
+	fStatusCode     = 3  // Status.code
+	fKey            = 1  // KeyValue.key
+	fValue          = 2  // KeyValue.value
+	fStringValue    = 1  // AnyValue.string_value
+	fIntValue       = 3  // AnyValue.int_value
+	fDoubleValue    = 4  // AnyValue.double_value
+	statusOK        = uint64(tracepb.Status_STATUS_CODE_OK)
+	statusError     = uint64(tracepb.Status_STATUS_CODE_ERROR)
+	spanKindServer  = uint64(tracepb.Span_SPAN_KIND_SERVER)
+	spanKindInternl = uint64(tracepb.Span_SPAN_KIND_INTERNAL)
+)
+
+// valid is s as valid UTF-8, which a protobuf string must be (the fold's
+// strings come from JSON and are, but a receiver would refuse the whole
+// batch for one that is not).
+func valid(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
-// attr appends an attribute whose value is the last one appended to av.
-func (e *spanEncoder) attr(key string) {
-	e.kv = append(e.kv, commonpb.KeyValue{Key: key, Value: &e.av[len(e.av)-1]})
-	e.kvp = append(e.kvp, &e.kv[len(e.kv)-1])
+func appendStr(b []byte, n protowire.Number, s string) []byte {
+	b = protowire.AppendTag(b, n, protowire.BytesType)
+	return protowire.AppendString(b, valid(s))
 }
 
-func (e *spanEncoder) str(key, v string) {
-	e.sv = append(e.sv, commonpb.AnyValue_StringValue{StringValue: v})
-	e.av = append(e.av, commonpb.AnyValue{Value: &e.sv[len(e.sv)-1]})
-	e.attr(key)
+// appendStrAttr appends a KeyValue with a string value.
+func appendStrAttr(b []byte, key, v string) []byte {
+	v = valid(v)
+	av := 1 + protowire.SizeBytes(len(v))
+	b = protowire.AppendTag(b, fAttributes, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(1+protowire.SizeBytes(len(key))+1+protowire.SizeBytes(av)))
+	b = appendStr(b, fKey, key)
+	b = protowire.AppendTag(b, fValue, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(av))
+	return appendStr(b, fStringValue, v)
 }
 
-func (e *spanEncoder) int(key string, v int64) {
-	e.iv = append(e.iv, commonpb.AnyValue_IntValue{IntValue: v})
-	e.av = append(e.av, commonpb.AnyValue{Value: &e.iv[len(e.iv)-1]})
-	e.attr(key)
+// appendIntAttr appends a KeyValue with an integer value.
+func appendIntAttr(b []byte, key string, v int64) []byte {
+	av := 1 + protowire.SizeVarint(uint64(v))
+	b = protowire.AppendTag(b, fAttributes, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(1+protowire.SizeBytes(len(key))+1+protowire.SizeBytes(av)))
+	b = appendStr(b, fKey, key)
+	b = protowire.AppendTag(b, fValue, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(av))
+	b = protowire.AppendTag(b, fIntValue, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(v))
 }
 
-func (e *spanEncoder) float(key string, v float64) {
-	e.dv = append(e.dv, commonpb.AnyValue_DoubleValue{DoubleValue: v})
-	e.av = append(e.av, commonpb.AnyValue{Value: &e.dv[len(e.dv)-1]})
-	e.attr(key)
-}
-
-// span appends a span and returns it, with its status.
-func (e *spanEncoder) span() *tracepb.Span {
-	e.stat = append(e.stat, tracepb.Status{})
-	e.spans = append(e.spans, tracepb.Span{Status: &e.stat[len(e.stat)-1]})
-	sp := &e.spans[len(e.spans)-1]
-	e.ptrs = append(e.ptrs, sp)
-	return sp
+// appendFloatAttr appends a KeyValue with a double value.
+func appendFloatAttr(b []byte, key string, v float64) []byte {
+	const av = 1 + 8
+	b = protowire.AppendTag(b, fAttributes, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(1+protowire.SizeBytes(len(key))+1+protowire.SizeBytes(av)))
+	b = appendStr(b, fKey, key)
+	b = protowire.AppendTag(b, fValue, protowire.BytesType)
+	b = protowire.AppendVarint(b, av)
+	b = protowire.AppendTag(b, fDoubleValue, protowire.Fixed64Type)
+	return protowire.AppendFixed64(b, math.Float64bits(v))
 }
 
 func unixNano(t time.Time) uint64 { return uint64(max(0, t.UnixNano())) }
@@ -348,72 +369,96 @@ const (
 	remoteParentFlags = flagSampled | flagHasIsRemote | flagIsRemote
 )
 
+// appendHead appends a span's fields up to its attributes.
+func appendHead(b []byte, traceID, spanID, parent []byte, name string, kind uint64, start, end time.Time, flags uint32) []byte {
+	b = protowire.AppendTag(b, fTraceID, protowire.BytesType)
+	b = protowire.AppendBytes(b, traceID)
+	b = protowire.AppendTag(b, fSpanID, protowire.BytesType)
+	b = protowire.AppendBytes(b, spanID)
+	if len(parent) > 0 {
+		b = protowire.AppendTag(b, fParentSpanID, protowire.BytesType)
+		b = protowire.AppendBytes(b, parent)
+	}
+	b = appendStr(b, fName, name)
+	b = protowire.AppendTag(b, fKind, protowire.VarintType)
+	b = protowire.AppendVarint(b, kind)
+	b = protowire.AppendTag(b, fStart, protowire.Fixed64Type)
+	b = protowire.AppendFixed64(b, unixNano(start))
+	b = protowire.AppendTag(b, fEnd, protowire.Fixed64Type)
+	b = protowire.AppendFixed64(b, unixNano(end))
+	b = protowire.AppendTag(b, fFlags, protowire.Fixed32Type)
+	return protowire.AppendFixed32(b, flags)
+}
+
+// appendSpan appends the span e.one holds as a ScopeSpans field.
+func (e *spanEncoder) appendSpan() {
+	e.buf = protowire.AppendTag(e.buf, fScopeSpans, protowire.BytesType)
+	e.buf = protowire.AppendBytes(e.buf, e.one)
+}
+
 func (e *spanEncoder) call(c *projector.CallSpan) {
-	sp := e.span()
-	traceID := e.id(c.TraceID[:])
-	spanID := e.id(c.SpanID[:])
-	sp.TraceId, sp.SpanId = traceID, spanID
-	sp.Name = e.names[c.ToolID]
-	if sp.Name == "" {
-		sp.Name = "tools/call " + c.ToolID
+	name := e.names[c.ToolID]
+	if name == "" {
+		name = "tools/call " + c.ToolID
 		if len(e.names) < maxNames {
-			e.names[c.ToolID] = sp.Name
+			e.names[c.ToolID] = name
 		}
 	}
-	sp.Kind = tracepb.Span_SPAN_KIND_SERVER
-	sp.StartTimeUnixNano, sp.EndTimeUnixNano = unixNano(c.Start), unixNano(c.End)
-	sp.Flags = localParentFlags
+	var parent []byte
+	flags := localParentFlags
 	if c.Parent != [8]byte{} {
-		sp.ParentSpanId = e.id(c.Parent[:])
-		sp.Flags = remoteParentFlags
+		parent, flags = c.Parent[:], remoteParentFlags
 	}
-	if c.Verdict == projector.CallAllowed {
-		sp.Status.Code = tracepb.Status_STATUS_CODE_OK
-	} else {
-		sp.Status.Code, sp.Status.Message = tracepb.Status_STATUS_CODE_ERROR, c.Verdict
-	}
-	first := len(e.kvp)
-	e.str("mcp.method.name", "tools/call")
-	e.str("gen_ai.tool.name", c.ToolID)
-	e.str("gen_ai.operation.name", "execute_tool")
-	e.str("mcp.session.id", c.Session)
-	e.str("aegis.session.id", c.Session)
-	e.str("aegis.call.id", c.CallID)
-	e.str("aegis.server", c.Server)
-	e.str("aegis.verdict", c.Verdict)
+	b := appendHead(e.one[:0], c.TraceID[:], c.SpanID[:], parent, name, spanKindServer, c.Start, c.End, flags)
+	b = appendStrAttr(b, "mcp.method.name", "tools/call")
+	b = appendStrAttr(b, "gen_ai.tool.name", c.ToolID)
+	b = appendStrAttr(b, "gen_ai.operation.name", "execute_tool")
+	b = appendStrAttr(b, "mcp.session.id", c.Session)
+	b = appendStrAttr(b, "aegis.session.id", c.Session)
+	b = appendStrAttr(b, "aegis.call.id", c.CallID)
+	b = appendStrAttr(b, "aegis.server", c.Server)
+	b = appendStrAttr(b, "aegis.verdict", c.Verdict)
 	if c.Reason != "" {
-		e.str("aegis.refusal.reason", c.Reason)
+		b = appendStrAttr(b, "aegis.refusal.reason", c.Reason)
 	}
 	if et := errorType(*c); et != "" {
-		e.str("error.type", et)
+		b = appendStrAttr(b, "error.type", et)
 	}
 	if c.IntentSeq != nil {
-		e.int("aegis.record.intent_seq", int64(*c.IntentSeq))
+		b = appendIntAttr(b, "aegis.record.intent_seq", int64(*c.IntentSeq))
 	}
 	if c.OutcomeSeq != nil {
-		e.int("aegis.record.outcome_seq", int64(*c.OutcomeSeq))
+		b = appendIntAttr(b, "aegis.record.outcome_seq", int64(*c.OutcomeSeq))
 	}
 	if c.HostTraceParent != "" {
-		e.str("aegis.host.traceparent", c.HostTraceParent)
+		b = appendStrAttr(b, "aegis.host.traceparent", c.HostTraceParent)
 	}
 	if c.AtServer != nil {
-		e.float("aegis.server.duration", c.AtServer.Seconds())
+		b = appendFloatAttr(b, "aegis.server.duration", c.AtServer.Seconds())
 	}
-	sp.Attributes = e.kvp[first:len(e.kvp):len(e.kvp)]
-	if len(c.Children) == 0 {
-		return
+	// The status: OK for an allowed call, else an error that names the
+	// verdict.
+	b = protowire.AppendTag(b, fStatus, protowire.BytesType)
+	if c.Verdict == projector.CallAllowed {
+		b = protowire.AppendVarint(b, 2)
+		b = protowire.AppendTag(b, fStatusCode, protowire.VarintType)
+		b = protowire.AppendVarint(b, statusOK)
+	} else {
+		v := valid(c.Verdict)
+		b = protowire.AppendVarint(b, uint64(1+protowire.SizeBytes(len(v))+2))
+		b = appendStr(b, fStatusMessage, v)
+		b = protowire.AppendTag(b, fStatusCode, protowire.VarintType)
+		b = protowire.AppendVarint(b, statusError)
 	}
-	// The children share one attribute.
-	first = len(e.kvp)
-	e.str("aegis.call.id", c.CallID)
-	shared := e.kvp[first:len(e.kvp):len(e.kvp)]
+	e.one = b
+	e.appendSpan()
 	for _, ch := range c.Children {
-		cs := e.span()
-		cs.TraceId, cs.SpanId, cs.ParentSpanId = traceID, e.id(ch.SpanID[:]), spanID
-		cs.Name = ch.Name
-		cs.Kind = tracepb.Span_SPAN_KIND_INTERNAL
-		cs.StartTimeUnixNano, cs.EndTimeUnixNano = unixNano(ch.Start), unixNano(ch.End)
-		cs.Flags = localParentFlags
-		cs.Attributes = shared
+		b := appendHead(e.one[:0], c.TraceID[:], ch.SpanID[:], c.SpanID[:], ch.Name, spanKindInternl, ch.Start, ch.End, localParentFlags)
+		b = appendStrAttr(b, "aegis.call.id", c.CallID)
+		// An unset status, as the SDK writes it: present and empty.
+		b = protowire.AppendTag(b, fStatus, protowire.BytesType)
+		b = protowire.AppendVarint(b, 0)
+		e.one = b
+		e.appendSpan()
 	}
 }
