@@ -25,12 +25,12 @@ import (
 )
 
 // A call's spans go to the collector without the SDK's span objects: the
-// fold's [projector.CallSpan] is written straight into the OTLP messages,
-// which are reused from one batch to the next, and sent by the SDK's own
-// OTLP clients (which honour the OTEL_EXPORTER_OTLP_* variables). At 64
-// calls in flight the SDK's path (a read-only span per span, a channel
-// send each, then its conversion to OTLP) cost more than the rest of the
-// export together.
+// fold's [projector.CallSpan] is written in the OTLP wire format into a
+// buffer reused from one batch to the next ([spanEncoder]), and sent by
+// the SDK's own OTLP clients (which honour the OTEL_EXPORTER_OTLP_*
+// variables). At 64 calls in flight the SDK's path (a read-only span per
+// span, a channel send each, then a protobuf message per span, attribute
+// and value, marshalled) cost more than the rest of the export together.
 
 // Span batches, as the OTEL_BSP_* variables set them.
 const (
@@ -131,6 +131,9 @@ func newSpanQueue(spans *Spans, cfg *Config, log *slog.Logger, dropped func(int)
 		done:    make(chan struct{}),
 	}
 	q.batch = min(q.batch, q.max)
+	if q.log == nil {
+		q.log = slog.New(slog.DiscardHandler)
+	}
 	go q.run()
 	return q
 }
@@ -262,9 +265,9 @@ func keyValue(kv attribute.KeyValue) *commonpb.KeyValue {
 	case attribute.FLOAT64:
 		av.Value = &commonpb.AnyValue_DoubleValue{DoubleValue: kv.Value.AsFloat64()}
 	default:
-		av.Value = &commonpb.AnyValue_StringValue{StringValue: kv.Value.Emit()}
+		av.Value = &commonpb.AnyValue_StringValue{StringValue: valid(kv.Value.Emit())}
 	}
-	return &commonpb.KeyValue{Key: string(kv.Key), Value: av}
+	return &commonpb.KeyValue{Key: valid(string(kv.Key)), Value: av}
 }
 
 // encode writes the spans of calls: per call, the call's span, then its

@@ -44,7 +44,6 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/resource"
 
 	"github.com/aegis-dev/aegis/cmd/aegis/console"
 	"github.com/aegis-dev/aegis/events"
@@ -138,7 +137,6 @@ type Exporter struct {
 	fold   *projector.Telemetry
 	inst   *instruments
 	queue  *spanQueue
-	res    *resource.Resource
 	mp     *sdkmetric.MeterProvider
 	srv    *http.Server
 	addr   net.Addr
@@ -170,7 +168,6 @@ func Start(ctx context.Context, store *events.Store, cfg Config) (*Exporter, err
 	if err != nil {
 		return nil, err
 	}
-	x.res = res
 	traces, metrics := cfg.otlp()
 	var readers []sdkmetric.Option
 	var reg *prometheus.Registry
