@@ -92,7 +92,12 @@
 // [OtherLabel]); spans carry no arguments or results; span ids are derived
 // from the session and the call, or taken from the host's trace context
 // recorded in the intent line, so folding the same events again (aegis
-// replay --otlp) gives the same spans. It keeps only open sessions.
+// replay --otlp) gives the same spans. It keeps only open sessions. It
+// reads of a call's payload and record line only the members its span and
+// metrics take, in one pass over each (the line unescaped into a buffer the
+// fold reuses), and reads them as the full reader of the record does
+// (TestTelemetryCallReadsWhatTheRecordSays): a span never says other than
+// its record line.
 //
 // # Index
 //

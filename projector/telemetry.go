@@ -157,6 +157,17 @@ type Telemetry struct {
 	lastSeq  uint64
 	commitAt time.Time
 	earliest time.Time
+	// buf is where a call's record line is unescaped to be read.
+	buf []byte
+}
+
+// telCall is a call from its intent to its outcome, with room for what
+// its span points at: one allocation a call.
+type telCall struct {
+	CallSpan
+	seqs     [2]uint64
+	atServer time.Duration
+	kids     [3]ChildSpan
 }
 
 // telSession is what the fold keeps of an open session; it lets go of it
@@ -164,7 +175,7 @@ type Telemetry struct {
 type telSession struct {
 	http    bool
 	servers []string
-	calls   map[string]*CallSpan
+	calls   map[string]*telCall
 	// approvalWaits holds, per approval id, its request and decision
 	// times; decided, the approvals decided.
 	approvalWaits map[string][2]time.Time
@@ -179,7 +190,7 @@ func NewTelemetry() *Telemetry {
 func (t *Telemetry) session(id string) *telSession {
 	s := t.sessions[id]
 	if s == nil {
-		s = &telSession{calls: map[string]*CallSpan{}, approvalWaits: map[string][2]time.Time{}, decided: map[string]bool{}}
+		s = &telSession{calls: map[string]*telCall{}, approvalWaits: map[string][2]time.Time{}, decided: map[string]bool{}}
 		t.sessions[id] = s
 	}
 	return s
@@ -200,7 +211,7 @@ func (t *Telemetry) Apply(te TelemetryEvent, out TelemetryOut) {
 		s := t.session(e.Session)
 		for _, c := range s.calls {
 			c.End, c.Unfinished, c.Verdict = e.Time, true, CallUnfinished
-			out.Call(*c)
+			out.Call(c.CallSpan)
 		}
 		for id, w := range s.approvalWaits {
 			if !s.decided[id] {
@@ -234,47 +245,58 @@ func (t *Telemetry) Apply(te TelemetryEvent, out TelemetryOut) {
 			s.servers = append(s.servers, name)
 		}
 	case schemas.KindCallIntent:
-		p := callPayload(e.Payload)
-		l := parseAuditLine(p.Line)
+		callID, toolID, l, buf := telemetryCall(e.Payload, t.buf)
+		t.buf = buf
 		s := t.session(e.Session)
-		c := &CallSpan{Session: e.Session, CallID: p.CallID, ToolID: p.ToolID, Start: e.Time, IntentSeq: l.Seq}
-		c.Server, c.Tool = t.labels(s, p.ToolID)
-		c.SpanID = spanID(e.Session, p.CallID, "call")
+		c := &telCall{}
+		c.Session, c.CallID, c.ToolID, c.Start = e.Session, callID, toolID, e.Time
+		if l.hasSeq {
+			c.seqs[0] = l.seq
+			c.IntentSeq = &c.seqs[0]
+		}
+		c.Children = c.kids[:0]
+		c.Server, c.Tool = t.labels(s, toolID)
+		c.SpanID = spanID(e.Session, callID, "call")
 		if tp, ok := schemas.ParseTraceParent(l.TraceParent); ok {
 			c.TraceID, c.Parent, c.HostTraceParent = tp.TraceID, tp.SpanID, l.TraceParent
 		} else {
-			h := sha256.Sum256([]byte("aegis-trace\x00" + e.Session + "\x00" + p.CallID))
+			var b [128]byte
+			h := sha256.Sum256(append(append(append(append(b[:0], "aegis-trace\x00"...), e.Session...), 0), callID...))
 			copy(c.TraceID[:], h[:16])
 		}
 		if !te.Stored.IsZero() {
-			c.Children = append(c.Children, ChildSpan{Name: SpanCommitIntent, SpanID: spanID(e.Session, p.CallID, SpanCommitIntent), Start: e.Time, End: te.Stored})
+			c.Children = append(c.Children, ChildSpan{Name: SpanCommitIntent, SpanID: spanID(e.Session, callID, SpanCommitIntent), Start: e.Time, End: te.Stored})
 		}
-		s.calls[p.CallID] = c
+		s.calls[callID] = c
 	case schemas.KindCallOutcome:
-		p := callPayload(e.Payload)
-		l := parseAuditLine(p.Line)
+		callID, _, l, buf := telemetryCall(e.Payload, t.buf)
+		t.buf = buf
 		s := t.session(e.Session)
-		c := s.calls[p.CallID]
+		c := s.calls[callID]
 		if c == nil {
 			// An outcome whose intent came before the fold began.
 			return
 		}
-		delete(s.calls, p.CallID)
-		c.End, c.OutcomeSeq = e.Time, l.Seq
-		c.Verdict, c.Reason = verdictOf(l)
-		if l.WallMS != nil && l.Execution.Status != schemas.StatusHostDenied && c.Verdict != CallDenied && c.Verdict != CallRateLimited && c.Verdict != CallPendingApproval {
-			d := time.Duration(*l.WallMS) * time.Millisecond
-			c.AtServer = &d
+		delete(s.calls, callID)
+		c.End = e.Time
+		if l.hasSeq {
+			c.seqs[1] = l.seq
+			c.OutcomeSeq = &c.seqs[1]
+		}
+		c.Verdict, c.Reason = verdictOf(l.auditLine)
+		if l.hasWall && l.Execution.Status != schemas.StatusHostDenied && c.Verdict != CallDenied && c.Verdict != CallRateLimited && c.Verdict != CallPendingApproval {
+			c.atServer = time.Duration(l.wallMS) * time.Millisecond
+			c.AtServer = &c.atServer
 		}
 		if !te.Stored.IsZero() {
-			c.Children = append(c.Children, ChildSpan{Name: SpanCommitOutcome, SpanID: spanID(e.Session, p.CallID, SpanCommitOutcome), Start: e.Time, End: te.Stored})
+			c.Children = append(c.Children, ChildSpan{Name: SpanCommitOutcome, SpanID: spanID(e.Session, callID, SpanCommitOutcome), Start: e.Time, End: te.Stored})
 		}
 		if ref := l.DecisionAxes.ApprovalRef; ref != "" {
 			if w, ok := s.approvalWaits[ref]; ok && !w[0].IsZero() && !w[1].IsZero() {
-				c.Children = append(c.Children, ChildSpan{Name: SpanApprovalWait, SpanID: spanID(e.Session, p.CallID, SpanApprovalWait), Start: w[0], End: w[1]})
+				c.Children = append(c.Children, ChildSpan{Name: SpanApprovalWait, SpanID: spanID(e.Session, callID, SpanApprovalWait), Start: w[0], End: w[1]})
 			}
 		}
-		out.Call(*c)
+		out.Call(c.CallSpan)
 	case schemas.KindApprovalRequested:
 		a, _ := decodeApproval(e)
 		s := t.session(e.Session)
@@ -382,7 +404,8 @@ func verdictOf(l auditLine) (verdict, reason string) {
 
 // spanID derives the id of one of a call's spans.
 func spanID(session, callID, part string) [8]byte {
-	h := sha256.Sum256([]byte("aegis-span\x00" + session + "\x00" + callID + "\x00" + part))
+	var b [128]byte
+	h := sha256.Sum256(append(append(append(append(append(append(b[:0], "aegis-span\x00"...), session...), 0), callID...), 0), part...))
 	var id [8]byte
 	copy(id[:], h[:8])
 	if id == [8]byte{} {

@@ -22,8 +22,14 @@ import (
 // every 200 ms: busier than the defaults), interleaved in every round.
 // It reports, as exporting ÷ plain, the sequential call's p50 (what P1
 // measures) and the aegis process's CPU per call with 1 and 64 calls in
-// flight (what P8 measures). A ratio within the runs' noise (about 1 ±
+// flight (what P8 measures), each phase's CPU counted until the export
+// has taken its last calls. A ratio within the runs' noise (about 1 ±
 // 0.05 on a quiet machine) means the export stays off the call's path.
+// telemetrySettle is how long a phase's CPU is still counted after its
+// last answer: two of the export's reads of the commits and a span batch's
+// delay.
+const telemetrySettle = 700 * time.Millisecond
+
 func BenchmarkWrapTelemetry(b *testing.B) {
 	aegis, server := benchBinaries(b)
 	var traces, metrics atomic.Int64
@@ -80,6 +86,11 @@ func BenchmarkWrapTelemetry(b *testing.B) {
 				ph := phases[(j+r)%len(phases)]
 				ph.cpu.start()
 				_, _, err := inflight(ph.p, ph.k, ph.n)
+				// The export folds and sends a phase's last calls after
+				// they were answered (the fold reads the commits every
+				// 250 ms, the spans wait up to 200 ms): counted here, in
+				// both processes alike.
+				time.Sleep(telemetrySettle)
 				ph.cpu.stop()
 				if err != nil {
 					b.Fatal(err)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-
 	"github.com/aegis-dev/aegis/cmd/aegis/telemetry"
 	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/projector"
@@ -111,10 +109,6 @@ func (m *Main) replayOTLP(ctx context.Context, src subjectReader, ix *projector.
 	if err != nil {
 		return err
 	}
-	exp, err := telemetry.SpanExporter(ctx, &cfg)
-	if err != nil {
-		return err
-	}
 	fold := projector.NewTelemetry()
 	col := &spanCollector{}
 	err = src.ReplaySubjectFrom(ctx, "aegis."+id+".>", events.Position{Seq: sum.First.Seq}, func(r events.Record) error {
@@ -126,14 +120,18 @@ func (m *Main) replayOTLP(ctx context.Context, src subjectReader, ix *projector.
 	if err != nil {
 		return fmt.Errorf("read the event stream: %w", err)
 	}
-	var spans []sdktrace.ReadOnlySpan
-	for _, c := range col.calls {
-		spans = append(spans, telemetry.CallSpans(c, res)...)
+	spans := 0
+	for i := range col.calls {
+		spans += 1 + len(col.calls[i].Children)
 	}
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for i := 0; i < len(spans); i += 512 {
-		if err := exp.ExportSpans(ectx, spans[i:min(i+512, len(spans))]); err != nil {
+	exp, err := telemetry.NewSpans(ectx, &cfg, res)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < len(col.calls); i += 512 {
+		if err := exp.Export(ectx, col.calls[i:min(i+512, len(col.calls))]); err != nil {
 			exp.Shutdown(ectx)
 			return withHint(fmt.Errorf("replay: export to %s: %w", endpoint, err), "check that a collector listens there (OTLP over HTTP, or set OTEL_EXPORTER_OTLP_PROTOCOL=grpc)")
 		}
@@ -141,7 +139,7 @@ func (m *Main) replayOTLP(ctx context.Context, src subjectReader, ix *projector.
 	if err := exp.Shutdown(ectx); err != nil {
 		return fmt.Errorf("replay: export to %s: %w", endpoint, err)
 	}
-	fmt.Fprintf(m.Stdout, "exported %d spans of %d calls of session %s to %s\n", len(spans), len(col.calls), id, endpoint)
+	fmt.Fprintf(m.Stdout, "exported %d spans of %d calls of session %s to %s\n", spans, len(col.calls), id, endpoint)
 	return nil
 }
 

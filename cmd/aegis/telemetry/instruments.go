@@ -16,6 +16,7 @@ import (
 // instruments are the metrics of docs/telemetry.md.
 type instruments struct {
 	calls, refusals, decided, commits, pins, httpClosed metric.Int64Counter
+	spansDropped                                        metric.Int64Counter
 	pending, sessions                                   metric.Int64UpDownCounter
 	through, atServer, wait, commitLatency              metric.Float64Histogram
 }
@@ -78,6 +79,7 @@ func newInstruments(m metric.Meter, store *events.Store) (*instruments, error) {
 	i.pins = counter("aegis.pins.changed", "{tool}", "tool definitions that changed from their pin (tool.changed events)")
 	i.sessions = updown("aegis.sessions.open", "{session}", "recording sessions open, by front (stdio, http)")
 	i.httpClosed = counter("aegis.http.sessions.closed", "{session}", "HTTP client sessions of gateway --listen that ended, by why (deleted, evicted, idle, shutdown, other)")
+	i.spansDropped = counter("aegis.telemetry.spans.dropped", "{span}", "spans not exported because the export's queue was full")
 	if err != nil {
 		return nil, err
 	}

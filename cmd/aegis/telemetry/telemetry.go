@@ -7,8 +7,9 @@
 // Invariants:
 //   - Nothing on the relay's path waits for an exporter. The fold reads
 //     the store's commits through a [events.CommitTap] from a goroutine of
-//     its own, after they were acknowledged; spans go to a batch
-//     processor that drops rather than blocks when its queue is full;
+//     its own, after they were acknowledged; a call's spans go to a
+//     bounded queue that drops (and counts) rather than blocks when it is
+//     full, and are encoded and sent from a goroutine of its own;
 //     metrics are read by the exporters on their own schedule.
 //   - With nothing configured (no --metrics-listen, no --otlp-endpoint,
 //     no OTEL_EXPORTER_OTLP_*ENDPOINT), [Start] returns nil and nothing
@@ -43,8 +44,6 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/aegis-dev/aegis/cmd/aegis/console"
 	"github.com/aegis-dev/aegis/events"
@@ -137,8 +136,7 @@ type Exporter struct {
 	tap    *events.CommitTap
 	fold   *projector.Telemetry
 	inst   *instruments
-	spans  sdktrace.SpanProcessor
-	res    *resource.Resource
+	queue  *spanQueue
 	mp     *sdkmetric.MeterProvider
 	srv    *http.Server
 	addr   net.Addr
@@ -170,7 +168,6 @@ func Start(ctx context.Context, store *events.Store, cfg Config) (*Exporter, err
 	if err != nil {
 		return nil, err
 	}
-	x.res = res
 	traces, metrics := cfg.otlp()
 	var readers []sdkmetric.Option
 	var reg *prometheus.Registry
@@ -189,17 +186,18 @@ func Start(ctx context.Context, store *events.Store, cfg Config) (*Exporter, err
 		}
 		readers = append(readers, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(me)))
 	}
-	if traces {
-		te, err := SpanExporter(ctx, &cfg)
-		if err != nil {
-			return nil, err
-		}
-		x.spans = sdktrace.NewBatchSpanProcessor(te)
-	}
 	x.mp = sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res), sdkmetric.WithView(bucketViews()...))...)
 	if x.inst, err = newInstruments(x.mp.Meter("github.com/aegis-dev/aegis"), store); err != nil {
 		x.mp.Shutdown(ctx)
 		return nil, err
+	}
+	if traces {
+		sp, err := NewSpans(ctx, &cfg, res)
+		if err != nil {
+			x.mp.Shutdown(ctx)
+			return nil, err
+		}
+		x.queue = newSpanQueue(sp, &cfg, x.log, func(n int) { x.inst.spansDropped.Add(context.Background(), int64(n)) })
 	}
 	if cfg.MetricsListen != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsListen)
@@ -344,8 +342,8 @@ func (x *Exporter) shutdown(ctx context.Context) error {
 	if x.srv != nil {
 		x.srv.Close()
 	}
-	if x.spans != nil {
-		errs = append(errs, x.spans.Shutdown(ctx))
+	if x.queue != nil {
+		errs = append(errs, x.queue.close(ctx))
 	}
 	if x.mp != nil {
 		errs = append(errs, x.mp.Shutdown(ctx))
@@ -356,15 +354,14 @@ func (x *Exporter) shutdown(ctx context.Context) error {
 // out is the fold's sink: the instruments and the span processor.
 func (x *Exporter) out() projector.TelemetryOut {
 	if x.sink == nil {
-		x.sink = &sink{inst: x.inst, spans: x.spans, res: x.res, sets: map[callLabels]*callSets{}}
+		x.sink = &sink{inst: x.inst, queue: x.queue, sets: map[callLabels]*callSets{}}
 	}
 	return x.sink
 }
 
 type sink struct {
 	inst  *instruments
-	spans sdktrace.SpanProcessor
-	res   *resource.Resource
+	queue *spanQueue
 	// sets caches the attribute sets of each label combination: the
 	// labels are bounded, and building a set sorts and allocates.
 	sets map[callLabels]*callSets
@@ -372,8 +369,12 @@ type sink struct {
 
 type callLabels struct{ server, tool, verdict, reason string }
 
+// callSets are a label combination's options, as the slices the
+// instruments take (passing one option alone would allocate its slice
+// at every measurement).
 type callSets struct {
-	calls, refusals, op metric.MeasurementOption
+	calls, refusals []metric.AddOption
+	op              []metric.RecordOption
 }
 
 func (s *sink) setsOf(c projector.CallSpan) *callSets {
@@ -382,17 +383,17 @@ func (s *sink) setsOf(c projector.CallSpan) *callSets {
 		return cs
 	}
 	cs := &callSets{
-		calls: metric.WithAttributeSet(attribute.NewSet(
+		calls: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
 			attribute.String("aegis.server", c.Server), attribute.String("gen_ai.tool.name", c.Tool),
-			attribute.String("aegis.verdict", c.Verdict))),
-		refusals: metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("aegis.server", c.Server), attribute.String("aegis.refusal.reason", c.Reason))),
+			attribute.String("aegis.verdict", c.Verdict)))},
+		refusals: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("aegis.server", c.Server), attribute.String("aegis.refusal.reason", c.Reason)))},
 	}
 	op := []attribute.KeyValue{attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", c.Tool), attribute.String("aegis.server", c.Server)}
 	if et := errorType(c); et != "" {
 		op = append(op, attribute.String("error.type", et))
 	}
-	cs.op = metric.WithAttributeSet(attribute.NewSet(op...))
+	cs.op = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(op...))}
 	s.sets[k] = cs
 	return cs
 }
@@ -401,20 +402,18 @@ func (s *sink) Call(c projector.CallSpan) {
 	ctx := context.Background()
 	i := s.inst
 	cs := s.setsOf(c)
-	i.calls.Add(ctx, 1, cs.calls)
+	i.calls.Add(ctx, 1, cs.calls...)
 	if c.Reason != "" {
-		i.refusals.Add(ctx, 1, cs.refusals)
+		i.refusals.Add(ctx, 1, cs.refusals...)
 	}
 	if !c.Unfinished {
-		i.through.Record(ctx, c.End.Sub(c.Start).Seconds(), cs.op)
+		i.through.Record(ctx, c.End.Sub(c.Start).Seconds(), cs.op...)
 	}
 	if c.AtServer != nil {
-		i.atServer.Record(ctx, c.AtServer.Seconds(), cs.op)
+		i.atServer.Record(ctx, c.AtServer.Seconds(), cs.op...)
 	}
-	if s.spans != nil {
-		for _, ro := range CallSpans(c, s.res) {
-			s.spans.OnEnd(ro)
-		}
+	if s.queue != nil {
+		s.queue.add(c)
 	}
 }
 
