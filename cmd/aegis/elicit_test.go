@@ -308,6 +308,17 @@ func TestApprovalLinkRefusesAttacks(t *testing.T) {
 	con := l.console()
 	c := &linkClient{t: t, base: "http://" + con.host}
 	origin := "http://" + con.host
+	// A console runs, and a host that probes with server/discover before
+	// its initialize (as the go-sdk's client does) declares no URL
+	// elicitation: today's refusal still, not a link it cannot show.
+	w = l.start(exec.Command(filepath.Join(l.bin, "aegis"), "gateway", "--config", config, "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state))
+	w.call(0, "server/discover", `{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}`)
+	w.call(1, "initialize", `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}`)
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	if m := today(t, add(w, 2, 2)); m["code"] != "PENDING_APPROVAL" || !strings.HasPrefix(m["hint"], "run: aegis approve ") {
+		t.Errorf("a host that probed first, without URL elicitation: %v", m)
+	}
+	w.finish()
 	w = gw(`{"elicitation":{"url":{}}}`)
 	defer w.finish()
 	elicited := func(answer string) (id, link string) {

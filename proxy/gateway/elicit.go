@@ -77,8 +77,12 @@ type denial struct {
 
 func denialKey(tool, argsDigest string) string { return tool + "\x00" + argsDigest }
 
-// urlElicits reports whether the host takes URL elicitations.
-func (g *gateway) urlElicits() bool { return g.el.hostURL && g.cfg.ApprovalLink != nil }
+// urlElicits reports whether the host takes URL elicitations, as its own
+// initialize declared them: a host that probed with server/discover first
+// made the gateway record its own capabilities (hostTakesURLElicitation).
+func (g *gateway) urlElicits() bool {
+	return g.cfg.ApprovalLink != nil && g.hostTakesURLElicitation()
+}
 
 // urlElicitsFor reports whether the host of the call of ctx takes URL
 // elicitations: a stateless (2026-07-28) request by its own capabilities
