@@ -22,8 +22,9 @@ import (
 
 // The anchor log in a fleet, end to end: an aegis wrap linked to a real
 // hub, whose policy's witnesses: names a real litewitness, records a few
-// calls; the hub's mirror then holds the anchor log with the rest of the
-// stream (the witnessed record checkpoint as its anchor leaf, and the
+// calls, and an aegis gateway whose config's witnesses: names the same
+// witness extends the log; the hub's mirror then holds the anchor log with
+// the rest of the stream (the witnessed record checkpoint as its anchor leaf, and the
 // witness's cosignature). An auditor keeps the bundle of a line. Then the
 // record is cut after that witnessed checkpoint, its sidecar re-signed,
 // and the hub's mirror rewritten to match (its checkpoints past the cut
@@ -67,6 +68,22 @@ func TestWitnessedCutIsTamperedWithSidecarAndHubMirrorRewritten(t *testing.T) {
 	}
 	w.WaitSize(t, origin, 1)
 	wp.finish()
+	// A gateway on the same state directory, its witnesses named by its
+	// config's witnesses:, extends the log and has it cosigned too.
+	before := w.Size(t, origin)
+	gwConfig := filepath.Join(l.dir, "aegis.yaml")
+	if err := os.WriteFile(gwConfig, []byte("version: 1\nservers:\n  example:\n    command: "+filepath.Join(l.bin, "aegis-example-server")+
+		"\nprofiles:\n  p:\n    allow: [example.echo]\nactivation:\n  default_profile: p\nwitnesses: |\n  "+w.PolicyLine("w1")+"  quorum w1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "gateway", "--config", gwConfig, "--audit", filepath.Join(l.dir, "gateway.aarl"),
+		"--signing-key", l.key, "--state-dir", l.state, "--checkpoint-lines", "2", "--witness-interval", "100ms"))
+	gw.initialize()
+	if a := gw.call(1, "tools/call", `{"name":"example__echo","arguments":{"message":"x"}}`); !strings.Contains(a, `"x"`) {
+		t.Fatalf("echo through the gateway: %s", a)
+	}
+	w.WaitSize(t, origin, before+1)
+	gw.finish()
 	noKey := filepath.Join(l.dir, "no.nkey") // the hub takes leaves without one
 	if err := os.WriteFile(noKey, nil, 0o600); err != nil {
 		t.Fatal(err)
