@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -53,6 +54,10 @@ type anchorHead struct {
 func anchorSnapName(keyID, ext string) string {
 	return "anchor.v1." + keyID[:min(len(keyID), 32)] + "." + ext
 }
+
+// AnchorSnapshotFile reports whether name is a file of an anchor log's
+// snapshot in the index folder.
+func AnchorSnapshotFile(name string) bool { return strings.HasPrefix(name, "anchor.v1.") }
 
 // fileHashes holds stored hashes in a file.
 type fileHashes struct {
