@@ -206,14 +206,15 @@
 //     (anchorsnap.go). A recording process ([OpenAnchor], in the
 //     background: only the first append waits) starts from the snapshot
 //     kept with the index: a head naming the log's size, its last signed
-//     checkpoint and the stream position and digest of the event that
-//     added its last leaf, and a file of the log's stored hashes. It folds
-//     only the events after that position, and uses the snapshot only if
-//     the stream holds that event with that checkpoint, the checkpoint
-//     verifies, and the file gives its root; else it rebuilds from the
-//     stream (the index is a cache). The head is saved after appends, in
-//     the background, and at [Anchor.Close]: after a kill -9 a start folds
-//     at most the events of the appends since the last save.
+//     checkpoint and the stream position of the event that added its last
+//     leaf, and a file of the log's stored hashes. It folds only the
+//     events after that position, and uses the snapshot only if the
+//     stream's event there added that leaf with that checkpoint, the
+//     checkpoint verifies, and the file gives its root; else it rebuilds
+//     from the stream (the index is a cache). The head is saved after
+//     appends, in the background and reading nothing back from the
+//     stream, and at [Anchor.Close]: after a kill -9 a start folds at most
+//     the events of the appends since the last save.
 //   - Bounded memory. The live log holds no per-leaf state in memory: its
 //     stored hashes (about 64 bytes a leaf) are in the file, read back for
 //     an append (the right edge, log2 n hashes) and for a witness's
