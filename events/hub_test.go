@@ -39,7 +39,10 @@ func openLeaf(t testing.TB, h *hubtest.Hub, host string) *Store {
 	return st
 }
 
-// waitMirror waits until the hub's mirror of host holds n messages.
+// waitMirror waits until the hub's mirror of host holds n messages. If it
+// does not, the failure gives the mirror's sequences: a mirror that is
+// behind ends before n, one that skipped messages (a gap: an acknowledged
+// event the hub does not hold) ends at n with fewer.
 func waitMirror(t testing.TB, js jetstream.JetStream, host string, n uint64, limit time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
@@ -63,7 +66,15 @@ func waitMirror(t testing.TB, js jetstream.JetStream, host string, n uint64, lim
 	state := "unknown"
 	if s, err := js.Stream(context.Background(), MirrorName(host)); err == nil {
 		if info, err := s.Info(context.Background()); err == nil && info.Mirror != nil {
-			state = fmt.Sprintf("lag %d, active %v ago, error %v", info.Mirror.Lag, info.Mirror.Active, info.Mirror.Error)
+			leader := ""
+			if info.Cluster != nil {
+				leader = info.Cluster.Leader
+			}
+			state = fmt.Sprintf("sequences %d to %d, %d deleted; leader %q; lag %d, active %v ago, error %v",
+				info.State.FirstSeq, info.State.LastSeq, info.State.NumDeleted, leader, info.Mirror.Lag, info.Mirror.Active, info.Mirror.Error)
+			if info.State.LastSeq >= n && info.State.Msgs < n {
+				state += fmt.Sprintf("; a gap: it skipped %d message(s) the host's stream holds", n-info.State.Msgs)
+			}
 		}
 	}
 	t.Fatalf("the mirror of %s holds %d messages, not %d (its source: %s)", host, last, n, state)

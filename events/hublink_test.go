@@ -208,6 +208,14 @@ func TestHubMirrorOfAHostNameUsedAgainIsRefused(t *testing.T) {
 	}
 	t.Parallel() // it mostly waits (on processes): beside the others
 	h := hubtest.New(t, 3)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, nd := range h.Nodes {
+				log := nd.Log()
+				t.Logf("hub node %s's log, its end:\n%s", nd.Name(), log[max(0, len(log)-3000):])
+			}
+		}
+	})
 	ctx := context.Background()
 	nc, js := h.JetStream(ctx)
 	defer nc.Close()

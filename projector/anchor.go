@@ -66,37 +66,60 @@ type AnchorCosigned struct {
 	Note string `json:"note"`
 }
 
-// hashes is a tlog.HashReader over a tree's stored hashes, in tlog's
-// layout (every leaf's hash and the subtrees it completes, in order).
-type hashes []tlog.Hash
+// hashStore holds a tree's stored hashes, in tlog's layout (every leaf's
+// hash and the subtrees it completes, in order): in memory (memHashes) or
+// in a file of the index folder (fileHashes, anchorsnap.go).
+type hashStore interface {
+	tlog.HashReader
+	// count is how many stored hashes it holds.
+	count() int64
+	// add appends stored hashes.
+	add(hs []tlog.Hash) error
+	// keep drops every stored hash from n on.
+	keep(n int64) error
+}
 
-func (h hashes) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+// memHashes holds stored hashes in memory.
+type memHashes struct{ h []tlog.Hash }
+
+func (m *memHashes) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 	out := make([]tlog.Hash, len(indexes))
 	for i, x := range indexes {
-		if x < 0 || x >= int64(len(h)) {
+		if x < 0 || x >= int64(len(m.h)) {
 			return nil, fmt.Errorf("anchor log: stored hash %d is not there", x)
 		}
-		out[i] = h[x]
+		out[i] = m.h[x]
 	}
 	return out, nil
 }
 
-// AnchorTree is an anchor log as rebuilt from a stream: its leaves' hashes
-// and stored hashes, its last signed checkpoint, and what it was folded
-// from. It makes the proofs of aegis prove and of a witness submission.
+func (m *memHashes) count() int64             { return int64(len(m.h)) }
+func (m *memHashes) add(hs []tlog.Hash) error { m.h = append(m.h, hs...); return nil }
+func (m *memHashes) keep(n int64) error       { m.h = m.h[:n]; return nil }
+
+// AnchorTree is an anchor log as rebuilt from a stream: its stored
+// hashes, its last signed checkpoint, and what it was folded from. It
+// makes the proofs of aegis prove and of a witness submission. The tree
+// [LoadAnchor] returns holds its hashes in memory, with an index of its
+// leaves; the one a recording process keeps ([OpenAnchor]) holds them in
+// a file of the index folder and nothing per leaf in memory.
 type AnchorTree struct {
 	Origin string
-	stored hashes
-	leaves []tlog.Hash
-	index  map[tlog.Hash]int64 // leaf hash -> first index
+	stored hashStore
+	size   int64
+	index  map[tlog.Hash]int64 // leaf hash -> first index; nil: LeafIndex reads the stored leaf hashes
 	note   []byte
 	// Cosigned holds, per anchor size, the cosigned notes the stream
-	// holds, by witness key name.
+	// holds, by witness key name (filled by LoadAnchor only).
 	Cosigned map[int64]map[string]string
 }
 
+func newMemTree(origin string) *AnchorTree {
+	return &AnchorTree{Origin: origin, stored: &memHashes{}, index: map[tlog.Hash]int64{}, Cosigned: map[int64]map[string]string{}}
+}
+
 // Size is the number of leaves.
-func (t *AnchorTree) Size() int64 { return int64(len(t.leaves)) }
+func (t *AnchorTree) Size() int64 { return t.size }
 
 // Note is the last signed checkpoint of the log (nil when empty).
 func (t *AnchorTree) Note() []byte { return t.note }
@@ -104,10 +127,29 @@ func (t *AnchorTree) Note() []byte { return t.note }
 // Root returns the root of the log's first n leaves.
 func (t *AnchorTree) Root(n int64) (tlog.Hash, error) { return tlog.TreeHash(n, t.stored) }
 
+// leaf returns the hash of leaf i.
+func (t *AnchorTree) leaf(i int64) (tlog.Hash, error) {
+	hs, err := t.stored.ReadHashes([]int64{tlog.StoredHashIndex(0, i)})
+	if err != nil {
+		return tlog.Hash{}, err
+	}
+	return hs[0], nil
+}
+
 // LeafIndex returns the index of the leaf whose text is body.
 func (t *AnchorTree) LeafIndex(body []byte) (int64, bool) {
-	i, ok := t.index[tlog.RecordHash(body)]
-	return i, ok
+	h := tlog.RecordHash(body)
+	if t.index != nil {
+		i, ok := t.index[h]
+		return i, ok
+	}
+	found := int64(-1)
+	for i := t.size - 1; i >= 0; i-- {
+		if l, err := t.leaf(i); err == nil && l == h {
+			found = i
+		}
+	}
+	return found, found >= 0
 }
 
 // ProveLeaf returns the inclusion proof of leaf i in the log of n leaves.
@@ -122,28 +164,37 @@ func (t *AnchorTree) ProveConsistency(m, n int64) (tlog.TreeProof, error) {
 }
 
 func (t *AnchorTree) add(h tlog.Hash) error {
-	n := int64(len(t.leaves))
+	n := t.size
 	hs, err := tlog.StoredHashesForRecordHash(n, h, t.stored)
 	if err != nil {
 		return err
 	}
-	t.stored = append(t.stored, hs...)
-	t.leaves = append(t.leaves, h)
-	if _, ok := t.index[h]; !ok {
-		t.index[h] = n
+	if err := t.stored.add(hs); err != nil {
+		return fmt.Errorf("anchor log: %w", err)
+	}
+	t.size++
+	if t.index != nil {
+		if _, ok := t.index[h]; !ok {
+			t.index[h] = n
+		}
 	}
 	return nil
 }
 
 // truncate drops the leaves from n on (an append whose event failed).
-func (t *AnchorTree) truncate(n int64) {
-	for _, h := range t.leaves[n:] {
-		if t.index[h] >= n {
-			delete(t.index, h)
+func (t *AnchorTree) truncate(n int64) error {
+	if t.index != nil {
+		for i := n; i < t.size; i++ {
+			if h, err := t.leaf(i); err == nil && t.index[h] >= n {
+				delete(t.index, h)
+			}
 		}
 	}
-	t.leaves = t.leaves[:n]
-	t.stored = t.stored[:tlog.StoredHashCount(n)]
+	if err := t.stored.keep(tlog.StoredHashCount(n)); err != nil {
+		return fmt.Errorf("anchor log: %w", err)
+	}
+	t.size = n
+	return nil
 }
 
 // ErrAnchor is wrapped when the anchor log a stream holds does not add up.
@@ -155,14 +206,48 @@ var ErrAnchor = errors.New("anchor log")
 // checks that the leaves are contiguous and that the last signed anchor
 // checkpoint (verified under pub) has the root they give; anything else
 // is an error wrapping [ErrAnchor]. A stream with no leaf of the log gives
-// an empty log.
+// an empty log. The tree it returns is held in memory, with the
+// cosignatures the stream holds; a recording process keeps its log from a
+// snapshot instead ([OpenAnchor]).
 func LoadAnchor(ctx context.Context, st *events.Store, origin string, v note.Verifier) (*AnchorTree, error) {
-	t := &AnchorTree{Origin: origin, index: map[tlog.Hash]int64{}, Cosigned: map[int64]map[string]string{}}
+	t := newMemTree(origin)
+	if _, err := foldAnchor(ctx, st, t, events.Position{}, v); err != nil {
+		return nil, err
+	}
+	err := st.ReplaySubject(ctx, "aegis.*."+string(schemas.KindAnchorCosigned), func(rec events.Record) error {
+		var c AnchorCosigned
+		if json.Unmarshal(rec.Event.Payload, &c) != nil || c.Origin != origin {
+			return nil
+		}
+		if t.Cosigned[c.Size] == nil {
+			t.Cosigned[c.Size] = map[string]string{}
+		}
+		t.Cosigned[c.Size][c.Witness] = c.Note
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// anchorFold is what [foldAnchor] read.
+type anchorFold struct {
+	events int             // the events that set or added leaves
+	at     events.Position // the last of them
+}
+
+// foldAnchor folds into t the events of st from `from` on that set its
+// leaves (a rotation's) or add one (a record checkpoint's), and checks the
+// result against the last signed anchor checkpoint, which becomes t's.
+func foldAnchor(ctx context.Context, st *events.Store, t *AnchorTree, from events.Position, v note.Verifier) (anchorFold, error) {
+	origin := t.Origin
+	var f anchorFold
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w %s: "+format, append([]any{ErrAnchor, origin}, args...)...)
 	}
 	var lastNote []byte
-	err := st.ReplaySubject(ctx, "aegis.*."+string(schemas.KindStoreRotated), func(rec events.Record) error {
+	err := st.ReplaySubjectFrom(ctx, "aegis.*."+string(schemas.KindStoreRotated), from, func(rec events.Record) error {
 		var p events.RollPlan
 		if json.Unmarshal(rec.Event.Payload, &p) != nil {
 			return nil
@@ -178,19 +263,23 @@ func LoadAnchor(ctx context.Context, st *events.Store, origin string, v note.Ver
 		if err != nil || len(raw)%tlog.HashSize != 0 {
 			return bad("the rotation's leaf hashes are not base64 of 32-byte hashes")
 		}
-		t.truncate(0)
+		if err := t.truncate(0); err != nil {
+			return err
+		}
 		for i := 0; i < len(raw); i += tlog.HashSize {
 			if err := t.add(tlog.Hash(raw[i : i+tlog.HashSize])); err != nil {
 				return err
 			}
 		}
 		lastNote = []byte(r.Anchor.Note)
+		f.events++
+		f.at = events.Position{Seq: rec.Pos.Seq}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return f, err
 	}
-	err = st.ReplaySubject(ctx, "aegis.*."+string(schemas.KindRecordCheckpoint), func(rec events.Record) error {
+	err = st.ReplaySubjectFrom(ctx, "aegis.*."+string(schemas.KindRecordCheckpoint), from, func(rec events.Record) error {
 		var cp recordCheckpointAnchor
 		if json.Unmarshal(rec.Event.Payload, &cp) != nil || cp.Anchor == nil {
 			return nil
@@ -209,46 +298,34 @@ func LoadAnchor(ctx context.Context, st *events.Store, origin string, v note.Ver
 			return err
 		}
 		lastNote = []byte(cp.Anchor.Note)
+		f.events++
+		f.at = events.Position{Seq: rec.Pos.Seq}
 		return nil
 	})
 	if err != nil {
-		return nil, err
-	}
-	err = st.ReplaySubject(ctx, "aegis.*."+string(schemas.KindAnchorCosigned), func(rec events.Record) error {
-		var c AnchorCosigned
-		if json.Unmarshal(rec.Event.Payload, &c) != nil || c.Origin != origin {
-			return nil
-		}
-		if t.Cosigned[c.Size] == nil {
-			t.Cosigned[c.Size] = map[string]string{}
-		}
-		t.Cosigned[c.Size][c.Witness] = c.Note
-		return nil
-	})
-	if err != nil {
-		return nil, err
+		return f, err
 	}
 	if lastNote == nil {
-		return t, nil
+		return f, nil // nothing new: t stands as it was
 	}
 	n, err := note.Open(lastNote, note.VerifierList(v))
 	if err != nil {
-		return nil, bad("its last checkpoint does not verify: %v", err)
+		return f, bad("its last checkpoint does not verify: %v", err)
 	}
 	c, err := schemas.ParseAnchorCheckpoint([]byte(n.Text))
 	if err != nil {
-		return nil, bad("%v", err)
+		return f, bad("%v", err)
 	}
 	root, err := t.Root(t.Size())
 	if err != nil {
-		return nil, err
+		return f, err
 	}
 	if c.Size != t.Size() || c.Root != root {
-		return nil, bad("its last checkpoint covers %d leaves with root %s, the stream holds %d with root %s",
+		return f, bad("its last checkpoint covers %d leaves with root %s, the stream holds %d with root %s",
 			c.Size, schemas.ProofHash(c.Root), t.Size(), schemas.ProofHash(root))
 	}
 	t.note = lastNote
-	return t, nil
+	return f, nil
 }
 
 // recordCheckpointAnchor reads what the anchor needs of a record.checkpoint
@@ -327,12 +404,20 @@ type Anchor struct {
 	signer *anchorSigner
 	log    *slog.Logger
 
-	ready   chan struct{}
-	loadErr error
+	ready    chan struct{}
+	loadErr  error
+	replayed int // the events folded at start (anchorsnap.go)
 
 	mu      sync.Mutex
 	tree    *AnchorTree
+	at      events.Position // the event that added the tree's last leaf
+	broken  error           // set when the stored hashes on disk no longer match the tree
 	watches []chan struct{}
+
+	// The snapshot's saver (anchorsnap.go).
+	closeOnce sync.Once
+	closed    chan struct{}
+	saved     chan struct{}
 
 	// session files the cosignature events (witnessing.go).
 	sessOnce sync.Once
@@ -340,9 +425,12 @@ type Anchor struct {
 	sessErr  error
 }
 
-// OpenAnchor starts rebuilding the anchor log of key from the stream, in
-// the background: nothing waits for it but the first append (a record
-// checkpoint, which is off every call's path).
+// OpenAnchor starts loading the anchor log of key, in the background:
+// nothing waits for it but the first append (a record checkpoint, which
+// is off every call's path). It starts from the snapshot kept in the
+// store's index folder and folds only the events after it; a snapshot
+// that does not match the stream is thrown away and the log rebuilt from
+// the stream (anchorsnap.go). [Anchor.Close] saves the snapshot.
 func OpenAnchor(st *events.Store, key PrivateKey, log *slog.Logger) (*Anchor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -351,22 +439,25 @@ func OpenAnchor(st *events.Store, key PrivateKey, log *slog.Logger) (*Anchor, er
 	if err != nil {
 		return nil, err
 	}
-	a := &Anchor{store: st, key: key, signer: s, log: log, ready: make(chan struct{})}
+	a := &Anchor{store: st, key: key, signer: s, log: log, ready: make(chan struct{}), closed: make(chan struct{}), saved: make(chan struct{})}
 	go func() {
 		defer close(a.ready)
 		v, err := AnchorVerifierOf(s.name, key.PublicKey())
 		if err == nil {
-			a.tree, err = LoadAnchor(context.Background(), st, s.name, v)
+			err = a.load(context.Background(), v)
 		}
 		if err != nil {
 			a.loadErr = fmt.Errorf("rebuild the anchor log from the stream: %w", err)
+			close(a.saved)
 			if st.Closing() {
 				// aegis is stopping (a refused start among others):
 				// nothing is wrong with the stream.
 				return
 			}
 			log.Error("the anchor log cannot be rebuilt from the event stream; record checkpoints stop until this is fixed", "err", err)
+			return
 		}
+		go a.keepSaved()
 	}()
 	return a, nil
 }
@@ -386,10 +477,10 @@ func (a *Anchor) Wait(ctx context.Context) error {
 
 // Append adds the record checkpoint whose signed note is cpNote as the
 // next leaf and signs the log's new checkpoint; commit must make the
-// record.checkpoint event holding the entry durable. The log's lock is
-// held until commit returns, so leaves are durable in index order; if
-// commit fails the leaf is taken back.
-func (a *Anchor) Append(ctx context.Context, cpNote []byte, commit func(AnchorEntry) error) error {
+// record.checkpoint event holding the entry durable, and return its
+// position. The log's lock is held until commit returns, so leaves are
+// durable in index order; if commit fails the leaf is taken back.
+func (a *Anchor) Append(ctx context.Context, cpNote []byte, commit func(AnchorEntry) (events.Position, error)) error {
 	if err := a.Wait(ctx); err != nil {
 		return err
 	}
@@ -399,19 +490,27 @@ func (a *Anchor) Append(ctx context.Context, cpNote []byte, commit func(AnchorEn
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.broken != nil {
+		return a.broken
+	}
 	n := a.tree.Size()
 	if err := a.tree.add(tlog.RecordHash(text)); err != nil {
 		return err
 	}
 	msg, err := a.sign(n + 1)
+	var pos events.Position
 	if err == nil {
-		err = commit(AnchorEntry{Index: n, Note: string(msg)})
+		pos, err = commit(AnchorEntry{Index: n, Note: string(msg)})
 	}
 	if err != nil {
-		a.tree.truncate(n)
+		if terr := a.tree.truncate(n); terr != nil {
+			// The stored hashes on disk no longer match the log:
+			// nothing more is appended until it is loaded again.
+			a.broken = terr
+		}
 		return err
 	}
-	a.tree.note = msg
+	a.tree.note, a.at = msg, pos
 	for _, w := range a.watches {
 		select {
 		case w <- struct{}{}:
@@ -506,8 +605,12 @@ func SealAnchor(ctx context.Context, st *events.Store, key PrivateKey, r *Rotati
 	if t.Size() > MaxSealedAnchorLeaves {
 		return fmt.Errorf("anchor: a log of %d leaves is more than a rotation carries (%d)", t.Size(), MaxSealedAnchorLeaves)
 	}
-	raw := make([]byte, 0, len(t.leaves)*tlog.HashSize)
-	for _, h := range t.leaves {
+	raw := make([]byte, 0, t.Size()*tlog.HashSize)
+	for i := range t.Size() {
+		h, err := t.leaf(i)
+		if err != nil {
+			return err
+		}
 		raw = append(raw, h[:]...)
 	}
 	r.Anchor = &AnchorSeal{Hashes: base64.StdEncoding.EncodeToString(raw), Note: string(msg)}

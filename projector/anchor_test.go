@@ -6,11 +6,13 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -113,23 +115,7 @@ func TestAnchorLogThatDoesNotAddUpIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendCP := func(a *projector.Anchor, i int64, index func(int64) int64) error {
-		cp := schemas.Checkpoint{Origin: "aegis/" + key.KeyID() + "/x", Size: i, Tail: schemas.HashHex([]byte{byte(i)})}
-		note, err := projector.SignCheckpoint(key, cp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a.Append(ctx, note, func(e projector.AnchorEntry) error {
-			e.Index = index(e.Index)
-			ev, err := st.NewEvent(sess, schemas.KindRecordCheckpoint, projector.RecordCheckpoint{AuditPath: "/x", Origin: cp.Origin, Note: string(note), Anchor: &e})
-			if err != nil {
-				return err
-			}
-			r, err := st.Enqueue(ev)
-			if err == nil {
-				_, err = r.Wait(ctx)
-			}
-			return err
-		})
+		return appendLeaf(t, st, sess, key, a, i, index)
 	}
 	a, err := projector.OpenAnchor(st, key, nil)
 	if err != nil {
@@ -155,5 +141,116 @@ func TestAnchorLogThatDoesNotAddUpIsRefused(t *testing.T) {
 	}
 	if err := appendCP(b, 4, same); !errors.Is(err, projector.ErrAnchor) {
 		t.Fatalf("an append to a log that does not add up: %v, want ErrAnchor", err)
+	}
+}
+
+// appendLeaf appends to a a record checkpoint of i lines of a record "/x"
+// as a session would, its event's entry index given by index.
+func appendLeaf(t *testing.T, st *events.Store, sess string, key projector.PrivateKey, a *projector.Anchor, i int64, index func(int64) int64) error {
+	t.Helper()
+	ctx := context.Background()
+	cp := schemas.Checkpoint{Origin: "aegis/" + key.KeyID() + "/x", Size: i, Tail: schemas.HashHex([]byte{byte(i), byte(i >> 8)})}
+	note, err := projector.SignCheckpoint(key, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Append(ctx, note, func(e projector.AnchorEntry) (events.Position, error) {
+		e.Index = index(e.Index)
+		ev, err := st.NewEvent(sess, schemas.KindRecordCheckpoint, projector.RecordCheckpoint{AuditPath: "/x", Origin: cp.Origin, Note: string(note), Anchor: &e})
+		if err != nil {
+			return events.Position{}, err
+		}
+		r, err := st.Enqueue(ev)
+		if err != nil {
+			return events.Position{}, err
+		}
+		return r.Wait(ctx)
+	})
+}
+
+// A recording process's anchor log starts from the snapshot kept in the
+// index folder: with N leaves snapshotted, a start folds none of the N
+// record checkpoint events again, and appends on from there into a log
+// that a full rebuild from the stream checks (its last signed checkpoint
+// has the root of every leaf). A snapshot whose hashes file was damaged
+// is thrown away and the log rebuilt from the stream, every event.
+func TestAnchorStartsFromItsSnapshot(t *testing.T) {
+	const n = 200
+	ctx := context.Background()
+	st, _ := recordStore(t)
+	key := projector.InsecureDevKey()
+	sess, err := st.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(i int64) int64 { return i }
+	open := func() *projector.Anchor {
+		t.Helper()
+		a, err := projector.OpenAnchor(st, key, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := open()
+	for i := range int64(n) {
+		if err := appendLeaf(t, st, sess, key, a, i+1, same); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := open()
+	if got := b.Replayed(); got != 0 {
+		t.Fatalf("a start with %d leaves snapshotted folded %d events again, want none", n, got)
+	}
+	if err := appendLeaf(t, st, sess, key, b, n+1, same); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	origin := schemas.AnchorOrigin(key.KeyID())
+	v, _ := projector.AnchorVerifierOf(origin, key.PublicKey())
+	if tree, err := projector.LoadAnchor(ctx, st, origin, v); err != nil || tree.Size() != n+1 {
+		t.Fatalf("the log rebuilt from the stream after appends from the snapshot: %v, %d leaves; want %d", err, tree.Size(), n+1)
+	}
+
+	// A stored hash of the snapshot damaged: rebuilt from the stream.
+	hashes, _ := filepath.Glob(filepath.Join(st.Dir(), events.IndexDir, "anchor.v1.*.hashes"))
+	if len(hashes) != 1 {
+		t.Fatalf("the anchor log's hashes files: %v", hashes)
+	}
+	f, err := os.OpenFile(hashes[0], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := f.Stat()
+	var one [1]byte
+	f.ReadAt(one[:], fi.Size()-1)
+	one[0] ^= 1
+	f.WriteAt(one[:], fi.Size()-1)
+	f.Close()
+	c := open()
+	if got := c.Replayed(); got != n+1 {
+		t.Fatalf("a start from a damaged snapshot folded %d events, want all %d", got, n+1)
+	}
+	if err := appendLeaf(t, st, sess, key, c, n+2, same); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if tree, err := projector.LoadAnchor(ctx, st, origin, v); err != nil || tree.Size() != n+2 {
+		t.Fatalf("the log rebuilt from the stream after a rebuilt snapshot: %v, %d leaves; want %d", err, tree.Size(), n+2)
+	}
+	d := open()
+	defer d.Close()
+	if d.Replayed() != 0 {
+		t.Fatalf("a start after the rebuilt snapshot folded %d events, want none", d.Replayed())
 	}
 }

@@ -204,10 +204,27 @@
 //     from the leaf's index to the event's durable ack; an event that
 //     fails takes its leaf back.
 //   - Rebuilt, and checked, from the stream. [LoadAnchor] folds those
-//     events at start (in the background: only the first append waits),
-//     requires contiguous indexes and the root of the last signed anchor
-//     checkpoint; a log that does not add up stops checkpoints (fail
-//     closed) and says why.
+//     events, requires contiguous indexes and the root of the last signed
+//     anchor checkpoint; a log that does not add up stops checkpoints
+//     (fail closed) and says why.
+//   - A start costs what came after the snapshot, not the history
+//     (anchorsnap.go). A recording process ([OpenAnchor], in the
+//     background: only the first append waits) starts from the snapshot
+//     kept with the index: a head naming the log's size, its last signed
+//     checkpoint and the stream position of the event that added its last
+//     leaf, and a file of the log's stored hashes. It folds only the
+//     events after that position, and uses the snapshot only if the
+//     stream's event there added that leaf with that checkpoint, the
+//     checkpoint verifies, and the file gives its root; else it rebuilds
+//     from the stream (the index is a cache). The head is saved after
+//     appends, in the background and reading nothing back from the
+//     stream, and at [Anchor.Close]: after a kill -9 a start folds at most
+//     the events of the appends since the last save.
+//   - Bounded memory. The live log holds no per-leaf state in memory: its
+//     stored hashes (about 64 bytes a leaf) are in the file, read back for
+//     an append (the right edge, log2 n hashes) and for a witness's
+//     consistency proof (2 log2 n). [LoadAnchor], which aegis prove anchor
+//     and aegis rotate use, still folds the whole stream into memory.
 //   - Witnessing waits on nothing the relay needs ([Anchor.StartWitnessing],
 //     witnessing.go): one goroutine per witness submits the newest
 //     checkpoint at most once per interval, learns the witness's size from

@@ -221,26 +221,26 @@ func (c *liveCheckpoints) checkpoint(ctx context.Context) {
 		AuditPath: c.path, Origin: c.origin, Root: base64.StdEncoding.EncodeToString(root[:]), Tail: c.tail, Note: string(note),
 		TreeState: TreeState{Size: cp.Size, Bytes: c.bytes, Frontier: c.tree.frontierHashes()},
 	}
-	commit := func() error {
+	commit := func() (events.Position, error) {
 		ev, err := c.store.NewEvent(c.session, schemas.KindRecordCheckpoint, payload)
 		if err != nil {
-			return err
+			return events.Position{}, err
 		}
 		r, err := c.store.Enqueue(ev)
-		if err == nil {
-			_, err = r.Wait(ctx)
+		if err != nil {
+			return events.Position{}, err
 		}
-		return err
+		return r.Wait(ctx)
 	}
 	if c.anchor != nil {
 		// The leaf and the anchor's new checkpoint are in the same event:
 		// durable together, before the note reaches the sidecar.
-		err = c.anchor.Append(ctx, note, func(e AnchorEntry) error {
+		err = c.anchor.Append(ctx, note, func(e AnchorEntry) (events.Position, error) {
 			payload.Anchor = &e
 			return commit()
 		})
 	} else {
-		err = commit()
+		_, err = commit()
 	}
 	if err != nil {
 		c.fail(fmt.Errorf("record the checkpoint: %w", err))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aegis-dev/aegis/events"
@@ -207,11 +208,21 @@ func startAnchor(store *events.Store, key projector.PrivateKey, wp *schemas.Witn
 	if err != nil {
 		return nil, nil, fmt.Errorf("anchor log: %w", err)
 	}
-	if wp == nil {
-		return a, func() {}, nil
+	stopWitnessing := func() {}
+	if wp != nil {
+		stopWitnessing = a.StartWitnessing(projector.WitnessingConfig{Policy: wp, Interval: every, Logger: log})
 	}
-	stop := a.StartWitnessing(projector.WitnessingConfig{Policy: wp, Interval: every, Logger: log})
-	return a, stop, nil
+	// The stop saves the anchor log's snapshot: call it before the
+	// store closes (once is enough; a deferred call after does nothing).
+	var once sync.Once
+	return a, func() {
+		once.Do(func() {
+			stopWitnessing()
+			if err := a.Close(); err != nil && !store.Closing() {
+				log.Debug("anchor log snapshot not saved", "err", err)
+			}
+		})
+	}, nil
 }
 
 // policy returns the checkpoint policy the flags set.

@@ -468,7 +468,9 @@ func (s *snapshot) refresh() (bool, error) {
 			if d.IsDir() {
 				return os.MkdirAll(dst, 0o700)
 			}
-			if !d.Type().IsRegular() {
+			if !d.Type().IsRegular() || sub == events.IndexDir && projector.AnchorSnapshotFile(d.Name()) {
+				// A reader records nothing: the anchor log's snapshot
+				// (its hashes grow with every checkpoint) stays behind.
 				return nil
 			}
 			fi, err := d.Info()

@@ -346,6 +346,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 	}
 	m.closeTelemetry(tx)
 	tx = nil
+	stopWitnessing() // saves the anchor log's snapshot, before the store closes
 	if err := store.Close(cctx); err != nil {
 		return &exitError{code: 1, err: err}
 	}

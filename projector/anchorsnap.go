@@ -1,0 +1,284 @@
+package projector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/aegis-dev/aegis/events"
+	"github.com/aegis-dev/aegis/schemas"
+)
+
+// The snapshot of a recording process's anchor log, kept with the
+// store's index (the index folder: a cache, rebuilt from the stream when
+// it does not match it). Two files per signing key:
+//
+//   - anchor.v1.<key>.hashes, the log's stored hashes (tlog's layout, 32
+//     bytes each, about two per leaf), appended as leaves are added. The
+//     log reads from it what an append needs (the right edge: log2 n
+//     hashes) and what a proof needs (2 log2 n); memory holds nothing
+//     per leaf.
+//   - anchor.v1.<key>.head, written after the hashes it names (an atomic
+//     replace): the log's size, its last signed checkpoint, and the stream
+//     position of the event that added its last leaf.
+//
+// A start uses the snapshot only if the stream's message at that position
+// is the event that added that leaf with that signed checkpoint (which
+// names the log's size and root: a stream that holds it holds the history
+// the snapshot was folded from), the checkpoint verifies under the key,
+// and the hashes file gives its root;
+// it then folds only the events after that position. Anything else is
+// logged and the log rebuilt from the stream. The head is saved in the
+// background after appends (coalesced, never on a call's path) and at
+// [Anchor.Close]: a start after a kill -9 folds the events since the last
+// save, at most those of the appends that were in flight. A save reads
+// nothing back from the stream (reading the message just written makes
+// the embedded server load the block being written again).
+
+const anchorSnapVersion = 1
+
+type anchorHead struct {
+	Version int             `json:"version"`
+	Origin  string          `json:"origin"`
+	Size    int64           `json:"size"`
+	Note    string          `json:"note"`
+	At      events.Position `json:"at"`
+}
+
+// anchorSnapName names the snapshot files of key's log in the index
+// folder (ext "head" or "hashes").
+func anchorSnapName(keyID, ext string) string {
+	return "anchor.v1." + keyID[:min(len(keyID), 32)] + "." + ext
+}
+
+// AnchorSnapshotFile reports whether name is a file of an anchor log's
+// snapshot in the index folder.
+func AnchorSnapshotFile(name string) bool { return strings.HasPrefix(name, "anchor.v1.") }
+
+// fileHashes holds stored hashes in a file.
+type fileHashes struct {
+	f *os.File
+	n int64
+}
+
+func (h *fileHashes) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, x := range indexes {
+		if x < 0 || x >= h.n {
+			return nil, fmt.Errorf("anchor log: stored hash %d is not there", x)
+		}
+		if _, err := h.f.ReadAt(out[i][:], x*tlog.HashSize); err != nil {
+			return nil, fmt.Errorf("anchor log: read stored hash %d: %w", x, err)
+		}
+	}
+	return out, nil
+}
+
+func (h *fileHashes) count() int64 { return h.n }
+
+func (h *fileHashes) add(hs []tlog.Hash) error {
+	b := make([]byte, 0, len(hs)*tlog.HashSize)
+	for _, x := range hs {
+		b = append(b, x[:]...)
+	}
+	if _, err := h.f.WriteAt(b, h.n*tlog.HashSize); err != nil {
+		return fmt.Errorf("write stored hashes: %w", err)
+	}
+	h.n += int64(len(hs))
+	return nil
+}
+
+func (h *fileHashes) keep(n int64) error {
+	if err := h.f.Truncate(n * tlog.HashSize); err != nil {
+		return fmt.Errorf("truncate stored hashes: %w", err)
+	}
+	h.n = n
+	return nil
+}
+
+// Replayed returns how many events (record checkpoints that add a leaf,
+// rotations that set the leaves) the start folded from the stream: none
+// when the snapshot was saved after the last of them.
+func (a *Anchor) Replayed() int {
+	<-a.ready
+	return a.replayed
+}
+
+// load loads the log: from the snapshot if it can be used, else from
+// scratch, then the stream's events after it.
+func (a *Anchor) load(ctx context.Context, v note.Verifier) error {
+	st := a.store
+	dir := filepath.Join(st.Dir(), events.IndexDir)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("anchor log: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, anchorSnapName(a.key.KeyID(), "hashes")), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("anchor log: %w", err)
+	}
+	t, at, err := a.openSnapshot(ctx, f, v)
+	if err != nil {
+		if !errors.Is(err, events.ErrNoIndex) {
+			a.log.Info("anchor log snapshot not used; rebuilding the log from the stream", "reason", err)
+		}
+		t = &AnchorTree{Origin: a.signer.name, stored: &fileHashes{f: f}}
+		if err := t.stored.keep(0); err != nil {
+			f.Close()
+			return err
+		}
+		at = events.Position{}
+	}
+	from := events.Position{}
+	if at.Seq > 0 {
+		from = events.Position{Seq: at.Seq + 1}
+	}
+	fold, err := foldAnchor(ctx, st, t, from, v)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	if fold.events > 0 {
+		at = fold.at
+	}
+	a.tree, a.at, a.replayed = t, at, fold.events
+	if fold.events > 0 {
+		if err := a.saveHead(ctx); err != nil {
+			a.log.Debug("anchor log snapshot not saved", "err", err)
+		}
+	}
+	return nil
+}
+
+// openSnapshot returns the log as its snapshot holds it, and the position
+// it was folded to, if the snapshot matches the stream.
+func (a *Anchor) openSnapshot(ctx context.Context, f *os.File, v note.Verifier) (*AnchorTree, events.Position, error) {
+	st := a.store
+	b, _, err := st.IndexGet(ctx, anchorSnapName(a.key.KeyID(), "head"))
+	if err != nil {
+		return nil, events.Position{}, err
+	}
+	var h anchorHead
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, events.Position{}, fmt.Errorf("anchor head: %w", err)
+	}
+	if h.Version != anchorSnapVersion || h.Origin != a.signer.name || h.Size < 1 || h.At.Seq == 0 {
+		return nil, events.Position{}, fmt.Errorf("anchor head of version %d, origin %q, %d leaves at %s: not one of this log", h.Version, h.Origin, h.Size, h.At)
+	}
+	// The message is the event that added the last leaf, with that
+	// checkpoint (a message the stream does not hold: none).
+	errStop := errors.New("stop")
+	found := false
+	err = st.ReplaySubjectFrom(ctx, "aegis.>", events.Position{Seq: h.At.Seq}, func(rec events.Record) error {
+		if rec.Pos.Seq != h.At.Seq {
+			return errStop
+		}
+		switch rec.Event.Kind {
+		case schemas.KindRecordCheckpoint:
+			var cp recordCheckpointAnchor
+			found = json.Unmarshal(rec.Event.Payload, &cp) == nil && cp.Anchor != nil && cp.Anchor.Index == h.Size-1 && cp.Anchor.Note == h.Note
+		case schemas.KindStoreRotated:
+			var p events.RollPlan
+			if json.Unmarshal(rec.Event.Payload, &p) == nil {
+				r, err := RotationDetail(&p)
+				found = err == nil && r.Anchor != nil && r.Anchor.Note == h.Note
+			}
+		}
+		return errStop
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, events.Position{}, fmt.Errorf("read the anchor head's event: %w", err)
+	}
+	if !found {
+		return nil, events.Position{}, fmt.Errorf("message %d is not the event that added leaf %d of the anchor log", h.At.Seq, h.Size-1)
+	}
+	n, err := note.Open([]byte(h.Note), note.VerifierList(v))
+	if err != nil {
+		return nil, events.Position{}, fmt.Errorf("the anchor head's checkpoint does not verify: %w", err)
+	}
+	c, err := schemas.ParseAnchorCheckpoint([]byte(n.Text))
+	if err != nil || c.Size != h.Size {
+		return nil, events.Position{}, fmt.Errorf("the anchor head's checkpoint is not of %d leaves (%v)", h.Size, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, events.Position{}, err
+	}
+	want := tlog.StoredHashCount(h.Size)
+	if fi.Size() < want*tlog.HashSize {
+		return nil, events.Position{}, fmt.Errorf("the anchor log's hashes file holds %d bytes, fewer than %d leaves need", fi.Size(), h.Size)
+	}
+	t := &AnchorTree{Origin: a.signer.name, stored: &fileHashes{f: f, n: fi.Size() / tlog.HashSize}, size: h.Size, note: []byte(h.Note)}
+	if err := t.stored.keep(want); err != nil {
+		return nil, events.Position{}, err
+	}
+	root, err := t.Root(h.Size)
+	if err != nil || root != c.Root {
+		return nil, events.Position{}, fmt.Errorf("the anchor log's hashes file does not give the root of its checkpoint (%v)", err)
+	}
+	return t, h.At, nil
+}
+
+// saveHead writes the head of the log as it stands: its hashes are in
+// the file already.
+func (a *Anchor) saveHead(ctx context.Context) error {
+	a.mu.Lock()
+	h := anchorHead{Version: anchorSnapVersion, Origin: a.signer.name, Size: a.tree.Size(), Note: string(a.tree.note), At: a.at}
+	a.mu.Unlock()
+	if h.Size == 0 || h.At.Seq == 0 {
+		return nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	_, err = a.store.IndexPut(ctx, anchorSnapName(a.key.KeyID(), "head"), b)
+	return err
+}
+
+// keepSaved saves the head after appends (coalesced) until Close.
+func (a *Anchor) keepSaved() {
+	defer close(a.saved)
+	w := a.watch()
+	for {
+		select {
+		case <-a.closed:
+			return
+		case <-w:
+		}
+		if a.store.Closing() {
+			return
+		}
+		if err := a.saveHead(context.Background()); err != nil {
+			a.log.Debug("anchor log snapshot not saved", "err", err)
+		}
+	}
+}
+
+// Close stops saving the snapshot in the background and saves it a last
+// time; the log takes no append after it. Call it before the store closes.
+func (a *Anchor) Close() error {
+	var err error
+	a.closeOnce.Do(func() {
+		close(a.closed)
+		<-a.ready
+		<-a.saved
+		if a.loadErr != nil {
+			return
+		}
+		err = a.saveHead(context.Background())
+		a.mu.Lock()
+		a.broken = errors.New("anchor log: closed")
+		if fh, ok := a.tree.stored.(*fileHashes); ok {
+			fh.f.Close()
+		}
+		a.mu.Unlock()
+	})
+	return err
+}
