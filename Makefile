@@ -16,6 +16,13 @@ PREFIX  ?= $(HOME)/.local
 # The build records its VCS revision (aegis version prints it) wherever
 # git can tell it, whatever GOFLAGS says.
 BUILDFLAGS := -buildvcs=auto
+# Every go command here (and the ones the tests run) builds with
+# -trimpath: no build folder is compiled into a binary, and the build
+# cache is shared by every checkout of the tree wherever it lies. Without
+# it a package's cache key names its folder, so a fresh clone (as CI runs
+# make test) compiled and vetted every package of aegis anew, three times
+# over for vet alone.
+export GOFLAGS := $(strip -trimpath $(filter-out -trimpath,$(GOFLAGS)))
 
 .PHONY: all build install test test-prep test-build test-deps apt-deps vet cross release fmt-check unit bench fuzz demo interop-deps witness-deps console-deps python-deps telemetry-deps jaeger-deps test-telemetry clean
 
@@ -139,7 +146,7 @@ fmt-check:
 WITNESSBIN := .cache/witness/bin
 witness-deps: $(WITNESSBIN)/litewitness
 $(WITNESSBIN)/litewitness:
-	GOBIN=$(CURDIR)/$(WITNESSBIN) GOFLAGS=-mod=mod $(GO) install filippo.io/torchwood/cmd/litewitness@v0.6.1 filippo.io/torchwood/cmd/witnessctl@v0.6.1
+	GOBIN=$(CURDIR)/$(WITNESSBIN) GOFLAGS='-mod=mod -trimpath' $(GO) install filippo.io/torchwood/cmd/litewitness@v0.6.1 filippo.io/torchwood/cmd/witnessctl@v0.6.1
 
 # interop-deps installs the npm reference servers into an ignored folder.
 interop-deps: $(NODEDIR)/.installed

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,8 +50,10 @@ func bin(t testing.TB, name string) string {
 		if binErr != nil {
 			return
 		}
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Dir(filepath.Dir(file))
+		var root string
+		if root, binErr = filepath.Abs(".."); binErr != nil {
+			return
+		}
 		// One build of the tools (go builds them side by side), and the
 		// probe, static so that it needs no loader grants, beside it.
 		builds := []*exec.Cmd{

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -30,10 +29,8 @@ func floodServer(t testing.TB) string {
 			floodErr = err
 			return
 		}
-		_, file, _, _ := runtime.Caller(0)
 		floodPath = filepath.Join(dir, "floodserver")
-		cmd := exec.Command("go", "build", "-o", floodPath, "./testdata/floodserver")
-		cmd.Dir = filepath.Dir(file)
+		cmd := exec.Command("go", "build", "-o", floodPath, "./testdata/floodserver") // in this package's folder
 		if out, err := cmd.CombinedOutput(); err != nil {
 			floodErr = fmt.Errorf("go build floodserver: %v\n%s", err, out)
 		}

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -89,8 +88,10 @@ func bins(t testing.TB) string {
 		if binsErr = os.MkdirAll(binsDir, 0o755); binsErr != nil {
 			return
 		}
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Dir(filepath.Dir(filepath.Dir(file)))
+		var root string
+		if root, binsErr = filepath.Abs(filepath.Join("..", "..")); binsErr != nil {
+			return
+		}
 		// One go build of them all, side by side.
 		c := exec.Command("go", "build", "-o", binsDir+string(filepath.Separator), "./cmd/aegis", "./cmd/aegis-example-server", "./cmd/aegis/testdata/openkey")
 		c.Dir = root

@@ -246,8 +246,7 @@ func TestTelemetryPrometheus(t *testing.T) {
 // table, and the metric names that its Grafana dashboard queries.
 func documentedMetrics(t *testing.T) (table, queried map[string]bool) {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "docs", "telemetry.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "telemetry.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,8 +415,8 @@ func TestTelemetryOTLP(t *testing.T) {
 	if testing.Short() || runtime.GOOS != "linux" {
 		t.Skip("runs aegis wrap and Jaeger")
 	}
-	_, file, _, _ := runtime.Caller(0)
-	jaeger := requireTool(t, "jaeger", filepath.Join(filepath.Dir(file), "..", "..", ".cache", "bin", "jaeger"))
+	built, _ := filepath.Abs(filepath.Join("..", "..", ".cache", "bin", "jaeger"))
+	jaeger := requireTool(t, "jaeger", built)
 	t.Parallel()
 	query, queryGRPC, otlpGRPC, otlpHTTP, prom := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	dir := t.TempDir()

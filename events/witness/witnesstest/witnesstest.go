@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -52,8 +51,20 @@ func bindir(t testing.TB) string {
 	if d := os.Getenv("AEGIS_WITNESS_BINDIR"); d != "" {
 		return d
 	}
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", ".cache", "witness", "bin")
+	// The module root, above the test's package folder (its working
+	// directory): no source path is compiled in, as builds may be trimmed.
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, ".cache", "witness", "bin")
+		}
+		if filepath.Dir(dir) == dir {
+			t.Fatalf("no go.mod at or above %s", wd)
+		}
+	}
 }
 
 // Start runs a litewitness named name (its cosignature key name) until
