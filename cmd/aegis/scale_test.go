@@ -40,7 +40,7 @@ import (
 )
 
 const (
-	scaleTestCalls  = 20_000  // calls of the store TestScale… builds
+	scaleTestCalls  = 10_000  // calls of the store TestScale… builds
 	scaleBenchCalls = 300_000 // calls of the store BenchmarkScale builds
 	scaleCallsEnv   = "AEGIS_SCALE_CALLS"
 
