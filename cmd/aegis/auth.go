@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -183,24 +182,11 @@ func (m *Main) authLogin(ctx context.Context, args []string) error {
 	defer cancel()
 
 	// The loopback address the browser comes back to.
-	redirect := s.OAuth.RedirectURI
-	addr := "127.0.0.1:0"
-	if redirect != "" {
-		u, _ := url.Parse(redirect)
-		addr = u.Host
-		if u.Port() == "" {
-			addr += ":80"
-		}
-	}
-	ln, err := net.Listen("tcp", addr)
+	ln, redirect, ru, err := gateway.ListenForRedirect(s.OAuth.RedirectURI)
 	if err != nil {
-		return withHint(fmt.Errorf("auth login: listen on %s for the browser: %w", addr, err), "free that port, or give another redirect_uri (the authorization server must accept it)")
+		return withHint(fmt.Errorf("auth login: %w", err), "free that port, or give another redirect_uri (the authorization server must accept it)")
 	}
 	defer ln.Close()
-	if redirect == "" {
-		redirect = "http://" + ln.Addr().String() + "/callback"
-	}
-	ru, _ := url.Parse(redirect)
 	results := make(chan loginResult, 2)
 	deliver := func(q url.Values) (string, bool) {
 		var r loginResult

@@ -206,3 +206,35 @@ func (t *loginTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	return resp, err
 }
+
+// ListenForRedirect listens where the browser comes back after an
+// authorization: on redirect's host and port (80 when it names none), or,
+// with no redirect, on a free loopback port, whose /callback is then the
+// redirect. It returns the listener and the redirect address, as given
+// (an authorization server compares it byte for byte) and parsed.
+func ListenForRedirect(redirect string) (net.Listener, string, *url.URL, error) {
+	addr := "127.0.0.1:0"
+	if redirect != "" {
+		u, err := url.Parse(redirect)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("redirect_uri %q: %w", redirect, err)
+		}
+		addr = u.Host
+		if u.Port() == "" {
+			addr += ":80"
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("listen on %s for the browser: %w", addr, err)
+	}
+	if redirect == "" {
+		redirect = "http://" + ln.Addr().String() + "/callback"
+	}
+	ru, err := url.Parse(redirect)
+	if err != nil {
+		ln.Close()
+		return nil, "", nil, fmt.Errorf("redirect_uri %q: %w", redirect, err)
+	}
+	return ln, redirect, ru, nil
+}

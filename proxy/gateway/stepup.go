@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -211,22 +210,10 @@ func (o *OAuthClient) stepUpFlow(life context.Context, ended func(id string, err
 		return nil, errors.New("no 403 insufficient_scope to start from")
 	}
 
-	redirect, addr := o.redirect, "127.0.0.1:0"
-	if redirect != "" {
-		u, _ := url.Parse(redirect)
-		addr = u.Host
-		if u.Port() == "" {
-			addr += ":80"
-		}
-	}
-	ln, err := net.Listen("tcp", addr)
+	ln, redirect, ru, err := ListenForRedirect(o.redirect)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s for the browser: %w", addr, err)
+		return nil, err
 	}
-	if redirect == "" {
-		redirect = "http://" + ln.Addr().String() + "/callback"
-	}
-	ru, _ := url.Parse(redirect)
 
 	f := &stepUpFlow{id: "aegis-step-up-" + rand.Text(), scopes: scopes, expires: now.Add(stepUpTTL), done: make(chan struct{})}
 	f.cb = newCallback(ru.Path, f.expires, o.now, f.done, func() error { return f.err })
