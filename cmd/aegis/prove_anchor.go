@@ -88,17 +88,23 @@ func (m *Main) proveAnchor(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var texts [][]byte
-	for _, n := range notes {
-		texts = append(texts, schemas.NoteText(n))
-	}
-	leaves, err := tree.LeafIndexes(texts)
-	if err != nil {
-		return fmt.Errorf("no bundle made: %w", err)
-	}
 	maxLine := want[0]
 	for _, n := range want {
 		maxLine = max(maxLine, n)
+	}
+	// The leaves of the checkpoints that cover the lines, found from the
+	// log's newest leaf back.
+	texts := make([][]byte, len(notes))
+	var covering [][]byte
+	for i, n := range notes {
+		texts[i] = schemas.NoteText(n)
+		if cp, err := schemas.ParseCheckpoint(texts[i]); err == nil && cp.Size >= maxLine {
+			covering = append(covering, texts[i])
+		}
+	}
+	leaves, err := tree.LeafIndexes(covering)
+	if err != nil {
+		return fmt.Errorf("no bundle made: %w", err)
 	}
 	// The anchor checkpoints to choose from: cosigned ones, best first,
 	// then the log's last.
