@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 
 	"golang.org/x/mod/sumdb/note"
@@ -102,7 +103,9 @@ func (m *memHashes) keep(n int64) error       { m.h = m.h[:n]; return nil }
 // makes the proofs of aegis prove and of a witness submission. The tree
 // [LoadAnchor] returns holds its hashes in memory, with an index of its
 // leaves; the one a recording process keeps ([OpenAnchor]) holds them in
-// a file of the index folder and nothing per leaf in memory.
+// a file of the index folder and nothing per leaf in memory; the one
+// [ReadAnchor] returns reads them from that file and holds in memory only
+// those of the leaves added after the snapshot.
 type AnchorTree struct {
 	Origin string
 	stored hashStore
@@ -110,8 +113,34 @@ type AnchorTree struct {
 	index  map[tlog.Hash]int64 // leaf hash -> first index; nil: LeafIndex reads the stored leaf hashes
 	note   []byte
 	// Cosigned holds, per anchor size, the cosigned notes the stream
-	// holds, by witness key name (filled by LoadAnchor only).
+	// holds, by witness key name (filled by LoadAnchor and ReadAnchor
+	// only).
 	Cosigned map[int64]map[string]string
+
+	// ReadAnchor's: the snapshot's hashes file, why the snapshot was not
+	// used, and the events folded after it.
+	file    *os.File
+	snapErr error
+	folded  int
+}
+
+// Snapshot reports why [ReadAnchor] did not start from the snapshot
+// (wrapping [events.ErrNoIndex] when there is none): nil when it did.
+func (t *AnchorTree) Snapshot() error { return t.snapErr }
+
+// Folded is the number of events (record checkpoints that add a leaf,
+// rotations that set the leaves) [ReadAnchor] folded from the stream:
+// none when the snapshot was saved after the last of them.
+func (t *AnchorTree) Folded() int { return t.folded }
+
+// Close closes the snapshot's hashes file [ReadAnchor] reads from.
+func (t *AnchorTree) Close() error {
+	if t.file == nil {
+		return nil
+	}
+	err := t.file.Close()
+	t.file = nil
+	return err
 }
 
 func newMemTree(origin string) *AnchorTree {
@@ -150,6 +179,36 @@ func (t *AnchorTree) LeafIndex(body []byte) (int64, bool) {
 		}
 	}
 	return found, found >= 0
+}
+
+// LeafIndexes returns, for each body that is the text of a leaf, the
+// index of its last leaf, by leaf hash. It reads the leaf hashes from the
+// end back, a batch at a time, and stops when it has found them all: a
+// log's newest leaves cost the least to find.
+func (t *AnchorTree) LeafIndexes(bodies [][]byte) (map[tlog.Hash]int64, error) {
+	want := map[tlog.Hash]bool{}
+	for _, b := range bodies {
+		want[tlog.RecordHash(b)] = true
+	}
+	found := map[tlog.Hash]int64{}
+	const batch = 4096
+	for hi := t.size; hi > 0 && len(found) < len(want); hi -= batch {
+		lo := max(hi-batch, 0)
+		idx := make([]int64, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			idx = append(idx, tlog.StoredHashIndex(0, i))
+		}
+		hs, err := t.stored.ReadHashes(idx)
+		if err != nil {
+			return nil, err
+		}
+		for j := len(hs) - 1; j >= 0; j-- {
+			if _, seen := found[hs[j]]; want[hs[j]] && !seen {
+				found[hs[j]] = lo + int64(j)
+			}
+		}
+	}
+	return found, nil
 }
 
 // ProveLeaf returns the inclusion proof of leaf i in the log of n leaves.
@@ -208,15 +267,24 @@ var ErrAnchor = errors.New("anchor log")
 // is an error wrapping [ErrAnchor]. A stream with no leaf of the log gives
 // an empty log. The tree it returns is held in memory, with the
 // cosignatures the stream holds; a recording process keeps its log from a
-// snapshot instead ([OpenAnchor]).
+// snapshot instead ([OpenAnchor]), and a reader starts from that snapshot
+// ([ReadAnchor]).
 func LoadAnchor(ctx context.Context, st *events.Store, origin string, v note.Verifier) (*AnchorTree, error) {
 	t := newMemTree(origin)
 	if _, err := foldAnchor(ctx, st, t, events.Position{}, v); err != nil {
 		return nil, err
 	}
-	err := st.ReplaySubject(ctx, "aegis.*."+string(schemas.KindAnchorCosigned), func(rec events.Record) error {
+	if err := readCosigned(ctx, st, t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// readCosigned fills t.Cosigned from the anchor.cosigned events of st.
+func readCosigned(ctx context.Context, st *events.Store, t *AnchorTree) error {
+	return st.ReplaySubject(ctx, "aegis.*."+string(schemas.KindAnchorCosigned), func(rec events.Record) error {
 		var c AnchorCosigned
-		if json.Unmarshal(rec.Event.Payload, &c) != nil || c.Origin != origin {
+		if json.Unmarshal(rec.Event.Payload, &c) != nil || c.Origin != t.Origin {
 			return nil
 		}
 		if t.Cosigned[c.Size] == nil {
@@ -225,10 +293,6 @@ func LoadAnchor(ctx context.Context, st *events.Store, origin string, v note.Ver
 		t.Cosigned[c.Size][c.Witness] = c.Note
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return t, nil
 }
 
 // anchorFold is what [foldAnchor] read.
@@ -569,19 +633,18 @@ const MaxSealedAnchorLeaves = 300_000
 // SealAnchor appends the checkpoints of the segments r seals to the
 // anchor log of key as the stream st (before the rotation) holds it, and
 // sets r.Anchor: the new stream's first event then carries the whole log.
+// It reads the log as [ReadAnchor] does (from the snapshot, then the
+// events after it) and writes nothing to the index folder.
 func SealAnchor(ctx context.Context, st *events.Store, key PrivateKey, r *Rotation) error {
 	s, err := newAnchorSigner(key)
 	if err != nil {
 		return err
 	}
-	v, err := AnchorVerifierOf(s.name, key.PublicKey())
+	t, err := ReadAnchor(ctx, st, key.PublicKey())
 	if err != nil {
 		return err
 	}
-	t, err := LoadAnchor(ctx, st, s.name, v)
-	if err != nil {
-		return err
-	}
+	defer t.Close()
 	for _, sr := range r.Records {
 		if sr.SealedAs == "" {
 			continue
@@ -606,12 +669,19 @@ func SealAnchor(ctx context.Context, st *events.Store, key PrivateKey, r *Rotati
 		return fmt.Errorf("anchor: a log of %d leaves is more than a rotation carries (%d)", t.Size(), MaxSealedAnchorLeaves)
 	}
 	raw := make([]byte, 0, t.Size()*tlog.HashSize)
-	for i := range t.Size() {
-		h, err := t.leaf(i)
+	const batch = 4096
+	for lo := int64(0); lo < t.Size(); lo += batch {
+		idx := make([]int64, 0, batch)
+		for i := lo; i < min(lo+batch, t.Size()); i++ {
+			idx = append(idx, tlog.StoredHashIndex(0, i))
+		}
+		hs, err := t.stored.ReadHashes(idx)
 		if err != nil {
 			return err
 		}
-		raw = append(raw, h[:]...)
+		for _, h := range hs {
+			raw = append(raw, h[:]...)
+		}
 	}
 	r.Anchor = &AnchorSeal{Hashes: base64.StdEncoding.EncodeToString(raw), Note: string(msg)}
 	return nil

@@ -2,7 +2,9 @@ package projector_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -253,4 +255,124 @@ func TestAnchorStartsFromItsSnapshot(t *testing.T) {
 	if d.Replayed() != 0 {
 		t.Fatalf("a start after the rebuilt snapshot folded %d events, want none", d.Replayed())
 	}
+}
+
+// aegis prove anchor (and a rotation's seal) reads the anchor log as a
+// start does, from the snapshot, on a store opened read-only: with N
+// leaves snapshotted it folds none of the N record checkpoint events and
+// writes nothing to the index folder; with the snapshot's hashes file
+// damaged it folds all N, says why, and proves every leaf with the same
+// bytes.
+func TestAnchorReaderStartsFromTheSnapshot(t *testing.T) {
+	const n = 100
+	ctx := context.Background()
+	st, _ := recordStore(t)
+	key := projector.InsecureDevKey()
+	sess, err := st.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := projector.OpenAnchor(st, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range int64(n) {
+		if err := appendLeaf(t, st, sess, key, a, i+1, func(i int64) int64 { return i }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dir := st.Dir()
+	if err := st.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := events.Open(ctx, events.Config{Dir: dir, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close(ctx)
+	var texts [][]byte
+	for i := range int64(n) {
+		cp := schemas.Checkpoint{Origin: "aegis/" + key.KeyID() + "/x", Size: i + 1, Tail: schemas.HashHex([]byte{byte(i + 1), byte((i + 1) >> 8)})}
+		note, err := projector.SignCheckpoint(key, cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts = append(texts, schemas.NoteText(note))
+	}
+	index := func() map[string]string {
+		t.Helper()
+		m := map[string]string{}
+		files, _ := filepath.Glob(filepath.Join(dir, events.IndexDir, "*"))
+		for _, f := range files {
+			m[f] = string(readAll(t, f))
+		}
+		return m
+	}
+	// bundles proves every leaf in the log's last checkpoint.
+	bundles := func(wantFolded int, snapshot bool) []byte {
+		t.Helper()
+		tree, err := projector.ReadAnchor(ctx, ro, key.PublicKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tree.Close()
+		if got := tree.Folded(); got != wantFolded || (tree.Snapshot() == nil) != snapshot {
+			t.Fatalf("the reader folded %d events (snapshot not used: %v), want %d", got, tree.Snapshot(), wantFolded)
+		}
+		leaves, err := tree.LeafIndexes(texts)
+		if err != nil || len(leaves) != n {
+			t.Fatalf("found %d of %d leaves: %v", len(leaves), n, err)
+		}
+		var out []byte
+		for _, text := range texts {
+			idx := leaves[tlog.RecordHash(text)]
+			path, err := tree.ProveLeaf(idx, tree.Size())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := schemas.AnchorBundle{Bundle: schemas.BundleV1, RecordCheckpoint: string(text), AnchorIndex: idx, AnchorCheckpoint: string(tree.Note())}
+			for _, h := range path {
+				b.AnchorPath = append(b.AnchorPath, schemas.ProofHash(h))
+			}
+			j, _ := json.Marshal(b)
+			out = append(append(out, j...), '\n')
+		}
+		return out
+	}
+	before := index()
+	fromSnapshot := bundles(0, true)
+	if after := index(); len(after) != len(before) {
+		t.Fatalf("the reader changed the index folder: %d files, then %d", len(before), len(after))
+	} else {
+		for f, b := range before {
+			if after[f] != b {
+				t.Fatalf("the reader wrote %s", f)
+			}
+		}
+	}
+
+	hashes, _ := filepath.Glob(filepath.Join(dir, events.IndexDir, "anchor.v1.*.hashes"))
+	if len(hashes) != 1 {
+		t.Fatalf("the anchor log's hashes files: %v", hashes)
+	}
+	b := readAll(t, hashes[0])
+	b[len(b)-1] ^= 1
+	if err := os.WriteFile(hashes[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if full := bundles(n, false); !bytes.Equal(full, fromSnapshot) {
+		t.Fatalf("the proofs from the whole stream differ from those from the snapshot:\n%s\n%s", full, fromSnapshot)
+	}
+}
+
+func readAll(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

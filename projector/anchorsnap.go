@@ -70,6 +70,18 @@ type fileHashes struct {
 
 func (h *fileHashes) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 	out := make([]tlog.Hash, len(indexes))
+	if span, ok := hashSpan(indexes, h.n); ok {
+		// Ascending and close together (a run of leaves): one read.
+		lo := indexes[0]
+		buf := make([]byte, span*tlog.HashSize)
+		if _, err := h.f.ReadAt(buf, lo*tlog.HashSize); err != nil {
+			return nil, fmt.Errorf("anchor log: read stored hashes %d-%d: %w", lo, lo+span-1, err)
+		}
+		for i, x := range indexes {
+			copy(out[i][:], buf[(x-lo)*tlog.HashSize:])
+		}
+		return out, nil
+	}
 	for i, x := range indexes {
 		if x < 0 || x >= h.n {
 			return nil, fmt.Errorf("anchor log: stored hash %d is not there", x)
@@ -79,6 +91,22 @@ func (h *fileHashes) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 		}
 	}
 	return out, nil
+}
+
+// hashSpan returns how many stored hashes a single read of indexes
+// takes, if they ascend within the n there are and the read is not much
+// larger than they are.
+func hashSpan(indexes []int64, n int64) (int64, bool) {
+	if len(indexes) < 2 || indexes[0] < 0 || indexes[len(indexes)-1] >= n {
+		return 0, false
+	}
+	for i := 1; i < len(indexes); i++ {
+		if indexes[i] <= indexes[i-1] {
+			return 0, false
+		}
+	}
+	span := indexes[len(indexes)-1] - indexes[0] + 1
+	return span, span <= 4*int64(len(indexes))
 }
 
 func (h *fileHashes) count() int64 { return h.n }
@@ -159,17 +187,36 @@ func (a *Anchor) load(ctx context.Context, v note.Verifier) error {
 // openSnapshot returns the log as its snapshot holds it, and the position
 // it was folded to, if the snapshot matches the stream.
 func (a *Anchor) openSnapshot(ctx context.Context, f *os.File, v note.Verifier) (*AnchorTree, events.Position, error) {
-	st := a.store
-	b, _, err := st.IndexGet(ctx, anchorSnapName(a.key.KeyID(), "head"))
+	fh, h, err := openAnchorSnapshot(ctx, a.store, a.signer.name, a.key.KeyID(), f, v)
 	if err != nil {
 		return nil, events.Position{}, err
 	}
+	// Hashes past the head's (appends whose head was not saved) are
+	// dropped: the events after it add them again.
+	if err := fh.keep(fh.n); err != nil {
+		return nil, events.Position{}, err
+	}
+	return &AnchorTree{Origin: a.signer.name, stored: fh, size: h.Size, note: []byte(h.Note)}, h.At, nil
+}
+
+// openAnchorSnapshot checks the snapshot of origin's log (key keyID) in
+// st's index folder, whose hashes file is f, against the stream, and
+// returns its head and its stored hashes (the head's first, read from f;
+// it writes nothing, so a reader's copy serves). The head is used only if
+// the stream's message at its position is the event that added its last
+// leaf with its checkpoint, the checkpoint verifies under v, and f gives
+// the checkpoint's root.
+func openAnchorSnapshot(ctx context.Context, st *events.Store, origin, keyID string, f *os.File, v note.Verifier) (*fileHashes, anchorHead, error) {
+	b, _, err := st.IndexGet(ctx, anchorSnapName(keyID, "head"))
+	if err != nil {
+		return nil, anchorHead{}, err
+	}
 	var h anchorHead
 	if err := json.Unmarshal(b, &h); err != nil {
-		return nil, events.Position{}, fmt.Errorf("anchor head: %w", err)
+		return nil, anchorHead{}, fmt.Errorf("anchor head: %w", err)
 	}
-	if h.Version != anchorSnapVersion || h.Origin != a.signer.name || h.Size < 1 || h.At.Seq == 0 {
-		return nil, events.Position{}, fmt.Errorf("anchor head of version %d, origin %q, %d leaves at %s: not one of this log", h.Version, h.Origin, h.Size, h.At)
+	if h.Version != anchorSnapVersion || h.Origin != origin || h.Size < 1 || h.At.Seq == 0 {
+		return nil, anchorHead{}, fmt.Errorf("anchor head of version %d, origin %q, %d leaves at %s: not one of this log", h.Version, h.Origin, h.Size, h.At)
 	}
 	// The message is the event that added the last leaf, with that
 	// checkpoint (a message the stream does not hold: none).
@@ -193,36 +240,129 @@ func (a *Anchor) openSnapshot(ctx context.Context, f *os.File, v note.Verifier) 
 		return errStop
 	})
 	if err != nil && !errors.Is(err, errStop) {
-		return nil, events.Position{}, fmt.Errorf("read the anchor head's event: %w", err)
+		return nil, anchorHead{}, fmt.Errorf("read the anchor head's event: %w", err)
 	}
 	if !found {
-		return nil, events.Position{}, fmt.Errorf("message %d is not the event that added leaf %d of the anchor log", h.At.Seq, h.Size-1)
+		return nil, anchorHead{}, fmt.Errorf("message %d is not the event that added leaf %d of the anchor log", h.At.Seq, h.Size-1)
 	}
 	n, err := note.Open([]byte(h.Note), note.VerifierList(v))
 	if err != nil {
-		return nil, events.Position{}, fmt.Errorf("the anchor head's checkpoint does not verify: %w", err)
+		return nil, anchorHead{}, fmt.Errorf("the anchor head's checkpoint does not verify: %w", err)
 	}
 	c, err := schemas.ParseAnchorCheckpoint([]byte(n.Text))
 	if err != nil || c.Size != h.Size {
-		return nil, events.Position{}, fmt.Errorf("the anchor head's checkpoint is not of %d leaves (%v)", h.Size, err)
+		return nil, anchorHead{}, fmt.Errorf("the anchor head's checkpoint is not of %d leaves (%v)", h.Size, err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, events.Position{}, err
+		return nil, anchorHead{}, err
 	}
 	want := tlog.StoredHashCount(h.Size)
 	if fi.Size() < want*tlog.HashSize {
-		return nil, events.Position{}, fmt.Errorf("the anchor log's hashes file holds %d bytes, fewer than %d leaves need", fi.Size(), h.Size)
+		return nil, anchorHead{}, fmt.Errorf("the anchor log's hashes file holds %d bytes, fewer than %d leaves need", fi.Size(), h.Size)
 	}
-	t := &AnchorTree{Origin: a.signer.name, stored: &fileHashes{f: f, n: fi.Size() / tlog.HashSize}, size: h.Size, note: []byte(h.Note)}
-	if err := t.stored.keep(want); err != nil {
-		return nil, events.Position{}, err
-	}
-	root, err := t.Root(h.Size)
+	fh := &fileHashes{f: f, n: want}
+	root, err := tlog.TreeHash(h.Size, fh)
 	if err != nil || root != c.Root {
-		return nil, events.Position{}, fmt.Errorf("the anchor log's hashes file does not give the root of its checkpoint (%v)", err)
+		return nil, anchorHead{}, fmt.Errorf("the anchor log's hashes file does not give the root of its checkpoint (%v)", err)
 	}
-	return t, h.At, nil
+	return fh, h, nil
+}
+
+// overHashes is a reader's view of a snapshot's stored hashes: the first
+// n read from the hashes file, which it never writes, and the ones the
+// events after the snapshot add, held in memory.
+type overHashes struct {
+	base *fileHashes
+	n    int64 // how many of base's it uses
+	mem  []tlog.Hash
+}
+
+func (o *overHashes) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	var from []int64
+	for _, x := range indexes {
+		if x >= 0 && x < o.n {
+			from = append(from, x)
+		}
+	}
+	got, err := o.base.ReadHashes(from)
+	if err != nil {
+		return nil, err
+	}
+	for i, x := range indexes {
+		switch {
+		case x >= 0 && x < o.n:
+			out[i], got = got[0], got[1:]
+		case x >= o.n && x-o.n < int64(len(o.mem)):
+			out[i] = o.mem[x-o.n]
+		default:
+			return nil, fmt.Errorf("anchor log: stored hash %d is not there", x)
+		}
+	}
+	return out, nil
+}
+
+func (o *overHashes) count() int64             { return o.n + int64(len(o.mem)) }
+func (o *overHashes) add(hs []tlog.Hash) error { o.mem = append(o.mem, hs...); return nil }
+
+func (o *overHashes) keep(n int64) error {
+	if n < o.n {
+		o.n, o.mem = n, nil
+		return nil
+	}
+	o.mem = o.mem[:n-o.n]
+	return nil
+}
+
+// ReadAnchor returns the anchor log signed by pub as the stream st holds
+// it, for a reader (aegis prove anchor): it starts from the snapshot a
+// recording process keeps in the index folder, checked against the stream
+// as a start checks it, and folds only the events after it, keeping those
+// leaves' hashes in memory and reading the others from the snapshot's
+// hashes file. It writes nothing, so it works on a store opened
+// read-only. A snapshot that is missing or does not match the stream is
+// left alone and the log folded from the whole stream;
+// [AnchorTree.Snapshot] says why. Either way the result is checked
+// against the log's last signed checkpoint, as [LoadAnchor]'s is, and
+// holds the cosignatures the stream holds. Close it when done.
+func ReadAnchor(ctx context.Context, st *events.Store, pub []byte) (*AnchorTree, error) {
+	keyID := schemas.KeyID(pub)
+	origin := schemas.AnchorOrigin(keyID)
+	v, err := AnchorVerifierOf(origin, pub)
+	if err != nil {
+		return nil, err
+	}
+	t := &AnchorTree{Origin: origin, stored: &memHashes{}, Cosigned: map[int64]map[string]string{}}
+	from := events.Position{}
+	f, err := os.Open(filepath.Join(st.Dir(), events.IndexDir, anchorSnapName(keyID, "hashes")))
+	if errors.Is(err, os.ErrNotExist) {
+		t.snapErr = events.ErrNoIndex
+	} else if err != nil {
+		t.snapErr = err
+	} else {
+		fh, h, err := openAnchorSnapshot(ctx, st, origin, keyID, f, v)
+		if err != nil {
+			f.Close()
+			t.snapErr = err
+		} else {
+			t.file = f
+			t.stored = &overHashes{base: fh, n: fh.n}
+			t.size, t.note = h.Size, []byte(h.Note)
+			from = events.Position{Seq: h.At.Seq + 1}
+		}
+	}
+	fold, err := foldAnchor(ctx, st, t, from, v)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	t.folded = fold.events
+	if err := readCosigned(ctx, st, t); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
 }
 
 // saveHead writes the head of the log as it stands: its hashes are in

@@ -223,8 +223,17 @@
 //   - Bounded memory. The live log holds no per-leaf state in memory: its
 //     stored hashes (about 64 bytes a leaf) are in the file, read back for
 //     an append (the right edge, log2 n hashes) and for a witness's
-//     consistency proof (2 log2 n). [LoadAnchor], which aegis prove anchor
-//     and aegis rotate use, still folds the whole stream into memory.
+//     consistency proof (2 log2 n). A reader (aegis prove anchor, and
+//     aegis rotate's [SealAnchor]) reads the log with [ReadAnchor]: the
+//     same snapshot, checked the same way, and only the events after it,
+//     whose leaves alone it holds in memory; the others' hashes, and the
+//     proofs, it reads from the hashes file. It writes nothing (a
+//     read-only store or a reader's copy serves); a snapshot it cannot use
+//     it leaves alone, folds the whole stream, and says why
+//     ([AnchorTree.Snapshot]). It finds a record's checkpoints among the
+//     leaves reading the hashes from the newest back, stopping when it has
+//     them all. [LoadAnchor] folds the whole stream into memory; only
+//     tests use it, to check the others against it.
 //   - Witnessing waits on nothing the relay needs ([Anchor.StartWitnessing],
 //     witnessing.go): one goroutine per witness submits the newest
 //     checkpoint at most once per interval, learns the witness's size from

@@ -182,6 +182,23 @@ func TestWitnessedBundleVerifiesOfflineAndCatchesACutRecord(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("prove anchor: exit %d\n%s%s", code, out, stderr)
 	}
+	if strings.Contains(stderr, "snapshot") {
+		t.Fatalf("prove anchor did not start from the snapshot the wrap saved:\n%s", stderr)
+	}
+	// The snapshot's hashes damaged: the whole stream folded, the same
+	// bundle.
+	hashes, _ := filepath.Glob(filepath.Join(l.state, events.IndexDir, "anchor.v1.*.hashes"))
+	if len(hashes) != 1 {
+		t.Fatalf("the anchor log's hashes files: %v", hashes)
+	}
+	hb := readFile(t, hashes[0])
+	hb[len(hb)-1] ^= 1
+	if err := os.WriteFile(hashes[0], hb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if again, stderr, code := l.aegisStdout("prove", "anchor", "--line", "2", "--state-dir", l.state, l.audit); code != 0 || again != out || !strings.Contains(stderr, "snapshot in the index folder was not used") {
+		t.Fatalf("prove anchor from the whole stream: exit %d, the same bundle: %v\n%s", code, again == out, stderr)
+	}
 	bundle := filepath.Join(l.dir, "line2.bundle")
 	if err := os.WriteFile(bundle, []byte(out), 0o600); err != nil {
 		t.Fatal(err)

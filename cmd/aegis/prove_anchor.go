@@ -11,6 +11,9 @@ import (
 	"sort"
 	"strings"
 
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/aegis-dev/aegis/events"
 	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -66,13 +69,20 @@ func (m *Main) proveAnchor(ctx context.Context, args []string) error {
 	}
 	defer st.Close(context.Background())
 	origin := schemas.AnchorOrigin(schemas.KeyID(pub))
-	v, err := projector.AnchorVerifierOf(origin, pub)
-	if err != nil {
-		return err
-	}
-	tree, err := projector.LoadAnchor(ctx, st, origin, v)
+	tree, err := projector.ReadAnchor(ctx, st, pub)
 	if err != nil {
 		return fmt.Errorf("no bundle made: %w", err)
+	}
+	defer tree.Close()
+	if err := tree.Snapshot(); err != nil {
+		// A state directory recorded before the snapshot was kept has
+		// none; one that does not match the stream is a cache gone
+		// stale. Either way the bundle is the same, only slower to make.
+		why := err.Error()
+		if errors.Is(err, events.ErrNoIndex) {
+			why = "there is none"
+		}
+		fmt.Fprintf(m.Stderr, "aegis: the anchor log's snapshot in the index folder was not used (%s): folded the whole event stream (%d events); the next aegis wrap or gateway on this state directory saves it anew\n", why, tree.Folded())
 	}
 	notes, err := allNotes(record + projector.CheckpointsSuffix)
 	if err != nil {
@@ -81,6 +91,20 @@ func (m *Main) proveAnchor(ctx context.Context, args []string) error {
 	maxLine := want[0]
 	for _, n := range want {
 		maxLine = max(maxLine, n)
+	}
+	// The leaves of the checkpoints that cover the lines, found from the
+	// log's newest leaf back.
+	texts := make([][]byte, len(notes))
+	var covering [][]byte
+	for i, n := range notes {
+		texts[i] = schemas.NoteText(n)
+		if cp, err := schemas.ParseCheckpoint(texts[i]); err == nil && cp.Size >= maxLine {
+			covering = append(covering, texts[i])
+		}
+	}
+	leaves, err := tree.LeafIndexes(covering)
+	if err != nil {
+		return fmt.Errorf("no bundle made: %w", err)
 	}
 	// The anchor checkpoints to choose from: cosigned ones, best first,
 	// then the log's last.
@@ -108,7 +132,7 @@ func (m *Main) proveAnchor(ctx context.Context, args []string) error {
 			if err != nil || cp.Size < maxLine {
 				continue
 			}
-			idx, ok := tree.LeafIndex(schemas.NoteText(notes[i]))
+			idx, ok := leaves[tlog.RecordHash(texts[i])]
 			if !ok || idx >= ac.size {
 				continue
 			}
