@@ -41,10 +41,13 @@ func (l *leftover) spawner(flags []string, server ...string) []string {
 	return append(append(argv, "--"), server...)
 }
 
-// started waits until the leftover process has written its pid.
+// started waits until the leftover process has written its pid: up to
+// 90 s, as the spawner waits up to 60 s for it before it runs the server
+// (a make test run, beside the 16 MiB floods' fsyncs, once saw it take
+// longer than the 20 s it had).
 func (l *leftover) started() int {
 	l.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		b, _ := os.ReadFile(l.out)
 		if line, _, ok := bytes.Cut(b, []byte("\n")); ok {

@@ -70,7 +70,7 @@ func main() {
 	if *orphan {
 		cmd.Wait()
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if b, _ := os.ReadFile(*out); bytes.IndexByte(b, '\n') > 0 {
 			break
 		}
