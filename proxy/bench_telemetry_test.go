@@ -23,8 +23,10 @@ import (
 // It reports, as exporting ÷ plain, the sequential call's p50 (what P1
 // measures) and the aegis process's CPU per call with 1 and 64 calls in
 // flight (what P8 measures), each phase's CPU counted until the export
-// has taken its last calls. A ratio within the runs' noise (about 1 ±
-// 0.05 on a quiet machine) means the export stays off the call's path.
+// has taken its last calls. A third wrap, plain too, is measured the same
+// way beside them: plain ÷ plain is the noise of the same run, which
+// exporting ÷ plain is judged against (a ratio within it means the
+// export stays off the call's path).
 // telemetrySettle is how long a phase's CPU is still counted after its
 // last answer: two of the export's reads of the commits and a span batch's
 // delay.
@@ -47,6 +49,7 @@ func BenchmarkWrapTelemetry(b *testing.B) {
 	defer sink.Close()
 
 	plain := startRPC(b, "aegis wrap", wrapArgv(b, aegis, server, b.TempDir()), nil)
+	plainB := startRPC(b, "aegis wrap (the control)", wrapArgv(b, aegis, server, b.TempDir()), nil)
 	argv := wrapArgv(b, aegis, server, b.TempDir())
 	dash := slices.Index(argv, "--")
 	argv = slices.Insert(argv, dash, "--metrics-listen", "127.0.0.1:0", "--otlp-endpoint", sink.URL)
@@ -56,9 +59,10 @@ func BenchmarkWrapTelemetry(b *testing.B) {
 	seq := []*latencySeries{
 		{name: "plain", one: rpcCall(plain, echoFrame), cpu: &cpuMeter{pid: plain.cmd.Process.Pid}},
 		{name: "exporting", one: rpcCall(otel, echoFrame), cpu: &cpuMeter{pid: otel.cmd.Process.Pid}},
+		{name: "control", one: rpcCall(plainB, echoFrame), cpu: &cpuMeter{pid: plainB.cmd.Process.Pid}},
 	}
 	warmUp(b, seq, wrapWarmup)
-	for _, p := range []*rpcProc{plain, otel} {
+	for _, p := range []*rpcProc{plain, otel, plainB} {
 		if _, _, err := inflight(p, conc64, 500); err != nil {
 			b.Fatal(err)
 		}
@@ -71,8 +75,8 @@ func BenchmarkWrapTelemetry(b *testing.B) {
 		cpu   *cpuMeter
 	}
 	phases := []*phase{
-		{name: "plain", p: plain, k: 1, n: conc1Calls}, {name: "exporting", p: otel, k: 1, n: conc1Calls},
-		{name: "plain", p: plain, k: conc64, n: conc64Call}, {name: "exporting", p: otel, k: conc64, n: conc64Call},
+		{name: "plain", p: plain, k: 1, n: conc1Calls}, {name: "exporting", p: otel, k: 1, n: conc1Calls}, {name: "control", p: plainB, k: 1, n: conc1Calls},
+		{name: "plain", p: plain, k: conc64, n: conc64Call}, {name: "exporting", p: otel, k: conc64, n: conc64Call}, {name: "control", p: plainB, k: conc64, n: conc64Call},
 	}
 	for _, ph := range phases {
 		ph.cpu = &cpuMeter{pid: ph.p.cmd.Process.Pid}
@@ -101,6 +105,7 @@ func BenchmarkWrapTelemetry(b *testing.B) {
 	}
 	plain.close(b)
 	otel.close(b)
+	plainB.close(b)
 	if traces.Load() == 0 || metrics.Load() == 0 {
 		b.Fatalf("the exporting wrap sent %d trace and %d metric exports, want some of each\n%s", traces.Load(), metrics.Load(), otel.stderr)
 	}
@@ -114,22 +119,26 @@ func BenchmarkWrapTelemetry(b *testing.B) {
 		"plain-inflight1-cpu-µs":                              cpu(phases[0]),
 		"exporting-inflight1-cpu-µs":                          cpu(phases[1]),
 		"exporting/plain-inflight1-cpu":                       cpu(phases[1]) / cpu(phases[0]),
-		fmt.Sprintf("plain-inflight%d-cpu-µs", conc64):        cpu(phases[2]),
-		fmt.Sprintf("exporting-inflight%d-cpu-µs", conc64):    cpu(phases[3]),
-		fmt.Sprintf("exporting/plain-inflight%d-cpu", conc64): cpu(phases[3]) / cpu(phases[2]),
+		fmt.Sprintf("plain-inflight%d-cpu-µs", conc64):        cpu(phases[3]),
+		fmt.Sprintf("exporting-inflight%d-cpu-µs", conc64):    cpu(phases[4]),
+		fmt.Sprintf("exporting/plain-inflight%d-cpu", conc64): cpu(phases[4]) / cpu(phases[3]),
+		"control/plain-p50":                                   float64(p50(seq[2])) / float64(p50(seq[0])),
+		"control/plain-inflight1-cpu":                         cpu(phases[2]) / cpu(phases[0]),
+		fmt.Sprintf("control/plain-inflight%d-cpu", conc64):   cpu(phases[5]) / cpu(phases[3]),
 		"trace-exports":                                       float64(traces.Load()),
 		"metric-exports":                                      float64(metrics.Load()),
 	}
 	var tab strings.Builder
 	tw := tabwriter.NewWriter(&tab, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "\tplain\texporting\texporting ÷ plain\t\n")
-	fmt.Fprintf(tw, "sequential call p50 µs (P1)\t%.1f\t%.1f\t%.3f\t\n", fig["plain-p50-µs"], fig["exporting-p50-µs"], fig["exporting/plain-p50"])
-	fmt.Fprintf(tw, "aegis CPU µs/call, 1 in flight (P8)\t%.0f\t%.0f\t%.3f\t\n", cpu(phases[0]), cpu(phases[1]), cpu(phases[1])/cpu(phases[0]))
-	fmt.Fprintf(tw, "aegis CPU µs/call, %d in flight (P8)\t%.0f\t%.0f\t%.3f\t\n", conc64, cpu(phases[2]), cpu(phases[3]), cpu(phases[3])/cpu(phases[2]))
+	fmt.Fprintf(tw, "\tplain\texporting\texporting ÷ plain\tcontrol ÷ plain (noise)\t\n")
+	fmt.Fprintf(tw, "sequential call p50 µs (P1)\t%.1f\t%.1f\t%.3f\t%.3f\t\n", fig["plain-p50-µs"], fig["exporting-p50-µs"], fig["exporting/plain-p50"], fig["control/plain-p50"])
+	fmt.Fprintf(tw, "aegis CPU µs/call, 1 in flight (P8)\t%.0f\t%.0f\t%.3f\t%.3f\t\n", cpu(phases[0]), cpu(phases[1]), cpu(phases[1])/cpu(phases[0]), cpu(phases[2])/cpu(phases[0]))
+	fmt.Fprintf(tw, "aegis CPU µs/call, %d in flight (P8)\t%.0f\t%.0f\t%.3f\t%.3f\t\n", conc64, cpu(phases[3]), cpu(phases[4]), cpu(phases[4])/cpu(phases[3]), cpu(phases[5])/cpu(phases[3]))
 	tw.Flush()
-	b.Logf("recorded tools/call echo, plain and exporting (%d trace and %d metric exports taken)\n%s", traces.Load(), metrics.Load(), tab.String())
+	b.Logf("recorded tools/call echo, plain, exporting, and plain again as the control (%d trace and %d metric exports taken)\n%s", traces.Load(), metrics.Load(), tab.String())
 	b.ReportMetric(fig["exporting/plain-p50"], "exporting/plain-p50")
 	b.ReportMetric(fig["exporting/plain-inflight1-cpu"], "exporting/plain-inflight1-cpu")
 	b.ReportMetric(fig[fmt.Sprintf("exporting/plain-inflight%d-cpu", conc64)], fmt.Sprintf("exporting/plain-inflight%d-cpu", conc64))
+	b.ReportMetric(fig[fmt.Sprintf("control/plain-inflight%d-cpu", conc64)], fmt.Sprintf("control/plain-inflight%d-cpu", conc64))
 	recordBench(b, fig)
 }

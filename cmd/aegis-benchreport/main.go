@@ -240,6 +240,7 @@ var contextSpecs = []figure{
 	{What: "exporting telemetry (OTLP + /metrics) ÷ not: sequential recorded call, p50 (P1's measure)", Unit: "×", Bench: "BenchmarkWrapTelemetry", Key: "exporting/plain-p50"},
 	{What: "exporting telemetry ÷ not: aegis CPU per recorded call, 1 in flight (P8's measure)", Unit: "×", Bench: "BenchmarkWrapTelemetry", Key: "exporting/plain-inflight1-cpu"},
 	{What: "exporting telemetry ÷ not: aegis CPU per recorded call, 64 in flight (P8's measure)", Unit: "×", Bench: "BenchmarkWrapTelemetry", Key: "exporting/plain-inflight64-cpu"},
+	{What: "the control: a second plain wrap ÷ the first, aegis CPU per recorded call, 64 in flight (the run's noise)", Unit: "×", Bench: "BenchmarkWrapTelemetry", Key: "control/plain-inflight64-cpu"},
 	{What: "start to initialize answer, direct, p50", Unit: "ms", Bench: "BenchmarkWrapStartup", Key: "direct-p50-ms"},
 	{What: "start to initialize answer, aegis wrap, p50", Unit: "ms", Bench: "BenchmarkWrapStartup", Key: "wrap-p50-ms"},
 	{What: "the same on a new state directory, p50", Unit: "ms", Bench: "BenchmarkWrapStartup", Key: "wrap-fresh-p50-ms"},
