@@ -36,7 +36,22 @@ type Refusal struct {
 	Reason     string
 	Hint       string
 	ApprovalID string
+	// Elicitation, for a PENDING_APPROVAL toward a host that shows URL
+	// elicitations, is the url-mode elicitation that shows the approval:
+	// the frame is then MCP's URLElicitationRequired error (the same code),
+	// with data.elicitations holding it beside data.aegis.
+	Elicitation *Elicitation
 }
+
+// Elicitation is a url-mode elicitation: its id, the link it opens and
+// the message shown with it.
+type Elicitation struct {
+	ID, URL, Message string
+}
+
+// ElicitationRequiredMessage is the error message of a refusal frame that
+// carries an elicitation.
+const ElicitationRequiredMessage = "aegis wrap: this tools/call waits for a human's approval (PENDING_APPROVAL): open the link of the elicitation to approve or deny it, then call again"
 
 // refusalFrame returns the refusal frame of a call refused with code, with
 // the code's generic reason and hint.
@@ -71,14 +86,34 @@ func RefusalFrameOf(id json.RawMessage, r Refusal) []byte {
 		// Only strings, made valid above: cannot happen.
 		aegis = []byte(`{"code":"` + policy.CodeHostDenied + `","layer":"wrap"}`)
 	}
-	b := make([]byte, 0, 128+len(aegis)+len(id))
+	message := RefusalMessage
+	var elicitations []byte
+	if el := r.Elicitation; el != nil {
+		message = ElicitationRequiredMessage
+		elicitations, err = schemas.EncodeValue([]any{map[string]any{"elicitationId": strings.ToValidUTF8(el.ID, "\uFFFD"), "message": strings.ToValidUTF8(el.Message, "\uFFFD"),
+			"mode": "url", "url": strings.ToValidUTF8(el.URL, "\uFFFD")}})
+		if err != nil {
+			elicitations, message = nil, RefusalMessage // strings only, made valid: cannot happen
+		}
+	}
+	b := make([]byte, 0, 128+len(aegis)+len(elicitations)+len(id))
 	b = append(b, `{"error":{"code":-32042,"data":{"aegis":`...)
 	b = append(b, aegis...)
-	b = append(b, `},"message":"aegis wrap refused this tools/call"},"id":`...)
+	if elicitations != nil {
+		b = append(b, `,"elicitations":`...)
+		b = append(b, elicitations...)
+	}
+	b = append(b, `},"message":"`...)
+	b = append(b, message...)
+	b = append(b, `"},"id":`...)
 	b = append(b, id...)
 	b = append(b, `,"jsonrpc":"2.0"}`...)
 	return b
 }
+
+// RefusalText is the generic reason and hint of a refusal code, as a
+// refusal frame without its own says them.
+func RefusalText(code, approvalID string) (reason, hint string) { return refusalText(code, approvalID) }
 
 // refusalText is the generic reason and hint of a refusal code.
 func refusalText(code, approvalID string) (reason, hint string) {

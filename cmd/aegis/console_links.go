@@ -139,7 +139,8 @@ func consoleFor(dir, stateDir string) (consoleFile, []byte, bool) {
 	return consoleFile{}, nil, false
 }
 
-// approvalLinker is the gateway's [gateway.Config.ApprovalLink]: the link
+// approvalLinker is the gateway's [gateway.Config.ApprovalLink] and
+// wrap's [relay.Config.ApprovalLink]: the link
 // that opens a pending approval in the aegis console of stateDir, or why
 // there is none.
 func (m *Main) approvalLinker(stateDir string) func(proxy.PendingApproval) (string, string) {

@@ -308,7 +308,7 @@ func (m *Main) runWrap(ctx context.Context, args []string) error {
 		Stdin: m.Stdin, Stdout: m.Stdout, Stderr: m.Stderr,
 		Argv: argv, Signals: sigs, Grace: *grace, Logger: log,
 		Policy: set, ApprovalTTL: *approvalTTL, Approvers: approvers, Prompt: m.Stderr,
-		Approvals: m.approvalServer(store),
+		Approvals: m.approvalServer(store), ApprovalLink: m.approvalLinker(store.Dir()),
 	})
 	var se *relay.StartError
 	var ce *relay.ConfineError

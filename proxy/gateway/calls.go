@@ -219,8 +219,8 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 		if gd.Decision.Verdict == policy.PendingApproval {
 			// The retry of a call whose elicited approval a human
 			// denied: refused as denied, not asked again (elicit.go).
-			if dn, ok := g.deniedCall(name, gd.ArgsDigest, start); ok {
-				gd.Decision = deniedDecision(dn, gd.Decision.MatchedRule)
+			if dn, ok := g.el.Denied(name, gd.ArgsDigest, start); ok {
+				gd.Decision = dn.Decision(gd.Decision.MatchedRule)
 			}
 		}
 		if gd.Decision.Verdict != policy.Allow {
@@ -252,7 +252,7 @@ func (g *gateway) decideCall(ctx context.Context, method, name string, args json
 				if el == nil {
 					refusal["hint"] += "; to approve from the host instead: " + why
 				} else {
-					refusal["hint"] = "open the link the host shows (or run: aegis approve " + proxy.QuoteArg(pending.ApprovalID) + "), then call the tool again with the same arguments: the approval lets it through once"
+					refusal["hint"] = proxy.ElicitedHint(pending.ApprovalID)
 					if _, err := finish(o, nil); err != nil {
 						return nil, err
 					}

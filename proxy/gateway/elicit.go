@@ -3,16 +3,12 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/aegis-dev/aegis/policy"
-	"github.com/aegis-dev/aegis/projector"
 	"github.com/aegis-dev/aegis/proxy"
 )
 
@@ -50,7 +46,7 @@ import (
 //     the call (mrtr.go): one url-mode elicitation/create input request,
 //     the same elicitation as above, under a requestState whose MAC
 //     covers the call, its tool and arguments and the approval id. The
-//     accepting retry waits (elicitWait) until the approval is decided,
+//     accepting retry waits (el.Wait) until the approval is decided,
 //     expires, or the host cancels, and the call is then decided again by
 //     decideCall like every call: the approval lets through only the same
 //     tool with the same arguments, once; a denial refuses it as denied.
@@ -59,23 +55,11 @@ import (
 //     byte.
 
 // elicits are the approvals shown to the host through URL elicitation,
-// and the denials of them.
+// and the denials of them (proxy.Elicits, which wrap shares).
 type elicits struct {
 	hostURL bool // the host declared capabilities.elicitation.url
-
-	mu     sync.Mutex
-	open   map[string]time.Time     // approval id -> its expiry
-	denied map[string]denial        // tool + "\x00" + args_digest -> its denial
-	waits  map[string]chan struct{} // approval id -> closed when it is decided
+	proxy.Elicits
 }
-
-// denial is an elicited approval that a human denied.
-type denial struct {
-	approvalID, reason string
-	expires            time.Time
-}
-
-func denialKey(tool, argsDigest string) string { return tool + "\x00" + argsDigest }
 
 // urlElicits reports whether the host takes URL elicitations, as its own
 // initialize declared them: a host that probed with server/discover first
@@ -102,17 +86,7 @@ func (g *gateway) approvalElicitation(p proxy.PendingApproval, reason string) (*
 	if link == "" {
 		return nil, none
 	}
-	args := projector.Printable(p.Args)
-	if len(args) > 200 {
-		args = strings.ToValidUTF8(args[:200], "") + "…" // a rune cut in two is dropped
-	}
-	why := "rule " + projector.Printable(p.MatchedRule) + " says a human must approve it first"
-	if reason != "" {
-		why += " (" + strings.TrimSuffix(projector.Printable(reason), ".") + ")"
-	}
-	msg := fmt.Sprintf("aegis: the agent asks to call %s with %s; %s. Open the link to see the call and approve or deny it in aegis console (approval %s, until %s UTC); the agent calls again once you have decided.",
-		projector.Printable(p.ToolID), args, why, p.ApprovalID, p.ExpiresAt.UTC().Format("15:04:05"))
-	return &mcp.ElicitParams{Mode: "url", ElicitationID: p.ApprovalID, URL: link, Message: msg}, ""
+	return &mcp.ElicitParams{Mode: "url", ElicitationID: p.ApprovalID, URL: link, Message: proxy.ElicitationMessage(p, reason)}, ""
 }
 
 // elicitRefusal is the URLElicitationRequired error of a pending call:
@@ -135,96 +109,14 @@ func (g *gateway) elicitRefusal(p proxy.PendingApproval, refusal map[string]stri
 
 // elicited registers pending approval p as shown to the host through an
 // elicitation: its decision is told to the host (elicitDecided), and a
-// denial of it refuses the same call again (deniedCall).
-func (g *gateway) elicited(p proxy.PendingApproval) {
-	g.el.mu.Lock()
-	defer g.el.mu.Unlock()
-	if g.el.open == nil {
-		g.el.open = map[string]time.Time{}
-	}
-	if g.el.waits == nil {
-		g.el.waits = map[string]chan struct{}{}
-	}
-	now := g.cfg.Now()
-	for id, exp := range g.el.open {
-		if now.After(exp) {
-			delete(g.el.open, id)
-			delete(g.el.waits, id) // its waiter waits until the expiry, no longer
-		}
-	}
-	g.el.open[p.ApprovalID] = p.ExpiresAt
-	if g.el.waits[p.ApprovalID] == nil {
-		g.el.waits[p.ApprovalID] = make(chan struct{})
-	}
-}
-
-// elicitWait is closed when elicited approval id is decided; nil when it
-// is not pending as an elicited approval (decided already, or expired).
-func (g *gateway) elicitWait(id string) <-chan struct{} {
-	g.el.mu.Lock()
-	defer g.el.mu.Unlock()
-	if ch, ok := g.el.waits[id]; ok {
-		return ch
-	}
-	return nil
-}
-
-// deniedCall is the denial that answers a call of tool with args of
-// args_digest, if a human denied its elicited approval.
-func (g *gateway) deniedCall(tool, argsDigest string, now time.Time) (denial, bool) {
-	g.el.mu.Lock()
-	defer g.el.mu.Unlock()
-	d, ok := g.el.denied[denialKey(tool, argsDigest)]
-	if ok && !now.Before(d.expires) {
-		delete(g.el.denied, denialKey(tool, argsDigest))
-		return denial{}, false
-	}
-	return d, ok
-}
-
-// deniedDecision is the decision that refuses a call a human denied.
-func deniedDecision(d denial, rule string) policy.Decision {
-	return policy.Decision{Verdict: policy.Deny, MatchedRule: rule,
-		Reason: fmt.Sprintf("a human denied this call (approval %s: %s)", d.approvalID, d.reason)}
-}
+// denial of it refuses the same call again (el.Denied).
+func (g *gateway) elicited(p proxy.PendingApproval) { g.el.Add(p, g.cfg.Now()) }
 
 // elicitDecided tells the host that an elicited approval was decided
 // (rep answered op, and the decision is durable), and keeps a denial.
 func (g *gateway) elicitDecided(op proxy.ApprovalOp, rep proxy.ApprovalReply) {
-	if !rep.OK || rep.Decided == nil {
-		return
-	}
-	p := rep.Decided
-	g.el.mu.Lock()
-	_, ok := g.el.open[p.ApprovalID]
-	delete(g.el.open, p.ApprovalID)
-	if ch, w := g.el.waits[p.ApprovalID]; w {
-		// A 2026-07-28 host's retry held for the decision: decided
-		// again now (mrtrApproval), the decision being durable.
-		close(ch)
-		delete(g.el.waits, p.ApprovalID)
-	}
-	if ok && op.Op == "deny" {
-		if g.el.denied == nil {
-			g.el.denied = map[string]denial{}
-		}
-		// A denial holds only until its approval would have expired: the
-		// map holds the denials of one approval TTL, however long the
-		// session.
-		now := g.cfg.Now()
-		for k, d := range g.el.denied {
-			if !now.Before(d.expires) {
-				delete(g.el.denied, k)
-			}
-		}
-		reason := op.Reason
-		if reason == "" {
-			reason = "denied by operator"
-		}
-		g.el.denied[denialKey(p.ToolID, p.ArgsDigest)] = denial{approvalID: p.ApprovalID, reason: reason, expires: p.ExpiresAt}
-	}
-	g.el.mu.Unlock()
-	if !ok || g.srv == nil {
+	p := g.el.Decided(op, rep, g.cfg.Now())
+	if p == nil || g.srv == nil {
 		return
 	}
 	// Not on the approval channel's answer: a host that reads slowly

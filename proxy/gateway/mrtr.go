@@ -541,7 +541,7 @@ func (g *gateway) mrtrApproval(ctx context.Context, c *mrtrCall, aw *approvalWai
 		// gets, the approval still pending.
 		return false, aw.refusal, nil
 	}
-	if decided := g.elicitWait(aw.p.ApprovalID); decided != nil {
+	if decided := g.el.Wait(aw.p.ApprovalID); decided != nil {
 		fmt.Fprintf(g.cfg.Stderr, "aegis: %s waits for a human's decision on approval %s (the host showed its link); the host's retry is held until then\n",
 			projector.Printable(c.name), aw.p.ApprovalID)
 		t := time.NewTimer(aw.p.ExpiresAt.Sub(g.cfg.Now()))

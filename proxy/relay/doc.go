@@ -113,6 +113,19 @@
 // every well-formed call is allowed and recorded with the pass-through
 // policy_set_hash.
 //
+// In-band approvals (approvals.go): only a host whose latest initialize
+// declared capabilities.elicitation.url as an object, read the same by
+// every reader ([rpc.Request].URLElicitation), and only while
+// [Config.ApprovalLink] makes a link (an aegis console runs), gets a
+// PENDING_APPROVAL refusal frame that also carries data.elicitations (a
+// url-mode elicitation whose id is the approval id); every other host
+// gets the frame above byte for byte. The decision, the approval and the
+// record are the same either way. When such an approval is decided, the
+// host is written notifications/elicitation/complete, recorded as
+// frame.refusal and durable first, after the decision is; a denied one's
+// retry with the same tool and arguments is refused as denied until the
+// approval would have expired (proxy.Elicits).
+//
 // With Confine set, the server runs through the sandbox helper, and its
 // enforcement fact is signed into the open line before it may exec.
 //

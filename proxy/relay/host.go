@@ -103,6 +103,13 @@ func (r *relay) onHostFrame(line []byte) (*events.Receipt, bool, bool) {
 			}
 			verdicts[i].CheckPin(r.pins, c.Tool)
 			verdicts[i].CheckPin(r.books["initialize"], schemas.PinKindInstructions)
+			if verdicts[i].Decision.Verdict == policy.PendingApproval {
+				// The retry of a call whose elicited approval a human
+				// denied: refused as denied, not asked again (approvals.go).
+				if dn, ok := r.el.Denied(c.Tool, verdicts[i].ArgsDigest, now); ok {
+					verdicts[i].Decision = dn.Decision(verdicts[i].Decision.MatchedRule)
+				}
+			}
 			if verdicts[i].Decision.Verdict != policy.Allow {
 				refused = true
 			}
@@ -310,6 +317,7 @@ func (r *relay) registerLocked(requests []rpc.Request) {
 			r.lists.Add(proxy.NewReqID(q.Key, q.ID), q.List, q.Cursor)
 		}
 		if q.Init {
+			r.hostURL = q.URLElicitation
 			r.lists.Add(proxy.NewReqID(q.Key, q.ID), "initialize", false)
 			for _, b := range r.books {
 				b.SetCaps(q.Caps)
@@ -452,6 +460,7 @@ func (r *relay) refuseFrame(cls rpc.Classification, frame []byte, fev schemas.Ev
 			return nil, false, false
 		}
 		with = nil
+		var pending *proxy.PendingApproval
 		if d.Verdict == policy.PendingApproval {
 			p := proxy.PendingApproval{ApprovalID: d.ApprovalID, ToolID: c.Tool, RequestDigest: dg, ArgsDigest: verdicts[i].ArgsDigest,
 				Session: r.sess.ID(), RequestedAt: now.UTC(), ExpiresAt: now.Add(r.gate.TTL).UTC(), MatchedRule: d.MatchedRule, PinDigest: verdicts[i].PinDigest}
@@ -463,6 +472,7 @@ func (r *relay) refuseFrame(cls rpc.Classification, frame []byte, fev schemas.Ev
 			r.gate.Request(p)
 			r.armExpiry(p)
 			r.prompt(p)
+			pending = &p
 		}
 		if last, err = r.sess.Outcome(o); err != nil {
 			r.fail(err)
@@ -495,6 +505,9 @@ func (r *relay) refuseFrame(cls rpc.Classification, frame []byte, fev schemas.Ev
 				why.ApprovalID = d.ApprovalID
 				if why.Reason == "" {
 					why.Reason = "a human must approve this call (rule " + d.MatchedRule + ")"
+				}
+				if pending != nil {
+					r.elicit(&why, *pending, d.Reason, now)
 				}
 			}
 			answers = append(answers, answer{id, why})

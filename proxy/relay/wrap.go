@@ -75,6 +75,11 @@ type Config struct {
 	Approvers *schemas.Approvers
 	// Prompt receives approval prompts (aegis's stderr).
 	Prompt io.Writer
+	// ApprovalLink, when set, makes the link that opens a pending
+	// approval in aegis console, or says why there is none (no console
+	// runs): a host that declared URL elicitation is shown the approval
+	// through it (approvals.go). Nil: every host gets the plain refusal.
+	ApprovalLink func(proxy.PendingApproval) (link, whyNot string)
 }
 
 // Result is how a relay ended.
@@ -136,6 +141,10 @@ type relay struct {
 
 	gate   *proxy.Gate // nil without a policy
 	toHost *outPath    // where refusal frames go
+	// hostURL is set, on mu, while the host's latest initialize declared
+	// capabilities.elicitation.url; el are the approvals shown to it so.
+	hostURL bool
+	el      proxy.Elicits
 
 	pins *proxy.PinBook // the server's tool pins (pins.go)
 	// books are the server's pins by the method whose answer they read:

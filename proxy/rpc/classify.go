@@ -110,6 +110,10 @@ type Request struct {
 	// capabilities it declares that shape a server's listings (CapsKey).
 	Init bool
 	Caps string
+	// URLElicitation is set for an initialize that declares
+	// capabilities.elicitation.url as an object, read the same by every
+	// reader (hostURLElicitation).
+	URLElicitation bool
 }
 
 // Classification is the relay's reading of one frame. The frame's bytes are
@@ -256,7 +260,7 @@ func classifyObject(obj *reading.Value, c *Classification) {
 			case list:
 				q.List, q.Cursor = name, listCursor(params)
 			case name == "initialize":
-				q.Init, q.Caps = true, initCaps(params)
+				q.Init, q.Caps, q.URLElicitation = true, initCaps(params), hostURLElicitation(params)
 			}
 			c.Requests = append(c.Requests, q)
 		}
@@ -453,6 +457,22 @@ func initCaps(params *reading.Value) string {
 		}
 	}
 	return CapsKey(names...)
+}
+
+// hostURLElicitation reports whether an initialize's params declare
+// capabilities.elicitation.url as an object. A declaration that readers
+// may take differently (a member given twice or in another case on the
+// way) counts as none: the host then gets the refusal every host gets.
+func hostURLElicitation(params *reading.Value) bool {
+	v := params
+	for _, name := range []string{"capabilities", "elicitation", "url"} {
+		m, why := v.Get(name)
+		if why != "" || m == nil {
+			return false
+		}
+		v = m
+	}
+	return v.Kind == reading.Object
 }
 
 // listCursor reports whether the params of a list request give a cursor.
