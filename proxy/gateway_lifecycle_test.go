@@ -42,15 +42,15 @@ func gatewayEnv(t *testing.T, extra ...string) []string {
 	return append(append(os.Environ(), "XDG_RUNTIME_DIR="+runtime), extra...)
 }
 
-// startGateway writes config and starts aegis gateway on it.
-func (c *cli) startGateway(config string, env []string) *gwProc {
+// startGateway writes config and starts aegis gateway on it, with flags.
+func (c *cli) startGateway(config string, env []string, flags ...string) *gwProc {
 	c.t.Helper()
 	path := filepath.Join(c.dir, "aegis.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
 	g := &gwProc{t: c.t, stderr: &syncBuffer{}, done: make(chan error, 1)}
-	g.cmd = exec.Command(bin(c.t, "aegis"), "gateway", "--config", path, "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state)
+	g.cmd = exec.Command(bin(c.t, "aegis"), append([]string{"gateway", "--config", path, "--audit", c.audit, "--signing-key", c.key, "--state-dir", c.state}, flags...)...)
 	g.cmd.Env = env
 	g.cmd.Stderr = g.stderr
 	var err error

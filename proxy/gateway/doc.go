@@ -70,7 +70,11 @@
 // input_required result, and the retry must be the same prompt with the
 // same arguments, or the same URI, under its last requestState.
 // A host's calls waiting on it are bounded (maxRounds); the per-request
-// _meta of 2026-07-28 never reaches a server.
+// _meta of 2026-07-28 never reaches a server. A stdio host of 2026-07-28
+// that declares the tasks extension gets a server's 2025-11-25 task as
+// the extension's task (exttasks.go): decided and recorded as every call,
+// driven by the gateway, its server requests shown as the task's
+// inputRequests and answered by tasks/update, recorded step by step.
 //
 // The servers start at once but are initialized only after the host's
 // initialize has been read, and are told the host's capabilities
@@ -163,7 +167,8 @@
 // servers), cancel.go, resources.go, prompts.go, pins.go and relist.go,
 // tasks.go, tasklist.go, taskids.go, downraw.go (the task layer and its
 // raw server requests), frames.go (the frame filter), hello.go,
-// hostconn.go, hosttasks.go, mrtr.go (2026-07-28 toward the host),
+// hostconn.go, hosttasks.go, mrtr.go and exttasks.go (2026-07-28 toward
+// the host),
 // lifecycle.go, remote*.go, oauth*.go, env.go,
 // refusal.go, taps.go. The gate, approvals and pin books are package
 // proxy's; the reading of frames is package rpc's.

@@ -406,6 +406,13 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 	opts := &mcp.ClientOptions{
 		Capabilities: caps,
 		CreateMessageWithToolsHandler: func(ctx context.Context, req *mcp.CreateMessageWithToolsRequest) (*mcp.CreateMessageWithToolsResult, error) {
+			if res, ok, err := g.tk.extAsk(ctx, server, "sampling/createMessage", req.Params.Meta, req.Params); ok {
+				// During a task of the tasks extension (exttasks.go).
+				if err != nil {
+					return nil, err
+				}
+				return res.(*mcp.CreateMessageWithToolsResult), nil
+			}
 			host, err := f.hostFor(ctx, server)
 			if err != nil {
 				return nil, err
@@ -429,6 +436,13 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 			return res, hostError(asSent(err))
 		},
 		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			if res, ok, err := g.tk.extAsk(ctx, server, "elicitation/create", req.Params.Meta, req.Params); ok {
+				// During a task of the tasks extension (exttasks.go).
+				if err != nil {
+					return nil, err
+				}
+				return res.(*mcp.ElicitResult), nil
+			}
 			host, err := f.hostFor(ctx, server)
 			if err != nil {
 				return nil, err

@@ -13,7 +13,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/aegis-dev/aegis/proxy"
 	"github.com/aegis-dev/aegis/proxy/reading"
 	"github.com/aegis-dev/aegis/schemas"
 )
@@ -100,6 +99,9 @@ type tasker struct {
 	hostRaw   *downRaw                           // the gateway's own requests to the host
 	hostTasks *taskTable[string]                 // task id the host gave -> the server that asked
 	asks      map[string]context.CancelCauseFunc // server + request id -> cancel
+
+	// ext are the tasks of 2026-07-28 hosts (exttasks.go).
+	ext extTasks
 }
 
 func (g *gateway) initTasks(ctx context.Context) {
@@ -153,7 +155,17 @@ func (t *tasker) hostLine(r rpcRead) bool {
 		return false
 	case k == "":
 		return false
-	case r.method == "initialize" || r.method == "tools/list":
+	case t.extTakes(r):
+		// The tasks extension of a 2026-07-28 host (exttasks.go).
+		h := r.frame()
+		if why := t.spawn(t.inflight, k, func(ctx context.Context) {
+			res, err := t.extHandle(ctx, h)
+			t.out.frame(reply(h.ID, res, err))
+		}); why != "" {
+			t.out.frame(reply(h.ID, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "aegis: " + why}))
+		}
+		return true
+	case r.method == "initialize" || r.method == "tools/list" || r.method == "server/discover":
 		t.mu.Lock()
 		if len(t.watch) < maxWatched {
 			t.watch[k] = r.method
@@ -536,18 +548,8 @@ func (t *tasker) handle(ctx context.Context, h rpcFrame) (any, error) {
 			}
 		}
 	case "tasks/result":
-		fact := map[string]any{"task_id": id, "server_task_id": e.serverID, "call_id": e.callID, "tool_id": e.toolID, "server": e.server}
-		if err != nil {
-			fact["error"] = err.Error()
-		} else {
-			fact["result_digest"] = proxy.SHA(compactJSON(raw))
-			isErr, ok := memberAt(raw, "isError")
-			fact["is_error"] = ok && isErr.Kind == reading.Bool && isErr.Bool
-		}
-		if rc, ferr := g.sess.Fact(schemas.KindTaskResult, fact); ferr != nil {
-			return nil, auditRefusal(h.Method, ferr)
-		} else if _, ferr := rc.Wait(rctx); ferr != nil {
-			return nil, auditRefusal(h.Method, ferr)
+		if ferr := t.recordTaskResult(rctx, e, id, raw, err); ferr != nil {
+			return nil, ferr
 		}
 	}
 	if err != nil {
@@ -663,6 +665,10 @@ func (t *tasker) serverLine(d *downRaw, text []byte, r rpcRead) bool {
 		early := t.creating[d.server] > 0
 		params, known := mapTask(raw(r.params), func(id string) (string, bool) { return t.tasks.hostID(d.server, id, early) })
 		known = known && taskIDIn(r.params) != ""
+		if gid := taskIDOf(params); t.ext[gid] != nil {
+			// A task of the extension: its host polls (exttasks.go).
+			known = false
+		}
 		t.mu.Unlock()
 		if known {
 			t.out.frame(rpcFrame{JSONRPC: "2.0", Method: r.method, Params: params})
@@ -774,6 +780,23 @@ func (t *tasker) amend(p []byte) []byte {
 		return p
 	}
 	switch method {
+	case "server/discover":
+		// The tasks extension, where some server runs tool calls as
+		// tasks and the gateway offers 2026-07-28 (exttasks.go).
+		if t.capability() == nil || t.g.cfg.HostProtocol < newProtocol {
+			return p
+		}
+		var caps map[string]json.RawMessage
+		if json.Unmarshal(res["capabilities"], &caps) != nil || caps == nil {
+			caps = map[string]json.RawMessage{}
+		}
+		var exts map[string]json.RawMessage
+		if json.Unmarshal(caps["extensions"], &exts) != nil || exts == nil {
+			exts = map[string]json.RawMessage{}
+		}
+		exts[extTasksID] = json.RawMessage(`{}`)
+		caps["extensions"], _ = json.Marshal(exts)
+		res["capabilities"], _ = json.Marshal(caps)
 	case "initialize":
 		c := t.capability()
 		if c == nil {
