@@ -23,7 +23,8 @@ import (
 // its POST (an SSE stream), and so does a list change on the host's
 // subscriptions/listen stream. A POST whose standard headers say
 // another method, tool or version than its body is refused with 400
-// before anything of it is served or recorded.
+// before anything of it is served or recorded. A call that declares the
+// tasks extension is its task, polled with tasks/get.
 func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aegis gateway --listen with server-everything")
@@ -146,6 +147,39 @@ func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 	}
 	within(progress, "progress of the call")
 	within(progress, "second progress of the call")
+	// The tasks extension: a call that declares it, of a tool that runs
+	// as a task, is the extension's task; tasks/get (its Mcp-Name the
+	// task id) shows the result inline once the server has given it.
+	const extMeta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}`
+	code, body := post(map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "everything__simulate-research-query"},
+		`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"everything__simulate-research-query","arguments":{"topic":"go"},`+extMeta+`}}`)
+	var created struct{ Result struct{ ResultType, TaskID, Status string } }
+	if json.Unmarshal([]byte(sseData(body)), &created); code != http.StatusOK || created.Result.ResultType != "task" || created.Result.TaskID == "" || created.Result.Status != "working" {
+		t.Fatalf("a call of the tasks extension over HTTP: %d %s", code, body)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		code, body = post(map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tasks/get", "Mcp-Name": created.Result.TaskID},
+			`{"jsonrpc":"2.0","id":9,"method":"tasks/get","params":{"taskId":"`+created.Result.TaskID+`",`+extMeta+`}}`)
+		var got struct {
+			Result struct {
+				ResultType, TaskID, Status string
+				Result                     json.RawMessage
+			}
+		}
+		json.Unmarshal([]byte(sseData(body)), &got)
+		if code != http.StatusOK || got.Result.ResultType != "complete" || got.Result.TaskID != created.Result.TaskID {
+			t.Fatalf("tasks/get over HTTP: %d %s", code, body)
+		}
+		if got.Result.Status == "completed" {
+			if !strings.Contains(string(got.Result.Result), "Research Report: go") {
+				t.Fatalf("the task's result: %s", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task did not complete: %s", body)
+		}
+	}
 	// A profile switch changes the tools' list: the host is told on its
 	// listen stream.
 	if text, _ := callText(t, cs, "aegis__set_profile", map[string]any{"name": "narrow"}); text != "code=OK active=narrow approval=" {
@@ -171,8 +205,20 @@ func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 			}
 		}
 	}
-	// Only the four calls of the host: the refused POSTs reached nothing.
-	if intents != 4 || rounds["input_required"] != 1 || rounds["retry"] != 1 {
-		t.Errorf("recorded %d intents and rounds %v, want 4 intents and one round answered once", intents, rounds)
+	// Only the five calls of the host: the refused POSTs reached nothing.
+	if intents != 5 || rounds["input_required"] != 1 || rounds["retry"] != 1 {
+		t.Errorf("recorded %d intents and rounds %v, want 5 intents and one round answered once", intents, rounds)
 	}
+}
+
+// sseData is the data of the last event of an SSE body, or body itself
+// when it is JSON.
+func sseData(body string) string {
+	last := body
+	for line := range strings.Lines(body) {
+		if d, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "data: "); ok {
+			last = d
+		}
+	}
+	return last
 }

@@ -38,6 +38,8 @@ func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		switch method {
 		case plainMethod:
 			return g.tk.plainOfHTTP(ctx, req)
+		case extMethod:
+			return g.tk.extOfHTTP(ctx, req)
 		case "tools/call":
 			r, ok := req.(*mcp.CallToolRequest)
 			if !ok || r.Params == nil {

@@ -70,7 +70,7 @@
 // input_required result, and the retry must be the same prompt with the
 // same arguments, or the same URI, under its last requestState.
 // A host's calls waiting on it are bounded (maxRounds); the per-request
-// _meta of 2026-07-28 never reaches a server. A stdio host of 2026-07-28
+// _meta of 2026-07-28 never reaches a server. A host of 2026-07-28
 // that declares the tasks extension gets a server's 2025-11-25 task as
 // the extension's task (exttasks.go): decided and recorded as every call,
 // driven by the gateway, its server requests shown as the task's

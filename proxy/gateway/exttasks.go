@@ -19,9 +19,13 @@ import (
 )
 
 // The tasks extension of MCP 2026-07-28 (io.modelcontextprotocol/tasks,
-// SEP-2663) toward a stdio host (not an HTTP session), bridged to the 2025-11-25 tasks of the
+// SEP-2663) toward a host, bridged to the 2025-11-25 tasks of the
 // servers (docs/GATEWAY-PARITY.md). Invariants:
 //
+//   - On stdio the layer answers the extension's requests itself; from an
+//     HTTP session they reach the SDK as requests of extMethod, so that
+//     each answer goes on its request's stream, and are answered by the
+//     same code (extOfHTTP).
 //   - Only a request that names protocol 2026-07-28 or later in its _meta,
 //     while the gateway offers that protocol, is served by the extension;
 //     and only a tools/call whose own _meta declares the extension
@@ -115,12 +119,45 @@ func declaresExtTasks(params *reading.Value) bool {
 	return v.Kind == reading.Object
 }
 
-// extTakes reports whether the extension serves request r (see the
-// invariants above).
+// extTakes reports whether the extension serves request r of a stdio
+// host, which the layer then answers itself. An HTTP session's request
+// (rawDown) goes to the SDK, which keeps its stream, as a request of
+// extMethod (plainOverHTTP, extOfHTTP).
 func (t *tasker) extTakes(r rpcRead) bool {
-	if t.g.cfg.HostProtocol < newProtocol || t.rawDown || !t.ready.Load() || extVersion(r.params) == "" {
-		// Not over HTTP (rawDown): an answer there goes on its request's
-		// stream, which the SDK keeps.
+	return !t.rawDown && t.extServes(r)
+}
+
+// extMethod is the method under which an HTTP host's request of the
+// extension reaches the SDK (see plainOverHTTP).
+const extMethod = "aegis/ext-tasks"
+
+// extOfHTTP answers a request of extMethod: the host's request kept by
+// plainOverHTTP under its extra, run under ctx, the SDK's context of the
+// request.
+func (t *tasker) extOfHTTP(ctx context.Context, req mcp.Request) (mcp.Result, error) {
+	ex := req.GetExtra()
+	t.mu.Lock()
+	h, ok := t.plainHTTP[ex]
+	delete(t.plainHTTP, ex)
+	t.mu.Unlock()
+	if ex == nil || !ok {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("method %q not found", extMethod)}
+	}
+	res, err := t.extHandle(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	return &rawResult{CallToolResult: &mcp.CallToolResult{}, raw: b}, nil
+}
+
+// extServes reports whether the extension serves request r (see the
+// invariants above).
+func (t *tasker) extServes(r rpcRead) bool {
+	if t.g.cfg.HostProtocol < newProtocol || !t.ready.Load() || r.idKey == "" || extVersion(r.params) == "" {
 		return false
 	}
 	switch r.method {

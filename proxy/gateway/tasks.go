@@ -165,6 +165,10 @@ func (t *tasker) hostLine(r rpcRead) bool {
 			t.out.frame(reply(h.ID, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "aegis: " + why}))
 		}
 		return true
+	case t.rawDown && t.extServes(r):
+		// An HTTP session's request of the extension: the SDK keeps its
+		// stream (plainOverHTTP).
+		return false
 	case r.method == "initialize" || r.method == "tools/list" || r.method == "server/discover":
 		t.mu.Lock()
 		if len(t.watch) < maxWatched {
@@ -343,12 +347,14 @@ func plainCallName(r rpcRead) (string, bool) {
 // answered as for any method the gateway does not serve.
 const plainMethod = "aegis/plain-tools-call"
 
-// addPlainMethod lets srv take plainMethod; the gateway's middleware
-// answers it (plainOfHTTP), never the handler.
+// addPlainMethod lets srv take plainMethod and extMethod; the gateway's
+// middleware answers them (plainOfHTTP, extOfHTTP), never the handler.
 func (t *tasker) addPlainMethod(srv *mcp.Server) {
-	mcp.AddReceivingCustomMethod(srv, plainMethod, func(context.Context, *mcp.ServerSession, *mcp.CallToolParamsRaw) (*rawResult, error) {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found"}
-	})
+	for _, m := range []string{plainMethod, extMethod} {
+		mcp.AddReceivingCustomMethod(srv, m, func(context.Context, *mcp.ServerSession, *mcp.CallToolParamsRaw) (*rawResult, error) {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found"}
+		})
+	}
 }
 
 // plainOverHTTP is what an HTTP host's message msg, read as r, reaches the
@@ -367,7 +373,16 @@ func (t *tasker) addPlainMethod(srv *mcp.Server) {
 // no host can name it) until the middleware takes it.
 func (t *tasker) plainOverHTTP(msg jsonrpc.Message, r rpcRead) jsonrpc.Message {
 	req, ok := msg.(*jsonrpc.Request)
-	if !ok || !t.rawDown || !req.IsCall() || !t.plainTarget(r) {
+	if !ok || !t.rawDown || !req.IsCall() {
+		return nil
+	}
+	method := plainMethod
+	switch {
+	case t.extServes(r):
+		// A request of the tasks extension (exttasks.go), answered the
+		// same way by extOfHTTP.
+		method = extMethod
+	case !t.plainTarget(r):
 		return nil
 	}
 	ex := &mcp.RequestExtra{}
@@ -383,7 +398,7 @@ func (t *tasker) plainOverHTTP(msg jsonrpc.Message, r rpcRead) jsonrpc.Message {
 		t.plainHTTP = map[*mcp.RequestExtra]rpcFrame{}
 	}
 	t.plainHTTP[ex] = r.frame()
-	return &jsonrpc.Request{ID: req.ID, Method: plainMethod, Extra: ex}
+	return &jsonrpc.Request{ID: req.ID, Method: method, Extra: ex}
 }
 
 // maxPlainHTTP bounds the plain calls of an HTTP host that the SDK has not
