@@ -32,7 +32,11 @@ func TestWrapApprovalThroughURLElicitation(t *testing.T) {
 	}
 	approvalOf := func(t *testing.T, answer string) string {
 		t.Helper()
-		var f struct{ Error struct{ Data struct{ Aegis map[string]string } } }
+		var f struct {
+			Error struct {
+				Data struct{ Aegis map[string]string }
+			}
+		}
 		json.Unmarshal([]byte(answer), &f)
 		if f.Error.Data.Aegis["code"] != "PENDING_APPROVAL" {
 			t.Fatalf("not a pending approval's refusal: %s", answer)
@@ -118,7 +122,11 @@ func TestWrapApprovalThroughURLElicitation(t *testing.T) {
 	}
 	w.until(t, complete(idB))
 	a := add(w, 4, 2)
-	var f struct{ Error struct{ Data struct{ Aegis map[string]string } } }
+	var f struct {
+		Error struct {
+			Data struct{ Aegis map[string]string }
+		}
+	}
 	json.Unmarshal([]byte(a), &f)
 	if m := f.Error.Data.Aegis; m["code"] != "POLICY_DENIED" || !strings.Contains(m["reason"], "a human denied this call (approval "+idB+": not now)") || m["approval_id"] != "" {
 		t.Errorf("B's retry: %s", a)

@@ -153,7 +153,9 @@ func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 	const extMeta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}`
 	code, body := post(map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "everything__simulate-research-query"},
 		`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"everything__simulate-research-query","arguments":{"topic":"go"},`+extMeta+`}}`)
-	var created struct{ Result struct{ ResultType, TaskID, Status string } }
+	var created struct {
+		Result struct{ ResultType, TaskID, Status string }
+	}
 	if json.Unmarshal([]byte(sseData(body)), &created); code != http.StatusOK || created.Result.ResultType != "task" || created.Result.TaskID == "" || created.Result.Status != "working" {
 		t.Fatalf("a call of the tasks extension over HTTP: %d %s", code, body)
 	}
