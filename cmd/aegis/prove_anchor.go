@@ -83,6 +83,10 @@ func (m *Main) proveAnchor(ctx context.Context, args []string) error {
 			why = "there is none"
 		}
 		fmt.Fprintf(m.Stderr, "aegis: the anchor log's snapshot in the index folder was not used (%s): folded the whole event stream (%d events); the next aegis wrap or gateway on this state directory saves it anew\n", why, tree.Folded())
+	} else if err := tree.CosignedSnapshot(); err != nil {
+		// The same: the cosignatures kept with it are read from every
+		// anchor.cosigned event of the stream instead.
+		fmt.Fprintf(m.Stderr, "aegis: the witnesses' cosignatures kept with the anchor log's snapshot in the index folder were not used (%s): read every cosignature of the event stream (%d events); the next aegis wrap or gateway on this state directory saves them anew\n", err, tree.CosignedFolded())
 	}
 	notes, err := allNotes(record + projector.CheckpointsSuffix)
 	if err != nil {
