@@ -185,6 +185,28 @@ func TestWitnessedBundleVerifiesOfflineAndCatchesACutRecord(t *testing.T) {
 	if strings.Contains(stderr, "snapshot") {
 		t.Fatalf("prove anchor did not start from the snapshot the wrap saved:\n%s", stderr)
 	}
+	// The cosignatures kept with the snapshot's head damaged: every
+	// anchor.cosigned event read again, the same bundle.
+	heads, _ := filepath.Glob(filepath.Join(l.state, events.IndexDir, "anchor.v1.*.head"))
+	if len(heads) != 1 {
+		t.Fatalf("the anchor log's head files: %v", heads)
+	}
+	good := readFile(t, heads[0])
+	var head map[string]json.RawMessage
+	if err := json.Unmarshal(good, &head); err != nil || head["cosigned"] == nil {
+		t.Fatalf("the anchor log's head keeps no cosignatures (%v):\n%s", err, good)
+	}
+	head["cosigned"] = json.RawMessage(`{"at":{"seq":1,"index":0},"list":[]}`)
+	damaged, _ := json.Marshal(head)
+	if err := os.WriteFile(heads[0], damaged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if again, stderr, code := l.aegisStdout("prove", "anchor", "--line", "2", "--state-dir", l.state, l.audit); code != 0 || again != out || !strings.Contains(stderr, "cosignatures kept with the anchor log's snapshot") {
+		t.Fatalf("prove anchor with every cosignature of the stream: exit %d, the same bundle: %v\n%s", code, again == out, stderr)
+	}
+	if err := os.WriteFile(heads[0], good, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// The snapshot's hashes damaged: the whole stream folded, the same
 	// bundle.
 	hashes, _ := filepath.Glob(filepath.Join(l.state, events.IndexDir, "anchor.v1.*.hashes"))
