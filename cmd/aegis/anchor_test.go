@@ -132,6 +132,23 @@ func TestAnchorLogSurvivesKillAndRotation(t *testing.T) {
 	if got := l.checkAnchored([]string{seg, l.audit}); got < 5 {
 		t.Fatalf("%d record checkpoints on disk, want several", got)
 	}
+	// A line of the sealed segment is proved from the live directory,
+	// whose log goes on across the rotation; the cosignatures made before
+	// it are in the archive's stream only, which proves it too.
+	out, stderr, code := l.aegisStdout("prove", "anchor", "--line", "1", "--state-dir", l.state, seg)
+	if code != 0 || !strings.Contains(stderr, "prove anchor --state-dir "+filepath.Join(l.state, events.ArchiveDir)) {
+		t.Fatalf("prove anchor of a sealed segment's line on the live directory: exit %d\n%s%s", code, out, stderr)
+	}
+	archives, _ := filepath.Glob(filepath.Join(l.state, events.ArchiveDir, "stream-*"))
+	if len(archives) != 1 {
+		t.Fatalf("the archives: %v", archives)
+	}
+	old, stderr, code := l.aegisStdout("prove", "anchor", "--line", "1", "--state-dir", archives[0], seg)
+	var live, arch schemas.AnchorBundle
+	if code != 0 || json.Unmarshal([]byte(out), &live) != nil || json.Unmarshal([]byte(old), &arch) != nil ||
+		live.RecordCheckpoint != arch.RecordCheckpoint || live.AnchorCheckpoint == arch.AnchorCheckpoint {
+		t.Fatalf("prove anchor of a sealed segment's line on its archive: exit %d, want the same record checkpoint in a smaller anchor checkpoint\n%s%s", code, old, stderr)
+	}
 }
 
 // wrapFlags runs aegis wrap with extra flags before the server.

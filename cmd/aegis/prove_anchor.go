@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -163,12 +164,31 @@ func (m *Main) proveAnchor(ctx context.Context, args []string) error {
 			if err != nil {
 				return err
 			}
+			if len(tree.Cosigned[ac.size]) == 0 {
+				m.noCosignature(st.Dir(), tree, idx)
+			}
 			_, err = fmt.Fprintf(m.Stdout, "%s\n", out)
 			return err
 		}
 	}
 	return withHint(fmt.Errorf("no bundle made: no checkpoint of %s covering line %d is in the anchor log of %s", record, maxLine, origin),
-		"a record's lines join the anchor log with its next checkpoint (every --checkpoint-lines lines, --checkpoint-interval, at close); name the state directory that recorded it with --state-dir")
+		"a record's lines join the anchor log with its next checkpoint (every --checkpoint-lines lines, --checkpoint-interval, at close); name the state directory that recorded it with --state-dir (the live one also for a record sealed by aegis rotate: the log goes on across rotations, while an archive holds it only up to its rotation)")
+}
+
+// noCosignature says on stderr that the bundle about to be printed, of
+// leaf idx, carries no witness's cosignature, when witnesses cosign this
+// log (the stream holds cosignatures) or a rotation archived the stream
+// that may hold them; a log no witness was ever asked about gets no word.
+func (m *Main) noCosignature(dir string, tree *projector.AnchorTree, idx int64) {
+	archives, _ := filepath.Glob(filepath.Join(dir, events.ArchiveDir, "stream-*"))
+	if len(tree.Cosigned) == 0 && len(archives) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("aegis: no witness cosignature in this state directory's stream covers leaf %d of the anchor log: the bundle carries only the log's own checkpoint (%d leaves), short of any quorum of aegis verify --witness-policy; ask again once a witness has cosigned a newer one", idx, tree.Size())
+	if len(archives) > 0 {
+		msg += fmt.Sprintf(". Cosignatures made before a rotation stay in its archive: for a line of a record that rotation sealed, run aegis prove anchor --state-dir %s (the archive of that rotation)", filepath.Join(dir, events.ArchiveDir, "stream-…"))
+	}
+	fmt.Fprintln(m.Stderr, msg)
 }
 
 // mergeCosigned returns the anchor checkpoint with every witness's
