@@ -384,17 +384,12 @@ func readAll(t *testing.T, path string) []byte {
 }
 
 // cosignAnchor stores, as an anchor.cosigned event of sess, witness w's
-// cosignature of key's anchor checkpoint of size leaves (a note line of
-// w's key after the log's signature, as the submitter keeps it).
-func cosignAnchor(t *testing.T, st *events.Store, sess string, key projector.PrivateKey, w note.Signer, size int64) projector.AnchorCosigned {
+// cosignature of key's anchor checkpoint of size leaves of tr (a note
+// line of w's key after the log's signature, as the submitter keeps it).
+func cosignAnchor(t *testing.T, st *events.Store, sess string, key projector.PrivateKey, tr *projector.AnchorTree, w note.Signer, size int64) projector.AnchorCosigned {
 	t.Helper()
 	ctx := context.Background()
 	origin := schemas.AnchorOrigin(key.KeyID())
-	v, _ := projector.AnchorVerifierOf(origin, key.PublicKey())
-	tr, err := projector.LoadAnchor(ctx, st, origin, v)
-	if err != nil {
-		t.Fatal(err)
-	}
 	root, err := tr.Root(size)
 	if err != nil {
 		t.Fatal(err)
@@ -475,12 +470,16 @@ func TestAnchorReaderReadsTheCosignaturesFromTheSnapshot(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
+	tr, err := projector.LoadAnchor(ctx, st, origin, v)
+	if err != nil {
+		t.Fatal(err)
+	}
 	w1, w2, w3 := witnessSigner(t, "witness.example/w1"), witnessSigner(t, "witness.example/w2"), witnessSigner(t, "witness.example/w3")
 	for _, c := range []struct {
 		w    note.Signer
 		size int64
 	}{{w1, 10}, {w2, 10}, {w3, 10}, {w1, 20}, {w2, 20}, {w1, n}, {w2, n}} {
-		cosignAnchor(t, st, sess, key, c.w, c.size)
+		cosignAnchor(t, st, sess, key, tr, c.w, c.size)
 	}
 	// A start folds them and saves them with the head; the next start
 	// begins from them and saves them again.
@@ -489,7 +488,7 @@ func TestAnchorReaderReadsTheCosignaturesFromTheSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	last := cosignAnchor(t, st, sess, key, w1, n) // after the snapshot
+	last := cosignAnchor(t, st, sess, key, tr, w1, n) // after the snapshot
 	const cosEvents = 8
 
 	read := func(t *testing.T, wantFolded int, why bool) map[int64]map[string]string {
