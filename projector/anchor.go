@@ -205,6 +205,15 @@ func (t *AnchorTree) LeafIndex(body []byte) (int64, bool) {
 // end back, a batch at a time, and stops when it has found them all: a
 // log's newest leaves cost the least to find.
 func (t *AnchorTree) LeafIndexes(bodies [][]byte) (map[tlog.Hash]int64, error) {
+	return t.LeafIndexesDownTo(bodies, -1)
+}
+
+// LeafIndexesDownTo is [AnchorTree.LeafIndexes] that also stops at the
+// first of them it finds below index below, and looks for none under it:
+// of a record's checkpoints, which join the log in order, aegis prove
+// anchor needs the newest in the checkpoint it prefers, and the older
+// ones only when there is none.
+func (t *AnchorTree) LeafIndexesDownTo(bodies [][]byte, below int64) (map[tlog.Hash]int64, error) {
 	want := map[tlog.Hash]bool{}
 	for _, b := range bodies {
 		want[tlog.RecordHash(b)] = true
@@ -224,6 +233,9 @@ func (t *AnchorTree) LeafIndexes(bodies [][]byte) (map[tlog.Hash]int64, error) {
 		for j := len(hs) - 1; j >= 0; j-- {
 			if _, seen := found[hs[j]]; want[hs[j]] && !seen {
 				found[hs[j]] = lo + int64(j)
+				if lo+int64(j) < below {
+					return found, nil
+				}
 			}
 		}
 	}

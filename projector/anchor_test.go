@@ -332,6 +332,11 @@ func TestAnchorReaderStartsFromTheSnapshot(t *testing.T) {
 		if err != nil || len(leaves) != n {
 			t.Fatalf("found %d of %d leaves: %v", len(leaves), n, err)
 		}
+		// Down to the newest below n/2: none under it looked for.
+		down, err := tree.LeafIndexesDownTo(texts, n/2)
+		if i, ok := down[tlog.RecordHash(texts[n/2-1])]; err != nil || len(down) != n/2+1 || !ok || i != n/2-1 {
+			t.Fatalf("found %d leaves down to the newest below %d (%d, %v): %v", len(down), n/2, i, ok, err)
+		}
 		var out []byte
 		for _, text := range texts {
 			idx := leaves[tlog.RecordHash(text)]

@@ -97,20 +97,6 @@ func (m *Main) proveAnchor(ctx context.Context, args []string) error {
 	for _, n := range want {
 		maxLine = max(maxLine, n)
 	}
-	// The leaves of the checkpoints that cover the lines, found from the
-	// log's newest leaf back.
-	texts := make([][]byte, len(notes))
-	var covering [][]byte
-	for i, n := range notes {
-		texts[i] = schemas.NoteText(n)
-		if cp, err := schemas.ParseCheckpoint(texts[i]); err == nil && cp.Size >= maxLine {
-			covering = append(covering, texts[i])
-		}
-	}
-	leaves, err := tree.LeafIndexes(covering)
-	if err != nil {
-		return fmt.Errorf("no bundle made: %w", err)
-	}
 	// The anchor checkpoints to choose from: cosigned ones, best first,
 	// then the log's last.
 	type anchorCP struct {
@@ -130,6 +116,26 @@ func (m *Main) proveAnchor(ctx context.Context, args []string) error {
 	})
 	if tree.Note() != nil {
 		cands = append(cands, anchorCP{tree.Size(), string(tree.Note())})
+	}
+	// The leaves of the checkpoints that cover the lines, found from the
+	// log's newest leaf back: down to the newest in the best anchor
+	// checkpoint (the one chosen, as a record's checkpoints join the log
+	// in order), or, when it holds none, all of them.
+	texts := make([][]byte, len(notes))
+	var covering [][]byte
+	for i, n := range notes {
+		texts[i] = schemas.NoteText(n)
+		if cp, err := schemas.ParseCheckpoint(texts[i]); err == nil && cp.Size >= maxLine {
+			covering = append(covering, texts[i])
+		}
+	}
+	below := int64(-1)
+	if len(cands) > 0 {
+		below = cands[0].size
+	}
+	leaves, err := tree.LeafIndexesDownTo(covering, below)
+	if err != nil {
+		return fmt.Errorf("no bundle made: %w", err)
 	}
 	for _, ac := range cands {
 		for i := len(notes) - 1; i >= 0; i-- {
