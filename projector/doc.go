@@ -231,8 +231,9 @@
 //     read-only store or a reader's copy serves); a snapshot it cannot use
 //     it leaves alone, folds the whole stream, and says why
 //     ([AnchorTree.Snapshot]). It finds a record's checkpoints among the
-//     leaves reading the hashes from the newest back, stopping when it has
-//     them all. [LoadAnchor] folds the whole stream into memory; only
+//     leaves reading the hashes from the newest back, stopping at the
+//     newest in the anchor checkpoint aegis prove anchor prefers, or when
+//     it has them all ([AnchorTree.LeafIndexesDownTo]). [LoadAnchor] folds the whole stream into memory; only
 //     tests use it, to check the others against it.
 //   - Witnessing waits on nothing the relay needs ([Anchor.StartWitnessing],
 //     witnessing.go): one goroutine per witness submits the newest
