@@ -511,7 +511,7 @@ func loadCosigned(ctx context.Context, st *events.Store, t *AnchorTree, head *an
 func checkHeadCosigned(ctx context.Context, st *events.Store, t *AnchorTree, head *anchorHead, v note.Verifier) (*cosigned, error) {
 	hc := head.Cosigned
 	if hc == nil {
-		return nil, fmt.Errorf("the anchor head keeps no cosignatures (saved by an older aegis): %w", events.ErrNoIndex)
+		return nil, fmt.Errorf("the anchor head keeps no cosignatures (saved by an older aegis, or by one that lost track of a cosignature whose commit failed): %w", events.ErrNoIndex)
 	}
 	list := slices.Clone(hc.List)
 	slices.SortStableFunc(list, func(a, b AnchorCosigned) int { return cmp.Compare(a.Size, b.Size) })
