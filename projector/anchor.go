@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -8,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 
 	"golang.org/x/mod/sumdb/note"
@@ -112,16 +115,20 @@ type AnchorTree struct {
 	size   int64
 	index  map[tlog.Hash]int64 // leaf hash -> first index; nil: LeafIndex reads the stored leaf hashes
 	note   []byte
-	// Cosigned holds, per anchor size, the cosigned notes the stream
-	// holds, by witness key name (filled by LoadAnchor and ReadAnchor
-	// only).
+	// Cosigned holds, per anchor size, the cosigned checkpoints by
+	// witness key name, of the sizes no larger one cosigned by as many
+	// witnesses or more covers (filled by LoadAnchor and ReadAnchor only;
+	// see cosigned).
 	Cosigned map[int64]map[string]string
 
 	// ReadAnchor's: the snapshot's hashes file, why the snapshot was not
-	// used, and the events folded after it.
-	file    *os.File
-	snapErr error
-	folded  int
+	// used, and the events folded after it; why its cosignatures were not
+	// used, and the anchor.cosigned events folded.
+	file      *os.File
+	snapErr   error
+	folded    int
+	cosErr    error
+	cosFolded int
 }
 
 // Snapshot reports why [ReadAnchor] did not start from the snapshot
@@ -132,6 +139,18 @@ func (t *AnchorTree) Snapshot() error { return t.snapErr }
 // rotations that set the leaves) [ReadAnchor] folded from the stream:
 // none when the snapshot was saved after the last of them.
 func (t *AnchorTree) Folded() int { return t.folded }
+
+// CosignedSnapshot reports why [ReadAnchor] did not start from the
+// cosignatures kept with the snapshot and read every anchor.cosigned
+// event of the stream instead (wrapping [events.ErrNoIndex] when the
+// snapshot keeps none, as one saved by an older aegis): nil when it did.
+// It is not nil whenever [AnchorTree.Snapshot] is not.
+func (t *AnchorTree) CosignedSnapshot() error { return t.cosErr }
+
+// CosignedFolded is the number of anchor.cosigned events [ReadAnchor] (or
+// [LoadAnchor]) folded from the stream: none when the snapshot was saved
+// after the last of them.
+func (t *AnchorTree) CosignedFolded() int { return t.cosFolded }
 
 // Close closes the snapshot's hashes file [ReadAnchor] reads from.
 func (t *AnchorTree) Close() error {
@@ -186,6 +205,15 @@ func (t *AnchorTree) LeafIndex(body []byte) (int64, bool) {
 // end back, a batch at a time, and stops when it has found them all: a
 // log's newest leaves cost the least to find.
 func (t *AnchorTree) LeafIndexes(bodies [][]byte) (map[tlog.Hash]int64, error) {
+	return t.LeafIndexesDownTo(bodies, -1)
+}
+
+// LeafIndexesDownTo is [AnchorTree.LeafIndexes] that also stops at the
+// first of them it finds below index below, and looks for none under it:
+// of a record's checkpoints, which join the log in order, aegis prove
+// anchor needs the newest in the checkpoint it prefers, and the older
+// ones only when there is none.
+func (t *AnchorTree) LeafIndexesDownTo(bodies [][]byte, below int64) (map[tlog.Hash]int64, error) {
 	want := map[tlog.Hash]bool{}
 	for _, b := range bodies {
 		want[tlog.RecordHash(b)] = true
@@ -205,6 +233,9 @@ func (t *AnchorTree) LeafIndexes(bodies [][]byte) (map[tlog.Hash]int64, error) {
 		for j := len(hs) - 1; j >= 0; j-- {
 			if _, seen := found[hs[j]]; want[hs[j]] && !seen {
 				found[hs[j]] = lo + int64(j)
+				if lo+int64(j) < below {
+					return found, nil
+				}
 			}
 		}
 	}
@@ -274,25 +305,97 @@ func LoadAnchor(ctx context.Context, st *events.Store, origin string, v note.Ver
 	if _, err := foldAnchor(ctx, st, t, events.Position{}, v); err != nil {
 		return nil, err
 	}
-	if err := readCosigned(ctx, st, t); err != nil {
+	c := newCosigned()
+	n, err := foldCosigned(ctx, st, origin, c, events.Position{})
+	if err != nil {
 		return nil, err
 	}
+	t.Cosigned, t.cosFolded = c.by, n
 	return t, nil
 }
 
-// readCosigned fills t.Cosigned from the anchor.cosigned events of st.
-func readCosigned(ctx context.Context, st *events.Store, t *AnchorTree) error {
-	return st.ReplaySubject(ctx, "aegis.*."+string(schemas.KindAnchorCosigned), func(rec events.Record) error {
+// cosigned holds the cosignatures of an anchor log that aegis prove
+// anchor chooses from, as folded from the anchor.cosigned events in stream
+// order: per anchor size, the cosigned checkpoint by witness key name
+// (the last one each witness gave for that size). A size is kept only
+// while no larger size is cosigned by as many witnesses or more: prove
+// anchor takes the checkpoint cosigned by the most witnesses, the largest
+// of those, among the ones that hold the leaf, and a smaller one with no
+// more witnesses is never that. It holds at most one size per number of
+// witnesses, whatever the history: what a snapshot keeps
+// (anchorsnap.go).
+type cosigned struct {
+	by   map[int64]map[string]string
+	at   events.Position // the last anchor.cosigned event folded
+	last string          // its digest (cosignedDigest)
+}
+
+func newCosigned() *cosigned { return &cosigned{by: map[int64]map[string]string{}} }
+
+// add folds the cosignature c, the event at pos.
+func (s *cosigned) add(c AnchorCosigned, pos events.Position) {
+	if s.by[c.Size] == nil {
+		s.by[c.Size] = map[string]string{}
+	}
+	s.by[c.Size][c.Witness] = c.Note
+	s.prune()
+	s.at, s.last = pos, cosignedDigest(c)
+}
+
+// prune drops every size that a larger one cosigned by as many witnesses
+// or more covers.
+func (s *cosigned) prune() {
+	sizes := make([]int64, 0, len(s.by))
+	for n := range s.by {
+		sizes = append(sizes, n)
+	}
+	slices.Sort(sizes)
+	most := 0
+	for i := len(sizes) - 1; i >= 0; i-- {
+		if k := len(s.by[sizes[i]]); k > most {
+			most = k
+		} else {
+			delete(s.by, sizes[i])
+		}
+	}
+}
+
+// list returns the cosignatures held, by size then witness.
+func (s *cosigned) list(origin string) []AnchorCosigned {
+	var out []AnchorCosigned
+	for n, by := range s.by {
+		for w, msg := range by {
+			out = append(out, AnchorCosigned{Origin: origin, Size: n, Witness: w, Note: msg})
+		}
+	}
+	slices.SortFunc(out, func(a, b AnchorCosigned) int {
+		if a.Size != b.Size {
+			return cmp.Compare(a.Size, b.Size)
+		}
+		return strings.Compare(a.Witness, b.Witness)
+	})
+	return out
+}
+
+// cosignedDigest names an anchor.cosigned event by what it holds.
+func cosignedDigest(c AnchorCosigned) string {
+	return schemas.HashHex([]byte(fmt.Sprintf("%s\n%d\n%s\n%s", c.Origin, c.Size, c.Witness, c.Note)))
+}
+
+// foldCosigned folds into s the anchor.cosigned events of origin's log in
+// st from `from` on, and returns how many it read.
+func foldCosigned(ctx context.Context, st *events.Store, origin string, s *cosigned, from events.Position) (int, error) {
+	n := 0
+	err := st.ReplaySubjectFrom(ctx, "aegis.*."+string(schemas.KindAnchorCosigned), from, func(rec events.Record) error {
 		var c AnchorCosigned
-		if json.Unmarshal(rec.Event.Payload, &c) != nil || c.Origin != t.Origin {
+		if json.Unmarshal(rec.Event.Payload, &c) != nil || c.Origin != origin {
 			return nil
 		}
-		if t.Cosigned[c.Size] == nil {
-			t.Cosigned[c.Size] = map[string]string{}
-		}
-		t.Cosigned[c.Size][c.Witness] = c.Note
+		s.add(c, events.Position{Seq: rec.Pos.Seq})
+		n++
 		return nil
 	})
+	return n, err
 }
 
 // anchorFold is what [foldAnchor] read.
@@ -487,6 +590,17 @@ type Anchor struct {
 	sessOnce sync.Once
 	session  string
 	sessErr  error
+
+	// The cosignatures, as the stream holds them: cosMu is held from an
+	// anchor.cosigned event's enqueue to its fold into cos, so that cos
+	// is folded in stream order and a save sees every such event before
+	// the last leaf it saves (anchorsnap.go). cosLost is set when an
+	// event's commit failed in a way that may have made it durable all
+	// the same: cos is then not saved, and the next start reads them all.
+	cosMu   sync.Mutex
+	cos     *cosigned
+	cosLost error
+	cosWake chan struct{}
 }
 
 // OpenAnchor starts loading the anchor log of key, in the background:
@@ -503,7 +617,8 @@ func OpenAnchor(st *events.Store, key PrivateKey, log *slog.Logger) (*Anchor, er
 	if err != nil {
 		return nil, err
 	}
-	a := &Anchor{store: st, key: key, signer: s, log: log, ready: make(chan struct{}), closed: make(chan struct{}), saved: make(chan struct{})}
+	a := &Anchor{store: st, key: key, signer: s, log: log, ready: make(chan struct{}), closed: make(chan struct{}), saved: make(chan struct{}),
+		cosWake: make(chan struct{}, 1)}
 	go func() {
 		defer close(a.ready)
 		v, err := AnchorVerifierOf(s.name, key.PublicKey())

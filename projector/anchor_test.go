@@ -4,11 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/mod/sumdb/note"
@@ -326,6 +332,11 @@ func TestAnchorReaderStartsFromTheSnapshot(t *testing.T) {
 		if err != nil || len(leaves) != n {
 			t.Fatalf("found %d of %d leaves: %v", len(leaves), n, err)
 		}
+		// Down to the newest below n/2: none under it looked for.
+		down, err := tree.LeafIndexesDownTo(texts, n/2)
+		if i, ok := down[tlog.RecordHash(texts[n/2-1])]; err != nil || len(down) != n/2+1 || !ok || i != n/2-1 {
+			t.Fatalf("found %d leaves down to the newest below %d (%d, %v): %v", len(down), n/2, i, ok, err)
+		}
 		var out []byte
 		for _, text := range texts {
 			idx := leaves[tlog.RecordHash(text)]
@@ -375,4 +386,246 @@ func readAll(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// cosignAnchor stores, as an anchor.cosigned event of sess, witness w's
+// cosignature of key's anchor checkpoint of size leaves of tr (a note
+// line of w's key after the log's signature, as the submitter keeps it).
+func cosignAnchor(t *testing.T, st *events.Store, sess string, key projector.PrivateKey, tr *projector.AnchorTree, w note.Signer, size int64) projector.AnchorCosigned {
+	t.Helper()
+	ctx := context.Background()
+	origin := schemas.AnchorOrigin(key.KeyID())
+	root, err := tr.Root(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := projector.SignAnchorCheckpoint(key, schemas.AnchorCheckpoint{Origin: origin, Size: size, Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := schemas.NoteText(msg)
+	wn, err := note.Sign(&note.Note{Text: string(text)}, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := projector.AnchorCosigned{Origin: origin, Size: size, Witness: w.Name(), Note: string(msg) + string(wn[len(text)+1:])}
+	ev, err := st.NewEvent(sess, schemas.KindAnchorCosigned, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Enqueue(ev)
+	if err == nil {
+		_, err = r.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// witnessSigner returns a note signer under a new key named name.
+func witnessSigner(t *testing.T, name string) note.Signer {
+	t.Helper()
+	skey, _, err := note.GenerateKey(rand.Reader, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := note.NewSigner(skey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// aegis prove anchor reads the witnesses' cosignatures as it reads the
+// log: those kept with the snapshot's head (a size is kept only while no
+// larger one is cosigned by as many witnesses or more), then only the
+// anchor.cosigned events after it; a start keeps them the same way. A head
+// whose cosignatures do not check is not trusted: every anchor.cosigned
+// event is read again, it says why, and the cosignatures come out the
+// same as the whole stream's.
+func TestAnchorReaderReadsTheCosignaturesFromTheSnapshot(t *testing.T) {
+	const n = 30
+	ctx := context.Background()
+	st, _ := recordStore(t)
+	key := projector.InsecureDevKey()
+	origin := schemas.AnchorOrigin(key.KeyID())
+	v, _ := projector.AnchorVerifierOf(origin, key.PublicKey())
+	sess, err := st.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func() *projector.Anchor {
+		t.Helper()
+		a, err := projector.OpenAnchor(st, key, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := start()
+	for i := range int64(n) {
+		if err := appendLeaf(t, st, sess, key, a, i+1, func(i int64) int64 { return i }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := projector.LoadAnchor(ctx, st, origin, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1, w2, w3 := witnessSigner(t, "witness.example/w1"), witnessSigner(t, "witness.example/w2"), witnessSigner(t, "witness.example/w3")
+	for _, c := range []struct {
+		w    note.Signer
+		size int64
+	}{{w1, 10}, {w2, 10}, {w3, 10}, {w1, 20}, {w2, 20}, {w1, n}, {w2, n}} {
+		cosignAnchor(t, st, sess, key, tr, c.w, c.size)
+	}
+	// A start folds them and saves them with the head; the next start
+	// begins from them and saves them again.
+	for range 2 {
+		if err := start().Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := cosignAnchor(t, st, sess, key, tr, w1, n) // after the snapshot
+	const cosEvents = 8
+
+	read := func(t *testing.T, wantFolded int, why bool) map[int64]map[string]string {
+		t.Helper()
+		tree, err := projector.ReadAnchor(ctx, st, key.PublicKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tree.Close()
+		if tree.Snapshot() != nil || tree.Folded() != 0 {
+			t.Fatalf("the log's leaves were not read from the snapshot: %v, %d events folded", tree.Snapshot(), tree.Folded())
+		}
+		if got := tree.CosignedFolded(); got != wantFolded || (tree.CosignedSnapshot() != nil) != why {
+			t.Fatalf("the reader folded %d anchor.cosigned events (the snapshot's not used: %v), want %d", got, tree.CosignedSnapshot(), wantFolded)
+		}
+		return tree.Cosigned
+	}
+	full, err := projector.LoadAnchor(ctx, st, origin, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.CosignedFolded() != cosEvents {
+		t.Fatalf("the whole stream holds %d anchor.cosigned events, want %d", full.CosignedFolded(), cosEvents)
+	}
+	kept := func(m map[int64]map[string]string) string {
+		out := ""
+		for _, size := range []int64{10, 20, n} {
+			for _, w := range []note.Signer{w1, w2, w3} {
+				if _, ok := m[size][w.Name()]; ok {
+					out += fmt.Sprintf("%d:%s ", size, w.Name())
+				}
+			}
+		}
+		return fmt.Sprintf("%s(%d sizes)", out, len(m))
+	}
+	// 20 is cosigned by no more witnesses than 30: not kept.
+	if got, want := kept(full.Cosigned), "10:witness.example/w1 10:witness.example/w2 10:witness.example/w3 30:witness.example/w1 30:witness.example/w2 (2 sizes)"; got != want {
+		t.Fatalf("the cosignatures kept: %s, want %s", got, want)
+	}
+	if full.Cosigned[n][w1.Name()] != last.Note {
+		t.Fatal("a witness's last cosignature of a size is not the one kept")
+	}
+	if got := read(t, 1, false); !reflect.DeepEqual(got, full.Cosigned) {
+		t.Fatalf("the cosignatures from the snapshot differ from the whole stream's:\n%v\n%v", got, full.Cosigned)
+	}
+
+	heads, _ := filepath.Glob(filepath.Join(st.Dir(), events.IndexDir, "anchor.v1.*.head"))
+	if len(heads) != 1 {
+		t.Fatalf("the anchor log's head files: %v", heads)
+	}
+	good := readAll(t, heads[0])
+	var head map[string]json.RawMessage
+	if err := json.Unmarshal(good, &head); err != nil {
+		t.Fatal(err)
+	}
+	type kept1 struct {
+		At   events.Position            `json:"at"`
+		Last string                     `json:"last"`
+		List []projector.AnchorCosigned `json:"list"`
+	}
+	var cos kept1
+	if err := json.Unmarshal(head["cosigned"], &cos); err != nil || len(cos.List) != 5 {
+		t.Fatalf("the head's cosignatures: %v, %s", err, head["cosigned"])
+	}
+	// resign signs k's anchor checkpoint of root at size, with w's line
+	// after it.
+	resign := func(k projector.PrivateKey, size int64, root tlog.Hash, w note.Signer) string {
+		msg, err := projector.SignAnchorCheckpoint(k, schemas.AnchorCheckpoint{Origin: schemas.AnchorOrigin(k.KeyID()), Size: size, Root: root})
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := schemas.NoteText(msg)
+		wn, _ := note.Sign(&note.Note{Text: string(text)}, w)
+		return string(msg) + string(wn[len(text)+1:])
+	}
+	other, err := projector.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root20, err := full.Root(20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		attack string
+		change func(c *kept1)
+	}{
+		{"a head of an aegis that kept no cosignatures", nil},
+		{"a cosignature of a size the log does not have", func(c *kept1) {
+			c.List[3].Size, c.List[3].Note = n+10, resign(key, n+10, tlog.Hash{1}, w1)
+			c.List[4].Size, c.List[4].Note = n+10, resign(key, n+10, tlog.Hash{1}, w2)
+		}},
+		{"a cosignature of another root at a size the log has", func(c *kept1) {
+			c.List[4].Note = resign(key, n, tlog.Hash{1}, w2)
+		}},
+		{"a cosignature of a checkpoint signed by another key", func(c *kept1) {
+			c.List[4].Note = resign(other, n, tlog.Hash{1}, w2)
+		}},
+		{"a cosignature without its witness's line", func(c *kept1) {
+			c.List[4].Note = c.List[4].Note[:strings.Index(c.List[4].Note, "\n— witness.example/w2 ")+1]
+		}},
+		{"a cosignature that folding would not keep", func(c *kept1) {
+			c.List = append(c.List, projector.AnchorCosigned{Origin: origin, Size: 20, Witness: w3.Name(), Note: resign(key, 20, root20, w3)})
+		}},
+		{"a position that is not the last cosignature's", func(c *kept1) {
+			c.At.Seq--
+		}},
+		{"a last cosignature that is not the stream's", func(c *kept1) {
+			c.Last = schemas.HashHex([]byte("x"))
+		}},
+	} {
+		t.Run(tc.attack, func(t *testing.T) {
+			c := cos
+			c.List = slices.Clone(cos.List)
+			h := maps.Clone(head)
+			if tc.change == nil {
+				delete(h, "cosigned")
+			} else {
+				tc.change(&c)
+				h["cosigned"], _ = json.Marshal(c)
+			}
+			b, _ := json.Marshal(h)
+			if err := os.WriteFile(heads[0], b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			defer os.WriteFile(heads[0], good, 0o600)
+			if got := read(t, cosEvents, true); !reflect.DeepEqual(got, full.Cosigned) {
+				t.Fatalf("the cosignatures from the whole stream differ:\n%v\n%v", got, full.Cosigned)
+			}
+		})
+	}
+	if got := read(t, 1, false); !reflect.DeepEqual(got, full.Cosigned) {
+		t.Fatal("the restored head's cosignatures are not used")
+	}
 }

@@ -1,12 +1,14 @@
 package projector
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/mod/sumdb/note"
@@ -27,7 +29,10 @@ import (
 //     per leaf.
 //   - anchor.v1.<key>.head, written after the hashes it names (an atomic
 //     replace): the log's size, its last signed checkpoint, and the stream
-//     position of the event that added its last leaf.
+//     position of the event that added its last leaf; and, in the same
+//     write, the cosignatures prove anchor chooses from (see cosigned: at
+//     most one size per number of witnesses) with the stream position of
+//     the last anchor.cosigned event folded into them.
 //
 // A start uses the snapshot only if the stream's message at that position
 // is the event that added that leaf with that signed checkpoint (which
@@ -35,7 +40,16 @@ import (
 // the snapshot was folded from), the checkpoint verifies under the key,
 // and the hashes file gives its root;
 // it then folds only the events after that position. Anything else is
-// logged and the log rebuilt from the stream. The head is saved in the
+// logged and the log rebuilt from the stream. The head's cosignatures are
+// used only if the stream's message at their position is the last
+// anchor.cosigned event they name, and each is a checkpoint that verifies
+// under the key with the root the log has at its size, with its
+// witness's line; then only the anchor.cosigned events after both
+// positions are read, else all of them (the log's leaves still start
+// from the snapshot). A save takes the log's last leaf first and then the
+// cosignatures, whose folding holds their lock from the event's enqueue
+// on: every anchor.cosigned event before either position is in what it
+// saves. The head is saved in the
 // background after appends (coalesced, never on a call's path) and at
 // [Anchor.Close]: a start after a kill -9 folds the events since the last
 // save, at most those of the appends that were in flight. A save reads
@@ -50,6 +64,18 @@ type anchorHead struct {
 	Size    int64           `json:"size"`
 	Note    string          `json:"note"`
 	At      events.Position `json:"at"`
+	// Cosigned is missing in a head saved by an aegis that did not keep
+	// them, or that lost track of one (Anchor.cosLost).
+	Cosigned *anchorHeadCosigned `json:"cosigned,omitempty"`
+}
+
+// anchorHeadCosigned is the head's cosignatures.
+type anchorHeadCosigned struct {
+	// At is the stream position of the last anchor.cosigned event folded
+	// (0: none yet), Last its digest (cosignedDigest).
+	At   events.Position  `json:"at"`
+	Last string           `json:"last,omitempty"`
+	List []AnchorCosigned `json:"list"`
 }
 
 // anchorSnapName names the snapshot files of key's log in the index
@@ -151,7 +177,11 @@ func (a *Anchor) load(ctx context.Context, v note.Verifier) error {
 	if err != nil {
 		return fmt.Errorf("anchor log: %w", err)
 	}
-	t, at, err := a.openSnapshot(ctx, f, v)
+	t, head, err := a.openSnapshot(ctx, f, v)
+	at := events.Position{}
+	if head != nil {
+		at = head.At
+	}
 	if err != nil {
 		if !errors.Is(err, events.ErrNoIndex) {
 			a.log.Info("anchor log snapshot not used; rebuilding the log from the stream", "reason", err)
@@ -175,8 +205,16 @@ func (a *Anchor) load(ctx context.Context, v note.Verifier) error {
 	if fold.events > 0 {
 		at = fold.at
 	}
-	a.tree, a.at, a.replayed = t, at, fold.events
-	if fold.events > 0 {
+	cos, cosFolded, why, err := loadCosigned(ctx, st, t, head, v)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	if why != nil && head != nil {
+		a.log.Info("anchor log snapshot's cosignatures not used; reading them from the stream", "reason", why)
+	}
+	a.tree, a.at, a.replayed, a.cos = t, at, fold.events, cos
+	if fold.events > 0 || cosFolded > 0 || why != nil {
 		if err := a.saveHead(ctx); err != nil {
 			a.log.Debug("anchor log snapshot not saved", "err", err)
 		}
@@ -184,19 +222,19 @@ func (a *Anchor) load(ctx context.Context, v note.Verifier) error {
 	return nil
 }
 
-// openSnapshot returns the log as its snapshot holds it, and the position
-// it was folded to, if the snapshot matches the stream.
-func (a *Anchor) openSnapshot(ctx context.Context, f *os.File, v note.Verifier) (*AnchorTree, events.Position, error) {
+// openSnapshot returns the log as its snapshot holds it, and its head, if
+// the snapshot matches the stream.
+func (a *Anchor) openSnapshot(ctx context.Context, f *os.File, v note.Verifier) (*AnchorTree, *anchorHead, error) {
 	fh, h, err := openAnchorSnapshot(ctx, a.store, a.signer.name, a.key.KeyID(), f, v)
 	if err != nil {
-		return nil, events.Position{}, err
+		return nil, nil, err
 	}
 	// Hashes past the head's (appends whose head was not saved) are
 	// dropped: the events after it add them again.
 	if err := fh.keep(fh.n); err != nil {
-		return nil, events.Position{}, err
+		return nil, nil, err
 	}
-	return &AnchorTree{Origin: a.signer.name, stored: fh, size: h.Size, note: []byte(h.Note)}, h.At, nil
+	return &AnchorTree{Origin: a.signer.name, stored: fh, size: h.Size, note: []byte(h.Note)}, &h, nil
 }
 
 // openAnchorSnapshot checks the snapshot of origin's log (key keyID) in
@@ -324,8 +362,11 @@ func (o *overHashes) keep(n int64) error {
 // read-only. A snapshot that is missing or does not match the stream is
 // left alone and the log folded from the whole stream;
 // [AnchorTree.Snapshot] says why. Either way the result is checked
-// against the log's last signed checkpoint, as [LoadAnchor]'s is, and
-// holds the cosignatures the stream holds. Close it when done.
+// against the log's last signed checkpoint, as [LoadAnchor]'s is. Its
+// cosignatures are the snapshot's and those of the anchor.cosigned
+// events after it, or, when the snapshot's do not check
+// ([AnchorTree.CosignedSnapshot] says why), those of every such event:
+// the same either way. Close it when done.
 func ReadAnchor(ctx context.Context, st *events.Store, pub []byte) (*AnchorTree, error) {
 	keyID := schemas.KeyID(pub)
 	origin := schemas.AnchorOrigin(keyID)
@@ -333,8 +374,9 @@ func ReadAnchor(ctx context.Context, st *events.Store, pub []byte) (*AnchorTree,
 	if err != nil {
 		return nil, err
 	}
-	t := &AnchorTree{Origin: origin, stored: &memHashes{}, Cosigned: map[int64]map[string]string{}}
+	t := &AnchorTree{Origin: origin, stored: &memHashes{}}
 	from := events.Position{}
+	var head *anchorHead
 	f, err := os.Open(filepath.Join(st.Dir(), events.IndexDir, anchorSnapName(keyID, "hashes")))
 	if errors.Is(err, os.ErrNotExist) {
 		t.snapErr = events.ErrNoIndex
@@ -350,6 +392,7 @@ func ReadAnchor(ctx context.Context, st *events.Store, pub []byte) (*AnchorTree,
 			t.stored = &overHashes{base: fh, n: fh.n}
 			t.size, t.note = h.Size, []byte(h.Note)
 			from = events.Position{Seq: h.At.Seq + 1}
+			head = &h
 		}
 	}
 	fold, err := foldAnchor(ctx, st, t, from, v)
@@ -358,9 +401,14 @@ func ReadAnchor(ctx context.Context, st *events.Store, pub []byte) (*AnchorTree,
 		return nil, err
 	}
 	t.folded = fold.events
-	if err := readCosigned(ctx, st, t); err != nil {
+	cos, n, why, err := loadCosigned(ctx, st, t, head, v)
+	if err != nil {
 		t.Close()
 		return nil, err
+	}
+	t.Cosigned, t.cosFolded, t.cosErr = cos.by, n, why
+	if why != nil && head == nil {
+		t.cosErr = t.snapErr
 	}
 	return t, nil
 }
@@ -371,6 +419,14 @@ func (a *Anchor) saveHead(ctx context.Context) error {
 	a.mu.Lock()
 	h := anchorHead{Version: anchorSnapVersion, Origin: a.signer.name, Size: a.tree.Size(), Note: string(a.tree.note), At: a.at}
 	a.mu.Unlock()
+	// The cosignatures after the last leaf: every anchor.cosigned event
+	// before it is folded into them by now (record holds cosMu from the
+	// enqueue on).
+	a.cosMu.Lock()
+	if a.cosLost == nil {
+		h.Cosigned = &anchorHeadCosigned{At: a.cos.at, Last: a.cos.last, List: a.cos.list(a.signer.name)}
+	}
+	a.cosMu.Unlock()
 	if h.Size == 0 || h.At.Seq == 0 {
 		return nil
 	}
@@ -391,6 +447,7 @@ func (a *Anchor) keepSaved() {
 		case <-a.closed:
 			return
 		case <-w:
+		case <-a.cosWake:
 		}
 		if a.store.Closing() {
 			return
@@ -421,4 +478,95 @@ func (a *Anchor) Close() error {
 		a.mu.Unlock()
 	})
 	return err
+}
+
+// loadCosigned returns the cosignatures of t's log (folded to its last
+// leaf already) and how many anchor.cosigned events it read: head's
+// cosignatures, checked against t and the stream, and those of the
+// events after them; or, when head's cannot be used (head nil: the
+// snapshot was not), those of every such event of the stream, and why.
+func loadCosigned(ctx context.Context, st *events.Store, t *AnchorTree, head *anchorHead, v note.Verifier) (c *cosigned, folded int, why, err error) {
+	if head != nil {
+		c, why = checkHeadCosigned(ctx, st, t, head, v)
+		if why == nil {
+			// Every anchor.cosigned event before either position is in
+			// them (saveHead).
+			from := events.Position{Seq: max(c.at.Seq, head.At.Seq) + 1}
+			folded, err = foldCosigned(ctx, st, t.Origin, c, from)
+			return c, folded, nil, err
+		}
+	} else {
+		why = errors.New("the anchor log's snapshot was not used")
+	}
+	c = newCosigned()
+	folded, err = foldCosigned(ctx, st, t.Origin, c, events.Position{})
+	return c, folded, why, err
+}
+
+// checkHeadCosigned returns head's cosignatures if they are t's: each a
+// checkpoint of t's log that verifies under v, of a size t has, with its
+// root there, and a line of its witness; together what folding them
+// keeps; and the stream's message at their position the last
+// anchor.cosigned event they name.
+func checkHeadCosigned(ctx context.Context, st *events.Store, t *AnchorTree, head *anchorHead, v note.Verifier) (*cosigned, error) {
+	hc := head.Cosigned
+	if hc == nil {
+		return nil, fmt.Errorf("the anchor head keeps no cosignatures (saved by an older aegis, or by one that lost track of a cosignature whose commit failed): %w", events.ErrNoIndex)
+	}
+	list := slices.Clone(hc.List)
+	slices.SortStableFunc(list, func(a, b AnchorCosigned) int { return cmp.Compare(a.Size, b.Size) })
+	c := newCosigned()
+	for _, x := range list {
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("the anchor head's cosignature by %s of %d leaves: "+format, append([]any{x.Witness, x.Size}, args...)...)
+		}
+		if x.Origin != t.Origin {
+			return nil, bad("of the log %q, not %q", x.Origin, t.Origin)
+		}
+		if x.Size < 1 || x.Size > t.Size() {
+			return nil, bad("the log has %d leaves", t.Size())
+		}
+		n, err := note.Open([]byte(x.Note), note.VerifierList(v))
+		if err != nil {
+			return nil, bad("its checkpoint does not verify: %v", err)
+		}
+		cp, err := schemas.ParseAnchorCheckpoint([]byte(n.Text))
+		if err != nil || cp.Origin != t.Origin || cp.Size != x.Size {
+			return nil, bad("its checkpoint is not of this log at that size (%v)", err)
+		}
+		if root, err := t.Root(x.Size); err != nil || root != cp.Root {
+			return nil, bad("its checkpoint does not have the log's root at that size (%v)", err)
+		}
+		if !strings.Contains(x.Note, "\n— "+x.Witness+" ") {
+			return nil, bad("it holds no cosignature line of the witness")
+		}
+		c.add(x, events.Position{})
+	}
+	if len(c.list(t.Origin)) != len(hc.List) {
+		return nil, fmt.Errorf("the anchor head's %d cosignatures are not what folding them keeps (%d)", len(hc.List), len(c.list(t.Origin)))
+	}
+	c.at, c.last = hc.At, hc.Last
+	if hc.At.Seq == 0 {
+		if len(hc.List) > 0 {
+			return nil, fmt.Errorf("the anchor head keeps %d cosignatures and names no event of them", len(hc.List))
+		}
+		return c, nil
+	}
+	// The message is the last anchor.cosigned event folded (a message the
+	// stream does not hold: none).
+	errStop := errors.New("stop")
+	found := false
+	err := st.ReplaySubjectFrom(ctx, "aegis.>", events.Position{Seq: hc.At.Seq}, func(rec events.Record) error {
+		var x AnchorCosigned
+		found = rec.Pos.Seq == hc.At.Seq && rec.Event.Kind == schemas.KindAnchorCosigned &&
+			json.Unmarshal(rec.Event.Payload, &x) == nil && x.Origin == t.Origin && cosignedDigest(x) == hc.Last
+		return errStop
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, fmt.Errorf("read the anchor head's last cosignature event: %w", err)
+	}
+	if !found {
+		return nil, fmt.Errorf("message %d is not the last anchor.cosigned event the anchor head's cosignatures name", hc.At.Seq)
+	}
+	return c, nil
 }

@@ -231,8 +231,9 @@
 //     read-only store or a reader's copy serves); a snapshot it cannot use
 //     it leaves alone, folds the whole stream, and says why
 //     ([AnchorTree.Snapshot]). It finds a record's checkpoints among the
-//     leaves reading the hashes from the newest back, stopping when it has
-//     them all. [LoadAnchor] folds the whole stream into memory; only
+//     leaves reading the hashes from the newest back, stopping at the
+//     newest in the anchor checkpoint aegis prove anchor prefers, or when
+//     it has them all ([AnchorTree.LeafIndexesDownTo]). [LoadAnchor] folds the whole stream into memory; only
 //     tests use it, to check the others against it.
 //   - Witnessing waits on nothing the relay needs ([Anchor.StartWitnessing],
 //     witnessing.go): one goroutine per witness submits the newest
@@ -240,4 +241,21 @@
 //     its 409, treats a 409 of another history or a 422 as a fork (logged,
 //     not retried until the log grows), checks each cosignature against the
 //     witness's key, and stores it as an anchor.cosigned event.
+//   - The cosignatures are read as the leaves are: from the snapshot's
+//     head, then only the anchor.cosigned events after it. What is kept
+//     is what aegis prove anchor chooses from (the checkpoint cosigned by
+//     the most witnesses, the largest of those, that holds the leaf): a
+//     size only while no larger one is cosigned by as many witnesses or
+//     more, so at most one per number of witnesses. The recording process
+//     folds each cosignature it stores under a lock held from the event's
+//     enqueue, in stream order, and a save takes the last leaf before the
+//     cosignatures: every anchor.cosigned event before either position
+//     is in the head. A head's cosignatures are used only if each
+//     verifies under the log's key with the log's root at its size and
+//     its witness's line, they are what folding them keeps, and the
+//     stream's event at their position is the last one they hold; else
+//     every anchor.cosigned event is read again
+//     ([AnchorTree.CosignedSnapshot] says why). A commit that failed
+//     after it may have been durable stops the saving of them until the
+//     next start. Either way the bundle is the same.
 package projector

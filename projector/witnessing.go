@@ -213,7 +213,8 @@ func (l *witnessLoop) store(ctx context.Context, msg []byte, size int64, cosig [
 	return nil
 }
 
-// record makes an anchor.cosigned event durable.
+// record makes an anchor.cosigned event durable and folds it into the
+// cosignatures the snapshot keeps.
 func (a *Anchor) record(ctx context.Context, c AnchorCosigned) error {
 	a.sessOnce.Do(func() { a.session, a.sessErr = a.store.NewSession() })
 	if a.sessErr != nil {
@@ -223,12 +224,23 @@ func (a *Anchor) record(ctx context.Context, c AnchorCosigned) error {
 	if err != nil {
 		return err
 	}
+	a.cosMu.Lock()
+	defer a.cosMu.Unlock()
 	r, err := a.store.Enqueue(ev)
-	if err == nil {
-		_, err = r.Wait(ctx)
-	}
 	if err != nil {
 		return fmt.Errorf("record the cosignature: %w", err)
+	}
+	pos, err := r.Wait(ctx)
+	if err != nil {
+		// It may be durable all the same: what the snapshot would keep
+		// is no longer known to be the stream's.
+		a.cosLost = fmt.Errorf("a cosignature's commit failed (%w); the next start reads them from the stream", err)
+		return fmt.Errorf("record the cosignature: %w", err)
+	}
+	a.cos.add(c, pos)
+	select {
+	case a.cosWake <- struct{}{}:
+	default:
 	}
 	return nil
 }

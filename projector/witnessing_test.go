@@ -3,6 +3,7 @@ package projector_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -51,7 +52,12 @@ func TestWitnessCosignsTheAnchorLog(t *testing.T) {
 		cosigned := make(chan projector.AnchorCosigned, 64)
 		stop := a.StartWitnessing(projector.WitnessingConfig{Policy: policy, Interval: 100 * time.Millisecond,
 			Cosigned: func(c projector.AnchorCosigned) { cosigned <- c }})
-		defer stop()
+		defer func() {
+			stop()
+			if err := a.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
 		s, err := projector.OpenSession(ctx, projector.SessionConfig{Store: st, Key: key, AuditPath: audit, Anchor: a,
 			Checkpoints: projector.CheckpointPolicy{Lines: 2}})
 		if err != nil {
@@ -89,6 +95,17 @@ func TestWitnessCosignsTheAnchorLog(t *testing.T) {
 	n, err := note.Open([]byte(got), note.VerifierList(av, policy.Witnesses[0].Verifier))
 	if err != nil || len(n.Sigs) != 2 {
 		t.Fatalf("the stored cosigned checkpoint does not verify under the log's and the witness's keys: %v\n%s", err, got)
+	}
+
+	// The cosignatures as the process kept them with the snapshot: a
+	// reader reads no anchor.cosigned event again.
+	rd, err := projector.ReadAnchor(ctx, st, key.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	if rd.CosignedSnapshot() != nil || rd.CosignedFolded() != 0 || !reflect.DeepEqual(rd.Cosigned, tr.Cosigned) {
+		t.Fatalf("the cosignatures kept with the snapshot (%v, %d events read again):\n%v\nthe stream's:\n%v", rd.CosignedSnapshot(), rd.CosignedFolded(), rd.Cosigned, tr.Cosigned)
 	}
 
 	// A fork: another root at the size the witness cosigned.

@@ -132,6 +132,23 @@ func TestAnchorLogSurvivesKillAndRotation(t *testing.T) {
 	if got := l.checkAnchored([]string{seg, l.audit}); got < 5 {
 		t.Fatalf("%d record checkpoints on disk, want several", got)
 	}
+	// A line of the sealed segment is proved from the live directory,
+	// whose log goes on across the rotation; the cosignatures made before
+	// it are in the archive's stream only, which proves it too.
+	out, stderr, code := l.aegisStdout("prove", "anchor", "--line", "1", "--state-dir", l.state, seg)
+	if code != 0 || !strings.Contains(stderr, "prove anchor --state-dir "+filepath.Join(l.state, events.ArchiveDir)) {
+		t.Fatalf("prove anchor of a sealed segment's line on the live directory: exit %d\n%s%s", code, out, stderr)
+	}
+	archives, _ := filepath.Glob(filepath.Join(l.state, events.ArchiveDir, "stream-*"))
+	if len(archives) != 1 {
+		t.Fatalf("the archives: %v", archives)
+	}
+	old, stderr, code := l.aegisStdout("prove", "anchor", "--line", "1", "--state-dir", archives[0], seg)
+	var live, arch schemas.AnchorBundle
+	if code != 0 || json.Unmarshal([]byte(out), &live) != nil || json.Unmarshal([]byte(old), &arch) != nil ||
+		live.RecordCheckpoint != arch.RecordCheckpoint || live.AnchorCheckpoint == arch.AnchorCheckpoint {
+		t.Fatalf("prove anchor of a sealed segment's line on its archive: exit %d, want the same record checkpoint in a smaller anchor checkpoint\n%s%s", code, old, stderr)
+	}
 }
 
 // wrapFlags runs aegis wrap with extra flags before the server.
@@ -184,6 +201,28 @@ func TestWitnessedBundleVerifiesOfflineAndCatchesACutRecord(t *testing.T) {
 	}
 	if strings.Contains(stderr, "snapshot") {
 		t.Fatalf("prove anchor did not start from the snapshot the wrap saved:\n%s", stderr)
+	}
+	// The cosignatures kept with the snapshot's head damaged: every
+	// anchor.cosigned event read again, the same bundle.
+	heads, _ := filepath.Glob(filepath.Join(l.state, events.IndexDir, "anchor.v1.*.head"))
+	if len(heads) != 1 {
+		t.Fatalf("the anchor log's head files: %v", heads)
+	}
+	good := readFile(t, heads[0])
+	var head map[string]json.RawMessage
+	if err := json.Unmarshal(good, &head); err != nil || head["cosigned"] == nil {
+		t.Fatalf("the anchor log's head keeps no cosignatures (%v):\n%s", err, good)
+	}
+	head["cosigned"] = json.RawMessage(`{"at":{"seq":1,"index":0},"list":[]}`)
+	damaged, _ := json.Marshal(head)
+	if err := os.WriteFile(heads[0], damaged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if again, stderr, code := l.aegisStdout("prove", "anchor", "--line", "2", "--state-dir", l.state, l.audit); code != 0 || again != out || !strings.Contains(stderr, "cosignatures kept with the anchor log's snapshot") {
+		t.Fatalf("prove anchor with every cosignature of the stream: exit %d, the same bundle: %v\n%s", code, again == out, stderr)
+	}
+	if err := os.WriteFile(heads[0], good, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	// The snapshot's hashes damaged: the whole stream folded, the same
 	// bundle.

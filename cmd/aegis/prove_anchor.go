@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -83,6 +84,10 @@ func (m *Main) proveAnchor(ctx context.Context, args []string) error {
 			why = "there is none"
 		}
 		fmt.Fprintf(m.Stderr, "aegis: the anchor log's snapshot in the index folder was not used (%s): folded the whole event stream (%d events); the next aegis wrap or gateway on this state directory saves it anew\n", why, tree.Folded())
+	} else if err := tree.CosignedSnapshot(); err != nil {
+		// The same: the cosignatures kept with it are read from every
+		// anchor.cosigned event of the stream instead.
+		fmt.Fprintf(m.Stderr, "aegis: the witnesses' cosignatures kept with the anchor log's snapshot in the index folder were not used (%s): read every cosignature of the event stream (%d events); the next aegis wrap or gateway on this state directory saves them anew\n", err, tree.CosignedFolded())
 	}
 	notes, err := allNotes(record + projector.CheckpointsSuffix)
 	if err != nil {
@@ -91,20 +96,6 @@ func (m *Main) proveAnchor(ctx context.Context, args []string) error {
 	maxLine := want[0]
 	for _, n := range want {
 		maxLine = max(maxLine, n)
-	}
-	// The leaves of the checkpoints that cover the lines, found from the
-	// log's newest leaf back.
-	texts := make([][]byte, len(notes))
-	var covering [][]byte
-	for i, n := range notes {
-		texts[i] = schemas.NoteText(n)
-		if cp, err := schemas.ParseCheckpoint(texts[i]); err == nil && cp.Size >= maxLine {
-			covering = append(covering, texts[i])
-		}
-	}
-	leaves, err := tree.LeafIndexes(covering)
-	if err != nil {
-		return fmt.Errorf("no bundle made: %w", err)
 	}
 	// The anchor checkpoints to choose from: cosigned ones, best first,
 	// then the log's last.
@@ -125,6 +116,26 @@ func (m *Main) proveAnchor(ctx context.Context, args []string) error {
 	})
 	if tree.Note() != nil {
 		cands = append(cands, anchorCP{tree.Size(), string(tree.Note())})
+	}
+	// The leaves of the checkpoints that cover the lines, found from the
+	// log's newest leaf back: down to the newest in the best anchor
+	// checkpoint (the one chosen, as a record's checkpoints join the log
+	// in order), or, when it holds none, all of them.
+	texts := make([][]byte, len(notes))
+	var covering [][]byte
+	for i, n := range notes {
+		texts[i] = schemas.NoteText(n)
+		if cp, err := schemas.ParseCheckpoint(texts[i]); err == nil && cp.Size >= maxLine {
+			covering = append(covering, texts[i])
+		}
+	}
+	below := int64(-1)
+	if len(cands) > 0 {
+		below = cands[0].size
+	}
+	leaves, err := tree.LeafIndexesDownTo(covering, below)
+	if err != nil {
+		return fmt.Errorf("no bundle made: %w", err)
 	}
 	for _, ac := range cands {
 		for i := len(notes) - 1; i >= 0; i-- {
@@ -159,12 +170,31 @@ func (m *Main) proveAnchor(ctx context.Context, args []string) error {
 			if err != nil {
 				return err
 			}
+			if len(tree.Cosigned[ac.size]) == 0 {
+				m.noCosignature(st.Dir(), tree, idx)
+			}
 			_, err = fmt.Fprintf(m.Stdout, "%s\n", out)
 			return err
 		}
 	}
 	return withHint(fmt.Errorf("no bundle made: no checkpoint of %s covering line %d is in the anchor log of %s", record, maxLine, origin),
-		"a record's lines join the anchor log with its next checkpoint (every --checkpoint-lines lines, --checkpoint-interval, at close); name the state directory that recorded it with --state-dir")
+		"a record's lines join the anchor log with its next checkpoint (every --checkpoint-lines lines, --checkpoint-interval, at close); name the state directory that recorded it with --state-dir (the live one also for a record sealed by aegis rotate: the log goes on across rotations, while an archive holds it only up to its rotation)")
+}
+
+// noCosignature says on stderr that the bundle about to be printed, of
+// leaf idx, carries no witness's cosignature, when witnesses cosign this
+// log (the stream holds cosignatures) or a rotation archived the stream
+// that may hold them; a log no witness was ever asked about gets no word.
+func (m *Main) noCosignature(dir string, tree *projector.AnchorTree, idx int64) {
+	archives, _ := filepath.Glob(filepath.Join(dir, events.ArchiveDir, "stream-*"))
+	if len(tree.Cosigned) == 0 && len(archives) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("aegis: no witness cosignature in this state directory's stream covers leaf %d of the anchor log: the bundle carries only the log's own checkpoint (%d leaves), short of any quorum of aegis verify --witness-policy; ask again once a witness has cosigned a newer one", idx, tree.Size())
+	if len(archives) > 0 {
+		msg += fmt.Sprintf(". Cosignatures made before a rotation stay in its archive: for a line of a record that rotation sealed, run aegis prove anchor --state-dir %s (the archive of that rotation)", filepath.Join(dir, events.ArchiveDir, "stream-…"))
+	}
+	fmt.Fprintln(m.Stderr, msg)
 }
 
 // mergeCosigned returns the anchor checkpoint with every witness's
