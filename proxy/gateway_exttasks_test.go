@@ -33,18 +33,7 @@ func meta2026(tasks bool) map[string]any {
 func TestGatewayTasksExtensionForA2026Host(t *testing.T) {
 	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
-	c := newCLI(t)
-	gw := c.startGateway(`version: 1
-servers:
-  everything:
-    command: `+every[0]+`
-    args: `+quoteArgs(every[1:])+`
-profiles:
-  p:
-    allow: [everything.simulate-research-query, everything.echo]
-activation:
-  default_profile: p
-`, gatewayEnv(t), "--protocol", "2026-07-28")
+	c, gw := everythingGateway(t, every, "everything.simulate-research-query, everything.echo", "", "--protocol", "2026-07-28")
 	h := gw.taskHost()
 	h.elicit = map[string]any{"action": "accept", "content": map[string]any{"interpretation": "snake"}}
 	req := func(method string, params map[string]any, tasks bool) map[string]any {

@@ -708,8 +708,8 @@ func directHost(t *testing.T, argv ...string) *taskHost {
 
 // everythingGateway starts aegis gateway in front of server-everything
 // (argv every) and the extra servers (YAML entries), with one profile that
-// allows allow.
-func everythingGateway(t *testing.T, every []string, allow, extra string) (*cli, *gwProc) {
+// allows allow, and aegis run with flags.
+func everythingGateway(t *testing.T, every []string, allow, extra string, flags ...string) (*cli, *gwProc) {
 	t.Helper()
 	c := newCLI(t)
 	gw := c.startGateway(`version: 1
@@ -722,6 +722,6 @@ servers:
     allow: [`+allow+`]
 activation:
   default_profile: p
-`, gatewayEnv(t))
+`, gatewayEnv(t), flags...)
 	return c, gw
 }

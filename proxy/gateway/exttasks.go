@@ -135,13 +135,9 @@ const extMethod = "aegis/ext-tasks"
 // plainOverHTTP under its extra, run under ctx, the SDK's context of the
 // request.
 func (t *tasker) extOfHTTP(ctx context.Context, req mcp.Request) (mcp.Result, error) {
-	ex := req.GetExtra()
-	t.mu.Lock()
-	h, ok := t.plainHTTP[ex]
-	delete(t.plainHTTP, ex)
-	t.mu.Unlock()
-	if ex == nil || !ok {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("method %q not found", extMethod)}
+	h, err := t.keptHTTP(req, extMethod)
+	if err != nil {
+		return nil, err
 	}
 	res, err := t.extHandle(ctx, h)
 	if err != nil {

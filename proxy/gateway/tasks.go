@@ -409,13 +409,9 @@ const maxPlainHTTP = 4096
 // by plainOverHTTP under its extra, run under ctx, the SDK's context of
 // the request.
 func (t *tasker) plainOfHTTP(ctx context.Context, req mcp.Request) (mcp.Result, error) {
-	ex := req.GetExtra()
-	t.mu.Lock()
-	h, ok := t.plainHTTP[ex]
-	delete(t.plainHTTP, ex)
-	t.mu.Unlock()
-	if ex == nil || !ok {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("method %q not found", plainMethod)}
+	h, err := t.keptHTTP(req, plainMethod)
+	if err != nil {
+		return nil, err
 	}
 	res, err := t.handle(ctx, h)
 	if err != nil {
@@ -428,6 +424,21 @@ func (t *tasker) plainOfHTTP(ctx context.Context, req mcp.Request) (mcp.Result, 
 		return v, nil
 	}
 	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: no answer to tools/call (%T)", res)}
+}
+
+// keptHTTP takes the host's request that plainOverHTTP kept under the
+// extra of req, a request of method; one no host request was kept for
+// (a host that sent method itself) is answered as an unknown method.
+func (t *tasker) keptHTTP(req mcp.Request, method string) (rpcFrame, error) {
+	ex := req.GetExtra()
+	t.mu.Lock()
+	h, ok := t.plainHTTP[ex]
+	delete(t.plainHTTP, ex)
+	t.mu.Unlock()
+	if ex == nil || !ok {
+		return rpcFrame{}, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("method %q not found", method)}
+	}
+	return h, nil
 }
 
 // maxWatched bounds the host requests whose answers wait to be amended.
