@@ -708,7 +708,7 @@ func directHost(t *testing.T, argv ...string) *taskHost {
 
 // everythingGateway starts aegis gateway in front of server-everything
 // (argv every) and the extra servers (YAML entries), with one profile that
-// allows allow, and aegis run with flags.
+// allows allow; aegis runs with flags.
 func everythingGateway(t *testing.T, every []string, allow, extra string, flags ...string) (*cli, *gwProc) {
 	t.Helper()
 	c := newCLI(t)
