@@ -323,15 +323,7 @@ func TestApprovalLinkRefusesAttacks(t *testing.T) {
 	defer w.finish()
 	elicited := func(answer string) (id, link string) {
 		t.Helper()
-		var f struct {
-			Error struct {
-				Code int
-				Data struct {
-					Aegis        map[string]string
-					Elicitations []struct{ Mode, ElicitationID, URL string }
-				}
-			}
-		}
+		var f urlElicitationError
 		if json.Unmarshal([]byte(answer), &f) != nil || f.Error.Code != -32042 || len(f.Error.Data.Elicitations) != 1 ||
 			f.Error.Data.Elicitations[0].Mode != "url" || f.Error.Data.Aegis["code"] != "PENDING_APPROVAL" || f.Error.Data.Aegis["layer"] != "gateway" ||
 			f.Error.Data.Aegis["approval_id"] != f.Error.Data.Elicitations[0].ElicitationID {
@@ -434,6 +426,18 @@ func TestApprovalLinkRefusesAttacks(t *testing.T) {
 	m := today(t, add(w, 6, 2))
 	if m["code"] != "POLICY_DENIED" || !strings.Contains(m["reason"], "a human denied this call (approval "+idB+": not now)") || m["approval_id"] != "" {
 		t.Errorf("B's retry: %v", m)
+	}
+}
+
+// urlElicitationError is a URLElicitationRequired error as a host reads it.
+type urlElicitationError struct {
+	Error struct {
+		Code    int
+		Message string
+		Data    struct {
+			Aegis        map[string]string
+			Elicitations []struct{ Mode, ElicitationID, URL, Message string }
+		}
 	}
 }
 

@@ -80,16 +80,7 @@ func TestWrapApprovalThroughURLElicitation(t *testing.T) {
 	defer w.finish()
 	elicited := func(answer string) (id, link string) {
 		t.Helper()
-		var f struct {
-			Error struct {
-				Code    int
-				Message string
-				Data    struct {
-					Aegis        map[string]string
-					Elicitations []struct{ Mode, ElicitationID, URL, Message string }
-				}
-			}
-		}
+		var f urlElicitationError
 		if json.Unmarshal([]byte(answer), &f) != nil || f.Error.Code != -32042 || len(f.Error.Data.Elicitations) != 1 {
 			t.Fatalf("no URLElicitationRequired: %s", answer)
 		}
