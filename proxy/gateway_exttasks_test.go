@@ -29,7 +29,9 @@ func meta2026(tasks bool) map[string]any {
 // in tasks/get and the host's tasks/update answers it, and tasks/get
 // shows the result inline once it is recorded. tasks/cancel reaches the
 // server, an unknown task is refused, and a host that does not declare
-// the extension gets no task. Each step is recorded.
+// the extension gets no task. A task still working when the host leaves
+// is waited for as a call in flight is, for the grace, then recorded as
+// cut short. Each step is recorded.
 func TestGatewayTasksExtensionForA2026Host(t *testing.T) {
 	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
@@ -127,9 +129,20 @@ func TestGatewayTasksExtensionForA2026Host(t *testing.T) {
 	if a := req("tools/call", map[string]any{"name": "everything__echo", "arguments": map[string]any{"message": "hi"}}, false); dig(a, "result", "resultType") == "task" {
 		t.Errorf("a task for a host that did not declare the extension: %v", a)
 	}
+	// A task still working when the host leaves: the gateway's wait for
+	// it has the grace of a call in flight, then is cut, recorded so, and
+	// the gateway ends.
+	lid := research("rust", false)
 	gw.finish(30 * time.Second)
 
 	evs, _ := c.events()
+	cut := false
+	for _, r := range payloads(evs, "task.result") {
+		cut = cut || r["task_id"] == lid && r["result_digest"] == nil && strings.Contains(fmt.Sprint(r["error"]), "cut short")
+	}
+	if !cut {
+		t.Errorf("task.result of the task in flight when the host left: %v", payloads(evs, "task.result"))
+	}
 	results := payloads(evs, "task.result")
 	var got []string
 	for _, r := range results {

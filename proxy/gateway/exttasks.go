@@ -41,7 +41,8 @@ import (
 //     the task as the extension's CreateTaskResult (resultType "task"),
 //     under the gateway's id of it (taskids.go), never the server's.
 //   - The gateway drives the server's task: it waits on tasks/result for
-//     it at once. The server's requests during that wait that name the
+//     it at once, as on a call in flight (after the host has gone, until
+//     the grace is over; a wait cut short is recorded as such). The server's requests during that wait that name the
 //     task (related-task _meta) become the task's inputRequests, shown by
 //     tasks/get while the task is input_required, and answered by the
 //     host's tasks/update (each key once, recorded before the server gets
@@ -83,7 +84,6 @@ type extTask struct {
 	asks     map[string]*ask            // the server's requests waiting, by key
 	n        int                        // keys given
 	answered map[string]bool            // keys answered
-	cancel   context.CancelFunc
 }
 
 // extTasks are the tasks of the extension, by the gateway's id. Under
@@ -288,22 +288,21 @@ func (t *tasker) extCall(ctx context.Context, h rpcFrame, proto string) (any, er
 // extDrive waits on the server's tasks/result for x, in a goroutine of
 // its own, and keeps what it answers, recorded.
 func (t *tasker) extDrive(x *extTask) {
-	ctx, cancel := context.WithCancel(t.base)
-	x.mu.Lock()
-	x.cancel = cancel
-	x.mu.Unlock()
+	// As a call in flight: it runs on after the host has gone until the
+	// grace is over (callContext), then the wait is cut and recorded so.
+	ctx, release := t.g.callContext(t.base)
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		defer cancel()
+		defer release()
 		d := t.g.downs[x.e.server]
 		if host := t.host(); host != nil {
 			// The server's requests during the wait come to this host.
 			defer t.g.fw.begin(ctx, x.e.server, host, nil)()
 		}
 		raw, err := d.raw.call(ctx, "tasks/result", map[string]any{"taskId": x.e.serverID})
-		if ctx.Err() != nil && t.closing() {
-			return // the gateway ends: the task stays the server's
+		if err != nil && ctx.Err() != nil {
+			err = fmt.Errorf("the wait for the task's result was cut short: %w", context.Cause(ctx))
 		}
 		if err == nil {
 			raw, err = t.answerToHost(x.e, x.gid, "tasks/result", raw)
@@ -320,7 +319,10 @@ func (t *tasker) extDrive(x *extTask) {
 			}
 			// A task the server ended as cancelled answers tasks/result
 			// with an error too: its status says which.
-			if st, gerr := d.raw.call(context.WithoutCancel(ctx), "tasks/get", map[string]any{"taskId": x.e.serverID}); gerr == nil {
+			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			st, gerr := d.raw.call(gctx, "tasks/get", map[string]any{"taskId": x.e.serverID})
+			cancel()
+			if gerr == nil {
 				if s, _ := memberAt(st, "status"); s != nil {
 					if v, _ := s.String(); v == "cancelled" {
 						status = "cancelled"
@@ -336,13 +338,6 @@ func (t *tasker) extDrive(x *extTask) {
 		}
 		x.mu.Unlock()
 	}()
-}
-
-// closing reports whether the layer takes no more requests.
-func (t *tasker) closing() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.closed
 }
 
 // asJSONRPC sets *out to err's JSON-RPC error, if it is one.
