@@ -92,6 +92,19 @@ func (g *gateway) hostProtocolVersions() []string {
 // downstreamSession asks every server for the newest session protocol.
 var downstreamSession = &mcp.ClientSessionOptions{ProtocolVersion: sessionProtocolVersions()[0]}
 
+// remoteSession is what the gateway asks a remote server over streamable
+// HTTP for: the session protocol, or, when the gateway offers its hosts
+// 2026-07-28 (Config.HostProtocol), that version first (server/discover,
+// each request with its own _meta, the standard headers, a server's
+// input_required results answered through the host), falling back to the
+// session protocol's initialize with a server that does not speak it.
+func (g *gateway) remoteSession() *mcp.ClientSessionOptions {
+	if g.cfg.HostProtocol >= newProtocol {
+		return &mcp.ClientSessionOptions{ProtocolVersion: newProtocol}
+	}
+	return downstreamSession
+}
+
 // hostKey is the context key of the host session a request came from.
 type hostKey struct{}
 
