@@ -8,7 +8,8 @@
 // beside this one; the gateway's record, state and key go in STDIOHOST_DIR (a folder of its
 // own for each run is made in it), and STDIOHOST_PROTOCOL (such as
 // 2026-07-28) is passed to aegis gateway --protocol and is the protocol
-// the host asks for (else the session protocol).
+// the host asks for (else the session protocol), unless
+// STDIOHOST_HOST_PROTOCOL names another.
 package main
 
 import (
@@ -69,6 +70,9 @@ activation:
 	opts := &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
 	if v := os.Getenv("STDIOHOST_PROTOCOL"); v != "" {
 		args = append(args, "--protocol", v)
+		opts.ProtocolVersion = v
+	}
+	if v := os.Getenv("STDIOHOST_HOST_PROTOCOL"); v != "" {
 		opts.ProtocolVersion = v
 	}
 	gw := exec.Command(aegis, args...)
