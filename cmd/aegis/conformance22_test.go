@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,13 +29,10 @@ import (
 //     gateway fronting the same server over stdio (2025-11-25 behind it):
 //     stateless requests, per-request _meta, resultType, the standard
 //     headers;
-//   - its client scenarios at 2026-07-28 but authorization (8 scenarios,
-//     62 checks), with the go-sdk's conformance client against the suite's
-//     server, and with the same client as the host of the gateway whose one
-//     server (url:) is the suite's: request-metadata (server/discover and
-//     the per-request _meta toward the server), sep-2322 (a server's
-//     input_required answered through the host), the standard and custom
-//     headers, tool schemas.
+//   - four of its client scenarios at 2026-07-28 (see below which and
+//     why), with the go-sdk's conformance client against the suite's
+//     server, and with the same client as the host of the gateway whose
+//     one server (url:) is the suite's, over --listen and over stdio.
 //
 // The suite's 2025-11-25 scenarios are left to
 // TestConformanceSuiteThroughTheHTTPGateway (the 0.1.13 suite, server) and
@@ -124,8 +123,18 @@ done
 		if err := os.WriteFile(host, []byte(script), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		scenarios := []string{"tools_call", "request-metadata", "sep-2322-client-request-state", "http-standard-headers",
-			"http-custom-headers", "http-invalid-tool-headers", "json-schema-ref-no-deref", "json-schema-2020-12-preservation"}
+		// The scenarios that try what the gateway does itself at
+		// 2026-07-28: server/discover and the per-request _meta toward its
+		// server (request-metadata), a server's input_required carried to
+		// the host and back (sep-2322), the standard headers of every
+		// request, and tool schemas as the server wrote them. The other
+		// four (tools_call, http-custom-headers, http-invalid-tool-headers,
+		// json-schema-ref-no-deref) try the go-sdk's client, which is the
+		// gateway's: they score the same through aegis (docs/GATEWAY-PARITY.md)
+		// at twice this test's cost. The host's side differs between the
+		// transports only for the first two, which alone run over stdio.
+		scenarios := []string{"request-metadata", "sep-2322-client-request-state", "http-standard-headers", "json-schema-2020-12-preservation"}
+		hostSide := scenarios[:2]
 		// The host over stdio: the go-sdk's client as the conformance
 		// client does, its server aegis gateway --protocol 2026-07-28 over
 		// stdin and stdout (testdata/stdiohost).
@@ -137,16 +146,21 @@ done
 		env := []string{"STDIOHOST_AEGIS=" + filepath.Join(l.bin, "aegis"), "STDIOHOST_DIR=" + stdioDir, "STDIOHOST_PROTOCOL=2026-07-28"}
 		direct, dout := clientScenarios(t, suite, client, scenarios, nil)
 		dp, df := totals(direct)
-		if dp < 50 {
+		if dp < 25 {
 			t.Fatalf("the go-sdk's client passed only %d checks; is the suite working?\n%s", dp, dout)
 		}
-		for _, via := range []struct{ name, command, runs string }{
-			{"gateway --listen", host, dir},
-			{"gateway over stdio", stdio, stdioDir},
+		for _, via := range []struct {
+			name, command, runs string
+			scenarios           []string
+		}{
+			{"gateway --listen", host, dir, scenarios},
+			{"gateway over stdio", stdio, stdioDir, hostSide},
 		} {
-			through, tout := clientScenarios(t, suite, via.command, scenarios, env)
+			through, tout := clientScenarios(t, suite, via.command, via.scenarios, env)
 			tp, tf := totals(through)
-			t.Logf("conformance 2026-07-28 client scenarios: the go-sdk's client %d passed, %d failed; through aegis %s %d passed, %d failed", dp, df, via.name, tp, tf)
+			t.Logf("conformance 2026-07-28 client scenarios %v: through aegis %s %d passed, %d failed (the go-sdk's client in all four: %d passed, %d failed)", via.scenarios, via.name, tp, tf, dp, df)
+			direct := maps.Clone(direct)
+			maps.DeleteFunc(direct, func(s string, _ [2]int) bool { return !slices.Contains(via.scenarios, s) })
 			// The gateway, a client of its server, lists its prompts and
 			// resource templates as well when it starts (to aggregate
 			// them), each request with the standard headers: the scenario
@@ -158,15 +172,15 @@ done
 			compareScenarios(t, direct, through, tout)
 			// Every run of the gateway recorded its session and calls.
 			runs, _ := filepath.Glob(filepath.Join(via.runs, "run*", "calls.aarl"))
-			if len(runs) != len(scenarios) {
-				t.Errorf("%s: %d records of %d runs", via.name, len(runs), len(scenarios))
+			if len(runs) != len(via.scenarios) {
+				t.Errorf("%s: %d records of %d runs", via.name, len(runs), len(via.scenarios))
 			}
 			calls := 0
 			for _, p := range runs {
 				b, _ := os.ReadFile(p)
 				calls += strings.Count(string(b), `"line_type":"intent"`)
 			}
-			if calls < len(scenarios) {
+			if calls < len(via.scenarios)-1 { // request-metadata calls nothing
 				t.Errorf("%s: %d calls recorded by %d runs", via.name, calls, len(runs))
 			}
 		}
