@@ -7,8 +7,17 @@ BIN     := bin
 NODEDIR := .cache/node
 # The official MCP reference servers used by the interop tests, pinned.
 # conformance is the official MCP conformance suite: 0.1.13 is its last
-# release that runs on Node 20 (later ones need Node 22).
+# release that runs on Node 20 (later ones need Node 22); the newest, for
+# MCP 2026-07-28, is installed beside it on Node 22 (NODE22_PKGS).
 NPM_PKGS := @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/conformance@0.1.13
+# conformance22-deps: the newest conformance suite on the registry
+# (0.2.0-alpha.12, the first with the 2026-07-28 scenarios; no 0.2.0 yet)
+# and the Node 22 it needs, from npm's node package (a node binary for this
+# system, no root), in a folder of their own, apart from the Node 20 one
+# of NPM_PKGS. About 25 s and 80 MB of downloads from an empty npm cache
+# (240 MB installed); nothing once installed.
+NODE22DIR  := .cache/node22
+NODE22_PKGS := node@22.23.3 @modelcontextprotocol/conformance@0.2.0-alpha.12
 FUZZTIME ?= 10s
 DEMO    := .cache/demo
 # install puts aegis in $(PREFIX)/bin.
@@ -24,7 +33,7 @@ BUILDFLAGS := -buildvcs=auto
 # over for vet alone.
 export GOFLAGS := $(strip -trimpath $(filter-out -trimpath,$(GOFLAGS)))
 
-.PHONY: all build install test test-prep test-build test-deps apt-deps vet cross release fmt-check unit bench fuzz demo interop-deps witness-deps console-deps python-deps telemetry-deps jaeger-deps test-telemetry clean
+.PHONY: all build install test test-prep test-build test-deps apt-deps vet cross release fmt-check unit bench fuzz demo interop-deps conformance22-deps witness-deps console-deps python-deps telemetry-deps jaeger-deps test-telemetry clean
 
 all: build
 
@@ -105,7 +114,7 @@ test-build: vet cross fmt-check
 
 # test-deps: npm beside apt-get; the apt-get installs one after another
 # (they take the same lock).
-test-deps: interop-deps witness-deps apt-deps
+test-deps: interop-deps conformance22-deps witness-deps apt-deps
 apt-deps:
 	@MAKEFLAGS= $(MAKE) --no-print-directory console-deps python-deps telemetry-deps
 
@@ -155,6 +164,15 @@ $(NODEDIR)/.installed: Makefile
 	mkdir -p $(NODEDIR)
 	cd $(NODEDIR) && { [ -f package.json ] || npm init -y >/dev/null; } && \
 	  npm install --no-audit --no-fund --save-exact $(NPM_PKGS)
+	touch $@
+
+conformance22-deps: $(NODE22DIR)/.installed
+
+$(NODE22DIR)/.installed: Makefile
+	mkdir -p $(NODE22DIR)
+	cd $(NODE22DIR) && { [ -f package.json ] || npm init -y >/dev/null; } && \
+	  npm install --no-audit --no-fund --save-exact $(NODE22_PKGS) && \
+	  node_modules/.bin/node --version
 	touch $@
 
 # console-deps installs Debian's chromium (headless, for the console's

@@ -121,7 +121,9 @@ without it): a host that speaks it is served without a session
 (server/discover, each request with its own _meta), and a server's
 sampling, elicitation or roots request during a call comes back as that
 call's input_required result, whose retry the gateway ties to the call as
-decided and recorded. The servers are still spoken to in 2025-11-25. With
+decided and recorded. Local servers are still spoken to in 2025-11-25; a
+remote server (url:, streamable HTTP) is asked for 2026-07-28 first, and
+its input_required results are answered through the host. With
 --listen, such a host's requests (no session id) share one session per
 principal, their Mcp-Method, Mcp-Name and Mcp-Protocol-Version headers
 checked against the body. See docs/GATEWAY-PARITY.md.

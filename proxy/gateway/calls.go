@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 
 	"github.com/aegis-dev/aegis/policy"
 	"github.com/aegis-dev/aegis/proxy"
+	"github.com/aegis-dev/aegis/proxy/reading"
 	"github.com/aegis-dev/aegis/schemas"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -58,9 +60,32 @@ func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 				return next(ctx, method, req)
 			}
 			return g.resourcesRead(ctx, method, r, next)
+		case "tools/list":
+			res, err := next(ctx, method, req)
+			if r, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+				r.Tools = metaLast(r.Tools)
+			}
+			return res, err
 		}
 		return next(ctx, method, req)
 	}
+}
+
+// metaLast is tools with the gateway's meta-tools after the servers' tools,
+// each part in the SDK's order (by name): a host that takes the first tool
+// listed (as the conformance suite's client does) takes a server's, as it
+// would directly.
+func metaLast(tools []*mcp.Tool) []*mcp.Tool {
+	out := make([]*mcp.Tool, 0, len(tools))
+	var meta []*mcp.Tool
+	for _, t := range tools {
+		if isMeta(t.Name) {
+			meta = append(meta, t)
+			continue
+		}
+		out = append(out, t)
+	}
+	return append(out, meta...)
 }
 
 // toolsCall records one tools/call: intent before anything runs, outcome
@@ -68,10 +93,14 @@ func (g *gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 func (g *gateway) toolsCall(ctx context.Context, method string, r *mcp.CallToolRequest, next mcp.MethodHandler) (mcp.Result, error) {
 	if v := requestVersion(r.Params.Meta); v != "" {
 		// A stateless call of a 2026-07-28 host (mrtr.go).
+		var res mcp.Result
+		var err error
 		if r.Params.RequestState != "" || r.Params.InputResponses != nil {
-			return g.mrtrRetry(ctx, r)
+			res, err = g.mrtrRetry(ctx, r)
+		} else {
+			res, err = g.mrtrStart(ctx, method, r, next, v)
 		}
-		return g.mrtrStart(ctx, method, r, next, v)
+		return completeResult(res), err
 	}
 	res, err := g.decideCall(withTraceParent(ctx, r.Params.Meta), method, r.Params.Name, r.Params.Arguments, func(cctx context.Context, _ schemas.WrapCall, e toolEntry) (any, error) {
 		if d := g.downs[e.server]; g.tk.rawDown && d != nil && d.raw != nil {
@@ -117,14 +146,157 @@ func (g *gateway) rawToolCall(ctx context.Context, r *mcp.CallToolRequest, e too
 
 // rawResult is a server's tools/call result, encoded as the server sent it:
 // the SDK hands the host the bytes rather than a CallToolResult decoded and
-// encoded again. The embedded CallToolResult, always empty, only makes it
-// an mcp.Result.
+// encoded again. The embedded CallToolResult, empty, makes it an
+// mcp.Result, and takes what the SDK adds to every result for a host of
+// 2026-07-28 (resultType, and the gateway's serverInfo in _meta), which
+// the encoding adds to the server's bytes where the server has not set
+// them.
 type rawResult struct {
 	*mcp.CallToolResult
 	raw json.RawMessage
+	// complete: the answer of a 2026-07-28 host's request, whose result
+	// says resultType "complete" (the SDK sets it only on the results of
+	// its own handler, which the gateway's middleware answers instead).
+	complete bool
 }
 
-func (r rawResult) MarshalJSON() ([]byte, error) { return r.raw, nil }
+func (r rawResult) MarshalJSON() ([]byte, error) {
+	if r.CallToolResult == nil {
+		return r.raw, nil
+	}
+	b, err := json.Marshal(r.CallToolResult)
+	if err != nil {
+		return nil, err
+	}
+	var added struct {
+		ResultType json.RawMessage            `json:"resultType"`
+		Meta       map[string]json.RawMessage `json:"_meta"`
+	}
+	if err := json.Unmarshal(b, &added); err != nil {
+		return nil, err
+	}
+	if added.ResultType == nil && r.complete {
+		added.ResultType = json.RawMessage(`"complete"`)
+	}
+	if added.ResultType == nil && len(added.Meta) == 0 {
+		return r.raw, nil
+	}
+	return withMembers(r.raw, added.ResultType, added.Meta)
+}
+
+// completeResult is res, a tools/call result of the gateway's middleware
+// for a 2026-07-28 host, with resultType "complete" where it has none (an
+// input_required result has its own).
+func completeResult(res mcp.Result) mcp.Result {
+	switch r := res.(type) {
+	case rawResult:
+		r.complete = true
+		return r
+	case *rawResult:
+		c := *r
+		c.complete = true
+		return c
+	case *mcp.CallToolResult:
+		return typedResult{r}
+	}
+	return res
+}
+
+// typedResult is a CallToolResult of the gateway's own for a 2026-07-28
+// host: encoded as the SDK encodes it, with resultType "complete" unless
+// it has one.
+type typedResult struct{ *mcp.CallToolResult }
+
+func (r typedResult) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(r.CallToolResult)
+	if err != nil {
+		return nil, err
+	}
+	return withMembers(b, json.RawMessage(`"complete"`), nil)
+}
+
+// withMembers is the JSON object raw with resultType, when it has none,
+// and each member of meta that its _meta lacks (a _meta made when it has
+// none): every value of raw keeps its bytes. A raw that is not one object
+// comes back as it is.
+func withMembers(raw json.RawMessage, resultType json.RawMessage, meta map[string]json.RawMessage) ([]byte, error) {
+	v, ok := reading.Read(raw).One()
+	if !ok || v.Kind != reading.Object {
+		return raw, nil
+	}
+	var out bytes.Buffer
+	out.WriteByte('{')
+	member := func(name string, value []byte) {
+		if out.Len() > 1 {
+			out.WriteByte(',')
+		}
+		n, _ := json.Marshal(name)
+		out.Write(n)
+		out.WriteByte(':')
+		out.Write(value)
+	}
+	hasType, hasMeta := false, false
+	for _, m := range v.Members {
+		value := m.Value.Raw
+		switch m.Name {
+		case "resultType":
+			hasType = true
+		case "_meta":
+			hasMeta = true
+			if m.Value.Kind == reading.Object {
+				value = withMetaMembers(m.Value, meta)
+			}
+		}
+		member(m.Name, value)
+	}
+	if !hasType && resultType != nil {
+		member("resultType", resultType)
+	}
+	if !hasMeta && len(meta) > 0 {
+		b, err := json.Marshal(meta)
+		if err != nil {
+			return nil, err
+		}
+		member("_meta", b)
+	}
+	out.WriteByte('}')
+	return out.Bytes(), nil
+}
+
+// withMetaMembers is the object v with each member of meta that it lacks.
+func withMetaMembers(v *reading.Value, meta map[string]json.RawMessage) []byte {
+	var out bytes.Buffer
+	out.WriteByte('{')
+	have := map[string]bool{}
+	for _, m := range v.Members {
+		have[m.Name] = true
+		if out.Len() > 1 {
+			out.WriteByte(',')
+		}
+		n, _ := json.Marshal(m.Name)
+		out.Write(n)
+		out.WriteByte(':')
+		out.Write(m.Value.Raw)
+	}
+	names := make([]string, 0, len(meta))
+	for name := range meta {
+		if !have[name] {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if out.Len() > 1 {
+			out.WriteByte(',')
+		}
+		n, _ := json.Marshal(name)
+		out.Write(n)
+		out.WriteByte(':')
+		out.Write(meta[name])
+	}
+	out.WriteByte('}')
+	return out.Bytes()
+}
 
 // callRunner runs a tools/call that decideCall let through, as call wc
 // of tool e, under cctx.

@@ -55,8 +55,12 @@
 // host itself cannot invoke.
 //
 // Toward the servers the gateway speaks the session protocol
-// (2025-11-25); toward the host, that and, with Config.HostProtocol
-// "2026-07-28", the protocol without sessions (mrtr.go). A 2026-07-28
+// (2025-11-25), but toward a remote server over streamable HTTP with
+// Config.HostProtocol "2026-07-28", which is asked for that version first
+// (its input_required results answered through the gateway's handlers of
+// a server's requests); toward the host, that and, with
+// Config.HostProtocol "2026-07-28", the protocol without sessions
+// (mrtr.go). A 2026-07-28
 // host's tools/call is decided and recorded once, as every call is (its
 // intent names the version), and runs on in the gateway across the host's
 // requests: a server's sampling, elicitation or roots request during it

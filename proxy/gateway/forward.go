@@ -18,14 +18,19 @@ import (
 // What the gateway forwards besides tools/call, resources/read and
 // prompts/get, and how (docs/GATEWAY-PARITY.md has the table):
 //
-//   - Protocol. Toward every server the gateway speaks the session
+//   - Protocol. Toward every local server the gateway speaks the session
 //     protocol (the newest before [newProtocol]): each feature below is
 //     then the same message on both sides, and a server's request
 //     (sampling, elicitation, roots) is a request the gateway can put to a
 //     host of the session protocol as it is. Toward the host it offers the
 //     session protocol, and 2026-07-28 too when Config.HostProtocol says
 //     so; a 2026-07-28 host's calls carry the server's requests as
-//     multi-round-trip input requests (mrtr.go).
+//     multi-round-trip input requests (mrtr.go). With Config.HostProtocol
+//     2026-07-28 a remote server over streamable HTTP is asked for
+//     2026-07-28 first (remoteSession): the SDK's client answers the
+//     server's input_required results through the gateway's handlers of
+//     a server's requests, so they reach the host as a session server's
+//     requests do, the call decided and recorded once.
 //   - Capabilities to the host are what the gateway can serve given its
 //     servers: logging, completions and resources.subscribe only when some
 //     server announced them; list_changed for tools, prompts and resources
@@ -91,6 +96,19 @@ func (g *gateway) hostProtocolVersions() []string {
 
 // downstreamSession asks every server for the newest session protocol.
 var downstreamSession = &mcp.ClientSessionOptions{ProtocolVersion: sessionProtocolVersions()[0]}
+
+// remoteSession is what the gateway asks a remote server over streamable
+// HTTP for: the session protocol, or, when the gateway offers its hosts
+// 2026-07-28 (Config.HostProtocol), that version first (server/discover,
+// each request with its own _meta, the standard headers, a server's
+// input_required results answered through the host), falling back to the
+// session protocol's initialize with a server that does not speak it.
+func (g *gateway) remoteSession() *mcp.ClientSessionOptions {
+	if g.cfg.HostProtocol >= newProtocol {
+		return &mcp.ClientSessionOptions{ProtocolVersion: newProtocol}
+	}
+	return downstreamSession
+}
 
 // hostKey is the context key of the host session a request came from.
 type hostKey struct{}

@@ -275,7 +275,7 @@ func (g *gateway) dial(ctx context.Context, r *remoteDown, client *mcp.Client) (
 		cs, release, err := g.dialSSE(actx, r, client, probe)
 		return cs, policy.TransportSSE, release, finalFailure(err, probe) || r.http.refusal() != "", g.credentials(r, err, probe)
 	}
-	cs, err := client.Connect(actx, &mcp.StreamableClientTransport{Endpoint: r.srv.URL, HTTPClient: r.http.client(probe)}, downstreamSession)
+	cs, err := client.Connect(actx, &mcp.StreamableClientTransport{Endpoint: r.srv.URL, HTTPClient: r.http.client(probe)}, g.remoteSession())
 	if err == nil {
 		return cs, policy.TransportStreamable, nil, false, nil
 	}

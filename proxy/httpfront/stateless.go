@@ -36,7 +36,8 @@ import (
 //     and keeps until it closes: one Serve, one gateway, one set of servers.
 //     The request reaches it under an id of the front's (never the
 //     client's, so two clients' equal ids never meet), and its answer goes
-//     back on the POST that carried it with the client's id, as JSON. A
+//     back on the POST that carried it with the client's id: as an SSE
+//     stream when the POST accepts text/event-stream, else as JSON. A
 //     POST whose client goes away cancels its request
 //     (notifications/cancelled).
 //   - A request's progress token (_meta.progressToken) reaches the session
@@ -45,7 +46,7 @@ import (
 //     notifications/progress for it go back on that POST, with the
 //     client's token: the POST is then answered as an SSE stream (every
 //     POST accepts text/event-stream, front.go), the notifications first,
-//     the answer last. A POST without a progress token is answered JSON.
+//     the answer last.
 //   - subscriptions/listen is served as an SSE stream that lasts until
 //     the client goes away (its request is then cancelled) or the
 //     session ends: the
@@ -204,6 +205,12 @@ func (f *Front) stateless(w http.ResponseWriter, r *http.Request, principal *Pri
 	}
 	if stream != nil && stream.started {
 		stream.send(ans)
+		return
+	}
+	if sse {
+		// A client that takes a stream gets its answer as one, as a
+		// go-sdk server answers it: MCP lets the server choose.
+		(&sseWriter{w: w}).send(ans)
 		return
 	}
 	b, err := jsonrpc.EncodeMessage(ans)

@@ -86,6 +86,34 @@ func ConformanceSuite(t testing.TB) []string {
 	return []string{node, entry}
 }
 
+// node22Modules holds the newest conformance suite and the Node 22 it
+// runs on (make conformance22-deps).
+const node22Modules = ".cache/node22/node_modules"
+
+// ConformanceSuite22 returns the argv that runs the newest release of the
+// official MCP conformance suite (the first with the scenarios of MCP
+// 2026-07-28) on the Node 22 installed beside it in .cache/node22 at the
+// module root. Missing dependencies are handled as in [EverythingServer],
+// with the hint to run make conformance22-deps.
+func ConformanceSuite22(t testing.TB) []string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("mcptest: %v", err)
+	}
+	mods := filepath.Join(root, filepath.FromSlash(node22Modules))
+	node := filepath.Join(mods, "node", "bin", "node")
+	entry, err := packageBin(filepath.Join(mods, "@modelcontextprotocol", "conformance"))
+	if _, nerr := os.Stat(node); err != nil || nerr != nil {
+		msg := fmt.Sprintf("the conformance suite on Node 22 is not installed under %s", mods)
+		if os.Getenv(skipInteropEnv) == "1" {
+			t.Skipf("mcptest: %s (skipping: %s=1)", msg, skipInteropEnv)
+		}
+		t.Fatalf("mcptest: %s; run `make conformance22-deps` (or set %s=1 to skip interop tests)", msg, skipInteropEnv)
+	}
+	return []string{node, entry}
+}
+
 // goConformanceServerPkg is the go-sdk's server for the conformance suite.
 const goConformanceServerPkg = "github.com/modelcontextprotocol/go-sdk/conformance/everything-server"
 
