@@ -163,18 +163,21 @@
 // refused and never fed ([MirrorAheadError]), so two streams never mix in
 // one mirror. The consumer's acknowledgements are what the mirror is
 // known to hold: [Store.MirrorLag] reads from them, on the host, how far
-// the mirror is behind. One gap is known and not closed by aegis: with
-// the nats-server of go.mod (2.15.2), the hub's pull that follows a
-// request to the host that timed out (the host linked after the mirror
-// was made, the usual order) can skip a message. The consumer's reset
-// answers with what it delivered, and a message it delivered before the
-// mirror listened again is taken as already there: the mirror then lacks
-// it (seen under load, about one start in twenty: the mirror begins at
-// message 2). Readers of the mirror report it as damage when they read
-// across it. A reader of a host's mirror (hubread.go) reads it from a
-// position on, as [Store.Replay] reads the stream, and a [MirrorIndex]
-// keeps the index of a mirror in a private folder on the reading machine,
-// a cache checked against the mirror like the store's.
+// the mirror is behind. A reset skips nothing: the hub pulls anew after
+// a reset of the consumer (its first request timed out because the host
+// linked after the mirror was made, or the link came back) and takes the
+// reset's answer as what it already holds; the consumer answers with the
+// reset point itself (nats-server 2.15.3, which go.mod names; 2.15.2 read
+// what it had delivered after the reset, so a message sent out before
+// the mirror listened again counted as held and the mirror lacked it for
+// good: about one start in twenty under load). A message sent out in that
+// window reaches the mirror with a gap in the delivery numbers, and the
+// mirror asks again. A mirror filled by an aegis built with 2.15.2 may
+// lack such a message: readers of the mirror report it as damage when
+// they read across it. A reader of a host's mirror (hubread.go) reads it
+// from a position on, as [Store.Replay] reads the stream, and a
+// [MirrorIndex] keeps the index of a mirror in a private folder on the
+// reading machine, a cache checked against the mirror like the store's.
 //
 // The anchor log's witness client (events/witness) speaks C2SP
 // tlog-witness to a witness's add-checkpoint endpoint; the hub's mirror

@@ -20,6 +20,13 @@ package events
 // to be behind this stream, the consumer has one message out at a time,
 // and a mirror found ahead of it is refused: the consumer is deleted, the
 // mirror pulls nothing more from this process, and the log says why.
+//
+// The hub pulls anew after resetting the consumer to what the mirror
+// acknowledged, and takes the reset's answer as what the mirror holds.
+// The embedded nats-server (2.15.3 on) answers with the reset point
+// itself, so a message the consumer sends out before the mirror listens
+// again is pulled again, never counted as held
+// (TestHubMirrorResetIsAnsweredWithItsResetPoint).
 
 import (
 	"context"

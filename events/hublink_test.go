@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aegis-dev/aegis/events/hubtest"
+	"github.com/aegis-dev/aegis/schemas"
 )
 
 // linkCut is a TCP relay between a leaf and a hub node whose link the test
@@ -219,17 +220,14 @@ func TestHubMirrorOfAHostNameUsedAgainIsRefused(t *testing.T) {
 	ctx := context.Background()
 	nc, js := h.JetStream(ctx)
 	defer nc.Close()
-	old, err := Open(ctx, Config{Dir: filepath.Join(t.TempDir(), "state"), Hub: &HubConfig{URLs: h.LeafURLs(), Host: "laptop-1"}})
-	if err != nil {
+	// Enrolled first, as an admin does: the host links after the mirror
+	// was made, so the mirror's first request to it times out and it
+	// pulls after a reset of the host's consumer.
+	if _, err := Enroll(ctx, HubAdmin{URLs: h.ClientURLs()}, "laptop-1", EnrollOptions{Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
-	// Enrolled once the host has linked, so that the mirror's first pull
-	// finds the host's consumer: a mirror whose first pull timed out
-	// before the link may skip the stream's first message (the gap
-	// doc.go describes, which this test once met); what this test is
-	// about is the reuse of the name.
-	time.Sleep(time.Second)
-	if _, err := Enroll(ctx, HubAdmin{URLs: h.ClientURLs()}, "laptop-1", EnrollOptions{Replicas: 3}); err != nil {
+	old, err := Open(ctx, Config{Dir: filepath.Join(t.TempDir(), "state"), Hub: &HubConfig{URLs: h.LeafURLs(), Host: "laptop-1"}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	appendNotes(t, old, 40)
@@ -341,6 +339,71 @@ func TestHubMirrorConsumerFollowsTheHostName(t *testing.T) {
 		}
 		if err := st.Close(ctx); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// The hub's mirror pulls after a reset of the host's consumer (each time
+// it asks again: a request that timed out because the host linked after
+// the mirror was made, a link that comes back) and takes what the reset's
+// answer calls delivered as already stored. A message the consumer sends
+// out between the reset and its answer, while the mirror is not yet
+// listening again, must not be counted there: the mirror would skip it
+// for good (a mirror that began at message 2, seen about one start in
+// twenty under load). So the answer names the reset point itself, however
+// the consumer's delivery races it: here a listener keeps the consumer
+// delivering and a writer keeps waking it while the resets come.
+func TestHubMirrorResetIsAnsweredWithItsResetPoint(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(ctx, Config{Dir: filepath.Join(t.TempDir(), "state"), Hub: &HubConfig{URLs: []string{"nats://127.0.0.1:1"}, Host: "laptop-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(ctx)
+	listener, err := st.nc.Subscribe(MirrorDeliverSubject("laptop-1"), func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Unsubscribe()
+	appendNotes(t, st, 5)
+	stop, written := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(written)
+		session, err := st.NewSession()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ev, err := st.NewEvent(session, schemas.KindNote, map[string]any{"text": "meanwhile"})
+			if err == nil {
+				var r *Receipt
+				if r, err = st.Enqueue(ev); err == nil {
+					_, err = r.Wait(ctx)
+				}
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-written }()
+	// About one reset in ten was answered past its point with nats-server
+	// 2.15.2 on a 2-core machine: 200 miss none of those.
+	for i := range 200 {
+		resp, err := st.js.ResetConsumer(ctx, StreamName, MirrorConsumer)
+		if err != nil {
+			t.Fatalf("reset %d: %v", i, err)
+		}
+		if resp.Delivered.Stream != resp.ResetSeq-1 || resp.Delivered.Consumer != 0 {
+			t.Fatalf("reset %d to message %d is answered as delivered up to message %d (delivery %d): a mirror would take message %d as stored and never pull it",
+				i, resp.ResetSeq, resp.Delivered.Stream, resp.Delivered.Consumer, resp.ResetSeq)
 		}
 	}
 }

@@ -42,6 +42,9 @@ func TestWitnessedCutIsTamperedWithSidecarAndHubMirrorRewritten(t *testing.T) {
 	ctx := context.Background()
 	nc, js := h.JetStream(ctx)
 	defer nc.Close()
+	if _, err := events.Enroll(ctx, events.HubAdmin{URLs: h.ClientURLs()}, host, events.EnrollOptions{Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
 	// witnesses: in the policy, as a deployment would name them.
 	l := newLive(t, "version: 1\nwitnesses: |\n  "+w.PolicyLine("w1")+"  quorum w1\n")
 	pub := l.publicKey()
@@ -60,14 +63,6 @@ func TestWitnessedCutIsTamperedWithSidecarAndHubMirrorRewritten(t *testing.T) {
 		"--policy", l.policy, "--checkpoint-lines", "2", "--witness-interval", "100ms",
 		"--hub", strings.Join(h.LeafURLs(), ","), "--host", host, "--", filepath.Join(l.bin, "aegis-example-server")))
 	wp.initialize()
-	// Enrolled once the host has linked: the mirror's first pull then
-	// finds the host's consumer. (A mirror made before the host links
-	// may skip the stream's first message on its next pull, a known gap
-	// of the nats-server durable source that events/doc.go describes;
-	// this test is about the anchor log, not that.)
-	if _, err := events.Enroll(ctx, events.HubAdmin{URLs: h.ClientURLs()}, host, events.EnrollOptions{Replicas: 1}); err != nil {
-		t.Fatal(err)
-	}
 	for i := range 3 {
 		wp.call(i+1, "tools/call", `{"name":"echo","arguments":{"message":"x"}}`)
 	}
