@@ -34,7 +34,10 @@ func TestHTTPGatewayOutlastsAConnectionFlood(t *testing.T) {
 	t.Parallel() // it mostly waits on processes: beside the others
 	l := newLive(t, "")
 	h := l.httpGatewayUnder([]string{"sh", "-c", `ulimit -n 320 && exec "$0" "$@"`}, gatewayConfig(l.bin),
-		"--max-sessions", "2", "--header-timeout", "4s") // longer than dialing the flood takes on a busy machine
+		// Longer than dialing the flood takes on a busy machine: at 4 s, a
+		// full make test's load once let the first connections time out
+		// (and free their places) before the client below came.
+		"--max-sessions", "2", "--header-timeout", "10s")
 	m := connCapRE.FindStringSubmatch(h.stderr.String())
 	if m == nil {
 		t.Fatalf("no word of the lowered connection cap:\n%s", h.stderr.String())
@@ -45,6 +48,7 @@ func TestHTTPGatewayOutlastsAConnectionFlood(t *testing.T) {
 	}
 	addr := strings.TrimPrefix(strings.TrimSuffix(h.url, "/mcp"), "http://")
 	var flood []net.Conn
+	began := time.Now()
 	for range 600 {
 		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 		if err != nil {
@@ -56,6 +60,9 @@ func TestHTTPGatewayOutlastsAConnectionFlood(t *testing.T) {
 	}
 	// A client with the token, during the flood, is told at once.
 	start := time.Now()
+	if d := time.Since(began); d >= 10*time.Second {
+		t.Fatalf("dialing the flood took %v, longer than the header timeout: the test cannot tell a full gateway from one whose flood timed out", d)
+	}
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +79,7 @@ func TestHTTPGatewayOutlastsAConnectionFlood(t *testing.T) {
 		t.Fatalf("a client during the flood: %d %q, want 503 naming --max-conns", resp.StatusCode, body)
 	}
 	// The header timeout ends the flood: a client is served again.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	var cs *mcp.ClientSession
 	for cs == nil {
