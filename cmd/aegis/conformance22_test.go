@@ -61,19 +61,7 @@ func TestConformance2026SuiteThroughTheGateway(t *testing.T) {
 		waitHTTP(t, "http://127.0.0.1:"+port+"/mcp")
 		direct, dout := serverScenarios(t, suite, "http://127.0.0.1:"+port+"/mcp")
 
-		h := l.httpGateway(`version: 1
-servers:
-  everything:
-    command: `+server+`
-    prefix: false
-profiles:
-  all:
-    allow: ["everything.*"]
-    prompts: ["everything.*"]
-    resources: ["test://static-text", "test://static-binary", "test://watched-resource", "test://template/**"]
-activation:
-  default_profile: all
-`, "--listen-without-token", "--protocol", "2026-07-28")
+		h := l.httpGateway(conformanceConfig(server), "--listen-without-token", "--protocol", "2026-07-28")
 		through, tout := serverScenarios(t, suite, h.url)
 		h.stop()
 		dp, df := totals(direct)

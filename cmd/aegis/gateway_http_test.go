@@ -384,19 +384,7 @@ func TestConformanceSuiteThroughTheHTTPGateway(t *testing.T) {
 	direct := runConformance(t, suite, "http://127.0.0.1:"+port+"/mcp")
 
 	// The same server behind aegis.
-	h := l.httpGateway(`version: 1
-servers:
-  everything:
-    command: `+server+`
-    prefix: false
-profiles:
-  all:
-    allow: ["everything.*"]
-    prompts: ["everything.*"]
-    resources: ["test://static-text", "test://static-binary", "test://watched-resource", "test://template/**"]
-activation:
-  default_profile: all
-`, "--listen-without-token")
+	h := l.httpGateway(conformanceConfig(server), "--listen-without-token")
 	if !strings.Contains(h.stderr.String(), "warning: --listen-without-token") {
 		t.Errorf("no warning about serving without a token:\n%s", h.stderr.String())
 	}
@@ -598,4 +586,23 @@ func TestTokenFileRefusals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// conformanceConfig is the gateway file of the conformance suite's
+// everything server (command server), every feature it has allowed, under
+// its own names.
+func conformanceConfig(server string) string {
+	return `version: 1
+servers:
+  everything:
+    command: ` + server + `
+    prefix: false
+profiles:
+  all:
+    allow: ["everything.*"]
+    prompts: ["everything.*"]
+    resources: ["test://static-text", "test://static-binary", "test://watched-resource", "test://template/**"]
+activation:
+  default_profile: all
+`
 }

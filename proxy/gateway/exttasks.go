@@ -135,19 +135,7 @@ const extMethod = "aegis/ext-tasks"
 // plainOverHTTP under its extra, run under ctx, the SDK's context of the
 // request.
 func (t *tasker) extOfHTTP(ctx context.Context, req mcp.Request) (mcp.Result, error) {
-	h, err := t.keptHTTP(req, extMethod)
-	if err != nil {
-		return nil, err
-	}
-	res, err := t.extHandle(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(res)
-	if err != nil {
-		return nil, err
-	}
-	return &rawResult{CallToolResult: &mcp.CallToolResult{}, raw: b}, nil
+	return t.answerHTTP(ctx, req, extMethod, t.extHandle)
 }
 
 // extServes reports whether the extension serves request r (see the

@@ -409,11 +409,18 @@ const maxPlainHTTP = 4096
 // by plainOverHTTP under its extra, run under ctx, the SDK's context of
 // the request.
 func (t *tasker) plainOfHTTP(ctx context.Context, req mcp.Request) (mcp.Result, error) {
-	h, err := t.keptHTTP(req, plainMethod)
+	return t.answerHTTP(ctx, req, plainMethod, t.handle)
+}
+
+// answerHTTP answers a request of method (plainMethod, extMethod): the
+// host's request kept under its extra, handled under ctx, the SDK's
+// context of the request, its answer as the handler made it.
+func (t *tasker) answerHTTP(ctx context.Context, req mcp.Request, method string, handle func(context.Context, rpcFrame) (any, error)) (mcp.Result, error) {
+	h, err := t.keptHTTP(req, method)
 	if err != nil {
 		return nil, err
 	}
-	res, err := t.handle(ctx, h)
+	res, err := handle(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -422,8 +429,14 @@ func (t *tasker) plainOfHTTP(ctx context.Context, req mcp.Request) (mcp.Result, 
 		return &rawResult{CallToolResult: &mcp.CallToolResult{}, raw: v}, nil
 	case mcp.Result:
 		return v, nil
+	case map[string]any:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		return &rawResult{CallToolResult: &mcp.CallToolResult{}, raw: b}, nil
 	}
-	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: no answer to tools/call (%T)", res)}
+	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: no answer to %s (%T)", h.Method, res)}
 }
 
 // keptHTTP takes the host's request that plainOverHTTP kept under the
