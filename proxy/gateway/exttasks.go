@@ -55,7 +55,10 @@ import (
 //     extension requires, and act only on such tasks. tasks/cancel is
 //     recorded (call.cancelled) before the server is asked.
 //   - Bounded: the tasks the gateway remembers are the task map's
-//     (maxTasks); at most maxExtAsks requests of a server wait in one task.
+//     (maxTasks); at most maxExtAsks requests of a server wait in one task;
+//     the finished tasks' results kept for tasks/get stay within
+//     extResultBytes in all (the oldest finished tasks are forgotten
+//     first; tasks/get then answers their ids as unknown).
 //   - The server's notifications/tasks/status for such a task are not
 //     forwarded (their shape is 2025-11-25's; the extension's host polls).
 //   - A server's request is put to the host only as the capabilities of
@@ -258,15 +261,7 @@ func (t *tasker) extCall(ctx context.Context, h rpcFrame, proto string) (any, er
 			asks: map[string]*ask{}, answered: map[string]bool{}}
 		t.mu.Lock()
 		x.gid = t.tasks.create(x.e)
-		if t.ext == nil {
-			t.ext = extTasks{}
-		}
-		for id := range t.ext {
-			if _, ok := t.tasks.created.m[id]; !ok {
-				delete(t.ext, id) // forgotten by the task map (maxTasks)
-			}
-		}
-		t.ext[x.gid] = x
+		t.extAddLocked(x)
 		t.mu.Unlock()
 		t.extDrive(x)
 		return extTaskJSON(x.gid, created.Task, "task"), nil
@@ -318,14 +313,85 @@ func (t *tasker) extDrive(x *extTask) {
 				}
 			}
 		}
-		x.mu.Lock()
-		x.status, x.result, x.rpcErr = status, raw, rpcErr
-		for k, a := range x.asks {
-			a.reply <- askReply{err: errCallEnded}
-			delete(x.asks, k)
-		}
-		x.mu.Unlock()
+		t.extDone(x, status, raw, rpcErr)
 	}()
+}
+
+// extResultBytes bounds the results the extension's finished tasks keep
+// for tasks/get, in all.
+const extResultBytes = 64 << 20
+
+// extAddLocked keeps task x, just created; t.mu is held.
+func (t *tasker) extAddLocked(x *extTask) {
+	if t.ext == nil {
+		t.ext = extTasks{}
+	}
+	t.ext[x.gid] = x
+	t.extOrder = append(t.extOrder, x.gid)
+	t.extTrimLocked()
+}
+
+// extDone keeps how task x ended: its status, and its result or error;
+// the server's requests still waiting in it are answered that the call
+// ended.
+func (t *tasker) extDone(x *extTask, status string, raw json.RawMessage, rpcErr *jsonrpc.Error) {
+	x.mu.Lock()
+	x.status, x.result, x.rpcErr = status, raw, rpcErr
+	for k, a := range x.asks {
+		a.reply <- askReply{err: errCallEnded}
+		delete(x.asks, k)
+	}
+	x.mu.Unlock()
+	t.mu.Lock()
+	if t.ext[x.gid] == x {
+		t.extBytes += len(raw)
+	}
+	t.extTrimLocked()
+	t.mu.Unlock()
+}
+
+// extTrimLocked forgets the tasks the task map forgot (maxTasks), and the
+// oldest finished tasks while their results pass extResultBytes (or
+// t.extLimit): tasks/get then answers their ids as unknown. A task still
+// working is never forgotten here. t.mu is held.
+func (t *tasker) extTrimLocked() {
+	limit := t.extLimit
+	if limit <= 0 {
+		limit = extResultBytes
+	}
+	kept := t.extOrder[:0]
+	over := t.extBytes > limit
+	for _, id := range t.extOrder {
+		x := t.ext[id]
+		if x == nil {
+			continue
+		}
+		if _, ok := t.tasks.created.m[id]; !ok {
+			t.extForgetLocked(x)
+			continue
+		}
+		if over {
+			x.mu.Lock()
+			done := x.status != ""
+			x.mu.Unlock()
+			if done {
+				t.extForgetLocked(x)
+				over = t.extBytes > limit
+				continue
+			}
+		}
+		kept = append(kept, id)
+	}
+	clear(t.extOrder[len(kept):])
+	t.extOrder = kept
+}
+
+// extForgetLocked forgets task x; t.mu is held.
+func (t *tasker) extForgetLocked(x *extTask) {
+	delete(t.ext, x.gid)
+	x.mu.Lock()
+	t.extBytes -= len(x.result)
+	x.mu.Unlock()
 }
 
 // asJSONRPC sets *out to err's JSON-RPC error, if it is one.

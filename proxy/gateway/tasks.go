@@ -100,8 +100,13 @@ type tasker struct {
 	hostTasks *taskTable[string]                 // task id the host gave -> the server that asked
 	asks      map[string]context.CancelCauseFunc // server + request id -> cancel
 
-	// ext are the tasks of 2026-07-28 hosts (exttasks.go).
-	ext extTasks
+	// ext are the tasks of 2026-07-28 hosts (exttasks.go), extOrder
+	// their ids, oldest first, extBytes the bytes of their results, and
+	// extLimit the bound of those (0: extResultBytes).
+	ext      extTasks
+	extOrder []string
+	extBytes int
+	extLimit int
 }
 
 func (g *gateway) initTasks(ctx context.Context) {
