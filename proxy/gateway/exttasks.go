@@ -183,7 +183,13 @@ func (t *tasker) extHandle(ctx context.Context, h rpcFrame) (any, error) {
 		proto = extVersion(v)
 	}
 	if h.Method == "tools/call" {
-		return t.extCall(context.WithValue(ctx, protocolKey{}, proto), h, proto)
+		res, err := t.extCall(context.WithValue(ctx, protocolKey{}, proto), h, proto)
+		if r, ok := res.(*mcp.CallToolResult); ok {
+			// The gateway's own result (a refusal), as to any 2026-07-28
+			// host: resultType complete.
+			return typedResult{r}, err
+		}
+		return res, err
 	}
 	id := taskIDOf(h.Params)
 	t.mu.Lock()
@@ -254,6 +260,17 @@ func (t *tasker) extCall(ctx context.Context, h rpcFrame, proto string) (any, er
 			Task map[string]json.RawMessage `json:"task"`
 		}
 		sid := createdTaskID(raw)
+		if sid == "" {
+			if _, ok := memberAt(raw, "task"); !ok {
+				// The server answered at once, without a task: the host
+				// takes a plain result as well.
+				out := t.relatedToHost(e.server, raw)
+				if b, err := withMembers(out, json.RawMessage(`"complete"`), nil); err == nil {
+					out = b
+				}
+				return out, nil
+			}
+		}
 		if sid == "" || json.Unmarshal(raw, &created) != nil || created.Task == nil {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("aegis: server %s answered a task-augmented call with an unreadable task", e.server)}
 		}
