@@ -166,7 +166,13 @@ func signalWhileStarting(t *testing.T, cmd string) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Wait() }()
-	time.Sleep(time.Second) // let it reach the blocking read
+	// Once it has opened the index head it has its signal handlers (they
+	// come before the state directory is opened), and its read of the
+	// head blocks: a sleep of a second was too short under a full make
+	// test's load, and the signal killed the process before it handled
+	// signals (exit by the signal, not 143).
+	head := fifoReader(t, filepath.Join(l.state, events.IndexDir, "index.v1.head"), 30*time.Second)
+	defer head.Close()
 	c.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-done:

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // mkfifo makes a named pipe at path.
@@ -14,6 +15,27 @@ func mkfifo(t *testing.T, path string) {
 	t.Helper()
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fifoReader waits, up to d, until a process has opened the named pipe at
+// path for reading, and opens it for writing so that the reader's open
+// returns and its read blocks. It returns the write end, for the caller
+// to close.
+func fifoReader(t *testing.T, path string, d time.Duration) *os.File {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		// Without a reader, a non-blocking open for writing fails with
+		// ENXIO.
+		fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err == nil {
+			return os.NewFile(uintptr(fd), path)
+		}
+		if err != syscall.ENXIO || time.Now().After(deadline) {
+			t.Fatalf("no reader opened %s within %v: %v", path, d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
