@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -60,12 +61,20 @@ func TestAnchorLogHoldsEveryRecordCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		prior := fileLines(t, audit)
 		s, err := projector.OpenSession(ctx, projector.SessionConfig{Store: st, Key: key, AuditPath: audit, Anchor: a,
 			Checkpoints: projector.CheckpointPolicy{Lines: 3}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		calls(t, s, 2+run)
+		for k := range 2 + run {
+			calls(t, s, 1)
+			// The record's writer signs a checkpoint after a batch of
+			// lines that brings 3 or more: let each call's lines be
+			// written before the next, or a fast writer takes the
+			// session's lines in one batch and signs once, at Close.
+			waitFileLines(t, audit, prior+1+2*(k+1))
+		}
 		if err := s.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -154,6 +163,41 @@ func TestAnchorLogThatDoesNotAddUpIsRefused(t *testing.T) {
 
 // appendLeaf appends to a a record checkpoint of i lines of a record "/x"
 // as a session would, its event's entry index given by index.
+// fileLines is the number of lines of the file at path (0 when there is
+// none).
+func fileLines(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return bytes.Count(b, []byte("\n"))
+}
+
+// waitFileLines waits until the file at path has at least n lines.
+func waitFileLines(t *testing.T, path string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); fileLines(t, path) < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has %d lines, not %d, after 30 s", path, fileLines(t, path), n)
+		}
+	}
+}
+
+// caughtUpAnchor opens st's anchor log under key and waits until it has
+// folded the stream.
+func caughtUpAnchor(t *testing.T, ctx context.Context, st *events.Store, key projector.PrivateKey) *projector.Anchor {
+	t.Helper()
+	a, err := projector.OpenAnchor(st, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func appendLeaf(t *testing.T, st *events.Store, sess string, key projector.PrivateKey, a *projector.Anchor, i int64, index func(int64) int64) error {
 	t.Helper()
 	ctx := context.Background()
@@ -192,17 +236,7 @@ func TestAnchorStartsFromItsSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	same := func(i int64) int64 { return i }
-	open := func() *projector.Anchor {
-		t.Helper()
-		a, err := projector.OpenAnchor(st, key, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Wait(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
+	open := func() *projector.Anchor { return caughtUpAnchor(t, ctx, st, key) }
 	a := open()
 	for i := range int64(n) {
 		if err := appendLeaf(t, st, sess, key, a, i+1, same); err != nil {
@@ -455,17 +489,7 @@ func TestAnchorReaderReadsTheCosignaturesFromTheSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := func() *projector.Anchor {
-		t.Helper()
-		a, err := projector.OpenAnchor(st, key, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Wait(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
+	start := func() *projector.Anchor { return caughtUpAnchor(t, ctx, st, key) }
 	a := start()
 	for i := range int64(n) {
 		if err := appendLeaf(t, st, sess, key, a, i+1, func(i int64) int64 { return i }); err != nil {
