@@ -111,6 +111,14 @@ func loadLeaves(t *testing.T, stores []*Store, counts []atomic.Int64, stop chan 
 						return
 					}
 					counts[i].Add(1)
+					// A steady load, not a flat-out one: 4 writers of
+					// 100 events a second each keep every link busy, and
+					// the test leaves the machine's CPU to the others.
+					select {
+					case <-stop:
+						return
+					case <-time.After(10 * time.Millisecond):
+					}
 				}
 			}()
 		}

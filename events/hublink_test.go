@@ -185,8 +185,12 @@ func TestHubPullsAHostThatLinksAgain(t *testing.T) {
 	pulled := time.Now()
 	t.Logf("link down %v; pulled %v after the link came back (%v after the host linked)",
 		up.Sub(down).Round(time.Millisecond), pulled.Sub(up).Round(time.Millisecond), pulled.Sub(linked).Round(time.Millisecond))
-	if d := pulled.Sub(linked); d > 3*time.Second {
-		t.Errorf("the mirror pulled %v after the host linked again; want about a second", d)
+	// Waiting out the backoff would pull about 9 s after the host linked
+	// (its request gave up 5 s after it was asked, the backoff is 10 s and
+	// more, and the link came back 6 s after the request); about a second
+	// is usual, and a busy machine adds to that.
+	if d := pulled.Sub(linked); d > 6*time.Second {
+		t.Errorf("the mirror pulled %v after the host linked again; want about a second, not its backoff's end", d)
 	}
 	// Once the mirror answered, the consumer has its full window out.
 	c, err := st.js.PushConsumer(ctx, StreamName, MirrorConsumer)
