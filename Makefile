@@ -70,14 +70,18 @@ install:
 # and make test-telemetry builds it and runs the telemetry tests with it.
 TESTFLAGS := -race -count=1 -parallel 8 -timeout 30m
 # The binaries the tests run as processes (aegis, the example server, the
-# test servers, the sandbox's static probe), built once into TESTBIN
+# test servers and hosts, the go-sdk's conformance server and client, the
+# hub's nats-server, the sandbox's static probe), built once into TESTBIN
 # beside the race build and handed to every package's tests in
 # AEGIS_TEST_BINDIR; without it (go test alone) each package builds its
 # own.
 TESTBIN   := $(CURDIR)/.cache/testbin
 TESTBINS  := ./cmd/aegis ./cmd/aegis-example-server ./cmd/aegis/testdata/openkey \
 	./proxy/testdata/rawserver ./proxy/testdata/growserver ./proxy/testdata/taskserver \
-	./proxy/testdata/spawner ./proxy/testdata/pinserver ./proxy/testdata/authclient
+	./proxy/testdata/spawner ./proxy/testdata/pinserver ./proxy/testdata/authclient \
+	./proxy/testdata/floodserver ./cmd/aegis/testdata/stdiohost ./cmd/aegis-demo-client \
+	github.com/nats-io/nats-server/v2 github.com/modelcontextprotocol/go-sdk/conformance/everything-server \
+	github.com/modelcontextprotocol/go-sdk/conformance/everything-client
 LONG      := ./proxy ./cmd/aegis
 # proxy's three 16 MiB frame tests run one at a time, before any of the
 # package's parallel tests may start (see their comments): in a go test of

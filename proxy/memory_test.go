@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
 var (
@@ -20,9 +22,13 @@ var (
 	floodErr  error
 )
 
-// floodServer builds proxy/testdata/floodserver once per test binary run.
+// floodServer builds proxy/testdata/floodserver once per test binary run;
+// under make test it is the one built for every package.
 func floodServer(t testing.TB) string {
 	t.Helper()
+	if p := mcptest.Prebuilt(t, "floodserver"); p != "" {
+		return p
+	}
 	floodOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "aegis-floodserver-")
 		if err != nil {

@@ -127,9 +127,12 @@ done
 		// client does, its server aegis gateway --protocol 2026-07-28 over
 		// stdin and stdout (testdata/stdiohost).
 		stdioDir := t.TempDir()
-		stdio := filepath.Join(stdioDir, "stdiohost")
-		if out, err := exec.Command("go", "build", "-o", stdio, "./testdata/stdiohost").CombinedOutput(); err != nil {
-			t.Fatalf("go build stdiohost: %v\n%s", err, out)
+		stdio := mcptest.Prebuilt(t, "stdiohost")
+		if stdio == "" {
+			stdio = filepath.Join(stdioDir, "stdiohost")
+			if out, err := exec.Command("go", "build", "-o", stdio, "./testdata/stdiohost").CombinedOutput(); err != nil {
+				t.Fatalf("go build stdiohost: %v\n%s", err, out)
+			}
 		}
 		env := []string{"STDIOHOST_AEGIS=" + filepath.Join(l.bin, "aegis"), "STDIOHOST_DIR=" + stdioDir, "STDIOHOST_PROTOCOL=2026-07-28"}
 		direct, dout := clientScenarios(t, suite, client, scenarios, nil)

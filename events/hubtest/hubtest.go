@@ -33,10 +33,19 @@ var (
 
 // natsServer builds the nats-server of go.mod, the stock server a hub
 // runs, once per test binary, into a folder named after this process; the
-// folders of processes that are gone are removed first.
+// folders of processes that are gone are removed first. Under make test it
+// is the one built for every package (AEGIS_TEST_BINDIR).
 func natsServer(t testing.TB) string {
 	t.Helper()
 	natsServerOnce.Do(func() {
+		if d := os.Getenv("AEGIS_TEST_BINDIR"); d != "" {
+			// Built by make test for every package's tests (TESTBINS).
+			natsServerBin = filepath.Join(d, "nats-server")
+			if _, err := os.Stat(natsServerBin); err != nil {
+				natsServerErr = fmt.Errorf("nats-server is not among the binaries of AEGIS_TEST_BINDIR: add its package to TESTBINS in the Makefile (%v)", err)
+			}
+			return
+		}
 		const prefix = "aegis-nats-server-"
 		old, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
 		for _, d := range old {

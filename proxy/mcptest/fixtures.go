@@ -114,15 +114,37 @@ func ConformanceSuite22(t testing.TB) []string {
 	return []string{node, entry}
 }
 
+// Prebuilt returns the path of the named binary among those make test
+// builds once for every package's tests (AEGIS_TEST_BINDIR, TESTBINS in
+// the Makefile), or "" when the tests run without it (go test alone), and
+// the caller builds its own. A name missing there fails the test, with
+// what to do.
+func Prebuilt(t testing.TB, name string) string {
+	t.Helper()
+	d := os.Getenv("AEGIS_TEST_BINDIR")
+	if d == "" {
+		return ""
+	}
+	p := filepath.Join(d, name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("mcptest: %s is not among the binaries of AEGIS_TEST_BINDIR: add its package to TESTBINS in the Makefile (%v)", name, err)
+	}
+	return p
+}
+
 // goConformanceServerPkg is the go-sdk's server for the conformance suite.
 const goConformanceServerPkg = "github.com/modelcontextprotocol/go-sdk/conformance/everything-server"
 
 // GoConformanceServer builds the go-sdk's conformance everything-server
 // (the module's go-sdk version) into a directory from t.TempDir and
 // returns its path: without flags it serves stdio, with
-// -http=ADDR -stateless=false streamable HTTP.
+// -http=ADDR -stateless=false streamable HTTP. Under make test it is the
+// one built for every package.
 func GoConformanceServer(t testing.TB) string {
 	t.Helper()
+	if p := Prebuilt(t, "everything-server"); p != "" {
+		return p
+	}
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatalf("mcptest: %v", err)
@@ -142,9 +164,12 @@ const goConformanceClientPkg = "github.com/modelcontextprotocol/go-sdk/conforman
 // GoConformanceClient builds the go-sdk's conformance everything-client
 // (the module's go-sdk version) into a directory from t.TempDir and
 // returns its path: the suite's client mode runs it with the scenario's
-// server url.
+// server url. Under make test it is the one built for every package.
 func GoConformanceClient(t testing.TB) string {
 	t.Helper()
+	if p := Prebuilt(t, "everything-client"); p != "" {
+		return p
+	}
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatalf("mcptest: %v", err)

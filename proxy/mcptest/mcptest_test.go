@@ -383,15 +383,18 @@ func testSlowCapped(t *testing.T, argv []string) {
 // testDemoClient builds cmd/aegis-demo-client and runs it against the
 // example server and against a command that is not an MCP server.
 func testDemoClient(t *testing.T, argv []string) {
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "aegis-demo-client")
-	build := exec.Command("go", "build", "-o", bin, "github.com/aegis-dev/aegis/cmd/aegis-demo-client")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build aegis-demo-client: %v\n%s", err, out)
+	bin := Prebuilt(t, "aegis-demo-client")
+	if bin == "" {
+		root, err := moduleRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin = filepath.Join(t.TempDir(), "aegis-demo-client")
+		build := exec.Command("go", "build", "-o", bin, "github.com/aegis-dev/aegis/cmd/aegis-demo-client")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build aegis-demo-client: %v\n%s", err, out)
+		}
 	}
 
 	cases := []struct {
