@@ -25,9 +25,13 @@ const skipInteropEnv = "AEGIS_SKIP_INTEROP"
 // ExampleServer builds cmd/aegis-example-server with `go build` into a
 // directory from t.TempDir and returns the argv that runs it. It fails the
 // test if the build fails. Call it once per test and share the argv between
-// subtests, as each call builds anew.
+// subtests, as each call builds anew (under make test it is the one built
+// for every package).
 func ExampleServer(t testing.TB) []string {
 	t.Helper()
+	if p := Prebuilt(t, "aegis-example-server"); p != "" {
+		return []string{p}
+	}
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatalf("mcptest: %v", err)
