@@ -161,8 +161,13 @@ func TestConsoleChecksARecordInWritingHonestly(t *testing.T) {
 	c := loginClient(t, con)
 	checks := map[string]console.RecordRow{}
 	// Two checks, recordEvery apart, each racing a session that appends
-	// a line and a checkpoint as fast as it can answer.
+	// a line and a checkpoint every few milliseconds, not as fast as the
+	// machine can answer: the test lasts recordEvery whatever the pace,
+	// and beside the other tests calls at full speed took the CPU that
+	// the check must race. The page is read a few times a second: each
+	// read makes the console gather its whole state.
 	deadline := time.Now().Add(55 * time.Second)
+	var polled time.Time
 	for id := 1; len(checks) < 2; id++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d checks in 55 s", len(checks))
@@ -170,6 +175,11 @@ func TestConsoleChecksARecordInWritingHonestly(t *testing.T) {
 		if a := w.call(id, "tools/call", fmt.Sprintf(`{"name":"echo","arguments":{"message":"m%d"}}`, id)); !strings.Contains(a, fmt.Sprintf("m%d", id)) {
 			t.Fatalf("echo: %s", a)
 		}
+		time.Sleep(5 * time.Millisecond)
+		if time.Since(polled) < 250*time.Millisecond {
+			continue
+		}
+		polled = time.Now()
 		var st struct {
 			Records []console.RecordRow `json:"records"`
 		}
