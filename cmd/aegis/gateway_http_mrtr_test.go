@@ -139,14 +139,18 @@ func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 	if b, _ := json.Marshal(res); !strings.Contains(string(b), "sampled over http") {
 		t.Fatalf("sampling result: %s", b)
 	}
-	// The call's progress, under the host's own token, on its POST.
-	p := &mcp.CallToolParams{Name: "everything__trigger-long-running-operation", Arguments: map[string]any{"duration": 1, "steps": 2}}
+	// The call's progress, under the host's own token, on its POST: every
+	// notification, though the server writes them back to back with its
+	// answer (the SDK hands the gateway the answer ahead of them; the
+	// POST's stream ends with the answer).
+	p := &mcp.CallToolParams{Name: "everything__trigger-long-running-operation", Arguments: map[string]any{"duration": 0, "steps": 12}}
 	p.SetProgressToken("http-progress")
 	if _, err := cs.CallTool(ctx, p); err != nil {
 		t.Fatalf("a call with progress: %v", err)
 	}
-	within(progress, "progress of the call")
-	within(progress, "second progress of the call")
+	for i := range 12 {
+		within(progress, fmt.Sprintf("progress %d of 12 of the call", i+1))
+	}
 	// The tasks extension: a call that declares it, of a tool that runs
 	// as a task, is the extension's task; tasks/get (its Mcp-Name the
 	// task id) shows the result inline once the server has given it.

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aegis-dev/aegis/proxy/reading"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -118,6 +119,14 @@ type hostKey struct{}
 // sent before its answer after it has handed over the answer.
 const progressGrace = 2 * time.Second
 
+// progressDrain bounds how long a call's answer waits for the progress
+// notifications that its server sent before it (read, and not yet
+// handed to the host): the SDK hands its client the answer at once, and
+// the notifications on a queue of their own, so that the answer would
+// otherwise overtake them, and a host whose stream ends with the answer
+// (a stateless host over HTTP) would never get them.
+const progressDrain = time.Second
+
 // relistTimeout bounds the listing that a server's list_changed asks for.
 const relistTimeout = 30 * time.Second
 
@@ -202,6 +211,8 @@ type forwarder struct {
 	calls      map[string]map[*mcp.ServerSession]int // server -> host session -> calls in flight
 	callCtx    map[string]map[uint64]hostCall        // server -> gen -> a call in flight
 	progress   map[routeKey]hostRoute                // (server, token) -> host session of the call
+	unsent     map[routeKey]int                      // progress read from a local server and not yet handed on
+	sent       chan struct{}                         // closed (and replaced) when an unsent count falls
 	upProgress map[string]upRoute                    // token -> server whose request to the host carries it
 	elicits    map[string]*mcp.ServerSession         // url elicitation id -> host session asked
 	clients    map[string]*mcp.Client                // server -> the gateway's client of it
@@ -213,6 +224,8 @@ func (f *forwarder) init() {
 		f.calls = map[string]map[*mcp.ServerSession]int{}
 		f.callCtx = map[string]map[uint64]hostCall{}
 		f.progress = map[routeKey]hostRoute{}
+		f.unsent = map[routeKey]int{}
+		f.sent = make(chan struct{})
 		f.upProgress = map[string]upRoute{}
 		f.elicits = map[string]*mcp.ServerSession{}
 		f.clients = map[string]*mcp.Client{}
@@ -259,6 +272,9 @@ func (f *forwarder) begin(ctx context.Context, server string, host *mcp.ServerSe
 		f.progress[key] = hostRoute{host, gen, vals}
 	}
 	return func() {
+		if token != nil {
+			f.drainProgress(key)
+		}
 		f.mu.Lock()
 		if f.calls[server][host]--; f.calls[server][host] <= 0 {
 			delete(f.calls[server], host)
@@ -273,6 +289,73 @@ func (f *forwarder) begin(ctx context.Context, server string, host *mcp.ServerSe
 				}
 				f.mu.Unlock()
 			})
+		}
+	}
+}
+
+// progressRead counts a progress notification of server as read, in the
+// order the server wrote it (the gateway's reading of its frames, ahead of
+// the SDK), when a call in flight carries its token: that call's answer
+// waits until the notification was handed on (drainProgress).
+func (f *forwarder) progressRead(server string, token *reading.Value) {
+	var t any
+	switch {
+	case token == nil:
+		return
+	case token.Kind == reading.String:
+		t = token.Str
+	case token.Kind == reading.Number:
+		t = token.Num
+	default:
+		return
+	}
+	key := routeKey{server, tokenKey(t)}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.init()
+	if r, ok := f.progress[key]; ok {
+		if _, live := f.callCtx[server][r.gen]; live { // not a call in its grace
+			f.unsent[key]++
+		}
+	}
+}
+
+// progressSent counts one progress notification of key as handed on (or
+// dropped).
+func (f *forwarder) progressSent(key routeKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unsent[key] > 0 {
+		if f.unsent[key]--; f.unsent[key] == 0 {
+			delete(f.unsent, key)
+		}
+		close(f.sent)
+		f.sent = make(chan struct{})
+	}
+}
+
+// drainProgress waits, at most progressDrain, until every progress
+// notification of key that was read has been handed on; what is still
+// unsent then is forgotten (a notification the SDK refused never reaches
+// its handler).
+func (f *forwarder) drainProgress(key routeKey) {
+	deadline := time.NewTimer(progressDrain)
+	defer deadline.Stop()
+	for {
+		f.mu.Lock()
+		if f.unsent[key] == 0 {
+			f.mu.Unlock()
+			return
+		}
+		sent := f.sent
+		f.mu.Unlock()
+		select {
+		case <-sent:
+		case <-deadline.C:
+			f.mu.Lock()
+			delete(f.unsent, key)
+			f.mu.Unlock()
+			return
 		}
 	}
 }
@@ -507,8 +590,10 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 			}
 		},
 		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
+			key := routeKey{server, tokenKey(req.Params.ProgressToken)}
+			defer f.progressSent(key)
 			f.mu.Lock()
-			r := f.progress[routeKey{server, tokenKey(req.Params.ProgressToken)}]
+			r := f.progress[key]
 			f.mu.Unlock()
 			if r.host == nil {
 				return // no call of a host carries this token

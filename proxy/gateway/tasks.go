@@ -701,6 +701,10 @@ func (t *tasker) serverLine(d *downRaw, text []byte, r rpcRead) bool {
 		return true
 	}
 	switch {
+	case r.method == "notifications/progress":
+		if tok, why := r.params.Get("progressToken"); why == "" {
+			t.g.fw.progressRead(d.server, tok)
+		}
 	case r.method == "notifications/tasks/status":
 		// The status of a task of this server, under the gateway's id of
 		// it; while a task-augmented call to the server is in flight, of
