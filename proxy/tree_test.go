@@ -58,8 +58,12 @@ func (l *leftover) started() int {
 			l.pid = pid
 			return pid
 		}
+		why, _ := os.ReadFile(l.out + ".err")
+		if len(why) > 0 {
+			l.t.Fatalf("the server's background process did not start: %s", why)
+		}
 		if time.Now().After(deadline) {
-			l.t.Fatal("the server's background process never started")
+			l.t.Fatal("the server's background process never started, and the spawner reported nothing: something killed it")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -10,7 +10,9 @@
 // spawner's parent (aegis) instead, to hide among aegis's own processes;
 // with -orphan it is started through an intermediate process that exits at
 // once, so it is orphaned before the server runs. The server starts only
-// once the grandchild has written its pid.
+// once the grandchild has written its pid. What fails in the grandchild or
+// the spawner is also written to FILE.err, for the test to show: the
+// grandchild's stderr goes nowhere.
 package main
 
 import (
@@ -43,6 +45,7 @@ func main() {
 	orphan := flag.Bool("orphan", false, "orphan the grandchild at once")
 	joinPgid := flag.Bool("join-pgid", false, "the grandchild joins the parent's process group")
 	flag.Parse()
+	errFile = *out + ".err"
 	if *out == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: spawner -out FILE [-setsid] [-orphan] [-join-pgid] -- CMD [ARGS...]")
 		os.Exit(2)
@@ -87,6 +90,7 @@ func main() {
 }
 
 func grandchild(args []string) {
+	errFile = args[0] + ".err"
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	if args[1] == "true" {
 		if _, err := syscall.Setsid(); err != nil {
@@ -117,7 +121,16 @@ func self() string {
 	return p
 }
 
+// errFile is where fail writes too ("" until the flags are read).
+var errFile string
+
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "spawner:", err)
+	if errFile != "" {
+		if f, ferr := os.OpenFile(errFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); ferr == nil {
+			fmt.Fprintf(f, "spawner %d: %v\n", os.Getpid(), err)
+			f.Close()
+		}
+	}
 	os.Exit(4)
 }
