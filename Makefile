@@ -83,6 +83,11 @@ TESTBINS  := ./cmd/aegis ./cmd/aegis-example-server ./cmd/aegis/testdata/openkey
 	github.com/nats-io/nats-server/v2 github.com/modelcontextprotocol/go-sdk/conformance/everything-server \
 	github.com/modelcontextprotocol/go-sdk/conformance/everything-client
 LONG      := ./proxy ./cmd/aegis
+# The other packages' longest, which their go test (-p 3) starts first:
+# it starts packages in the order given, and in alphabetical order
+# verifier, one of the longest, came last and ran a minute after every
+# other package had ended, on a machine left half idle.
+FIRST     := ./verifier ./events ./projector ./schemas ./sandbox
 # proxy's three 16 MiB frame tests run one at a time, before any of the
 # package's parallel tests may start (see their comments): in a go test of
 # their own they run beside the rest of the package instead of ahead of it.
@@ -95,7 +100,7 @@ test:
 	@start=$$(date +%s); echo "== make test: vet, builds and installs, side by side"; \
 	$(MAKE) --no-print-directory -j3 --output-sync=target test-prep || exit 1; \
 	prep=$$(( $$(date +%s) - start )); tests=$$(date +%s); export AEGIS_TEST_BINDIR=$(TESTBIN); \
-	rest=$$($(GO) list ./... | grep -v -x $(foreach p,$(LONG),-e $$($(GO) list $(p)))); \
+	rest=$$({ $(GO) list $(FIRST); $(GO) list ./...; } | awk '!seen[$$0]++' | grep -v -x $(foreach p,$(LONG),-e $$($(GO) list $(p)))); \
 	export AEGIS_REQUIRE_BROWSER=1 AEGIS_REQUIRE_TELEMETRY=1 AEGIS_REQUIRE_WITNESS=1; \
 	$(GO) test $(TESTFLAGS) -run '$(PROXY_ALONE)' ./proxy & pids="$$!"; \
 	$(GO) test $(TESTFLAGS) -skip '$(PROXY_ALONE)' ./proxy & pids="$$pids $$!"; \
