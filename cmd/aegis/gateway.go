@@ -150,7 +150,8 @@ kept-alive connection without a request is closed after
 one, and lowers --max-conns (saying so) to keep room for --max-sessions
 sessions' servers and records. --max-sessions (32) sessions at once: at
 the cap the one idle longest (--idle-timeout, 1h, ends one idle that
-long) makes room, and when none is idle a new one is refused with 503.
+long) makes room, and when none is idle within a second a new one is
+refused with 503.
 See docs/http.md.
 
 --oauth-issuer URL makes --listen an OAuth 2.1 resource server instead of

@@ -65,6 +65,10 @@
 //     waits up to 5 s for one to finish, then is refused with 503: no
 //     client, by beginning and ending sessions in a loop, makes aegis run
 //     more than twice MaxSessions sessions' servers.
+//   - At [Config.MaxSessions] an initialize ends the session idle
+//     longest; when every session has a request open it waits up to a
+//     second for one to close (a client sees its answer a moment before
+//     its request counts as closed), then is refused with 503.
 //   - [Session.Ended] says why the front ended a session (deleted,
 //     evicted to make room, idle, shutdown), set before its connection is
 //     closed, so the session's close can record it.

@@ -163,6 +163,9 @@ type Front struct {
 	// time one is done.
 	winding int
 	wound   chan struct{}
+	// freed is closed, and replaced, each time a session's last open
+	// request closes: an initialize at the cap with none idle waits on it.
+	freed chan struct{}
 	// statelessSessions are the stateless sessions, by principal.
 	statelessSessions map[string]*statelessConn
 }
@@ -203,7 +206,7 @@ func New(cfg Config) (*Front, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	f := &Front{cfg: cfg, log: cfg.Logger, store: newReplayStore(), sessions: map[string]*session{}, wound: make(chan struct{}),
+	f := &Front{cfg: cfg, log: cfg.Logger, store: newReplayStore(), sessions: map[string]*session{}, wound: make(chan struct{}), freed: make(chan struct{}),
 		statelessSessions: map[string]*statelessConn{}}
 	f.ctx, f.stop = context.WithCancel(context.Background())
 	f.wg.Add(1)
@@ -445,6 +448,9 @@ func (f *Front) begin(w http.ResponseWriter, r *http.Request, principal *Princip
 		refuse(w, http.StatusServiceUnavailable, fmt.Sprintf("%d ended sessions are still stopping their servers, the most aegis lets wind down at once (--max-sessions); try again in a few seconds", f.cfg.MaxSessions))
 		return
 	}
+	// Clients seldom end their sessions (DELETE): at the cap the one idle
+	// longest makes room, and its client starts anew if it comes back.
+	lru := f.idlest(r.Context())
 	switch {
 	case f.closed:
 		f.mu.Unlock()
@@ -452,14 +458,6 @@ func (f *Front) begin(w http.ResponseWriter, r *http.Request, principal *Princip
 		refuse(w, http.StatusServiceUnavailable, "aegis is stopping")
 		return
 	case len(f.sessions) >= f.cfg.MaxSessions:
-		// Clients seldom end their sessions (DELETE): the one idle
-		// longest makes room, and its client starts anew if it comes back.
-		var lru *session
-		for _, o := range f.sessions {
-			if !o.closed && o.open == 0 && (lru == nil || o.last.Before(lru.last)) {
-				lru = o
-			}
-		}
 		if lru == nil {
 			f.mu.Unlock()
 			conn.Close()
@@ -534,6 +532,46 @@ func (f *Front) roomToWind(ctx context.Context) bool {
 	return true
 }
 
+// busyWait is how long an initialize at the cap waits for a session to
+// have no request open when every one has. A client sees its answer a
+// moment before the request counts as closed, so without it a client that
+// begins a session right after another's answer would find that one busy.
+const busyWait = time.Second
+
+// idlest returns the session idle longest when MaxSessions are open, nil
+// when fewer are (or the front is closed). When every session has a
+// request open it waits up to busyWait (or until ctx is done) for one to
+// become idle, and returns nil if none did. f.mu is held, and released
+// while it waits.
+func (f *Front) idlest(ctx context.Context) *session {
+	deadline := time.Now().Add(busyWait)
+	for {
+		if f.closed || len(f.sessions) < f.cfg.MaxSessions {
+			return nil
+		}
+		var lru *session
+		for _, o := range f.sessions {
+			if !o.closed && o.open == 0 && (lru == nil || o.last.Before(lru.last)) {
+				lru = o
+			}
+		}
+		wait := time.Until(deadline)
+		if lru != nil || wait <= 0 || ctx.Err() != nil {
+			return lru
+		}
+		freed := f.freed
+		f.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-freed:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		f.mu.Lock()
+	}
+}
+
 // unlist takes s, which is ending, out of the sessions: its slot is free,
 // and it counts as winding down until its Serve returns. f.mu is held.
 func (f *Front) unlist(s *session) {
@@ -571,6 +609,10 @@ func (f *Front) leave(s *session) {
 	defer f.mu.Unlock()
 	s.open--
 	s.last = time.Now()
+	if s.open == 0 {
+		close(f.freed)
+		f.freed = make(chan struct{})
+	}
 }
 
 // end ends session s: Serve sees its connection close. Its slot is free
