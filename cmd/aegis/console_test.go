@@ -768,11 +768,13 @@ func TestConsoleSignsApprovalsWithAnApproverKey(t *testing.T) {
 
 // headless starts chromium headless at 1280×800, where no host name
 // resolves (the page must need no network but the console), and returns
-// its context, bounded to two minutes; it ends with the test.
+// its context, bounded to two minutes; it ends with the test. Its
+// TMPDIR is the test's, where chromium leaves its singleton socket.
 func headless(t *testing.T, chromium string) context.Context {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 800),
+		chromedp.Env("TMPDIR="+t.TempDir()),
 		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
 		chromedp.Flag("disable-gpu", true))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
