@@ -174,7 +174,7 @@ func TestParallelMatchesSequentialOnMutations(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	records := diffRecords(t)
 	n := 12
-	if testing.Short() {
+	if testing.Short() || raceDetector { // make test runs all 12 without the race detector
 		n = 3
 	}
 	for name, record := range records {
@@ -196,8 +196,12 @@ func TestParallelMatchesSequentialOnMutations(t *testing.T) {
 func TestParallelReadErrors(t *testing.T) {
 	record := diffRecords(t)["session_boundary_after_close.aarl"]
 	bad := diffRecords(t)["chain_broken.aarl"]
+	step := 11
+	if raceDetector {
+		step = 77 // make test runs every 11th without the race detector
+	}
 	for _, rec := range [][]byte{record, bad} {
-		for cut := 0; cut <= len(rec); cut += 11 {
+		for cut := 0; cut <= len(rec); cut += step {
 			for _, cfg := range testConfigs()[1:4] {
 				want := verifySequential(&failingReader{after: rec[:cut]}, Options{})
 				got := verifyParallel(&failingReader{after: rec[:cut]}, Options{}, cfg)
