@@ -131,7 +131,11 @@ func (l *dirLock) release() error {
 		return nil
 	}
 	// The PID is left in the file: the flock, not the content, is the lock.
-	err := l.f.Close()
+	// Unlocked before it is closed: see platform.Unlock.
+	err := platform.Unlock(l.f)
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
 	l.f = nil
 	return err
 }

@@ -823,6 +823,7 @@ func (p *fileProjection) close() error {
 			}
 		}
 	}
+	platform.Unlock(p.f) // before the close: see platform.Unlock
 	if err := p.f.Close(); err != nil && failed == nil {
 		failed = err
 	}

@@ -43,6 +43,14 @@ func TryLock(f *os.File) error {
 	return err
 }
 
+// Unlock drops the lock [TryLock] took on f, before f is closed: closing
+// alone drops it only once every copy of the descriptor is closed, and a
+// child that another goroutine is starting holds a copy until it execs,
+// so a lock closed at that moment would outlive its holder for as long.
+func Unlock(f *os.File) error {
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+}
+
 // Alive reports whether a process with that PID exists. A PID reused by
 // another process counts as alive.
 func Alive(pid int) bool {

@@ -134,6 +134,12 @@ func TryLock(f *os.File) error {
 	return err
 }
 
+// Unlock drops the lock [TryLock] took on f, before f is closed.
+func Unlock(f *os.File) error {
+	ol := &windows.Overlapped{Offset: 0xfffffffe, OffsetHigh: 0x7fffffff}
+	return windows.UnlockFileEx(windows.Handle(f.Fd()), 0, 1, 0, ol)
+}
+
 // stillActive is the exit code GetExitCodeProcess gives a running process.
 const stillActive = 259
 
