@@ -246,35 +246,56 @@ func (s *Store) replayWindow() jetstream.PullMessagesOpt {
 }
 
 // Reads of a damaged stream: a message that fails to load is not
-// delivered, and a consumer then waits for it forever. next gives up
-// waiting after stallProbe and says errStalled once the wait has lasted
-// stallLimit in all; stalled then finds out which messages are gone.
+// delivered, and a consumer then waits for it forever. next asks whether
+// the message it waits for is gone after stallFirstProbe of waiting, then
+// after twice as long each time, up to every stallProbe, and says
+// errStalled at once if it is, or once the wait has lasted stallLimit in
+// all; stalled then finds out which messages are gone. The first probe
+// comes soon, so that a command on a damaged state directory says so in
+// a second rather than many (each of its reads waited a whole stallProbe),
+// and the probes thin out, so that a healthy stream that is slow to
+// deliver a large message is asked for it only a few times (a probe
+// fetches the message).
 const (
-	stallProbe = 2 * time.Second
-	stallLimit = 20 * time.Second
+	stallFirstProbe = 250 * time.Millisecond
+	stallProbe      = 2 * time.Second
+	stallLimit      = 20 * time.Second
 )
 
 var errStalled = errors.New("the event stream stopped delivering")
 
-// stallWatch is how long a read has waited for its next message.
-type stallWatch struct{ waited time.Duration }
+// stallWatch is how long a read has waited for its next message, and how
+// long it waits before it next asks whether that message is gone.
+type stallWatch struct{ waited, probe time.Duration }
 
-// next returns the next message. While none comes it asks, every
-// stallProbe, whether the message it waits for is gone, and returns
-// errStalled at once if it is, or once it has waited stallLimit.
+// interval is how long to wait before the next probe: stallFirstProbe
+// after a message came, then twice the last, up to stallProbe.
+func (w *stallWatch) interval() time.Duration {
+	if w.probe == 0 {
+		w.probe = stallFirstProbe
+	} else {
+		w.probe = min(2*w.probe, stallProbe)
+	}
+	return w.probe
+}
+
+// next returns the next message. While none comes it asks, at the
+// intervals of stallWatch, whether the message it waits for is gone, and
+// returns errStalled at once if it is, or once it has waited stallLimit.
 func (s *Store) next(ctx context.Context, it jetstream.MessagesContext, w *stallWatch, gone func(context.Context) bool) (jetstream.Msg, error) {
 	for {
-		nctx, cancel := context.WithTimeout(ctx, stallProbe)
+		d := w.interval()
+		nctx, cancel := context.WithTimeout(ctx, d)
 		m, err := it.Next(jetstream.NextContext(nctx))
 		cancel()
 		if err == nil {
-			w.waited = 0
+			w.waited, w.probe = 0, 0
 			return m, nil
 		}
 		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
 			return nil, err
 		}
-		w.waited += stallProbe
+		w.waited += d
 		if w.waited >= stallLimit || gone(ctx) {
 			return nil, errStalled
 		}
