@@ -52,8 +52,8 @@ verdict is pinned to the keys the state directory's sessions signed with
 record that publishes another key stays unpinned, and the page says
 which key. A check reads the whole record, so it runs in the background,
 one file at a time, only after a file changed, and at most every 10
-seconds per record; the page says when it was taken and how many lines
-it read. A record whose session still runs is Indeterminate (no close
+seconds per record (--recheck-every); the page says when it was taken and
+how many lines it read. A record whose session still runs is Indeterminate (no close
 yet).
 
 With --hub (the hub's client URLs) it shows the fleet of that hub
@@ -92,6 +92,9 @@ the console's own page (its Origin).
   --approver-key F  sign approvals with this approver key; its passphrase
                     is asked in the page with each Approve, used for that
                     one approval and never kept (loopback only)
+  --recheck-every D the least time between two checks of one record file
+                    (default 10s, at least 1s): longer for large records,
+                    each check reads the whole file
   --hub URL         show the fleet of this hub (client URLs,
                     comma-separated) instead of a state directory
   --hub-nkey FILE   the fleet approver's key that asks the hosts
@@ -134,6 +137,7 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:0", "address to serve on")
 	allowRemote := fs.Bool("allow-remote", false, "allow an address off loopback")
 	keyPath := fs.String("approver-key", "", "approver key to sign approvals with")
+	recheck := fs.Duration("recheck-every", recordEvery, "least time between two checks of one record file")
 	hub := addApproverFlags(fs)
 	if err := m.parseFlags(fs, consoleUsage, args); err != nil {
 		return err
@@ -143,6 +147,9 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 	}
 	if err := hub.noneWithout(); err != nil {
 		return err
+	}
+	if *recheck < recordEveryMin {
+		return usagef(fmt.Sprintf("give --recheck-every %v or more, such as --recheck-every 1m", recordEveryMin), "console: --recheck-every %v: a check reads the whole record file, so it cannot be asked for more often than every %v", *recheck, recordEveryMin)
 	}
 	if hub.set() && sc.set() {
 		return usagef("aegis console --state-dir DIR, or aegis console --hub URL [--host HOST] --hub-nkey FILE|--hub-creds FILE", "console: --state-dir and --hub are alternatives: the console shows one state directory, or the fleet of one hub")
@@ -193,7 +200,7 @@ func (m *Main) runConsole(ctx context.Context, args []string) error {
 	if hub.set() {
 		src = newHubConsole(bg, m, hub, key)
 	} else {
-		local := &consoleSource{m: m, dirFlag: *dir, stateDir: stateDir, key: key, records: newRecordChecker(bg, stateDir)}
+		local := &consoleSource{m: m, dirFlag: *dir, stateDir: stateDir, key: key, records: newRecordChecker(bg, stateDir, *recheck)}
 		go local.feed(bg, changed)
 		src = local
 	}

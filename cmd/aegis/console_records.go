@@ -25,11 +25,15 @@ import (
 // before. So a file is checked in the background, one at a time, only
 // when it changed (its files' device, inode, size, modification and
 // change times, and those of its checkpoint files), and at most once every
-// recordEvery; the page shows when each check began and how many lines it
+// recheck (console --recheck-every, recordEvery by default); the page shows when each check began and how many lines it
 // read.
 const (
-	// recordEvery is the least time between two checks of one record.
+	// recordEvery is the least time between two checks of one record
+	// unless --recheck-every says otherwise.
 	recordEvery = 10 * time.Second
+	// recordEveryMin bounds --recheck-every from below: each check reads
+	// the whole record.
+	recordEveryMin = time.Second
 	// recordListEvery is how often the list of record files is read again
 	// from the index.
 	recordListEvery = 10 * time.Second
@@ -42,6 +46,7 @@ const (
 type recordChecker struct {
 	ctx      context.Context // the console's; its end stops a check
 	stateDir string
+	every    time.Duration // the least time between two checks of a record
 
 	mu      sync.Mutex
 	running bool
@@ -69,8 +74,8 @@ type recordCheck struct {
 	row   console.RecordRow
 }
 
-func newRecordChecker(ctx context.Context, stateDir string) *recordChecker {
-	return &recordChecker{ctx: ctx, stateDir: stateDir, checks: map[string]*recordCheck{}}
+func newRecordChecker(ctx context.Context, stateDir string, every time.Duration) *recordChecker {
+	return &recordChecker{ctx: ctx, stateDir: stateDir, every: every, checks: map[string]*recordCheck{}}
 }
 
 // Records lists the record files with their last check, and starts the
@@ -97,7 +102,7 @@ func (c *recordChecker) rows() ([]console.RecordRow, []string, error) {
 	case len(c.list.paths) == 0:
 		notes = append(notes, fmt.Sprintf("records: no session in %s has recorded yet", c.stateDir))
 	default:
-		notes = append(notes, fmt.Sprintf("records: checked as 'aegis verify' checks them, with their segments and checkpoints, in the background: each when it changed, at most every %v", recordEvery))
+		notes = append(notes, fmt.Sprintf("records: checked as 'aegis verify' checks them, with their segments and checkpoints, in the background: each when it changed, at most every %v", c.every))
 	}
 	if c.stale != "" {
 		notes = append(notes, c.stale)
@@ -114,7 +119,7 @@ func (c *recordChecker) rows() ([]console.RecordRow, []string, error) {
 }
 
 // round lists the record files when that is due, then checks each one
-// that changed since its last check, if that was recordEvery ago.
+// that changed since its last check, if that was c.every ago.
 func (c *recordChecker) round() {
 	defer func() {
 		c.mu.Lock()
@@ -154,7 +159,7 @@ func (c *recordChecker) round() {
 			ck.row.Changed = false
 			c.mu.Unlock()
 			continue
-		case ck != nil && time.Since(ck.at) < recordEvery:
+		case ck != nil && time.Since(ck.at) < c.every:
 			ck.row.Changed = true
 			c.mu.Unlock()
 			continue

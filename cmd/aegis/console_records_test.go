@@ -56,7 +56,7 @@ func TestConsoleShowsRecordVerifyStatus(t *testing.T) {
 	if a := w.call(1, "tools/call", `{"name":"echo","arguments":{"message":"hello"}}`); !strings.Contains(a, "hello") {
 		t.Fatalf("echo: %s", a)
 	}
-	con := l.console()
+	con := l.console("--recheck-every", "2s")
 	c := loginClient(t, con)
 
 	running := waitRecord(t, c, l.audit, 30*time.Second, "as checked", func(r console.RecordRow) bool { return r.CheckedAt != "" })
@@ -157,12 +157,12 @@ func TestConsoleChecksARecordInWritingHonestly(t *testing.T) {
 	w := l.start(exec.Command(filepath.Join(l.bin, "aegis"), "wrap", "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state,
 		"--checkpoint-lines", "1", "--", filepath.Join(l.bin, "aegis-example-server")))
 	w.initialize()
-	con := l.console()
+	con := l.console("--recheck-every", "2s")
 	c := loginClient(t, con)
 	checks := map[string]console.RecordRow{}
-	// Two checks, recordEvery apart, each racing a session that appends
+	// Two checks, --recheck-every apart, each racing a session that appends
 	// a line and a checkpoint every few milliseconds, not as fast as the
-	// machine can answer: the test lasts recordEvery whatever the pace,
+	// machine can answer: the test lasts --recheck-every whatever the pace,
 	// and beside the other tests calls at full speed took the CPU that
 	// the check must race. The page is read a few times a second: each
 	// read makes the console gather its whole state.

@@ -565,7 +565,9 @@ func portOf(hostport string) string {
 	return hostport[strings.LastIndexByte(hostport, ':')+1:]
 }
 
-// A console off loopback must be asked for, and must name one address.
+// A console off loopback must be asked for, and must name one address;
+// a record rechecked more often than every second would have the console
+// read the whole record file again and again.
 func TestConsoleListenOffLoopback(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -576,6 +578,8 @@ func TestConsoleListenOffLoopback(t *testing.T) {
 		{[]string{"--listen", "0.0.0.0:0", "--allow-remote"}, "every interface"},
 		{[]string{"--listen", ":8700", "--allow-remote"}, "every interface"},
 		{[]string{"--listen", "nonsense"}, "HOST:PORT"},
+		{[]string{"--recheck-every", "100ms"}, "cannot be asked for more often than every 1s"},
+		{[]string{"--recheck-every", "0s"}, "give --recheck-every 1s or more"},
 	} {
 		code, _, errs := cmd(t, nil, append([]string{"console", "--state-dir", t.TempDir()}, tc.args...)...)
 		if code != 2 || !strings.Contains(errs, tc.says) {
