@@ -52,9 +52,9 @@ verdict is pinned to the keys the state directory's sessions signed with
 record that publishes another key stays unpinned, and the page says
 which key. A check reads the whole record, so it runs in the background,
 one file at a time, only after a file changed, and at most every 10
-seconds per record (--recheck-every); the page says when it was taken and
-how many lines it read. A record whose session still runs is Indeterminate (no close
-yet).
+seconds per record (--recheck-every); the page says when it was taken
+and how many lines it read. A record whose session still runs is
+Indeterminate (no close yet).
 
 With --hub (the hub's client URLs) it shows the fleet of that hub
 instead of a state directory: each enrolled host (the hub's mirror
