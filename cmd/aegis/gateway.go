@@ -197,7 +197,7 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	stateDir := fs.String("state-dir", "", "state directory")
 	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
 	approversPath := fs.String("approvers", "", "approvers file: only their signed approvals are taken")
-	protocol := fs.String("protocol", "2025-11-25", "newest MCP protocol version offered to hosts: 2025-11-25 or 2026-07-28")
+	protocol := fs.String("protocol", defaultHostProtocol, "newest MCP protocol version offered to hosts: 2026-07-28 (the default) or 2025-11-25")
 	var maxState sizeFlag
 	fs.Var(&maxState, "max-state-size", "cap on the state directory's event stream, such as 10GiB")
 	hubf := addHubFlags(fs)
@@ -247,7 +247,7 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	case "2026-07-28":
 		hostProtocol = *protocol
 	default:
-		return usagef("aegis gateway --protocol 2026-07-28 (or 2025-11-25, the default)", "gateway: --protocol %q is not a protocol version aegis offers", *protocol)
+		return usagef("aegis gateway --protocol 2025-11-25 (or 2026-07-28, the default)", "gateway: --protocol %q is not a protocol version aegis offers", *protocol)
 	}
 	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints, anchorWitnesses{witnesses, *cpf.witnessInterval}, approvers, lo, tcfg, hostProtocol)
 }
@@ -281,8 +281,14 @@ func (m *Main) runBareGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, anchorWitnesses{}, approvers, nil, telemetry.Config{Getenv: m.Getenv, Version: Version, Log: m.logger()}, "")
+	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, anchorWitnesses{}, approvers, nil, telemetry.Config{Getenv: m.Getenv, Version: Version, Log: m.logger()}, defaultHostProtocol)
 }
+
+// defaultHostProtocol is the newest protocol version a gateway offers its
+// hosts unless --protocol says otherwise: 2026-07-28, beside the session
+// protocol, which a host that asks for 2025-11-25 or earlier still gets
+// (hosts choose; the servers keep their 2025-11-25 sessions either way).
+const defaultHostProtocol = "2026-07-28"
 
 var errNoGateway = errors.New("no gateway configured")
 
