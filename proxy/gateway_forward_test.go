@@ -231,35 +231,114 @@ func TestGatewayCancelReachesServerNoAnswer(t *testing.T) {
 }
 
 // A server asks for sampling during a call of a host that has no sampling
-// capability (the gateway announced one to the server before the host
-// came): the gateway refuses the request as the host would, and the host
-// is never asked.
+// capability: the gateway refuses the request as a client without the
+// capability would (-32601), and the host is never asked. Each host asks
+// in its own way:
+//   - a session host (2025-11-25) that probed with server/discover before
+//     its initialize, as the go-sdk's client does, in front of a gateway
+//     that offers only the session protocol (--protocol 2025-11-25): its
+//     first frame was no initialize, so the servers were told every
+//     capability the gateway carries, and server-everything offers its
+//     trigger-sampling-request;
+//   - a session host that initializes at 2025-11-25 (the TypeScript SDK,
+//     Claude Desktop): growserver asks for a sample during a prompts/get
+//     although it was not told the host can sample;
+//   - a host of 2026-07-28 (the default), whose requests' clientCapabilities
+//     name no sampling: the same prompt, and no input_required round of
+//     it is put to the host or recorded.
 func TestGatewayRefusesSamplingTheHostDidNotAnnounce(t *testing.T) {
 	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
-	c := newCLI(t)
-	cmd := gatewayCmd(t, c, map[string][]string{"everything": every}, []string{"everything.*"}, nil)
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
-	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
-	ctx := t.Context()
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, nil)
-	if err != nil {
-		t.Fatalf("connect: %v\n%s", err, stderr)
-	}
-	defer cs.Close()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "everything__trigger-sampling-request", Arguments: map[string]any{"prompt": "hi"}})
-	var text string
-	if res != nil {
-		for _, ct := range res.Content {
-			if tc, ok := ct.(*mcp.TextContent); ok {
-				text += tc.Text
+	for _, tc := range []struct {
+		name     string
+		protocol string // the gateway's --protocol; "" for the default
+		host     string // the host's protocol version: "" for the go-sdk client's default
+		want     string // the version the host is served at
+		prompt   bool   // growserver's prompt asks, else server-everything's tool
+	}{
+		{"SessionHostThatProbedFirst", "2025-11-25", "", "2025-11-25", false},
+		{"SessionHost", "", "2025-11-25", "2025-11-25", true},
+		{"StatelessHost", "", "", "2026-07-28", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCLI(t)
+			log := filepath.Join(t.TempDir(), "grow.log")
+			cmd := gatewayCmd(t, c, map[string][]string{"everything": every, "grow": {bin(t, "growserver"), "-reads", "-log", log}}, []string{"everything.*"}, nil)
+			if tc.protocol != "" {
+				cmd.Args = append(cmd.Args, "--protocol", tc.protocol)
 			}
-		}
-	}
-	// The go-sdk host would answer "client does not support CreateMessage";
-	// the gateway answers as a client without the method.
-	if err == nil && !res.IsError || !strings.Contains(fmt.Sprint(err)+text, "-32601") {
-		t.Errorf("sampling for a host without the capability: %v %q", err, text)
+			stderr := &syncBuffer{}
+			cmd.Stderr = stderr
+			client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, &mcp.ClientOptions{
+				Capabilities: &mcp.ClientCapabilities{},
+				// An input_required result comes back to the test as it is.
+				MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+			})
+			ctx := t.Context()
+			seen := &syncBuffer{} // every message the host sent and got
+			transport := &mcp.LoggingTransport{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, Writer: seen}
+			cs, err := client.Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: tc.host})
+			if err != nil {
+				t.Fatalf("connect: %v\n%s", err, stderr)
+			}
+			defer cs.Close()
+			if v := cs.InitializeResult().ProtocolVersion; v != tc.want {
+				t.Fatalf("the host is served at %s, want %s", v, tc.want)
+			}
+			if tc.prompt {
+				res, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "grow__ask", Arguments: map[string]string{"topic": "bees"}})
+				if err != nil || res.NeedsInput() {
+					t.Fatalf("prompts/get: %v %+v; want the prompt, the host not asked", err, res)
+				}
+				// What the server got for its sampling request: a refusal
+				// (the gateway's client, which was not told the host can
+				// sample, refuses as the SDK's client without it does).
+				waitFor(t, 10*time.Second, "the refusal to reach the server", fileHas(log, `"id":"g-4"`))
+				b, _ := os.ReadFile(log)
+				var refusal string
+				for _, line := range strings.Split(string(b), "\n") {
+					if strings.Contains(line, `"id":"g-4"`) {
+						refusal = line
+					}
+				}
+				if !strings.Contains(refusal, `"error":{"code":-3`) || strings.Contains(refusal, `"result"`) {
+					t.Errorf("the server's sampling request was answered %s; want a refusal", refusal)
+				}
+			} else {
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "everything__trigger-sampling-request", Arguments: map[string]any{"prompt": "hi"}})
+				var text string
+				if res != nil {
+					for _, ct := range res.Content {
+						if tc, ok := ct.(*mcp.TextContent); ok {
+							text += tc.Text
+						}
+					}
+				}
+				// The go-sdk host would answer "client does not support CreateMessage";
+				// the gateway answers as a client without the method.
+				if err == nil && !res.IsError || !strings.Contains(fmt.Sprint(err)+text, "-32601") {
+					t.Errorf("sampling for a host without the capability: %v %q", err, text)
+				}
+			}
+			cs.Close()
+			if strings.Contains(seen.String(), `"method":"sampling/createMessage"`) || strings.Contains(seen.String(), `"inputRequests"`) {
+				t.Errorf("the host was asked:\n%s", seen)
+			}
+			evs, _ := c.events()
+			// Decided and recorded once: a prompts/get has its call.verdict,
+			// a tools/call its intent.
+			decided := "call.intent"
+			if tc.prompt {
+				decided = "call.verdict"
+			}
+			if n := len(payloads(evs, decided)); n != 1 {
+				t.Errorf("%d %s events; want 1", n, decided)
+			}
+			for _, n := range payloads(evs, "note") {
+				if n["mrtr"] != nil {
+					t.Errorf("a round was recorded for a request the host cannot take: %v", n)
+				}
+			}
+		})
 	}
 }

@@ -18,9 +18,21 @@ import (
 
 var newProtocolMeta = regexp.MustCompile(`"_meta":\{"io\.modelcontextprotocol/serverInfo":\{"name":"aegis","version":"gateway"\}\},?`)
 
-// parityNewProtocol runs the parity script through aegis gateway
-// --protocol 2026-07-28, whose go-sdk host then speaks 2026-07-28, and
-// compares it with direct, the same host's run directly against
+// withoutNewProtocol is what a host saw through the gateway at 2026-07-28
+// without what that protocol adds to every result (the result's type, the
+// gateway's identity): the protocol's own, not the server's answer. A
+// session host's results have neither.
+func withoutNewProtocol(via paritySession) paritySession {
+	out := paritySession{}
+	for k, v := range via {
+		out[k] = strings.ReplaceAll(newProtocolMeta.ReplaceAllString(v, ""), `,"resultType":"complete"`, "")
+	}
+	return out
+}
+
+// parityNewProtocol runs the parity script through aegis gateway (which
+// offers 2026-07-28 by default), whose go-sdk host then speaks 2026-07-28,
+// and compares it with direct, the same host's run directly against
 // server-everything (which speaks the session protocol, so the host fell
 // back to it there): the gateway serves the host without a session and
 // bridges to the server's. A server's sampling, elicitation and roots
@@ -31,19 +43,13 @@ func parityNewProtocol(t *testing.T, every []string, root string, direct parityS
 	script := parityScript
 	c := newCLI(t)
 	cmd := gatewayCmd(t, c, map[string][]string{"everything": every}, []string{"everything.*"}, []string{"demo://resource/**"})
-	cmd.Args = append(cmd.Args, "--protocol", "2026-07-28")
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
-	via, gv := runParity(t, script, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, "everything__", root)
+	via, gv := runParity(t, script, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, "everything__", root, "")
 	if gv != "2026-07-28" {
-		t.Fatalf("protocol through the gateway --protocol 2026-07-28: %s", gv)
+		t.Fatalf("protocol through the default gateway: %s", gv)
 	}
-	// What 2026-07-28 adds to every result (the result's type, the
-	// server's identity) is the protocol's own, not the tool's answer.
-	for k, v := range via {
-		via[k] = strings.ReplaceAll(newProtocolMeta.ReplaceAllString(v, ""), `,"resultType":"complete"`, "")
-	}
-	compareParity(t, script, direct, via, "everything", stderr)
+	compareParity(t, script, direct, withoutNewProtocol(via), "everything", stderr)
 
 	evs, _ := c.events()
 	intents := payloads(evs, "call.intent")

@@ -387,19 +387,21 @@ var parityScript = []parityStep{
 var parityGaps = []string{
 	"tasks and execution.taskSupport: a go-sdk host has no tasks, so this script cannot drive them; TestGatewayParityTasks does, over JSON-RPC, directly and through the gateway",
 	"task-augmented sampling and elicitation (a server asking the host to run its request as a task): a go-sdk host cannot run them; TestGatewayParityHostRunsSamplingAsATask compares them over JSON-RPC",
-	"protocol 2026-07-28 without --protocol 2026-07-28: the host negotiates down to the session protocol (compared above); with it, the same script is compared again at 2026-07-28; over HTTP its progress and subscriptions/listen are carried as SSE answers of the stateless POSTs, its log messages are not (TestHTTPGatewayServesAStatelessHost)",
+	"protocol 2026-07-28: the same script is compared for a host of the session protocol (2025-11-25) and for one of 2026-07-28 (the gateway's default; with --protocol 2025-11-25 the host negotiates down to the session protocol); over HTTP its progress and subscriptions/listen are carried as SSE answers of the stateless POSTs, its log messages are not (TestHTTPGatewayServesAStatelessHost)",
 	"log messages a server sends before the host's logging/setLevel: the go-sdk server sends a session none until it sets a level (the script compares those sent after)",
 	"results gain ttlMs and cacheScope (2026-07-28 cache hints the go-sdk server adds whatever the protocol), and an elicitation without mode gains mode \"form\" (ServerSession.Elicit fills it in); the script takes both out before comparing",
 	"notifications/elicitation/complete and the host's progress on a server's request: server-everything does neither; TestGatewayParityElicitationCompleteAndHostProgress compares them with a JSON-RPC test server",
 }
 
-// runParity runs the script once over t, as a host with the given roots.
-func runParity(t *testing.T, script []parityStep, tr mcp.Transport, ns, root string) (paritySession, string) {
+// runParity runs the script once over t, as a host with the given roots
+// that asks for protocol version (""; the go-sdk client's default: 2026-07-28,
+// falling back to the session protocol's initialize).
+func runParity(t *testing.T, script []parityStep, tr mcp.Transport, ns, root, version string) (paritySession, string) {
 	t.Helper()
 	h := &parityHost{}
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	cs, err := h.client(&mcp.Root{URI: "file://" + root, Name: "parity-root"}).Connect(ctx, tr, nil)
+	cs, err := h.client(&mcp.Root{URI: "file://" + root, Name: "parity-root"}).Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatalf("connect (%q): %v", ns, err)
 	}
@@ -464,19 +466,23 @@ func TestGatewayParity(t *testing.T) {
 	parallel(t) // long, and alone with its own processes: beside the other long ones
 	every := mcptest.EverythingServer(t)
 	root := t.TempDir()
-	direct, dv := runParity(t, parityScript, &mcp.CommandTransport{Command: exec.Command(every[0], every[1:]...), TerminateDuration: 5 * time.Second}, "", root)
+	direct, dv := runParity(t, parityScript, &mcp.CommandTransport{Command: exec.Command(every[0], every[1:]...), TerminateDuration: 5 * time.Second}, "", root, "")
 
+	// A host of the session protocol (it asks for 2025-11-25 in its
+	// initialize, as the TypeScript SDK and Claude Desktop do) is served
+	// at it by the default gateway, which offers 2026-07-28 as well.
 	c := newCLI(t)
 	cmd := gatewayCmd(t, c, map[string][]string{"everything": every}, []string{"everything.*"}, []string{"demo://resource/**"})
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
-	via, gv := runParity(t, parityScript, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, "everything__", root)
+	via, gv := runParity(t, parityScript, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, "everything__", root, "2025-11-25")
 	t.Logf("protocol: direct %s, through the gateway %s", dv, gv)
 	compareParity(t, parityScript, direct, via, "everything", stderr)
 	if gv != "2025-11-25" {
-		t.Errorf("a gateway without --protocol offers 2026-07-28: %s", gv)
+		t.Errorf("a host that asks for 2025-11-25 is served at %s", gv)
 	}
-	// The same host, served at 2026-07-28 (gateway_mrtr_test.go).
+	// The same host at the go-sdk's default, served at 2026-07-28
+	// (gateway_mrtr_test.go).
 	parityNewProtocol(t, every, root, direct)
 	for _, gap := range parityGaps {
 		t.Log("known gap: " + gap)
@@ -512,13 +518,26 @@ func TestGatewayParityFilesystem(t *testing.T) {
 			return r.call(ctx, "read_text_file", map[string]any{"path": filepath.Join(base, "other.txt")})
 		}},
 	}
-	direct, _ := runParity(t, script, &mcp.CommandTransport{Command: exec.Command(fsArgv[0], fsArgv[1:]...), TerminateDuration: 5 * time.Second}, "", root)
-	c := newCLI(t)
-	cmd := gatewayCmd(t, c, map[string][]string{"fs": fsArgv}, []string{"fs.*"}, nil)
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
-	via, _ := runParity(t, script, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, "fs__", root)
-	compareParity(t, script, direct, via, "fs", stderr)
+	direct, _ := runParity(t, script, &mcp.CommandTransport{Command: exec.Command(fsArgv[0], fsArgv[1:]...), TerminateDuration: 5 * time.Second}, "", root, "")
+	// Through the default gateway, a host of the session protocol and one
+	// of 2026-07-28 (whose roots the server asks for between calls: they
+	// wait for the host's next call).
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) {
+			c := newCLI(t)
+			cmd := gatewayCmd(t, c, map[string][]string{"fs": fsArgv}, []string{"fs.*"}, nil)
+			stderr := &syncBuffer{}
+			cmd.Stderr = stderr
+			via, gv := runParity(t, script, &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}, "fs__", root, version)
+			if gv != version {
+				t.Fatalf("a host that asks for %s is served at %s", version, gv)
+			}
+			if version >= "2026-07-28" {
+				via = withoutNewProtocol(via)
+			}
+			compareParity(t, script, direct, via, "fs", stderr)
+		})
+	}
 }
 
 // compareParity fails on every step whose observations differ, modulo the

@@ -115,18 +115,21 @@ can be recorded, so every call is refused and not run, with an error saying
 the directory reached its cap. Nothing is dropped or deleted. Recording
 applies backpressure as in wrap, so memory stays bounded under a flood.
 
---protocol 2026-07-28 offers hosts MCP 2026-07-28 beside the session
-protocol (2025-11-25 and earlier, the default and all a host is offered
-without it): a host that speaks it is served without a session
-(server/discover, each request with its own _meta), and a server's
-sampling, elicitation or roots request during a call comes back as that
-call's input_required result, whose retry the gateway ties to the call as
-decided and recorded. Local servers are still spoken to in 2025-11-25; a
-remote server (url:, streamable HTTP) is asked for 2026-07-28 first, and
-its input_required results are answered through the host. With
---listen, such a host's requests (no session id) share one session per
-principal, their Mcp-Method, Mcp-Name and Mcp-Protocol-Version headers
-checked against the body. See docs/GATEWAY-PARITY.md.
+Hosts are offered MCP 2026-07-28 beside the session protocol (2025-11-25
+and earlier): a host that asks for 2025-11-25 or earlier in its initialize
+(the TypeScript SDK, Claude Desktop) gets a session as ever; a host that
+speaks 2026-07-28 is served without one (server/discover, each request
+with its own _meta), and a server's sampling, elicitation or roots
+request during a call comes back as that call's input_required result,
+whose retry the gateway ties to the call as decided and recorded. Local
+servers are still spoken to in 2025-11-25; a remote server (url:,
+streamable HTTP) is asked for 2026-07-28 first, and its input_required
+results are answered through the host. With --listen, such a host's
+requests (no session id) share one session per principal (its servers,
+record, profile and approvals), their Mcp-Method, Mcp-Name and
+Mcp-Protocol-Version headers checked against the body.
+--protocol 2025-11-25 offers hosts only the session protocol, and speaks
+only it to remote servers too. See docs/GATEWAY-PARITY.md.
 
 --listen ADDR (such as 127.0.0.1:8787) serves hosts over MCP's streamable
 HTTP at http://ADDR/mcp instead of stdio (with --stdio, as well). Each
@@ -134,11 +137,12 @@ request needs "Authorization: Bearer TOKEN": a token printed once at
 start, or the one in --token-file (mode 0600). A request for a Host that
 is not loopback (on a loopback listener: DNS rebinding) or from an Origin
 other than the listener's own or an --allow-origin one is refused. Each
-HTTP client session runs its own servers and is its own recorded session,
-with its own profile and approvals; sessions at once write calls.aarl,
-calls-2.aarl, ... An address that is not loopback must be named and is
-warned about. --listen-without-token (loopback only, warned) is for test
-suites that cannot send a header.
+HTTP client session (of a host of the session protocol; a 2026-07-28 host
+has none, see above) runs its own servers and is its own recorded
+session, with its own profile and approvals; sessions at once write
+calls.aarl, calls-2.aarl, ... An address that is not loopback must be
+named and is warned about. --listen-without-token (loopback only, warned)
+is for test suites that cannot send a header.
 
 No client, with the token or without, can take aegis's descriptors or
 hold a connection without sending: --max-conns (2048) connections at
@@ -197,7 +201,7 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	stateDir := fs.String("state-dir", "", "state directory")
 	approvalTTL := fs.Duration("approval-ttl", proxy.DefaultApprovalTTL, "how long a pending approval can be acted on")
 	approversPath := fs.String("approvers", "", "approvers file: only their signed approvals are taken")
-	protocol := fs.String("protocol", "2025-11-25", "newest MCP protocol version offered to hosts: 2025-11-25 or 2026-07-28")
+	protocol := fs.String("protocol", defaultHostProtocol, "newest MCP protocol version offered to hosts: 2026-07-28 (the default) or 2025-11-25")
 	var maxState sizeFlag
 	fs.Var(&maxState, "max-state-size", "cap on the state directory's event stream, such as 10GiB")
 	hubf := addHubFlags(fs)
@@ -247,7 +251,7 @@ func (m *Main) runGateway(ctx context.Context, args []string) error {
 	case "2026-07-28":
 		hostProtocol = *protocol
 	default:
-		return usagef("aegis gateway --protocol 2026-07-28 (or 2025-11-25, the default)", "gateway: --protocol %q is not a protocol version aegis offers", *protocol)
+		return usagef("aegis gateway --protocol 2025-11-25 (or 2026-07-28, the default)", "gateway: --protocol %q is not a protocol version aegis offers", *protocol)
 	}
 	return m.gateway(ctx, *config, *audit, *keyPath, *stateDir, *approvalTTL, maxBytes, hub, checkpoints, anchorWitnesses{witnesses, *cpf.witnessInterval}, approvers, lo, tcfg, hostProtocol)
 }
@@ -281,8 +285,14 @@ func (m *Main) runBareGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, anchorWitnesses{}, approvers, nil, telemetry.Config{Getenv: m.Getenv, Version: Version, Log: m.logger()}, "")
+	return m.gateway(ctx, config, audit, key, m.Getenv("AEGIS_STATE_DIR"), proxy.DefaultApprovalTTL, maxBytes, nil, projector.CheckpointPolicy{}, anchorWitnesses{}, approvers, nil, telemetry.Config{Getenv: m.Getenv, Version: Version, Log: m.logger()}, defaultHostProtocol)
 }
+
+// defaultHostProtocol is the newest protocol version a gateway offers its
+// hosts unless --protocol says otherwise: 2026-07-28, beside the session
+// protocol, which a host that asks for 2025-11-25 or earlier still gets
+// (hosts choose; the servers keep their 2025-11-25 sessions either way).
+const defaultHostProtocol = "2026-07-28"
 
 var errNoGateway = errors.New("no gateway configured")
 

@@ -15,8 +15,8 @@ import (
 	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
-// A host of MCP 2026-07-28 over HTTP (gateway --listen --protocol
-// 2026-07-28) is served without a session: server/discover, stateless
+// A host of MCP 2026-07-28 over HTTP (gateway --listen, which offers it
+// by default) is served without a session: server/discover, stateless
 // calls decided and recorded as any, and server-everything's sampling
 // during a call carried as the call's input_required result, which the
 // go-sdk host answers by retrying; a call's progress reaches the host on
@@ -24,7 +24,8 @@ import (
 // subscriptions/listen stream. A POST whose standard headers say
 // another method, tool or version than its body is refused with 400
 // before anything of it is served or recorded. A call that declares the
-// tasks extension is its task, polled with tasks/get.
+// tasks extension is its task, polled with tasks/get. A call the host
+// gives up on is cancelled, and the host goes on.
 func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aegis gateway --listen with server-everything")
@@ -33,7 +34,7 @@ func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 	every := mcptest.EverythingServer(t)
 	args, _ := json.Marshal(every[1:])
 	h := l.httpGateway(fmt.Sprintf("version: 1\nservers:\n  everything:\n    command: %q\n    args: %s\nprofiles:\n  all:\n    allow: [\"everything.*\"]\n    allowed_transitions: [narrow]\n  narrow:\n    allow: [everything.echo]\nactivation:\n  default_profile: all\n",
-		every[0], args), "--protocol", "2026-07-28")
+		every[0], args)) // 2026-07-28 is offered by default
 
 	post := func(headers map[string]string, body string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, h.url, strings.NewReader(body))
@@ -186,6 +187,20 @@ func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 			t.Fatalf("the task did not complete: %s", body)
 		}
 	}
+	// A call the host gives up on: it closes the call's POST (the
+	// cancellation at 2026-07-28) and, being the go-sdk's client, POSTs
+	// notifications/cancelled too, which is accepted: the call is
+	// cancelled at the server and recorded as the host's, and the host's
+	// next call is served.
+	cctx, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = cs.CallTool(cctx, &mcp.CallToolParams{Name: "everything__trigger-long-running-operation", Arguments: map[string]any{"duration": 30, "steps": 3}})
+	stop()
+	if err == nil {
+		t.Fatal("a cancelled call was answered")
+	}
+	if text, _ := callText(t, cs, "everything__echo", map[string]any{"message": "after the cancel"}); !strings.Contains(text, "after the cancel") {
+		t.Fatalf("echo after the cancellation: %s\n%s", text, h.stderr)
+	}
 	// A profile switch changes the tools' list: the host is told on its
 	// listen stream.
 	if text, _ := callText(t, cs, "aegis__set_profile", map[string]any{"name": "narrow"}); text != "code=OK active=narrow approval=" {
@@ -196,10 +211,15 @@ func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 	h.stop()
 
 	intents, rounds := 0, map[string]int{}
+	var cancels []map[string]any
 	for _, e := range l.streamEvents() {
 		var p map[string]any
 		json.Unmarshal(e.Payload, &p)
 		switch e.Kind {
+		case "call.cancelled":
+			if p["tool_id"] != nil { // not the listen, which the host's Close ends
+				cancels = append(cancels, p)
+			}
 		case "call.intent":
 			intents++
 			if line, _ := p["line"].(string); !strings.Contains(line, `"protocol_version":"2026-07-28"`) {
@@ -211,9 +231,12 @@ func TestHTTPGatewayServesAStatelessHost(t *testing.T) {
 			}
 		}
 	}
-	// Only the five calls of the host: the refused POSTs reached nothing.
-	if intents != 5 || rounds["input_required"] != 1 || rounds["retry"] != 1 {
-		t.Errorf("recorded %d intents and rounds %v, want 5 intents and one round answered once", intents, rounds)
+	// Only the seven calls of the host: the refused POSTs reached nothing.
+	if intents != 7 || rounds["input_required"] != 1 || rounds["retry"] != 1 {
+		t.Errorf("recorded %d intents and rounds %v, want 7 intents and one round answered once", intents, rounds)
+	}
+	if len(cancels) != 1 || cancels[0]["by"] != nil || cancels[0]["notified"] != true {
+		t.Errorf("call.cancelled events of calls %v, want one of the host's, the server notified", cancels)
 	}
 }
 

@@ -93,12 +93,21 @@ func (h *httpGW) stop() {
 	}
 }
 
-// connect opens an MCP session to the gateway with the go-sdk's client.
+// sessionHost is what a host of the session protocol asks for: 2025-11-25,
+// as the TypeScript SDK and Claude Desktop do. The go-sdk's client asks
+// for 2026-07-28 by default, which the gateway offers by default, and a
+// stateless client has no HTTP session of its own (every one of a
+// principal shares one, docs/http.md): the tests of what an HTTP session
+// is (its own record, profile, approvals, end) connect with this.
+var sessionHost = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+
+// connect opens an MCP session to the gateway with the go-sdk's client,
+// as a host of the session protocol (sessionHost).
 func (h *httpGW) connect(ctx context.Context) *mcp.ClientSession {
 	h.t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "http-test", Version: "1"}, nil)
 	tr := &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: mcptest.BearerClient(h.token)}
-	cs, err := c.Connect(ctx, tr, nil)
+	cs, err := c.Connect(ctx, tr, sessionHost)
 	if err != nil {
 		h.t.Fatalf("connect to %s: %v\n%s", h.url, err, h.stderr.String())
 	}

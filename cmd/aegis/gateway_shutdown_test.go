@@ -144,7 +144,8 @@ func TestHTTPGatewayStopsManySessionsInTime(t *testing.T) {
 		sem <- struct{}{}
 		go func() {
 			c := mcp.NewClient(&mcp.Implementation{Name: "many", Version: "1"}, nil)
-			cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: mcptest.BearerClient(h.token)}, nil)
+			// Each its own HTTP session: a host of the session protocol.
+			cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: mcptest.BearerClient(h.token)}, sessionHost)
 			if err == nil {
 				wg.Add(1)
 				defer wg.Done()

@@ -519,8 +519,9 @@ func TestTelemetryHTTPSessionsEnded(t *testing.T) {
 	connect := func(name string) *mcp.ClientSession {
 		c := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, nil)
 		// Without the standing GET stream, which would keep the session
-		// busy: only a session with no request open is evicted.
-		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: mcptest.BearerClient(h.token), DisableStandaloneSSE: true}, nil)
+		// busy: only a session with no request open is evicted. A host of
+		// the session protocol: each its own HTTP session.
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: mcptest.BearerClient(h.token), DisableStandaloneSSE: true}, sessionHost)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", name, err, h.stderr.String())
 		}

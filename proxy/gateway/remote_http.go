@@ -104,6 +104,12 @@ func (t *remoteTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, fmt.Errorf("aegis refused a request to %s, another origin than the server's url: its headers and messages go to that origin only", o)
 	}
+	discover := req.Method == http.MethodPost && req.Header.Get("Mcp-Method") == "server/discover"
+	if req.Method == http.MethodPost && !discover && t.probe != nil {
+		if resp, ok, err := t.probe.fallback(req); ok {
+			return resp, err
+		}
+	}
 	r := req.Clone(req.Context())
 	for k, vs := range t.h.header {
 		r.Header[k] = vs
@@ -128,7 +134,10 @@ func (t *remoteTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err = t.h.base.RoundTrip(r)
 	}
 	if t.probe != nil {
-		t.probe.saw(req.Method, resp)
+		t.probe.saw(req.Method, discover, resp)
+		if discover {
+			resp, err = t.probe.discovered(resp, err)
+		}
 	}
 	if err == nil && cancels > 0 && resp.StatusCode/100 == 2 {
 		t.h.cancels.add(cancels)
@@ -173,21 +182,112 @@ func (t *remoteTripper) withToken(r *http.Request, o tokenSource) (*http.Respons
 }
 
 // statusProbe notes, for one connection attempt, the status of the first
-// POST (the initialize: 400, 404 or 405 there means a legacy SSE server)
-// and whether the server refused the credentials (401 or 403).
+// POST but a server/discover (the initialize: 400, 404 or 405 there means
+// a legacy SSE server) and whether the server refused the credentials
+// (401 or 403). It also holds the answer of a server/discover that the
+// server did not answer as a server (held), which stands for the
+// initialize that the SDK would send next.
 type statusProbe struct {
 	mu        sync.Mutex
 	firstPost int
 	denied    int
+	held      *heldAnswer
 }
 
-func (p *statusProbe) saw(method string, resp *http.Response) {
+// heldAnswer is a server/discover's failure: the HTTP answer (status,
+// header, body) or the error of the round trip.
+type heldAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+	err    error
+}
+
+// maxHeldBody bounds the body of a held answer: an error page or a
+// JSON-RPC error.
+const maxHeldBody = 64 << 10
+
+// unanswered reports whether status says that the server did not answer a
+// request now, rather than how it answers it: it refused the credentials
+// (401, 403), or it is not ready or overloaded (429, 502, 503, 504: what
+// the SDK calls transient).
+func unanswered(status int) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// discovered takes the answer of a server/discover. The SDK falls back to
+// the session protocol's initialize after any failure of the discover, as
+// the specification says of a server that does not speak 2026-07-28. But
+// a discover that was not answered says nothing of the protocols the
+// server speaks: after refused credentials the initialize would only send
+// them again (a second refusal, and a second token sent where it is not
+// accepted), and after a server that is not ready it would speak the
+// session protocol to a server that may speak 2026-07-28, for as long as
+// the session lasts, and skip the backoff of the attempts. So such an
+// answer is held, and stands for the initialize (fallback): the attempt
+// fails as it would have with the session protocol alone, with the same
+// error, and is retried, or not, as that failure says.
+func (p *statusProbe) discovered(resp *http.Response, err error) (*http.Response, error) {
+	var h *heldAnswer
+	switch {
+	case err != nil:
+		h = &heldAnswer{err: err}
+	case unanswered(resp.StatusCode):
+		body, rerr := io.ReadAll(io.LimitReader(resp.Body, maxHeldBody))
+		resp.Body.Close()
+		if rerr != nil {
+			body = nil
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		h = &heldAnswer{status: resp.StatusCode, header: resp.Header.Clone(), body: body}
+	default:
+		return resp, err
+	}
+	p.mu.Lock()
+	p.held = h
+	p.mu.Unlock()
+	return resp, err
+}
+
+// fallback answers req, the first POST after a server/discover that was
+// not answered, with the discover's answer, and reports whether it did;
+// req is not sent.
+func (p *statusProbe) fallback(req *http.Request) (*http.Response, bool, error) {
+	p.mu.Lock()
+	h := p.held
+	p.held = nil
+	p.mu.Unlock()
+	if h == nil {
+		return nil, false, nil
+	}
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	if h.err != nil {
+		return nil, true, h.err
+	}
+	resp := &http.Response{
+		Status: fmt.Sprintf("%d %s", h.status, http.StatusText(h.status)), StatusCode: h.status,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h.header.Clone(), Body: io.NopCloser(bytes.NewReader(h.body)), ContentLength: int64(len(h.body)),
+		Request: req,
+	}
+	p.saw(req.Method, false, resp)
+	return resp, true, nil
+}
+
+func (p *statusProbe) saw(method string, discover bool, resp *http.Response) {
 	if resp == nil {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if method == http.MethodPost && p.firstPost == 0 {
+	if method == http.MethodPost && !discover && p.firstPost == 0 {
 		p.firstPost = resp.StatusCode
 	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -10,6 +11,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aegis-dev/aegis/policy"
 )
@@ -176,5 +180,76 @@ func TestRemoteCancelTally(t *testing.T) {
 	post()
 	if !h.cancels.await(ticket, cancelSendWait) {
 		t.Error("a cancellation the server accepted does not count")
+	}
+}
+
+// The SDK's client falls back from server/discover to initialize after any
+// failure of the discover. One that the server did not answer says
+// nothing of what it speaks: after refused credentials the initialize
+// would send them again, and after a server that is not ready it would
+// pin a 2026-07-28 server to the session protocol. Such an answer stands
+// for the initialize, which is not sent; a server that answers the
+// discover as a 2025-11-25 server does (400, or a JSON-RPC error) is
+// asked the initialize as the specification says.
+func TestRemoteUnansweredDiscoverIsNotFollowedByInitialize(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		status   int    // the discover's; 0: the connection is dropped
+		initSent bool   // whether the initialize reaches the server
+		says     string // in the attempt's error
+	}{
+		{"RefusedCredentialsAreNotSentAgain", http.StatusUnauthorized, false, "Unauthorized"},
+		{"ForbiddenIsNotAskedAgain", http.StatusForbidden, false, "Forbidden"},
+		{"NotReadyIsNotPinnedToTheSessionProtocol", http.StatusServiceUnavailable, false, "Service Unavailable"},
+		{"OverloadedIsNotPinnedToTheSessionProtocol", http.StatusTooManyRequests, false, "Too Many Requests"},
+		{"NoAnswerIsNotPinnedToTheSessionProtocol", 0, false, "EOF"},
+		{"SessionServerIsInitialized", http.StatusBadRequest, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var discovers, inits atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				switch {
+				case strings.Contains(string(b), `"server/discover"`):
+					discovers.Add(1)
+					if tc.status == 0 {
+						hj, _ := w.(http.Hijacker)
+						conn, _, _ := hj.Hijack()
+						conn.Close()
+						return
+					}
+					http.Error(w, "no", tc.status)
+				case strings.Contains(string(b), `"initialize"`):
+					inits.Add(1)
+					http.Error(w, "session servers answer here", http.StatusTeapot) // ends the attempt
+				default:
+					w.WriteHeader(http.StatusAccepted)
+				}
+			}))
+			defer srv.Close()
+			h, err := newRemoteHTTP(&RemoteServer{URL: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			probe := &statusProbe{}
+			c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			_, err = c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: h.client(probe), MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: newProtocol})
+			if err == nil {
+				t.Fatal("connected")
+			}
+			if discovers.Load() != 1 || (inits.Load() == 1) != tc.initSent {
+				t.Errorf("%d discovers, %d initializes; want 1 and initialize sent %v", discovers.Load(), inits.Load(), tc.initSent)
+			}
+			if tc.says != "" && !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("the attempt failed with %q, want it to say %q", err, tc.says)
+			}
+			// 400 to the discover is no legacy SSE server: only the
+			// initialize's status says that.
+			if st := probe.legacy(); st != 0 {
+				t.Errorf("the attempt reads as a legacy SSE server's (%d)", st)
+			}
+		})
 	}
 }

@@ -302,6 +302,10 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					f.stateless(w, r, principal, req, version)
 					return
 				}
+				if note := statelessNotification(r); note != nil {
+					acceptNotification(w, r, note)
+					return
+				}
 			}
 			f.begin(w, r, principal)
 			return

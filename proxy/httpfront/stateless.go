@@ -56,6 +56,17 @@ import (
 //     principal) is open at a time, as the SDK keeps one per session: a
 //     second is refused (409) while one is open, which a listen is until
 //     the session has answered its cancellation (at most listenEnd).
+//   - A notification POSTed without Mcp-Session-Id under an
+//     Mcp-Protocol-Version of 2026-07-28 or later (the go-sdk's client
+//     sends notifications/cancelled so when a call's context ends) is
+//     accepted (202) and reaches no session: on stateless HTTP the client
+//     cancels a request by closing its POST's stream, which the front
+//     turns into the session's notifications/cancelled (above), and its
+//     requestId is the client's, which could name another client's
+//     request of the same principal. A 400 instead would end the client's
+//     connection: the go-sdk's client fails it on a refused notification.
+//     Its Mcp-Method header, when there, must name its method (else 400),
+//     as for a request.
 //   - What the session sends that belongs to no waiting POST (another
 //     notification, a request of its own) is dropped, as is a
 //     notification for a POST whose client reads too slowly (more than
@@ -560,6 +571,37 @@ func (c *statelessConn) Close() error {
 func (c *statelessConn) SessionID() string { return "" }
 
 var _ mcp.Connection = (*statelessConn)(nil)
+
+// statelessNotification returns the notification that r, a POST without a
+// session id whose body was read by readStateless, holds when its client
+// speaks the stateless protocol (its Mcp-Protocol-Version is 2026-07-28 or
+// later), or nil.
+func statelessNotification(r *http.Request) *jsonrpc.Request {
+	if v := r.Header.Get("Mcp-Protocol-Version"); v < "2026-07-28" {
+		return nil
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return nil
+	}
+	msg, err := jsonrpc.DecodeMessage(bytes.TrimSpace(body))
+	req, ok := msg.(*jsonrpc.Request)
+	if err != nil || !ok || req.IsCall() {
+		return nil
+	}
+	return req
+}
+
+// acceptNotification answers the POST of a stateless client's
+// notification: 202, and nothing reaches a session (see above).
+func acceptNotification(w http.ResponseWriter, r *http.Request, note *jsonrpc.Request) {
+	if m := r.Header.Get("Mcp-Method"); m != "" && m != note.Method {
+		refuse(w, http.StatusBadRequest, fmt.Sprintf("header mismatch: Mcp-Method header value %q does not match body value %q", m, note.Method))
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
 
 // readStateless reads r's body, a POST without a session id, and returns
 // it with the request it holds when that is a stateless request (nil
