@@ -241,6 +241,52 @@ func (l *live) sessionsText() string {
 	return out
 }
 
+// A go-sdk client asks for MCP 2026-07-28, under which it has no session
+// of its own: the gateway says so at start, and with --protocol
+// 2025-11-25 it withholds that version, so that the same client falls
+// back to initialize and gets its own session, and nothing is said.
+func TestHTTPGatewaySessionOfItsOwnForA2026ClientWithProtocol20251125(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aegis gateway --listen")
+	}
+	t.Parallel() // it mostly waits on processes: beside the others
+	const note = "aegis: note: clients of MCP 2026-07-28 have no session: they share one gateway session per principal (all of them, as they send the one token)"
+	l := newLive(t, "")
+	if h := l.httpGateway(gatewayConfig(l.bin)); !strings.Contains(h.stderr.String(), note) {
+		t.Errorf("the default gateway does not say that 2026-07-28 clients share a session:\n%s", h.stderr.String())
+	} else {
+		h.stop()
+	}
+	h := l.httpGateway(gatewayConfig(l.bin), "--protocol", "2025-11-25")
+	if strings.Contains(h.stderr.String(), "aegis: note: clients of MCP 2026-07-28") {
+		t.Errorf("--protocol 2025-11-25 offers no 2026-07-28, yet the gateway says its clients share a session:\n%s", h.stderr.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var ids []string
+	for range 2 {
+		c := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-default", Version: "1"}, nil)
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: mcptest.BearerClient(h.token)}, nil) // the SDK's default: 2026-07-28
+		if err != nil {
+			t.Fatalf("a go-sdk client with its defaults: %v\n%s", err, h.stderr.String())
+		}
+		defer cs.Close()
+		if v := cs.InitializeResult().ProtocolVersion; v != "2025-11-25" {
+			t.Fatalf("the client was served %q; --protocol 2025-11-25 offers only the session protocol", v)
+		}
+		if cs.ID() == "" {
+			t.Fatal("the client has no HTTP session id")
+		}
+		ids = append(ids, cs.ID())
+		if r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "example__echo", Arguments: map[string]any{"message": "own"}}); err != nil || r.IsError {
+			t.Fatalf("echo: %v %+v", err, r)
+		}
+	}
+	if ids[0] == ids[1] {
+		t.Errorf("two clients share the HTTP session %s", ids[0])
+	}
+}
+
 // TestHTTPGatewaySessionsAreSeparate: two HTTP clients of one gateway are
 // two recorded sessions, each with its own active profile and approvals.
 // A tool the profile hides is refused over HTTP and never reaches the

@@ -236,6 +236,15 @@ func (m *Main) listenGateway(ctx context.Context, sigs chan os.Signal, ended <-c
 	if !lo.loopback {
 		fmt.Fprintf(m.Stderr, "aegis: warning: %s is not a loopback address: anyone who can reach it and has the token can use the gateway, and plain HTTP carries the token in the clear; put a TLS proxy in front\n", lo.addr)
 	}
+	if base.HostProtocol >= "2026-07-28" {
+		// Said at start: a go-sdk client (v1.8.0 on) asks for 2026-07-28,
+		// so it gets no session of its own unless the gateway withholds it.
+		who := "all of them, as they send the one token"
+		if oauth != nil {
+			who = "by their access token's issuer and subject"
+		}
+		fmt.Fprintf(m.Stderr, "aegis: note: clients of MCP 2026-07-28 have no session: they share one gateway session per principal (%s), with its servers, profile and approvals; --protocol 2025-11-25 gives every client a session of its own\n", who)
+	}
 	if limits.MaxConns < lo.limits.MaxConns {
 		fmt.Fprintf(m.Stderr, "aegis: warning: the open file limit (%d, ulimit -n) leaves room for %d HTTP connections beside %d sessions; --max-conns is %d\n",
 			nofile, limits.MaxConns, lo.maxSessions, limits.MaxConns)
