@@ -139,7 +139,10 @@ func turnedAway(t *testing.T, addr, local, says string) {
 // ends the flood a client is served again.
 func TestFloodOfSlowHeadersIsCapped(t *testing.T) {
 	const max = 300
-	lim := httpfront.Limits{MaxConns: max, MaxConnsPerClient: max, HeaderTimeout: 2 * time.Second}
+	// The header timeout must outlast the steps at and past the limit:
+	// at 2 s, a make test busy enough that the client at the limit took
+	// longer saw the flood closed under it (0 connections, want 298).
+	lim := httpfront.Limits{MaxConns: max, MaxConnsPerClient: max, HeaderTimeout: 8 * time.Second}
 	ll, addr := limitedFront(t, lim, httpfront.Config{})
 	flood := slowConns(t, addr, "", max-2)
 	waitConns(t, ll, max-2, 5*time.Second)
@@ -178,7 +181,7 @@ func TestFloodOfSlowHeadersIsCapped(t *testing.T) {
 
 	// The header timeout closes the flood.
 	for _, c := range flood {
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(12 * time.Second))
 		if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
 			t.Fatalf("a connection that never sent its headers is still open: %v", err)
 		}
