@@ -785,5 +785,12 @@ func headless(t *testing.T, chromium string) context.Context {
 	bctx, cancelB := chromedp.NewContext(actx)
 	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
 	t.Cleanup(func() { cancel(); cancelB(); cancelA() })
+	// The browser starts here, once: chromedp starts it at a context's
+	// first Run (or Do), and a second one after a failed start starts it
+	// again and panics (close of closed channel), which ends every test of
+	// the package, not this one.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start %s: %v", chromium, err)
+	}
 	return ctx
 }
