@@ -127,10 +127,12 @@ test-prep: test-build test-deps
 
 # test-build: vet and gofmt, then every package compiled with the race
 # detector (so that the go tests below do not compile the same ones side
-# by side) beside the binaries the tests run as processes.
+# by side) beside the binaries the tests run as processes, linked without
+# DWARF (-ldflags=-w: a third less CPU to link them, and no test reads
+# it; stack traces come from the symbol table, which stays).
 test-build: vet cross fmt-check
 	@rm -rf $(TESTBIN) && mkdir -p $(TESTBIN) || exit 1; \
-	{ $(GO) build -o $(TESTBIN)/ $(TESTBINS) && CGO_ENABLED=0 $(GO) build -o $(TESTBIN)/probe ./sandbox/testdata/probe; } & bins=$$!; \
+	{ $(GO) build -ldflags=-w -o $(TESTBIN)/ $(TESTBINS) && CGO_ENABLED=0 $(GO) build -o $(TESTBIN)/probe ./sandbox/testdata/probe; } & bins=$$!; \
 	$(GO) build -race $$($(GO) list -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' ./...) || exit 1; \
 	wait $$bins
 
