@@ -292,7 +292,7 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if id == "" {
 			if f.cfg.Stateless {
-				req, version, err := readStateless(r)
+				req, version, note, err := readStateless(r)
 				var mbe *http.MaxBytesError
 				if errors.As(err, &mbe) {
 					refuse(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", mbe.Limit))
@@ -302,7 +302,7 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					f.stateless(w, r, principal, req, version)
 					return
 				}
-				if note := statelessNotification(r); note != nil {
+				if note != nil {
 					acceptNotification(w, r, note)
 					return
 				}

@@ -572,27 +572,6 @@ func (c *statelessConn) SessionID() string { return "" }
 
 var _ mcp.Connection = (*statelessConn)(nil)
 
-// statelessNotification returns the notification that r, a POST without a
-// session id whose body was read by readStateless, holds when its client
-// speaks the stateless protocol (its Mcp-Protocol-Version is 2026-07-28 or
-// later), or nil.
-func statelessNotification(r *http.Request) *jsonrpc.Request {
-	if v := r.Header.Get("Mcp-Protocol-Version"); v < "2026-07-28" {
-		return nil
-	}
-	body, err := io.ReadAll(r.Body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err != nil {
-		return nil
-	}
-	msg, err := jsonrpc.DecodeMessage(bytes.TrimSpace(body))
-	req, ok := msg.(*jsonrpc.Request)
-	if err != nil || !ok || req.IsCall() {
-		return nil
-	}
-	return req
-}
-
 // acceptNotification answers the POST of a stateless client's
 // notification: 202, and nothing reaches a session (see above).
 func acceptNotification(w http.ResponseWriter, r *http.Request, note *jsonrpc.Request) {
@@ -603,23 +582,32 @@ func acceptNotification(w http.ResponseWriter, r *http.Request, note *jsonrpc.Re
 	w.WriteHeader(http.StatusAccepted)
 }
 
-// readStateless reads r's body, a POST without a session id, and returns
-// it with the request it holds when that is a stateless request (nil
-// otherwise); the body is left to be read again.
-func readStateless(r *http.Request) (*jsonrpc.Request, string, error) {
+// readStateless reads r's body, a POST without a session id, once, and
+// returns what it holds for the stateless protocol: a stateless request
+// (a call naming 2026-07-28 or later in its _meta) with that version, or
+// a notification when the client speaks that protocol (its
+// Mcp-Protocol-Version is 2026-07-28 or later), or neither (all nil);
+// the body is left to be read again.
+func readStateless(r *http.Request) (call *jsonrpc.Request, version string, note *jsonrpc.Request, err error) {
 	body, err := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	msg, err := jsonrpc.DecodeMessage(bytes.TrimSpace(body))
 	req, ok := msg.(*jsonrpc.Request)
-	if err != nil || !ok || !req.IsCall() {
-		return nil, "", nil
+	switch {
+	case err != nil || !ok:
+		return nil, "", nil, nil
+	case !req.IsCall():
+		if r.Header.Get("Mcp-Protocol-Version") >= "2026-07-28" {
+			return nil, "", req, nil
+		}
+		return nil, "", nil, nil
 	}
 	v := statelessVersion(req)
 	if v == "" {
-		return nil, "", nil
+		return nil, "", nil, nil
 	}
-	return req, v, nil
+	return req, v, nil, nil
 }
