@@ -9,7 +9,7 @@ NODEDIR := .cache/node
 # conformance is the official MCP conformance suite: 0.1.13 is its last
 # release that runs on Node 20 (later ones need Node 22); the newest, for
 # MCP 2026-07-28, is installed beside it on Node 22 (NODE22_PKGS).
-NPM_PKGS := @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/conformance@0.1.13
+NPM_PKGS := @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/conformance@0.1.13 @modelcontextprotocol/client@2.4.0
 # conformance22-deps: the newest conformance suite on the registry
 # (0.2.0-alpha.12, the first with the 2026-07-28 scenarios; no 0.2.0 yet)
 # and the Node 22 it needs, from npm's node package (a node binary for this

@@ -80,6 +80,29 @@ func TypeScriptSDK(t testing.TB) (node, dir string) {
 	return node, dir
 }
 
+// TypeScriptClient returns node and the directory of the official
+// TypeScript SDK's client package of the 2.x line
+// (@modelcontextprotocol/client) in .cache/node at the module root: the
+// first TypeScript client that speaks MCP 2026-07-28 (server/discover,
+// with versionNegotiation). Missing dependencies are handled as in
+// [EverythingServer].
+func TypeScriptClient(t testing.TB) (node, dir string) {
+	t.Helper()
+	node, _ = nodePackage(t, "@modelcontextprotocol/server-everything") // node, and the install
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("mcptest: %v", err)
+	}
+	dir = filepath.Join(root, filepath.FromSlash(nodeModules), "@modelcontextprotocol", "client")
+	if _, err := os.Stat(filepath.Join(dir, "package.json")); err != nil {
+		if os.Getenv(skipInteropEnv) == "1" {
+			t.Skipf("mcptest: @modelcontextprotocol/client is not installed (skipping: %s=1)", skipInteropEnv)
+		}
+		t.Fatalf("mcptest: @modelcontextprotocol/client is not installed under %s; run `make interop-deps`", filepath.Dir(dir))
+	}
+	return node, dir
+}
+
 // ConformanceSuite returns the argv that runs the official MCP conformance
 // suite (@modelcontextprotocol/conformance) from .cache/node at the module
 // root; its server mode takes "server --url URL". Missing dependencies
