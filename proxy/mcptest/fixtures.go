@@ -65,17 +65,26 @@ func EverythingServer(t testing.TB) []string {
 // Missing dependencies are handled as in [EverythingServer].
 func TypeScriptSDK(t testing.TB) (node, dir string) {
 	t.Helper()
+	return nodeLibrary(t, "sdk")
+}
+
+// nodeLibrary returns node and the directory of the package
+// @modelcontextprotocol/name in .cache/node at the module root, one that
+// the tests import rather than run. Missing dependencies are handled as
+// in [EverythingServer].
+func nodeLibrary(t testing.TB, name string) (node, dir string) {
+	t.Helper()
 	node, _ = nodePackage(t, "@modelcontextprotocol/server-everything") // node, and the install
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatalf("mcptest: %v", err)
 	}
-	dir = filepath.Join(root, filepath.FromSlash(nodeModules), "@modelcontextprotocol", "sdk")
+	dir = filepath.Join(root, filepath.FromSlash(nodeModules), "@modelcontextprotocol", name)
 	if _, err := os.Stat(filepath.Join(dir, "package.json")); err != nil {
 		if os.Getenv(skipInteropEnv) == "1" {
-			t.Skipf("mcptest: @modelcontextprotocol/sdk is not installed (skipping: %s=1)", skipInteropEnv)
+			t.Skipf("mcptest: @modelcontextprotocol/%s is not installed (skipping: %s=1)", name, skipInteropEnv)
 		}
-		t.Fatalf("mcptest: @modelcontextprotocol/sdk is not installed under %s; run `make interop-deps`", filepath.Dir(dir))
+		t.Fatalf("mcptest: @modelcontextprotocol/%s is not installed under %s; run `make interop-deps`", name, filepath.Dir(dir))
 	}
 	return node, dir
 }
@@ -88,19 +97,7 @@ func TypeScriptSDK(t testing.TB) (node, dir string) {
 // [EverythingServer].
 func TypeScriptClient(t testing.TB) (node, dir string) {
 	t.Helper()
-	node, _ = nodePackage(t, "@modelcontextprotocol/server-everything") // node, and the install
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatalf("mcptest: %v", err)
-	}
-	dir = filepath.Join(root, filepath.FromSlash(nodeModules), "@modelcontextprotocol", "client")
-	if _, err := os.Stat(filepath.Join(dir, "package.json")); err != nil {
-		if os.Getenv(skipInteropEnv) == "1" {
-			t.Skipf("mcptest: @modelcontextprotocol/client is not installed (skipping: %s=1)", skipInteropEnv)
-		}
-		t.Fatalf("mcptest: @modelcontextprotocol/client is not installed under %s; run `make interop-deps`", filepath.Dir(dir))
-	}
-	return node, dir
+	return nodeLibrary(t, "client")
 }
 
 // ConformanceSuite returns the argv that runs the official MCP conformance
