@@ -6,77 +6,236 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
+	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
 	"github.com/aegis-dev/aegis/proxy/mcptest"
 )
 
+// tsParity is what a host built on the TypeScript SDK's 2.x client saw of
+// the parity session (testdata/tsparity.mjs): the protocol it was served
+// at, and each step's observation.
+type tsParity struct {
+	Version string                     `json:"version"`
+	Steps   map[string]json.RawMessage `json:"steps"`
+}
+
+// tsParityConfig is a gateway file that serves server-everything whole:
+// its tools, prompts and resources.
+func tsParityConfig(t *testing.T, l *live, every []string) string {
+	t.Helper()
+	args, _ := json.Marshal(every[1:])
+	path := filepath.Join(l.dir, "aegis.yaml")
+	yaml := fmt.Sprintf(`version: 1
+servers:
+  everything:
+    command: %q
+    args: %s
+profiles:
+  all:
+    allow: ["everything.*"]
+    prompts: ["everything.*"]
+    resources: ["demo://resource/**"]
+activation:
+  default_profile: all
+`, every[0], args)
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runTSParity runs the parity session over argv as a host of protocol
+// version ("" for the client's default, the session protocol), its tools
+// named with prefix.
+func runTSParity(t *testing.T, env []string, argv []string, version, prefix, root string) tsParity {
+	t.Helper()
+	node, dir := mcptest.TypeScriptClient(t)
+	script, err := filepath.Abs(filepath.Join("testdata", "tsparity.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(argv)
+	cmd := exec.Command(node, script)
+	cmd.Env = append(env, "MCP_CLIENT_DIR="+dir, "ARGV="+string(a), "VERSION="+version, "PREFIX="+prefix, "ROOT="+root)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the TypeScript host (%q): %v\n%s", version, err, stderr.String())
+	}
+	var p tsParity
+	if err := json.Unmarshal(out, &p); err != nil {
+		t.Fatalf("the TypeScript host (%q) printed %q: %v", version, out, err)
+	}
+	return p
+}
+
+var (
+	timeOfDay = regexp.MustCompile(`\d{1,2}:\d{2}:\d{2}( [AP]M)?`)
+	rawResult = regexp.MustCompile(`(?s)(Raw result: )(\{.*\})$`)
+)
+
+// tsSeen is one step's observation with what may differ without the host
+// seeing a different answer taken out:
+//   - the gateway's names mapped back (server__name, the origin tag);
+//   - times of day;
+//   - members the gateway's go-sdk server adds to results: the cache
+//     hints ttlMs and cacheScope (whatever the protocol) and, at
+//     2026-07-28, _meta's io.modelcontextprotocol/serverInfo;
+//   - the order of members of an object the server prints back (the
+//     host's answer to an elicitation reaches the server through the
+//     go-sdk, as a map: its members in sorted order, their values the
+//     same);
+//   - the last progress notification of a call, which the TypeScript
+//     client drops when it reads it after the call's answer (directly the
+//     server writes the two together; through the gateway the answer
+//     follows after its outcome is on disk);
+//   - compared with a 2026-07-28 host, the elicitationId of url-mode
+//     elicitations: that revision has none, and this client drops the
+//     member.
+func tsSeen(t *testing.T, raw json.RawMessage, server string, modern bool) string {
+	t.Helper()
+	s := strings.ReplaceAll(string(raw), server+"__", "")
+	s = strings.ReplaceAll(s, ` [origin: `+server+`]`, "")
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("an observation that is not JSON: %s", raw)
+	}
+	var walk func(v any) any
+	walk = func(v any) any {
+		switch x := v.(type) {
+		case map[string]any:
+			delete(x, "cacheScope")
+			delete(x, "ttlMs")
+			if m, ok := x["_meta"].(map[string]any); ok {
+				delete(m, "io.modelcontextprotocol/serverInfo")
+				if len(m) == 0 {
+					delete(x, "_meta")
+				}
+			}
+			if modern && x["mode"] == "url" {
+				delete(x, "elicitationId")
+			}
+			if seen, ok := x["host saw"].([]any); ok {
+				var kept []any
+				for _, e := range seen {
+					if p, ok := e.(map[string]any); ok && p["total"] != nil && p["progress"] == p["total"] {
+						continue
+					}
+					kept = append(kept, e)
+				}
+				x["host saw"] = kept
+			}
+			for k, e := range x {
+				x[k] = walk(e)
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = walk(e)
+			}
+		case string:
+			x = timeOfDay.ReplaceAllString(x, "TIME")
+			if m := rawResult.FindStringSubmatchIndex(x); m != nil {
+				var obj any
+				if json.Unmarshal([]byte(x[m[4]:m[5]]), &obj) == nil {
+					b, _ := json.Marshal(obj)
+					x = x[:m[4]] + string(b)
+				}
+			}
+			return x
+		}
+		return v
+	}
+	b, _ := json.Marshal(walk(v))
+	return string(b)
+}
+
 // A host built on the TypeScript SDK's 2.x client
 // (@modelcontextprotocol/client 2.4.0, the first TypeScript client that
-// speaks MCP 2026-07-28) reaches server-everything through aegis gateway
-// over stdio at 2026-07-28 (versionNegotiation pinned: server/discover,
-// no initialize) exactly as the same client does at the session protocol
-// (its default): the same tools listed, the same answer to a call, and
-// the call recorded with the version it was made at.
-func TestGatewayServesATypeScriptHostAtBothProtocols(t *testing.T) {
+// speaks MCP 2026-07-28) runs the parity session (testdata/tsparity.mjs:
+// tools, sampling, form and url elicitation, url elicitation by error
+// -32042, roots, progress, cancellation, subscriptions, a tool that runs
+// as a task, prompts, resources) directly against server-everything, and
+// through aegis gateway twice: at the client's default, the session
+// protocol (2025-11-25), and pinned to 2026-07-28 (server/discover, no
+// initialize; the server's requests come back as input_required results,
+// which the client answers with the same handlers). Every step must show
+// the host the same thing all three ways, and the calls must be recorded
+// with the version they were made at.
+func TestGatewayParityTypeScriptHostAtBothProtocols(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aegis gateway with server-everything and a TypeScript host")
 	}
 	t.Parallel() // it mostly waits on node and the processes it starts
-	node, dir := mcptest.TypeScriptClient(t)
 	every := mcptest.EverythingServer(t)
-	args, _ := json.Marshal(every[1:])
-	script, err := filepath.Abs(filepath.Join("testdata", "tsclient2.mjs"))
-	if err != nil {
-		t.Fatal(err)
+	root := t.TempDir()
+	type run struct {
+		seen   tsParity
+		record string
 	}
-	type seen struct {
-		Version string
-		Tools   []string
-		IsError bool
-		Text    string
-	}
-	run := func(version string) (seen, string) {
-		l := newLive(t, "")
-		config := filepath.Join(l.dir, "aegis.yaml")
-		yaml := fmt.Sprintf("version: 1\nservers:\n  everything:\n    command: %q\n    args: %s\nprofiles:\n  all:\n    allow: [\"everything.*\"]\nactivation:\n  default_profile: all\n", every[0], args)
-		if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
+	runs := map[string]*run{"direct": {}, "2025-11-25": {}, "2026-07-28": {}}
+	t.Run("sessions", func(t *testing.T) {
+		for name, r := range runs {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				if name == "direct" {
+					r.seen = runTSParity(t, os.Environ(), every, "", "", root)
+					return
+				}
+				l := newLive(t, "")
+				argv := []string{filepath.Join(l.bin, "aegis"), "gateway", "--config", tsParityConfig(t, l, every),
+					"--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state}
+				version := name
+				if version == "2025-11-25" {
+					version = "" // the client's default
+				}
+				r.seen = runTSParity(t, l.env, argv, version, "everything__", root)
+				r.record = string(readFile(t, l.audit))
+				if out, code := l.aegis("verify", "--key", l.publicKey(), l.audit); code != 0 {
+					t.Errorf("verify the record: exit %d\n%s", code, out)
+				}
+			})
 		}
-		argv, _ := json.Marshal([]string{filepath.Join(l.bin, "aegis"), "gateway", "--config", config, "--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state})
-		cmd := exec.Command(node, script)
-		cmd.Env = append(l.env, "MCP_CLIENT_DIR="+dir, "ARGV="+string(argv), "VERSION="+version,
-			"TOOL=everything__echo", `ARGS={"message":"through aegis"}`)
-		var stderr syncBuffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("the TypeScript host (%q): %v\n%s", version, err, stderr.String())
+	})
+	if t.Failed() {
+		return
+	}
+	direct := runs["direct"].seen
+	if direct.Version != "2025-11-25" || runs["2025-11-25"].seen.Version != "2025-11-25" || runs["2026-07-28"].seen.Version != "2026-07-28" {
+		t.Fatalf("served at %q directly, %q and %q through the gateway; want 2025-11-25, 2025-11-25 (the client's default) and 2026-07-28 (pinned)",
+			direct.Version, runs["2025-11-25"].seen.Version, runs["2026-07-28"].seen.Version)
+	}
+	var steps []string
+	for s := range direct.Steps {
+		steps = append(steps, s)
+	}
+	sort.Strings(steps)
+	for _, step := range steps {
+		var failed struct{ Error *string }
+		json.Unmarshal(direct.Steps[step], &failed)
+		if failed.Error != nil {
+			t.Errorf("%s fails directly: %s", step, direct.Steps[step])
 		}
-		var s seen
-		if err := json.Unmarshal(out, &s); err != nil {
-			t.Fatalf("the TypeScript host (%q) printed %q: %v", version, out, err)
+		t.Logf("%s: %.200s", step, direct.Steps[step])
+		for _, version := range []string{"2025-11-25", "2026-07-28"} {
+			g, ok := runs[version].seen.Steps[step]
+			if !ok {
+				t.Errorf("%s: not run through the gateway at %s", step, version)
+				continue
+			}
+			modern := version == "2026-07-28"
+			if d, got := tsSeen(t, direct.Steps[step], "everything", modern), tsSeen(t, g, "everything", modern); got != d {
+				t.Errorf("%s differs at %s:\n  direct:  %s\n  gateway: %s", step, version, d, got)
+			}
 		}
-		return s, string(readFile(t, l.audit))
 	}
-	session, sessionRecord := run("")
-	stateless, statelessRecord := run("2026-07-28")
-	t.Logf("session protocol: %+v; 2026-07-28: %+v", session, stateless)
-	if session.Version != "2025-11-25" || stateless.Version != "2026-07-28" {
-		t.Fatalf("served at %q and %q; want 2025-11-25 (the client's default) and 2026-07-28 (pinned)", session.Version, stateless.Version)
+	if rec := runs["2026-07-28"].record; !strings.Contains(rec, `"protocol_version":"2026-07-28"`) {
+		t.Errorf("the 2026-07-28 host's calls are not recorded with its version:\n%.2000s", rec)
 	}
-	if !slices.Equal(session.Tools, stateless.Tools) || !slices.Contains(stateless.Tools, "everything__echo") {
-		t.Errorf("the tools differ:\n2025-11-25: %v\n2026-07-28: %v", session.Tools, stateless.Tools)
-	}
-	if session.IsError || stateless.IsError || session.Text != stateless.Text || !strings.Contains(stateless.Text, "through aegis") {
-		t.Errorf("the call's answers differ: %+v, %+v", session, stateless)
-	}
-	if !strings.Contains(statelessRecord, `"protocol_version":"2026-07-28"`) {
-		t.Errorf("the 2026-07-28 host's call is not recorded with its version:\n%s", statelessRecord)
-	}
-	if strings.Contains(sessionRecord, `"protocol_version":"2026-07-28"`) {
-		t.Errorf("the session host's call is recorded as 2026-07-28:\n%s", sessionRecord)
+	if rec := runs["2025-11-25"].record; strings.Contains(rec, `"protocol_version":"2026-07-28"`) {
+		t.Errorf("the session host's calls are recorded as 2026-07-28:\n%.2000s", rec)
 	}
 }

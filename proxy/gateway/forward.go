@@ -450,6 +450,22 @@ func hostHasRoots(ss *mcp.ServerSession) bool {
 	return c.RootsV2 != nil || c.Roots.ListChanged
 }
 
+// withMode is p with its mode named, as the SDK names it before it sends
+// an elicitation to a host of the session protocol: "url" for a request
+// with a URL or an elicitation id, else "form". A 2026-07-28 host reads an
+// input request whose mode is empty ("") as neither, and refuses it.
+func withMode(p *mcp.ElicitParams) *mcp.ElicitParams {
+	if p == nil || p.Mode != "" {
+		return p
+	}
+	q := *p
+	q.Mode = "form"
+	if p.URL != "" || p.ElicitationID != "" {
+		q.Mode = "url"
+	}
+	return &q
+}
+
 // unsupported is what a server gets for a request the host has no
 // capability for: what a client without it would answer.
 func unsupported(what string) error {
@@ -558,7 +574,7 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 				return nil, unsupported("form elicitation")
 			}
 			if newHost(host) {
-				res, err := g.mrtrAsk(ctx, server, host, "elicitation/create", req.Params)
+				res, err := g.mrtrAsk(ctx, server, host, "elicitation/create", withMode(req.Params))
 				if err != nil {
 					return nil, err
 				}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/aegis-dev/aegis/proxy/reading"
 )
 
@@ -69,4 +71,36 @@ func TestAnswerDoesNotOvertakeItsProgress(t *testing.T) {
 			t.Errorf("counted a notification no call waits for: %v", f.unsent)
 		}
 	})
+}
+
+// A server's elicitation without a mode (server-everything's form
+// elicitation) reached a 2026-07-28 host as an input request with mode ""
+// which the TypeScript SDK's client refuses as neither form nor url; the
+// call then waited on a round the host never answered, and every later
+// request of that server was refused as ambiguous. The mode is named as
+// the SDK names it for a host of the session protocol.
+func TestElicitationInputRequestNamesItsMode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   *mcp.ElicitParams
+		want string
+	}{
+		{"no mode, a schema: form", &mcp.ElicitParams{Message: "m", RequestedSchema: map[string]any{"type": "object"}}, "form"},
+		{"no mode, a url: url", &mcp.ElicitParams{Message: "m", URL: "https://example.com"}, "url"},
+		{"no mode, an elicitation id: url", &mcp.ElicitParams{Message: "m", ElicitationID: "e1"}, "url"},
+		{"a mode is kept", &mcp.ElicitParams{Mode: "form", URL: "https://example.com"}, "form"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.in.Mode
+			if got := withMode(tc.in); got.Mode != tc.want {
+				t.Errorf("mode %q, want %q", got.Mode, tc.want)
+			}
+			if tc.in.Mode != before {
+				t.Error("the server's params were changed in place")
+			}
+		})
+	}
+	if withMode(nil) != nil {
+		t.Error("nil params gained a mode")
+	}
 }
