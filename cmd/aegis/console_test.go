@@ -776,9 +776,17 @@ func TestConsoleSignsApprovalsWithAnApproverKey(t *testing.T) {
 // TMPDIR is the test's, where chromium leaves its singleton socket.
 func headless(t *testing.T, chromium string) context.Context {
 	t.Helper()
+	// A short TMPDIR: chromium puts its singleton socket there, and a
+	// unix socket's path has at most 107 bytes, which a subtest's
+	// t.TempDir (named after the test and the subtest) can pass.
+	tmp, err := os.MkdirTemp("", "chromium")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 800),
-		chromedp.Env("TMPDIR="+t.TempDir()),
+		chromedp.Env("TMPDIR="+tmp),
 		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
 		chromedp.Flag("disable-gpu", true))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -64,28 +65,54 @@ func streamEventsOf(t *testing.T, state string) []schemas.Event {
 	return out
 }
 
-// An approval end to end through URL elicitation: a host on the official
-// TypeScript SDK that declares URL elicitation calls a tool that waits
-// for a human; it gets URLElicitationRequired (-32042) whose link opens
-// that approval in aegis console; a human in a real browser opens the
-// link and approves it, signed with her approver key; the host is told
-// the elicitation is complete, its retry returns the server's answer,
-// and the record names the approval and the approver.
+// An approval end to end through URL elicitation, for a host on the
+// official TypeScript SDK at each protocol:
+//   - 2025-11-25 (the SDK's 1.x client): the call gets
+//     URLElicitationRequired (-32042) whose link opens the approval in
+//     aegis console; once the human has decided, the host is told the
+//     elicitation is complete, and its retry returns the server's answer;
+//   - 2026-07-28 (the SDK's 2.x client, pinned): the call's answer is an
+//     input_required result whose url-mode input request carries the same
+//     link; the client shows it (its elicitation handler) and retries, and
+//     the gateway holds the retry until the human has decided, then runs
+//     the call once and answers it.
+//
+// Both times a human in a real browser opens the link and approves,
+// signed with her approver key, and the record names the approval and
+// the approver.
 func TestGatewayApprovalThroughURLElicitation(t *testing.T) {
 	t.Parallel() // it waits on processes and a browser: beside the others
 	chromium := browserPath(t)
-	node, sdk := mcptest.TypeScriptSDK(t)
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) {
+			t.Parallel()
+			approveThroughURLElicitation(t, chromium, version)
+		})
+	}
+}
+
+// approvalInMessage finds the approval id in an elicitation's message.
+var approvalInMessage = regexp.MustCompile(`apr-add-needs-a-human-example__add-[0-9]+(\.[0-9]+)*`)
+
+func approveThroughURLElicitation(t *testing.T, chromium, version string) {
+	modern := version >= "2026-07-28"
 	l := newLive(t, "")
 	const pass = "correct horse battery"
 	k, keyPath, approvers := approverFiles(t, l.dir, "alice", pass)
 	con := l.console("--approver-key", keyPath)
-	script, err := filepath.Abs(filepath.Join("testdata", "tsclient", "elicit.mjs"))
+	node, lib := mcptest.TypeScriptSDK(t)
+	script, libEnv := "elicit.mjs", "MCP_SDK_DIR="
+	if modern {
+		node, lib = mcptest.TypeScriptClient(t)
+		script, libEnv = "elicit2026.mjs", "MCP_CLIENT_DIR="
+	}
+	script, err := filepath.Abs(filepath.Join("testdata", "tsclient", script))
 	if err != nil {
 		t.Fatal(err)
 	}
 	host := exec.Command(node, script, filepath.Join(l.bin, "aegis"), "gateway", "--config", elicitConfig(t, l), "--audit", l.audit,
 		"--signing-key", l.key, "--state-dir", l.state, "--approvers", approvers)
-	host.Env = append(l.env, "MCP_SDK_DIR="+sdk, `CALL={"name":"example__add","arguments":{"a":2,"b":3}}`)
+	host.Env = append(l.env, libEnv+lib, `CALL={"name":"example__add","arguments":{"a":2,"b":3}}`)
 	var stderr syncBuffer
 	host.Stderr = &stderr
 	out, err := host.StdoutPipe()
@@ -117,16 +144,31 @@ func TestGatewayApprovalThroughURLElicitation(t *testing.T) {
 		return m
 	}
 
+	if modern {
+		if v := next("version"); string(v["version"]) != `"2026-07-28"` {
+			t.Fatalf("the host is served at %s, want 2026-07-28", v["version"])
+		}
+	}
 	first := next("elicitation")
 	var el struct {
 		Mode, ElicitationID, URL, Message string
 	}
 	json.Unmarshal(first["elicitation"], &el)
-	// (The SDK keeps only data.elicitations of the error; the raw host of
-	// TestApprovalLinkRefusesAttacks reads data.aegis too.)
+	// At 2025-11-25 the approval is the elicitation's id (the SDK keeps
+	// only data.elicitations of the error; the raw host of
+	// TestApprovalLinkRefusesAttacks reads data.aegis too); 2026-07-28
+	// has no elicitation ids, and the message names the approval.
 	id := el.ElicitationID
-	if string(first["code"]) != "-32042" || el.Mode != "url" || !strings.HasPrefix(id, "apr-add-needs-a-human-example__add-") {
+	if modern {
+		if id != "" {
+			t.Errorf("a 2026-07-28 host read an elicitationId %q (that revision has none)", id)
+		}
+		id = approvalInMessage.FindString(el.Message)
+	} else if string(first["code"]) != "-32042" {
 		t.Fatalf("URLElicitationRequired: %s", lines.Text())
+	}
+	if el.Mode != "url" || !strings.HasPrefix(id, "apr-add-needs-a-human-example__add-") {
+		t.Fatalf("the elicitation is not the approval's: %s", lines.Text())
 	}
 	login := strings.TrimPrefix(con.login[strings.Index(con.login, "token="):], "token=")
 	if !strings.HasPrefix(el.URL, "http://"+con.host+"/approval/") || strings.Contains(el.URL, login) {
@@ -156,11 +198,19 @@ func TestGatewayApprovalThroughURLElicitation(t *testing.T) {
 		t.Fatalf("approve through the link: %v; the page says: %s", err, res)
 	}
 
-	if c := next("complete"); string(c["complete"]) != `"`+id+`"` {
-		t.Fatalf("complete: %s", lines.Text())
-	}
-	if r := next("retry"); !strings.Contains(string(r["retry"]), `"sum":5`) {
-		t.Fatalf("the retried call: %s", lines.Text())
+	if modern {
+		// The retry the client made at once was held until the human
+		// decided; it returns the server's answer.
+		if r := next("answer"); !strings.Contains(string(r["answer"]), `"sum":5`) {
+			t.Fatalf("the call: %s", lines.Text())
+		}
+	} else {
+		if c := next("complete"); string(c["complete"]) != `"`+id+`"` {
+			t.Fatalf("complete: %s", lines.Text())
+		}
+		if r := next("retry"); !strings.Contains(string(r["retry"]), `"sum":5`) {
+			t.Fatalf("the retried call: %s", lines.Text())
+		}
 	}
 	select {
 	case err := <-done:
@@ -174,7 +224,9 @@ func TestGatewayApprovalThroughURLElicitation(t *testing.T) {
 
 	// The record: the signed decision names the approval and the
 	// approver's key, the outcome of the call that ran cites the approval,
-	// and the stream names the approver and the link it came through.
+	// and the stream names the approver and the link it came through (and,
+	// at 2026-07-28, the round that showed the link and the retry that
+	// answered it, both naming the approval).
 	var decided, cited bool
 	for _, line := range strings.Split(strings.TrimSpace(string(readFile(t, l.audit))), "\n") {
 		var m map[string]any
@@ -192,13 +244,24 @@ func TestGatewayApprovalThroughURLElicitation(t *testing.T) {
 		t.Errorf("the record: a decision on %s by the approver's key %v, an outcome citing it %v", id, decided, cited)
 	}
 	var resolved map[string]string
+	rounds := map[string]bool{}
 	for _, e := range streamEventsOf(t, l.state) {
-		if e.Kind == schemas.KindApprovalResolved {
+		switch e.Kind {
+		case schemas.KindApprovalResolved:
 			json.Unmarshal(e.Payload, &resolved)
+		case schemas.KindNote:
+			var n map[string]any
+			json.Unmarshal(e.Payload, &n)
+			if r, ok := n["mrtr"].(string); ok && n["approval_id"] == id {
+				rounds[r] = true
+			}
 		}
 	}
 	if resolved["approval_id"] != id || resolved["approver"] != "alice" || !strings.Contains(resolved["by"], "approval link") {
 		t.Errorf("approval.resolved: %v", resolved)
+	}
+	if modern && (!rounds["input_required"] || !rounds["retry"]) {
+		t.Errorf("the rounds recorded with the approval: %v, want input_required and retry", rounds)
 	}
 }
 
