@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -353,6 +354,86 @@ activation:
 		if p["server"] != want || p["pid"] != started[want] || p["pid"] == nil || p["code"] != 0.0 || p["ended_by"] != "stdin closed" {
 			t.Errorf("child.exited %d = %v, want server %s, pid %v, code 0, ended by stdin closed", i, p, want, started[want])
 		}
+	}
+}
+
+// A host of MCP 2026-07-28 on the TypeScript SDK's 2.x client starts
+// aegis once only to probe server/discover, then closes its stdin and
+// sends SIGTERM at once, SIGKILLs it 1 s later, and starts aegis again
+// for its session. So:
+//   - when the host leaves, a server's roots/list that waits for the
+//     host's next call (server-everything asks 350 ms after it is
+//     initialized) is answered with the gateway's own empty list: no call
+//     will come, and the server, answered, exits on its stdin's end
+//     instead of waiting 60 s for an answer until aegis SIGTERMs it;
+//   - told to stop (SIGTERM), the gateway ends its servers at once, with
+//     SIGTERM as their stdin is closed, not after the settle and a grace;
+//     its session is closed in the record, and no server is left behind.
+func TestGatewayProbeOfA2026HostEndsAtOnce(t *testing.T) {
+	parallel(t)
+	every := mcptest.EverythingServer(t)
+	config := `version: 1
+servers:
+  everything:
+    command: ` + every[0] + `
+    args: ` + quoteArgs(every[1:]) + `
+profiles:
+  p:
+    allow: [everything.echo]
+activation:
+  default_profile: p
+`
+	probe := `{"jsonrpc":"2.0","id":"server-discover-probe-1","method":"server/discover","params":{"_meta":{` +
+		`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"probe","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true},"elicitation":{"url":{}}}}}}`
+	for _, tc := range []struct {
+		name   string
+		signal bool // SIGTERM with the stdin's close, as the probing client does
+		wait   time.Duration
+		endBy  string
+	}{
+		{"the host leaves after the server asked for its roots", false, 2 * time.Second, "stdin closed"},
+		{"told to stop as the host leaves", true, 0, "SIGTERM"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCLI(t)
+			g := c.startGateway(config, gatewayEnv(t))
+			g.send(probe)
+			for {
+				line, err := g.out.ReadString('\n')
+				if err != nil {
+					t.Fatalf("no answer to server/discover: %v; stderr:\n%s", err, g.stderr)
+				}
+				if strings.Contains(line, `"server-discover-probe-1"`) {
+					break
+				}
+			}
+			time.Sleep(tc.wait)
+			if tc.signal {
+				g.in.Close()
+				g.cmd.Process.Signal(syscall.SIGTERM)
+			}
+			code, took := g.finish(30 * time.Second)
+			t.Logf("aegis gateway exited %d after %v", code, took)
+			if code != 0 {
+				t.Fatalf("aegis gateway exited %d:\n%s", code, g.stderr)
+			}
+			evs, _ := c.events()
+			started := payloads(evs, "child.started")
+			exits := payloads(evs, "child.exited")
+			if len(exits) != 1 || len(started) != 1 || exits[0]["ended_by"] != tc.endBy {
+				t.Errorf("child.exited %v, want one, ended by %s", exits, tc.endBy)
+			}
+			if len(started) == 1 {
+				pid := int(started[0]["pid"].(float64))
+				if p, err := os.FindProcess(pid); err == nil && p.Signal(syscall.Signal(0)) == nil {
+					t.Errorf("the server (pid %d) still runs", pid)
+				}
+			}
+			if out, stderr, code := c.aegis("verify", "--key", c.pub, c.audit); code != 0 {
+				t.Errorf("verify: %d %s %s", code, out, stderr)
+			}
+		})
 	}
 }
 

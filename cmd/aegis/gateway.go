@@ -105,7 +105,9 @@ When the host closes its stdin, a call in flight has 2 s to finish (its
 outcome is recorded; the answer can no longer be delivered); after that it
 is cancelled (notifications/cancelled to its server) and recorded so.
 Then each server has its stdin closed, 2 s to exit, SIGTERM, 2 s more,
-SIGKILL; child.exited names the server, its PID and what ended it.
+SIGKILL; child.exited names the server, its PID and what ended it. Told to
+stop by SIGINT or SIGTERM, aegis sends each server SIGTERM with the close
+of its stdin, without the wait.
 After the grace, the host's stdout is closed: a server that keeps sending
 cannot hold the gateway's end on a pipe the host no longer reads.
 

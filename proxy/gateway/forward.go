@@ -517,8 +517,9 @@ func (g *gateway) newServer() *mcp.Server {
 }
 
 // newClient is the gateway's client of server: every request and
-// notification the server sends is forwarded to the host.
-func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Client {
+// notification the server sends is forwarded to the host. stdin is a
+// local server's stdin (nil for a remote server).
+func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities, stdin *downWriter) *mcp.Client {
 	f := &g.fw
 	opts := &mcp.ClientOptions{
 		Capabilities: caps,
@@ -659,7 +660,7 @@ func (g *gateway) newClient(server string, caps *mcp.ClientCapabilities) *mcp.Cl
 		opts.ElicitationHandler = nil
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "aegis-gateway", Version: "1"}, opts)
-	c.AddReceivingMiddleware(g.tk.relatedMiddleware(server, true), g.rootsMiddleware(server), elicitAsSent(opts.ElicitationHandler))
+	c.AddReceivingMiddleware(g.tk.relatedMiddleware(server, true), g.rootsMiddleware(server, stdin), elicitAsSent(opts.ElicitationHandler))
 	c.AddSendingMiddleware(g.tk.relatedMiddleware(server, false))
 	f.mu.Lock()
 	f.init()
@@ -688,7 +689,10 @@ func elicitAsSent(handle func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitR
 
 // rootsMiddleware answers a server's roots/list with the host's roots, or
 // with the gateway's own (empty) list while no host with roots is there.
-func (g *gateway) rootsMiddleware(server string) mcp.Middleware {
+// stdin, a local server's (nil for a remote one), counts the requests it
+// holds for a host without sessions, so that the shutdown closes it only
+// once they are answered.
+func (g *gateway) rootsMiddleware(server string, stdin *downWriter) mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			if method != "roots/list" {
@@ -706,6 +710,9 @@ func (g *gateway) rootsMiddleware(server string) mcp.Middleware {
 				// none comes, the gateway's own (empty) list answers.
 				if err != nil {
 					host = nil
+				}
+				if stdin != nil {
+					defer stdin.hold()()
 				}
 				res, err := g.mrtrAsk(ctx, server, host, "roots/list", orEmptyRoots(p))
 				if err != nil {

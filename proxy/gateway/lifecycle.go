@@ -75,6 +75,12 @@ func (e *NoServerError) Error() string {
 //     SDK cancels every handler the moment the host's stdin ends, which
 //     would cancel calls that the server is about to answer): it is
 //     cancelled when the host cancels it, or when the grace runs out.
+//   - Told to stop (SIGTERM, SIGINT), aegis stops its servers at once:
+//     each gets SIGTERM as its stdin is closed, without the settle or
+//     the first grace, since whoever sent the signal waits for aegis to
+//     exit (the TypeScript SDK's client SIGKILLs the process it started
+//     to probe server/discover 1 s after SIGTERM, which would orphan the
+//     servers). The calls in flight keep their grace.
 //   - Every forwarded call gets exactly one outcome, recorded whatever
 //     happens to the host: answered (with a note when the host had left,
 //     so the answer was recorded but could not be delivered), or a trap
@@ -87,6 +93,9 @@ type lifecycle struct {
 	// drained is cancelled one grace period after the host left.
 	drained  context.Context
 	endDrain context.CancelCauseFunc
+	// stopped is closed when aegis is told to stop (a signal: the
+	// gateway's context ends), whether or not the host left before.
+	stopped <-chan struct{}
 }
 
 func (l *lifecycle) init() {
@@ -227,14 +236,26 @@ func newServerProc(cmd *exec.Cmd, tree *sandbox.Tree, stdin *downWriter) *server
 // takes a ticket and waits until that many are written), and stdin is
 // closed only after every one of them. Close leaves stdin open: the
 // shutdown closes it, in its order, with closeStdin.
+//
+// It also tells when the server's requests that the gateway held for the
+// host (a roots/list between calls, mrtr.go) are answered on the wire:
+// once the host left, such a request is answered by the gateway itself,
+// and the SDK writes that answer after the handler returns, which the
+// shutdown must not overtake by closing stdin (the server would wait
+// for it rather than exit).
 type downWriter struct {
 	f   *os.File
 	wmu sync.Mutex
 	*cancelTally
+
+	amu     sync.Mutex
+	held    int           // held requests whose handlers still run
+	owed    int           // held requests answered, their answers not yet written
+	settled chan struct{} // closed, and replaced, when held or owed falls
 }
 
 func newDownWriter(f *os.File) *downWriter {
-	return &downWriter{f: f, cancelTally: newCancelTally()}
+	return &downWriter{f: f, cancelTally: newCancelTally(), settled: make(chan struct{})}
 }
 
 func (w *downWriter) Write(p []byte) (int, error) {
@@ -247,7 +268,58 @@ func (w *downWriter) Write(p []byte) (int, error) {
 			w.add(c)
 		}
 	}
+	w.amu.Lock()
+	owed := w.owed > 0
+	w.amu.Unlock()
+	if owed && err == nil {
+		if r := readRPC(p); r.message && !r.hasMethod && r.id != nil {
+			w.change(0, -1)
+		}
+	}
 	return n, err
+}
+
+// hold counts a server's request held for the host; the function it
+// returns is called when its handler returns the answer to the SDK.
+func (w *downWriter) hold() (release func()) {
+	w.amu.Lock()
+	w.held++
+	w.amu.Unlock()
+	return func() { w.change(-1, 1) }
+}
+
+// change adds to the held handlers and to the answers owed (a handler
+// that returns owes its answer; an answer written pays one).
+func (w *downWriter) change(held, owed int) {
+	w.amu.Lock()
+	w.held += held
+	w.owed += owed
+	if w.owed < 0 {
+		w.owed = 0
+	}
+	close(w.settled)
+	w.settled = make(chan struct{})
+	w.amu.Unlock()
+}
+
+// awaitAnswers waits at most d until every held request is answered on
+// the wire, and reports whether it is.
+func (w *downWriter) awaitAnswers(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		w.amu.Lock()
+		done, ch := w.held == 0 && w.owed == 0, w.settled
+		w.amu.Unlock()
+		if done {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return false
+		}
+	}
 }
 
 // Close does nothing; see closeStdin.
@@ -313,17 +385,21 @@ func (g *gateway) shutdown() {
 // stop ends one server, in this order: every notifications/cancelled
 // owed to it is written; once it has run for serverSettle, its stdin is
 // closed; it has the grace to exit;
-// then SIGTERM and the grace again; then SIGKILL. Its stdout is read
+// then SIGTERM and the grace again; then SIGKILL. When aegis is told to
+// stop, before or meanwhile, the settle and the first grace end at once.
+// Its stdout is read
 // throughout, and closed only once it exited (a server that writes while
 // it shuts down must not die of EPIPE). What it left running is ended as
 // [sandbox.Tree.Stop] does. It returns the exit status and what ended it.
 func (g *gateway) stop(d *downstream) (int, string) {
 	grace := g.grace()
 	d.proc.stdin.await(d.proc.stdin.pending(), cancelSendWait)
+	d.proc.stdin.awaitAnswers(cancelSendWait)
 	if early := serverSettle - time.Since(d.proc.started); early > 0 {
 		select {
 		case <-d.proc.exited:
 		case <-time.After(early):
+		case <-g.life.stopped:
 		}
 	}
 	by := proxy.EndedByStdin
@@ -333,20 +409,29 @@ func (g *gateway) stop(d *downstream) (int, string) {
 	default:
 	}
 	d.proc.stdin.closeStdin()
-	wait := func() bool {
+	// wait reports whether the server exited within the grace; it gives
+	// up at once when cut is closed.
+	wait := func(cut <-chan struct{}) bool {
 		t := time.NewTimer(grace)
 		defer t.Stop()
 		select {
 		case <-d.proc.exited:
 			return true
+		default:
+		}
+		select {
+		case <-d.proc.exited:
+			return true
 		case <-t.C:
+			return false
+		case <-cut:
 			return false
 		}
 	}
-	if !wait() {
+	if !wait(g.life.stopped) {
 		by = proxy.EndedBySIGTERM
 		d.tree.Signal(syscall.SIGTERM)
-		if !wait() {
+		if !wait(nil) {
 			by = proxy.EndedBySIGKILL
 			d.tree.Kill()
 			<-d.proc.exited

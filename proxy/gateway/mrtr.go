@@ -78,8 +78,9 @@ import (
 //     (the session protocol names no call in a server's request). A
 //     sampling or elicitation request while no call waits on the server is
 //     refused (-32601); a roots/list then, the host's roots being no one
-//     call's, waits (at most rootsHold) for the host's next call to that
-//     server and is asked in it.
+//     call's, waits (at most rootsHold, and not after the host left) for
+//     the host's next call to that server and is asked in it; else the
+//     gateway's own (empty) list answers it.
 
 // newProtocol is the first protocol version without sessions, in which a
 // server may not send requests to the client outside of the call that
@@ -280,8 +281,9 @@ func (m *mrtr) admit(host *mcp.ServerSession, server, method string, params any)
 const rootsHold = time.Minute
 
 // admitNext admits the server's request (method, params) as admit does
-// once a call of host to server begins, waiting at most rootsHold.
-func (m *mrtr) admitNext(ctx context.Context, host *mcp.ServerSession, server, method string, params any) (*mrtrCall, *ask, *jsonrpc.Error) {
+// once a call of host to server begins, waiting at most rootsHold, and
+// not once leaving is closed (the host left: no call will come).
+func (m *mrtr) admitNext(ctx context.Context, leaving <-chan struct{}, host *mcp.ServerSession, server, method string, params any) (*mrtrCall, *ask, *jsonrpc.Error) {
 	t := time.NewTimer(rootsHold)
 	defer t.Stop()
 	for {
@@ -295,6 +297,8 @@ func (m *mrtr) admitNext(ctx context.Context, host *mcp.ServerSession, server, m
 		select {
 		case <-began:
 		case <-t.C:
+			return nil, nil, err
+		case <-leaving:
 			return nil, nil, err
 		case <-ctx.Done():
 			return nil, nil, err
@@ -837,7 +841,7 @@ func (g *gateway) mrtrAsk(ctx context.Context, server string, host *mcp.ServerSe
 			// The roots are the host's, not a call's: a server that asks
 			// for them between calls (at its start, say) is answered in
 			// the host's next call to it.
-			c, a, err = g.mr.admitNext(ctx, host, server, method, params)
+			c, a, err = g.mr.admitNext(ctx, g.life.leaving, host, server, method, params)
 		}
 		if err != nil {
 			if c != nil {

@@ -209,7 +209,7 @@ func (g *gateway) connectRemote(ctx context.Context, s Server, caps *mcp.ClientC
 		}}
 	}
 	r.http = h
-	r.client = g.newClient(s.Name, caps)
+	r.client = g.newClient(s.Name, caps, nil)
 	client := r.client
 	if need := r.http.refusal(); need != "" {
 		// Not tried: the server would refuse aegis without a token.

@@ -37,6 +37,7 @@ func newGateway(ctx context.Context, cfg Config) *gateway {
 		res: map[string]string{}, resDefs: map[string]*mcp.Resource{}, visible: map[string]bool{}, visRes: map[string]bool{},
 		state: policy.NewProfileState(cfg.DefaultProfile), mr: newMRTR()}
 	g.life.init()
+	g.life.stopped = ctx.Done()
 	g.initTasks(ctx)
 	g.gate = proxy.NewGate(cfg.Rules, cfg.ApprovalTTL)
 	return g
@@ -153,9 +154,9 @@ func (g *gateway) readHost(ctx context.Context) (host mcp.Transport, caps *mcp.C
 // and recorded.
 func (g *gateway) connectServers(ctx context.Context, running []*starting, caps *mcp.ClientCapabilities, hostTasks json.RawMessage, failed []ServerFailure) []ServerFailure {
 	for _, st := range running {
-		client := g.newClient(st.srv.Name, caps)
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		stdin := newDownWriter(st.inW)
+		client := g.newClient(st.srv.Name, caps, stdin)
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		raw := newDownRaw(st.srv.Name, stdin)
 		cs, err := client.Connect(cctx, &mcp.IOTransport{Reader: g.tk.serverReader(raw, st.outR), Writer: &serverOut{w: stdin, tasks: hostTasks}}, downstreamSession)
 		cancel()
