@@ -47,9 +47,10 @@ activation:
 	return path
 }
 
-// runTSParity runs the parity session over argv as a host of protocol
-// version ("" for the client's default, the session protocol), its tools
-// named with prefix.
+// runTSParity runs the parity session over argv (or, with env naming
+// URL and TOKEN, over streamable HTTP) as a host of protocol version (""
+// for the client's default, the session protocol), its tools named with
+// prefix.
 func runTSParity(t *testing.T, env []string, argv []string, version, prefix, root string) tsParity {
 	t.Helper()
 	node, dir := mcptest.TypeScriptClient(t)
@@ -159,12 +160,15 @@ func tsSeen(t *testing.T, raw json.RawMessage, server string, modern bool) strin
 // tools, sampling, form and url elicitation, url elicitation by error
 // -32042, roots, progress, cancellation, subscriptions, a tool that runs
 // as a task, prompts, resources) directly against server-everything, and
-// through aegis gateway twice: at the client's default, the session
-// protocol (2025-11-25), and pinned to 2026-07-28 (server/discover, no
-// initialize; the server's requests come back as input_required results,
-// which the client answers with the same handlers). Every step must show
-// the host the same thing all three ways, and the calls must be recorded
-// with the version they were made at.
+// through aegis gateway three times: over stdio at the client's default,
+// the session protocol (2025-11-25), and pinned to 2026-07-28
+// (server/discover, no initialize; the server's requests come back as
+// input_required results, which the client answers with the same
+// handlers), and over streamable HTTP (gateway --listen) pinned to
+// 2026-07-28 (no HTTP session; subscriptions/listen and each call's
+// progress on the POSTs' streams). Every step must show the host the same
+// thing all four ways, and the calls must be recorded with the version
+// they were made at.
 func TestGatewayParityTypeScriptHostAtBothProtocols(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aegis gateway with server-everything and a TypeScript host")
@@ -176,7 +180,7 @@ func TestGatewayParityTypeScriptHostAtBothProtocols(t *testing.T) {
 		seen   tsParity
 		record string
 	}
-	runs := map[string]*run{"direct": {}, "2025-11-25": {}, "2026-07-28": {}}
+	runs := map[string]*run{"direct": {}, "2025-11-25": {}, "2026-07-28": {}, "2026-07-28 over HTTP": {}}
 	t.Run("sessions", func(t *testing.T) {
 		for name, r := range runs {
 			t.Run(name, func(t *testing.T) {
@@ -186,13 +190,20 @@ func TestGatewayParityTypeScriptHostAtBothProtocols(t *testing.T) {
 					return
 				}
 				l := newLive(t, "")
-				argv := []string{filepath.Join(l.bin, "aegis"), "gateway", "--config", tsParityConfig(t, l, every),
-					"--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state}
-				version := name
+				config := tsParityConfig(t, l, every)
+				version, _, overHTTP := strings.Cut(name, " over HTTP")
 				if version == "2025-11-25" {
 					version = "" // the client's default
 				}
-				r.seen = runTSParity(t, l.env, argv, version, "everything__", root)
+				if overHTTP {
+					h := l.httpGateway(string(readFile(t, config)))
+					r.seen = runTSParity(t, append(l.env, "URL="+h.url, "TOKEN="+h.token), nil, version, "everything__", root)
+					h.stop()
+				} else {
+					argv := []string{filepath.Join(l.bin, "aegis"), "gateway", "--config", config,
+						"--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state}
+					r.seen = runTSParity(t, l.env, argv, version, "everything__", root)
+				}
 				r.record = string(readFile(t, l.audit))
 				if out, code := l.aegis("verify", "--key", l.publicKey(), l.audit); code != 0 {
 					t.Errorf("verify the record: exit %d\n%s", code, out)
@@ -204,9 +215,10 @@ func TestGatewayParityTypeScriptHostAtBothProtocols(t *testing.T) {
 		return
 	}
 	direct := runs["direct"].seen
-	if direct.Version != "2025-11-25" || runs["2025-11-25"].seen.Version != "2025-11-25" || runs["2026-07-28"].seen.Version != "2026-07-28" {
-		t.Fatalf("served at %q directly, %q and %q through the gateway; want 2025-11-25, 2025-11-25 (the client's default) and 2026-07-28 (pinned)",
-			direct.Version, runs["2025-11-25"].seen.Version, runs["2026-07-28"].seen.Version)
+	if direct.Version != "2025-11-25" || runs["2025-11-25"].seen.Version != "2025-11-25" || runs["2026-07-28"].seen.Version != "2026-07-28" ||
+		runs["2026-07-28 over HTTP"].seen.Version != "2026-07-28" {
+		t.Fatalf("served at %q directly, %q, %q and %q (over HTTP) through the gateway; want 2025-11-25, 2025-11-25 (the client's default) and 2026-07-28 (pinned)",
+			direct.Version, runs["2025-11-25"].seen.Version, runs["2026-07-28"].seen.Version, runs["2026-07-28 over HTTP"].seen.Version)
 	}
 	var steps []string
 	for s := range direct.Steps {
@@ -220,20 +232,22 @@ func TestGatewayParityTypeScriptHostAtBothProtocols(t *testing.T) {
 			t.Errorf("%s fails directly: %s", step, direct.Steps[step])
 		}
 		t.Logf("%s: %.200s", step, direct.Steps[step])
-		for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		for _, version := range []string{"2025-11-25", "2026-07-28", "2026-07-28 over HTTP"} {
 			g, ok := runs[version].seen.Steps[step]
 			if !ok {
 				t.Errorf("%s: not run through the gateway at %s", step, version)
 				continue
 			}
-			modern := version == "2026-07-28"
+			modern := strings.HasPrefix(version, "2026-07-28")
 			if d, got := tsSeen(t, direct.Steps[step], "everything", modern), tsSeen(t, g, "everything", modern); got != d {
 				t.Errorf("%s differs at %s:\n  direct:  %s\n  gateway: %s", step, version, d, got)
 			}
 		}
 	}
-	if rec := runs["2026-07-28"].record; !strings.Contains(rec, `"protocol_version":"2026-07-28"`) {
-		t.Errorf("the 2026-07-28 host's calls are not recorded with its version:\n%.2000s", rec)
+	for _, name := range []string{"2026-07-28", "2026-07-28 over HTTP"} {
+		if rec := runs[name].record; !strings.Contains(rec, `"protocol_version":"2026-07-28"`) {
+			t.Errorf("the %s host's calls are not recorded with its version:\n%.2000s", name, rec)
+		}
 	}
 	if rec := runs["2025-11-25"].record; strings.Contains(rec, `"protocol_version":"2026-07-28"`) {
 		t.Errorf("the session host's calls are recorded as 2026-07-28:\n%.2000s", rec)

@@ -1,7 +1,8 @@
 // tsparity.mjs runs the parity session of a host built on the official
 // TypeScript SDK's 2.x client (@modelcontextprotocol/client,
 // MCP_CLIENT_DIR) against server-everything, as the go-sdk host of
-// proxy/parity_test.go does: it starts ARGV (a JSON array) over stdio, at
+// proxy/parity_test.go does: it starts ARGV (a JSON array) over stdio (or,
+// with URL set, speaks streamable HTTP to URL with the bearer TOKEN), at
 // protocol VERSION when that is 2026-07-28 or later (versionNegotiation
 // pinned: server/discover, no initialize; the server's requests come back
 // as input_required results that the client answers with the same
@@ -12,8 +13,9 @@
 const dir = process.env.MCP_CLIENT_DIR;
 const { Client } = await import(`${dir}/dist/index.mjs`);
 const { StdioClientTransport } = await import(`${dir}/dist/stdio.mjs`);
+const { StreamableHTTPClientTransport } = await import(`${dir}/dist/index.mjs`);
 
-const argv = JSON.parse(process.env.ARGV);
+const argv = JSON.parse(process.env.ARGV ?? "[]");
 const prefix = process.env.PREFIX ?? "";
 const root = process.env.ROOT;
 const modern = (process.env.VERSION ?? "") >= "2026-07-28";
@@ -65,7 +67,10 @@ async function until(ms, cond) {
 }
 const call = (name, args, options) => client.callTool({ name: prefix + name, arguments: args }, options);
 
-await client.connect(new StdioClientTransport({ command: argv[0], args: argv.slice(1), env: process.env, stderr: "inherit" }));
+const transport = process.env.URL
+  ? new StreamableHTTPClientTransport(new URL(process.env.URL), { requestInit: { headers: { Authorization: `Bearer ${process.env.TOKEN}` } } })
+  : new StdioClientTransport({ command: argv[0], args: argv.slice(1), env: process.env, stderr: "inherit" });
+await client.connect(transport);
 const out = { version: client.getNegotiatedProtocolVersion(), steps: {} };
 
 const steps = [
