@@ -84,10 +84,9 @@ func TestGatewayApprovalThroughURLElicitation(t *testing.T) {
 	t.Parallel() // it waits on processes and a browser: beside the others
 	chromium := browserPath(t)
 	for _, version := range []string{"2025-11-25", "2026-07-28"} {
-		t.Run(version, func(t *testing.T) {
-			t.Parallel()
-			approveThroughURLElicitation(t, chromium, version)
-		})
+		// One after the other: parallel subtests would wait for the
+		// package's other parallel tests and end it late.
+		t.Run(version, func(t *testing.T) { approveThroughURLElicitation(t, chromium, version) })
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/aegis-dev/aegis/proxy/mcptest"
@@ -47,31 +48,33 @@ activation:
 	return path
 }
 
-// runTSParity runs the parity session over argv (or, with env naming
+// tsHost is a run of the parity session: over argv (or, with env naming
 // URL and TOKEN, over streamable HTTP) as a host of protocol version (""
 // for the client's default, the session protocol), its tools named with
 // prefix.
-func runTSParity(t *testing.T, env []string, argv []string, version, prefix, root string) tsParity {
-	t.Helper()
-	node, dir := mcptest.TypeScriptClient(t)
-	script, err := filepath.Abs(filepath.Join("testdata", "tsparity.mjs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := json.Marshal(argv)
+type tsHost struct {
+	env             []string
+	argv            []string
+	version, prefix string
+}
+
+// run runs the host's session with the TypeScript client node and dir
+// and the host's root. It may run beside others: it only waits on node.
+func (h tsHost) run(node, dir, script, root string) (tsParity, error) {
+	a, _ := json.Marshal(h.argv)
 	cmd := exec.Command(node, script)
-	cmd.Env = append(env, "MCP_CLIENT_DIR="+dir, "ARGV="+string(a), "VERSION="+version, "PREFIX="+prefix, "ROOT="+root)
+	cmd.Env = append(h.env, "MCP_CLIENT_DIR="+dir, "ARGV="+string(a), "VERSION="+h.version, "PREFIX="+h.prefix, "ROOT="+root)
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("the TypeScript host (%q): %v\n%s", version, err, stderr.String())
+		return tsParity{}, fmt.Errorf("the TypeScript host (%q): %v\n%s", h.version, err, stderr.String())
 	}
 	var p tsParity
 	if err := json.Unmarshal(out, &p); err != nil {
-		t.Fatalf("the TypeScript host (%q) printed %q: %v", version, out, err)
+		return tsParity{}, fmt.Errorf("the TypeScript host (%q) printed %q: %v", h.version, out, err)
 	}
-	return p
+	return p, nil
 }
 
 var (
@@ -176,41 +179,63 @@ func TestGatewayParityTypeScriptHostAtBothProtocols(t *testing.T) {
 	t.Parallel() // it mostly waits on node and the processes it starts
 	every := mcptest.EverythingServer(t)
 	root := t.TempDir()
+	node, dir := mcptest.TypeScriptClient(t)
+	script, err := filepath.Abs(filepath.Join("testdata", "tsparity.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The gateways are started here; the four hosts then run side by side
+	// (not as parallel subtests, which would wait for the package's other
+	// parallel tests and end it late).
 	type run struct {
+		host   tsHost
+		l      *live
+		http   *httpGW
 		seen   tsParity
+		err    error
 		record string
 	}
-	runs := map[string]*run{"direct": {}, "2025-11-25": {}, "2026-07-28": {}, "2026-07-28 over HTTP": {}}
-	t.Run("sessions", func(t *testing.T) {
-		for name, r := range runs {
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				if name == "direct" {
-					r.seen = runTSParity(t, os.Environ(), every, "", "", root)
-					return
-				}
-				l := newLive(t, "")
-				config := tsParityConfig(t, l, every)
-				version, _, overHTTP := strings.Cut(name, " over HTTP")
-				if version == "2025-11-25" {
-					version = "" // the client's default
-				}
-				if overHTTP {
-					h := l.httpGateway(string(readFile(t, config)))
-					r.seen = runTSParity(t, append(l.env, "URL="+h.url, "TOKEN="+h.token), nil, version, "everything__", root)
-					h.stop()
-				} else {
-					argv := []string{filepath.Join(l.bin, "aegis"), "gateway", "--config", config,
-						"--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state}
-					r.seen = runTSParity(t, l.env, argv, version, "everything__", root)
-				}
-				r.record = string(readFile(t, l.audit))
-				if out, code := l.aegis("verify", "--key", l.publicKey(), l.audit); code != 0 {
-					t.Errorf("verify the record: exit %d\n%s", code, out)
-				}
-			})
+	runs := map[string]*run{"direct": {host: tsHost{env: os.Environ(), argv: every}}}
+	for _, name := range []string{"2025-11-25", "2026-07-28", "2026-07-28 over HTTP"} {
+		l := newLive(t, "")
+		config := tsParityConfig(t, l, every)
+		version, _, overHTTP := strings.Cut(name, " over HTTP")
+		if version == "2025-11-25" {
+			version = "" // the client's default
 		}
-	})
+		r := &run{l: l, host: tsHost{env: l.env, version: version, prefix: "everything__"}}
+		if overHTTP {
+			r.http = l.httpGateway(string(readFile(t, config)))
+			r.host.env = append(l.env, "URL="+r.http.url, "TOKEN="+r.http.token)
+		} else {
+			r.host.argv = []string{filepath.Join(l.bin, "aegis"), "gateway", "--config", config,
+				"--audit", l.audit, "--signing-key", l.key, "--state-dir", l.state}
+		}
+		runs[name] = r
+	}
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.seen, r.err = r.host.run(node, dir, script, root)
+		}()
+	}
+	wg.Wait()
+	for name, r := range runs {
+		if r.err != nil {
+			t.Errorf("%s: %v", name, r.err)
+		}
+		if r.http != nil {
+			r.http.stop()
+		}
+		if r.l != nil {
+			r.record = string(readFile(t, r.l.audit))
+			if out, code := r.l.aegis("verify", "--key", r.l.publicKey(), r.l.audit); code != 0 {
+				t.Errorf("%s: verify the record: exit %d\n%s", name, code, out)
+			}
+		}
+	}
 	if t.Failed() {
 		return
 	}
