@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -238,4 +239,71 @@ activation:
 	}
 	a.requireGone()
 	b.requireGone()
+}
+
+// aegis killed outright (SIGKILL, a host's last resort: the TypeScript
+// SDK's client SIGKILLs a server that has not exited 1 s after SIGTERM)
+// cannot end its servers itself: each server it started gets SIGKILL
+// from the kernel as aegis dies, even one that ignores stdin EOF and
+// SIGTERM, rather than running on as an orphan.
+func TestKilledAegisTakesItsServerWithIt(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux's")
+	}
+	parallel(t)
+	for _, mode := range []string{"wrap", "gateway"} {
+		t.Run(mode, func(t *testing.T) {
+			c := newCLI(t)
+			pidFile := filepath.Join(c.dir, "server.pid")
+			// The server writes its pid, then is rawserver, which ignores
+			// stdin EOF and SIGTERM.
+			server := []string{"/bin/sh", "-c", `echo $$ > "$0"; exec "$1" -linger`, pidFile, bin(t, "rawserver")}
+			var cmd *exec.Cmd
+			if mode == "wrap" {
+				argv := c.wrapArgv(server...)
+				cmd = exec.Command(argv[0], argv[1:]...)
+			} else {
+				cmd = gatewayCmd(t, c, map[string][]string{"raw": server}, []string{"raw.*"}, nil)
+			}
+			cmd.Env = gatewayEnv(t)
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stdin.Close()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var pid int
+			for deadline := time.Now().Add(60 * time.Second); pid == 0; time.Sleep(10 * time.Millisecond) {
+				b, _ := os.ReadFile(pidFile)
+				pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					t.Fatal("the server never wrote its pid")
+				}
+			}
+			proc, err := os.FindProcess(pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { proc.Kill() }) // a failed test leaves nothing running
+			if err := proc.Signal(syscall.Signal(0)); err != nil {
+				t.Fatalf("the server (pid %d) does not run: %v", pid, err)
+			}
+			cmd.Process.Kill()
+			<-done
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+				if err != nil || strings.Contains(string(b), ") Z ") {
+					break // gone, or dead and waiting for init to reap it
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the server (pid %d) outlived aegis killed by 10 s: %s", pid, b)
+				}
+			}
+		})
+	}
 }

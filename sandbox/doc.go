@@ -38,6 +38,12 @@
 //     included, is left (the leader's status is kept for [Tree.Wait]).
 //     Hence a process that runs trees starts every child through
 //     StartTree: any other child would be taken for an orphan.
+//   - On Linux, a tree's leader gets SIGKILL from the kernel when this
+//     process dies without ending it (PR_SET_PDEATHSIG): every leader is
+//     started from one thread locked for good to a goroutine that never
+//     returns, since the signal follows the thread that started the
+//     child, not the process. The leader's own children are not covered:
+//     they read EOF on stdin, as the leader does.
 //   - This package imports nothing from the rest of aegis.
 //
 // # Wire format

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -44,9 +45,40 @@ type Tree struct {
 	sid   int // this process's session: the group lives in it
 }
 
+// spawner is the thread every tree's leader is started from. The leader
+// gets SIGKILL when the thread that started it ends (PR_SET_PDEATHSIG
+// follows the thread, not the process), so that thread must live as long
+// as this process: a goroutine locked to it for good, which never
+// returns. Like leaders, it belongs to the whole process.
+var spawner struct {
+	once sync.Once
+	run  chan func()
+}
+
+// onSpawner runs f on the spawner thread and returns once it has.
+func onSpawner(f func()) {
+	spawner.once.Do(func() {
+		spawner.run = make(chan func())
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the process
+			for f := range spawner.run {
+				f()
+			}
+		}()
+	})
+	done := make(chan struct{})
+	spawner.run <- func() {
+		defer close(done)
+		f()
+	}
+	<-done
+}
+
 // StartTree makes this process a child subreaper (orphans of the tree are
 // reparented to it rather than to init) and starts cmd as the leader of a
-// new process group. It overrides cmd.SysProcAttr's Setpgid and Pgid.
+// new process group, which gets SIGKILL if this process dies without
+// ending it (killed itself with SIGKILL, say: its host's last resort).
+// It overrides cmd.SysProcAttr's Setpgid, Pgid and Pdeathsig.
 //
 // Every child this process starts while it runs trees should be started
 // through StartTree: an orphan reparented here cannot be told from a child
@@ -57,6 +89,7 @@ func StartTree(cmd *exec.Cmd) (*Tree, error) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid, cmd.SysProcAttr.Pgid = true, 0
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("become the child subreaper of the server tree: %w", err)
 	}
@@ -66,7 +99,8 @@ func StartTree(cmd *exec.Cmd) (*Tree, error) {
 	}
 	leaders.Lock()
 	defer leaders.Unlock()
-	if err := cmd.Start(); err != nil {
+	onSpawner(func() { err = cmd.Start() })
+	if err != nil {
 		return nil, err
 	}
 	t := &Tree{cmd: cmd, pid: cmd.Process.Pid, self: os.Getpid(), sid: sid}
