@@ -259,7 +259,9 @@ func (m *mrtr) admit(host *mcp.ServerSession, server, method string, params any)
 	if n != 1 {
 		msg := "aegis: a host of protocol " + newProtocol + " takes a server's " + method + " only during a call"
 		if n > 1 {
-			msg = "aegis: more than one call of the host waits on this server; cannot tell which this " + method + " belongs to"
+			msg = fmt.Sprintf("aegis: %d calls of the host are in flight to this server, and the session protocol does not say which this %s belongs to; "+
+				"a host of %s is asked a server's question only while one call to that server is in flight (a call whose earlier question the host left unanswered stays in flight for %v)",
+				n, method, newProtocol, roundTTL)
 		}
 		return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: msg}
 	}

@@ -51,7 +51,8 @@ func TestMRTRRoundsAtTheLimit(t *testing.T) {
 	// Two calls of one host waiting on one server: whose request it is
 	// cannot be told, so it is refused.
 	testCall(m, other, "kf", "d")
-	if _, _, err := m.admit(other, "d", "sampling/createMessage", nil); err == nil || !strings.Contains(err.Message, "more than one") {
+	if _, _, err := m.admit(other, "d", "sampling/createMessage", nil); err == nil || !strings.Contains(err.Message, "2 calls of the host are in flight to this server") ||
+		!strings.Contains(err.Message, "left unanswered stays in flight for 10m0s") {
 		t.Fatalf("two calls on one server: %v", err)
 	}
 	// No call: refused; nor is a call not yet let through (undecided, or
