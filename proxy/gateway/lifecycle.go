@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -250,8 +251,11 @@ type downWriter struct {
 
 	amu     sync.Mutex
 	held    int           // held requests whose handlers still run
-	owed    int           // held requests answered, their answers not yet written
 	settled chan struct{} // closed, and replaced, when held or owed falls
+	// owed: held requests answered, their answers not yet written;
+	// changed under amu, read by Write without it (nothing to pay for
+	// on the path of every frame but a load).
+	owed atomic.Int64
 }
 
 func newDownWriter(f *os.File) *downWriter {
@@ -268,10 +272,7 @@ func (w *downWriter) Write(p []byte) (int, error) {
 			w.add(c)
 		}
 	}
-	w.amu.Lock()
-	owed := w.owed > 0
-	w.amu.Unlock()
-	if owed && err == nil {
+	if err == nil && w.owed.Load() > 0 {
 		if r := readRPC(p); r.message && !r.hasMethod && r.id != nil {
 			w.change(0, -1)
 		}
@@ -293,9 +294,8 @@ func (w *downWriter) hold() (release func()) {
 func (w *downWriter) change(held, owed int) {
 	w.amu.Lock()
 	w.held += held
-	w.owed += owed
-	if w.owed < 0 {
-		w.owed = 0
+	if w.owed.Add(int64(owed)) < 0 {
+		w.owed.Store(0)
 	}
 	close(w.settled)
 	w.settled = make(chan struct{})
@@ -309,7 +309,7 @@ func (w *downWriter) awaitAnswers(d time.Duration) bool {
 	defer t.Stop()
 	for {
 		w.amu.Lock()
-		done, ch := w.held == 0 && w.owed == 0, w.settled
+		done, ch := w.held == 0 && w.owed.Load() == 0, w.settled
 		w.amu.Unlock()
 		if done {
 			return true
