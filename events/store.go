@@ -333,6 +333,15 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		// first PING it otherwise sends every client after about 2 s.
 		PingInterval:          100 * 365 * 24 * time.Hour,
 		DisableShortFirstPing: true,
+		// The server drops a client it cannot write to within its write
+		// deadline (10 s by default) as a slow consumer. The committer
+		// writes a whole batch into the pipe before it reads: a 16 MiB
+		// frame through a busy machine's race-built server held it past
+		// 10 s while the server had something to write to it, and the
+		// store failed ("read/write on closed pipe") within the commit's
+		// own AckTimeout of 2 minutes. The server waits as long as the
+		// committer does.
+		WriteDeadline: max(cfg.AckTimeout, 10*time.Second),
 	}
 	if cfg.MaxBytes > 0 {
 		// The server refuses a stream whose cap exceeds what it thinks it
